@@ -1,0 +1,31 @@
+# Everything starts from a bare Python 3.11 and make: the first target that
+# needs the virtualenv creates it and installs daskpile with its test extras.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify it
+	$(BIN)/python -m daskpile.demo
+
+test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
+	$(BIN)/python -m pytest --doctest-modules daskpile tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check daskpile tests benchmarks
+	$(BIN)/ruff format --check daskpile tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix daskpile tests benchmarks
+	$(BIN)/ruff format daskpile tests benchmarks
+
+clean:
+	rm -rf $(VENV) demo-data .pytest_cache

@@ -1,0 +1,81 @@
+"""``shuffle``: a Dask DataFrame in, a Dask DataFrame with one partition per pile out."""
+
+from __future__ import annotations
+
+import weakref
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from daskpile import _passes
+from daskpile._random import resolve_seed
+from daskpile._scratch import Scratch
+from daskpile._validate import check_piles
+
+
+def shuffle(
+    ddf: dd.DataFrame,
+    piles: int = 512,
+    *,
+    seed: int | None = None,
+    scratch: str | None = None,
+    storage_options: dict | None = None,
+) -> dd.DataFrame:
+    """Put the rows of a Dask DataFrame into a uniformly random order.
+
+    The result is lazy and has exactly ``piles`` partitions: partition ``j``
+    is pile ``j``, already permuted, and reading the partitions in order gives
+    a uniformly random permutation of all rows.  Rows keep their index values,
+    as with pandas ``sample(frac=1)``.  The same ``seed`` gives the same result
+    on any scheduler and any number of workers.
+
+    Pass 1 runs fused with whatever produced the partitions of ``ddf`` and
+    writes one scratch file per partition under ``scratch`` (default: the local
+    temporary directory; give a URL every worker can reach, e.g. ``s3://...``,
+    when workers share no disk).  The scratch files are removed when the
+    returned DataFrame, and everything derived from it, is garbage-collected.
+
+    >>> import dask.dataframe as dd, pandas as pd
+    >>> ddf = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=2)
+    >>> shuffled = shuffle(ddf, piles=3, seed=0)
+    >>> shuffled.npartitions, sorted(shuffled.compute()["x"])
+    (3, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
+    if not isinstance(ddf, dd.DataFrame):
+        raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
+    piles = check_piles(piles)
+    seed = resolve_seed(seed)
+    run = Scratch.create(scratch, storage_options, ddf.npartitions)
+    # The graph holds `run`; once no collection refers to it, its scratch goes.
+    weakref.finalize(run, Scratch.remove, Scratch(run.fs, run.directory, run.partitions))
+    token = run.directory[-16:]
+
+    scattered = ddf.map_partitions(
+        _scatter_frame,
+        piles,
+        seed,
+        run,
+        partition_info=True,
+        meta=pd.DataFrame({"partition": np.array([], dtype=np.int64), "rows": np.array([], dtype=np.int64)}),
+        enforce_metadata=False,
+        align_dataframes=False,
+    )
+    scatter_results = scattered.to_delayed()
+    meta = ddf._meta
+    piles_out = [
+        dask.delayed(_gather_frame)(run, j, seed, meta, scatter_results, dask_key_name=f"daskpile-gather-{j}-{token}")
+        for j in range(piles)
+    ]
+    return dd.from_delayed(piles_out, meta=meta, verify_meta=False)
+
+
+def _scatter_frame(frame: pd.DataFrame, piles: int, seed: int, run: Scratch, partition_info=None) -> pd.DataFrame:
+    partition = partition_info["number"]
+    result = _passes.scatter_table(_passes.pandas_to_arrow(frame), partition, piles, seed, run)
+    return pd.DataFrame({"partition": [partition], "rows": [result.rows]})
+
+
+def _gather_frame(run: Scratch, pile: int, seed: int, meta: pd.DataFrame, _after_scatter: list) -> pd.DataFrame:
+    return _passes.arrow_to_pandas(_passes.gather_table(run, pile, seed), meta)

@@ -1,0 +1,94 @@
+"""The output layout and its manifest.
+
+A finished result is a directory holding ``part-00000.parquet`` ... one file
+per pile, names sorting in pile order, and ``_daskpile.json`` written last:
+its presence is what marks the result complete.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import posixpath
+from importlib import metadata
+
+import fsspec
+import pyarrow as pa
+
+from daskpile._storage import filesystem, write_bytes
+
+MANIFEST_NAME = "_daskpile.json"
+FORMAT = "daskpile/1"
+
+
+def part_name(pile: int, piles: int) -> str:
+    """File name of pile ``pile``, zero-padded so that names sort in pile order.
+
+    >>> part_name(7, 512), part_name(7, 1_000_000)
+    ('part-00007.parquet', 'part-000007.parquet')
+    """
+    width = max(5, len(str(piles - 1)))
+    return f"part-{pile:0{width}d}.parquet"
+
+
+def library_versions() -> dict[str, str]:
+    names = ["daskpile", "dask", "distributed", "pyarrow", "pandas", "numpy", "fsspec"]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "unknown"
+    return versions
+
+
+def build(
+    *,
+    piles: int,
+    seed: int,
+    rows_per_pile: list[int],
+    files: list[str],
+    schema: pa.Schema,
+    source_files: list[str],
+    seconds: dict[str, float],
+) -> dict:
+    return {
+        "format": FORMAT,
+        "piles": piles,
+        "seed": seed,
+        "rows": int(sum(rows_per_pile)),
+        "rows_per_pile": [int(r) for r in rows_per_pile],
+        "files": files,
+        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
+        "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+        "source_files": source_files,
+        "seconds": seconds,
+        "versions": library_versions(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write(fs: fsspec.AbstractFileSystem, directory: str, manifest: dict) -> str:
+    path = posixpath.join(directory, MANIFEST_NAME)
+    write_bytes(fs, path, json.dumps(manifest, indent=1).encode())
+    return path
+
+
+def read(dest: str, storage_options: dict | None = None) -> dict:
+    """The manifest of a finished result.
+
+    >>> read("out/")["piles"]  # doctest: +SKIP
+    512
+    """
+    fs, path = filesystem(dest, storage_options)
+    manifest_path = posixpath.join(path, MANIFEST_NAME)
+    if not fs.exists(manifest_path):
+        raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
+    with fs.open(manifest_path, "rb") as f:
+        return json.load(f)
+
+
+def arrow_schema(manifest: dict) -> pa.Schema:
+    """The exact Arrow schema recorded in a manifest."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(manifest["arrow_schema"])))

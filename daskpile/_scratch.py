@@ -1,0 +1,85 @@
+"""The scratch format: one Arrow IPC file per input partition.
+
+Pass 1 writes, for input partition ``k``, a single IPC file whose record batch
+``j`` holds the rows that partition sent to pile ``j`` (empty piles are empty
+batches).  The IPC file footer already stores where every batch starts, so it
+is the pile index: pass-2 task ``j`` reads batch ``j`` of every scratch file.
+That makes K + M files in all, never K x M.
+
+Scratch is uncompressed: it is written once and read once, sequentially, and
+compressing it costs more CPU than the bytes it saves on local disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import tempfile
+import uuid
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from daskpile._kernels import offsets
+from daskpile._storage import atomic_sink, filesystem, is_local, remove_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Scratch:
+    """The scratch files of one run: ``directory/scatter-00000k.arrow`` for each partition k."""
+
+    fs: fsspec.AbstractFileSystem
+    directory: str
+    partitions: int
+
+    @classmethod
+    def create(cls, url: str | None, storage_options: dict | None, partitions: int) -> Scratch:
+        """A fresh directory for one run under ``url`` (default: the local temporary directory).
+
+        Every worker must be able to reach ``url``: on a cluster whose workers
+        share no disk with the client, pass an object-store URL (``s3://...``).
+        """
+        fs, root = filesystem(url or tempfile.gettempdir(), storage_options)
+        directory = posixpath.join(root, f"daskpile-{uuid.uuid4().hex[:16]}")
+        fs.makedirs(directory, exist_ok=True)
+        return cls(fs, directory, partitions)
+
+    def path(self, partition: int) -> str:
+        return scratch_path(self.directory, partition)
+
+    def remove(self) -> None:
+        remove_tree(self.fs, self.directory)
+
+
+def scratch_path(directory: str, partition: int) -> str:
+    """Name of the scratch file of input partition ``partition``.
+
+    >>> scratch_path("/tmp/s", 3)
+    '/tmp/s/scatter-000003.arrow'
+    """
+    return posixpath.join(directory, f"scatter-{partition:06d}.arrow")
+
+
+def write_piles(fs: fsspec.AbstractFileSystem, path: str, grouped: pa.RecordBatch, counts: np.ndarray) -> int:
+    """Write the rows of one partition, grouped by pile, as one batch per pile.
+
+    Returns the number of bytes written.
+    """
+    with atomic_sink(fs, path) as sink, ipc.new_file(sink, grouped.schema) as writer:
+        for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=False):
+            writer.write_batch(grouped.slice(start, length))
+    return fs.size(path)
+
+
+def read_pile(fs: fsspec.AbstractFileSystem, path: str, pile: int) -> pa.RecordBatch:
+    """Read the rows one partition sent to ``pile``.
+
+    Local files are memory-mapped, so only the pages of that pile are read.
+    """
+    if is_local(fs):
+        with pa.memory_map(path) as source:
+            return ipc.open_file(source).get_batch(pile)
+    with fs.open(path, "rb") as f:
+        return ipc.open_file(f).get_batch(pile)

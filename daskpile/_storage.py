@@ -1,0 +1,103 @@
+"""Every path is an fsspec URL: local directories and object stores alike.
+
+Writes are atomic: on a filesystem a file is written under a temporary name
+and renamed into place; on an object store a PUT only becomes visible when it
+is complete, so the object is written under its final key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import fsspec
+from fsspec.core import url_to_fs
+
+GLOB_CHARS = "*?["
+
+
+def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem behind ``url`` and the path inside it.
+
+    >>> fs, path = filesystem("/tmp/data")
+    >>> path
+    '/tmp/data'
+    """
+    return url_to_fs(str(url), **(storage_options or {}))
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols or "local" in protocols
+
+
+def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A URL that names ``path`` again with its protocol (for messages and manifests)."""
+    return path if is_local(fs) else fs.unstrip_protocol(path)
+
+
+@contextlib.contextmanager
+def atomic_sink(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | BinaryIO]:
+    """Somewhere to write ``path`` so that readers see either nothing or the whole file.
+
+    Yields what pyarrow writers accept: a local path (so pyarrow writes it
+    natively, without the GIL) or an fsspec file object.
+    """
+    if not is_local(fs):
+        with fs.open(path, "wb") as f:
+            yield f
+        return
+    directory, name = posixpath.split(path)
+    fs.makedirs(directory, exist_ok=True)
+    tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write a small file atomically."""
+    with atomic_sink(fs, path) as sink:
+        if isinstance(sink, str):
+            with open(sink, "wb") as f:
+                f.write(data)
+        else:
+            sink.write(data)
+
+
+def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Remove a directory tree, ignoring one that is already gone."""
+    with contextlib.suppress(FileNotFoundError):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
+def list_files(fs: fsspec.AbstractFileSystem, source: str) -> list[str]:
+    """The data files of a dataset: one file, a glob, or a directory (recursively).
+
+    Hidden and metadata files (names starting with ``.`` or ``_``, such as
+    ``_SUCCESS`` or ``_metadata``) are skipped; the order is sorted, so the
+    partition index of each file, and therefore the output, is deterministic.
+    """
+    if any(ch in source for ch in GLOB_CHARS):
+        paths = fs.glob(source)
+        root = ""
+    elif fs.isdir(source):
+        paths = fs.find(source)
+        root = source.rstrip("/")
+    elif fs.isfile(source):
+        return [source]
+    else:
+        raise FileNotFoundError(f"source {full_url(fs, source)!r} does not exist")
+    return sorted(p for p in paths if not _is_hidden(p[len(root) :]))
+
+
+def _is_hidden(relative_path: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)

@@ -1,0 +1,79 @@
+"""Helpers shared by the tests."""
+
+import decimal
+import glob
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def read_output(dest) -> pa.Table:
+    """The shuffled dataset, its part files read in name (= pile) order."""
+    files = sorted(glob.glob(os.path.join(dest, "part-*.parquet")))
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def file_bytes(dest) -> dict[str, bytes]:
+    return {os.path.basename(f): Path(f).read_bytes() for f in sorted(glob.glob(os.path.join(dest, "part-*")))}
+
+
+def write_parts(table: pa.Table, directory, parts: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, parts + 1).astype(int)
+    for k in range(parts):
+        pq.write_table(
+            table.slice(bounds[k], bounds[k + 1] - bounds[k]), os.path.join(directory, f"in-{k:03d}.parquet")
+        )
+
+
+def every_type_table(rows: int) -> pa.Table:
+    """One column of each Arrow type daskpile promises to round-trip."""
+    i = np.arange(rows)
+    nulls = i % 7 == 3
+    return pa.table(
+        {
+            "id": pa.array(i, pa.int64()),
+            "i8": pa.array(i % 100 - 50, pa.int8()),
+            "i16": pa.array(i, pa.int16()),
+            "i32": pa.array(-i, pa.int32()),
+            "u8": pa.array(i % 256, pa.uint8()),
+            "u16": pa.array(i, pa.uint16()),
+            "u32": pa.array(i, pa.uint32()),
+            "u64": pa.array(i.astype(np.uint64) + np.uint64(2**63), pa.uint64()),
+            "nullable_int": pa.array(i, pa.int64(), mask=nulls),
+            "f32": pa.array(i / 3, pa.float32()),
+            "f64_nan": pa.array(np.where(i % 5 == 0, np.nan, i / 7), pa.float64(), mask=nulls),
+            "flag": pa.array(i % 2 == 0, mask=nulls),
+            "s": pa.array([f"s{x}" for x in i], mask=nulls),
+            "ls": pa.array([f"large{x}" for x in i], pa.large_string()),
+            "bin": pa.array([bytes([x % 256, 0, 1]) for x in i], pa.binary()),
+            "day": pa.array(i.astype("int32"), pa.date32()),
+            "ts": pa.array(i * 1_000_000, pa.timestamp("us")),
+            "ts_tz": pa.array(i * 1_000_000_001, pa.timestamp("ns", tz="Europe/Paris")),
+            "dec": pa.array([decimal.Decimal(int(x)) / 1000 for x in i], pa.decimal128(12, 3)),
+            "cat": pa.array([f"c{x % 4}" for x in i]).dictionary_encode(),
+            "lst": pa.array([list(range(int(x) % 4)) for x in i], pa.list_(pa.int64())),
+            "st": pa.array(
+                [{"a": int(x), "b": f"b{x}"} for x in i], pa.struct([("a", pa.int64()), ("b", pa.string())])
+            ),
+            "all_null": pa.nulls(rows, pa.null()),
+            "all_null_int": pa.nulls(rows, pa.int32()),
+        }
+    )
+
+
+def assert_tables_equal(actual: pa.Table, expected: pa.Table) -> None:
+    """Exact equality of types and values, with NaN equal to NaN (Arrow's equals says otherwise)."""
+    assert actual.schema.remove_metadata() == expected.schema.remove_metadata()
+    for name in expected.column_names:
+        a, e = actual[name].combine_chunks(), expected[name].combine_chunks()
+        if pa.types.is_floating(e.type):
+            assert a.is_null().equals(e.is_null()), name
+            np.testing.assert_array_equal(a.to_numpy(zero_copy_only=False), e.to_numpy(zero_copy_only=False), name)
+        elif pa.types.is_dictionary(e.type):
+            assert a.dictionary_decode().equals(e.dictionary_decode()), name
+        else:
+            assert a.equals(e), name

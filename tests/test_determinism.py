@@ -1,0 +1,80 @@
+"""The output is a pure function of (input partitions, piles, seed)."""
+
+import os
+from pathlib import Path
+
+import dask
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+from _util import file_bytes, read_output, write_parts
+from distributed import Client, LocalCluster
+
+import daskpile
+from daskpile import _passes, _scratch
+from daskpile._parquet import _dataset_schema
+from daskpile._storage import filesystem
+from daskpile.datasets import reference_table
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("determinism") / "src"
+    write_parts(reference_table(0, 20_000, 20_000), path, parts=5)
+    return str(path)
+
+
+def run(source, dest, seed=11):
+    daskpile.shuffle_parquet(source, str(dest), piles=7, seed=seed)
+    return file_bytes(dest)
+
+
+def test_byte_identical_whatever_the_scheduler_or_worker_count(client, source, tmp_path):
+    reference = run(source, tmp_path / "distributed-2-workers")
+    client.close()
+    for scheduler in ["sync", "threads", "processes"]:
+        with dask.config.set(scheduler=scheduler):
+            assert run(source, tmp_path / scheduler) == reference, scheduler
+    for workers, processes in [(1, True), (4, True), (3, False)]:
+        with (
+            LocalCluster(n_workers=workers, threads_per_worker=2, processes=processes, dashboard_address=":0") as c,
+            Client(c),
+        ):
+            assert run(source, tmp_path / f"{workers}-{processes}") == reference, (workers, processes)
+
+
+def test_another_seed_gives_another_permutation(sync_scheduler, source, tmp_path):
+    run(source, tmp_path / "a", seed=1)
+    run(source, tmp_path / "b", seed=2)
+    a, b = read_output(tmp_path / "a"), read_output(tmp_path / "b")
+    assert a.sort_by("id").equals(b.sort_by("id"))
+    assert a["id"].to_pylist() != b["id"].to_pylist()
+
+
+def test_a_task_run_twice_changes_nothing(source, tmp_path):
+    """Dask may run a task twice (lost worker, stolen task): both runs must write the same bytes."""
+    fs, _ = filesystem(source)
+    files = sorted(os.path.join(source, f) for f in os.listdir(source))
+    schema = _dataset_schema(fs, files[0])
+    run_dir = _scratch.Scratch.create(str(tmp_path / "scratch"), None, len(files))
+    for k, path in enumerate(files):
+        _passes.scatter_parquet_file(fs, path, k, 7, 3, run_dir, schema)
+    first = Path(run_dir.path(2)).read_bytes()
+    _passes.scatter_parquet_file(fs, files[2], 2, 7, 3, run_dir, schema)
+    assert Path(run_dir.path(2)).read_bytes() == first
+
+    out = str(tmp_path / "pile.parquet")
+    _passes.gather_to_parquet(run_dir, 4, 3, fs, out, schema)
+    pile = Path(out).read_bytes()
+    _passes.gather_to_parquet(run_dir, 4, 3, fs, out, schema)
+    assert Path(out).read_bytes() == pile
+    assert sorted(os.listdir(tmp_path)) == ["pile.parquet", "scratch"]  # no temporaries left
+
+
+def test_dataframe_api_same_partitions_on_every_scheduler(client, source):
+    ddf = dd.read_parquet(source)
+    distributed = [p.compute() for p in daskpile.shuffle(ddf, piles=4, seed=5).partitions]
+    for scheduler in ["sync", "threads"]:
+        with dask.config.set(scheduler=scheduler):
+            local = daskpile.shuffle(ddf, piles=4, seed=5).compute()
+        pd.testing.assert_frame_equal(local, pd.concat(distributed))

@@ -1,0 +1,70 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from daskpile import _kernels, _random
+
+
+def test_scatter_groups_rows_by_pile_and_counts_them():
+    table = pa.table({"x": np.arange(1000)})
+    batch, counts = _kernels.scatter(table, 7, _random.generator(1, _random.SCATTER, 0))
+    assert counts.sum() == 1000 and len(counts) == 7
+    seen = []
+    for start, n in zip(_kernels.offsets(counts), counts, strict=False):
+        pile = batch.slice(start, n).column("x").to_numpy()
+        # Stable: rows keep their input order inside a pile.
+        assert (np.diff(pile) > 0).all()
+        seen.extend(pile.tolist())
+    assert sorted(seen) == list(range(1000))
+
+
+def test_scatter_is_a_pure_function_of_the_key():
+    table = pa.table({"x": np.arange(500)})
+    a = _kernels.scatter(table, 5, _random.generator(3, _random.SCATTER, 2))
+    b = _kernels.scatter(table, 5, _random.generator(3, _random.SCATTER, 2))
+    c = _kernels.scatter(table, 5, _random.generator(3, _random.SCATTER, 3))
+    assert a[0].equals(b[0]) and (a[1] == b[1]).all()
+    assert not a[0].equals(c[0])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 10])
+def test_scatter_small_and_empty_tables(rows):
+    table = pa.table({"x": pa.array(range(rows), pa.int64()), "s": pa.array(["a"] * rows)})
+    batch, counts = _kernels.scatter(table, 4, _random.generator(0, _random.SCATTER, 0))
+    assert isinstance(batch, pa.RecordBatch) and batch.num_rows == rows and counts.sum() == rows
+    assert batch.schema == table.schema
+
+
+def test_scatter_uses_32_bit_piles_beyond_65536():
+    table = pa.table({"x": np.arange(100_000)})
+    _, counts = _kernels.scatter(table, 70_000, _random.generator(0, _random.SCATTER, 0))
+    assert len(counts) == 70_000 and counts.sum() == 100_000 and counts[65_536:].sum() > 0
+
+
+def test_pile_draws_are_uniform():
+    """Chi-square on 200k draws over 8 piles; alpha = 1e-4 with fixed seed. A skewed draw fails."""
+    from scipy import stats
+
+    table = pa.table({"x": np.arange(200_000)})
+    _, counts = _kernels.scatter(table, 8, _random.generator(0, _random.SCATTER, 0))
+    assert stats.chisquare(counts).pvalue > 1e-4
+    skewed = counts.copy()
+    skewed[0] += 1500
+    skewed[1] -= 1500
+    assert stats.chisquare(skewed).pvalue < 1e-4
+
+
+def test_permute_is_a_permutation_keyed_by_seed():
+    table = pa.table({"x": np.arange(1000)})
+    a = _kernels.permute(table, _random.generator(1, _random.GATHER, 0))
+    b = _kernels.permute(table, _random.generator(1, _random.GATHER, 0))
+    c = _kernels.permute(table, _random.generator(2, _random.GATHER, 0))
+    assert sorted(a["x"].to_pylist()) == list(range(1000))
+    assert a.equals(b) and not a.equals(c)
+
+
+def test_seed_validation():
+    assert isinstance(_random.resolve_seed(None), int)
+    for bad in [-1, 1.5, "3", True]:
+        with pytest.raises(ValueError, match="seed"):
+            _random.resolve_seed(bad)

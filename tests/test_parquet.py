@@ -1,0 +1,186 @@
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _util import assert_tables_equal, every_type_table, read_output, write_parts
+
+import daskpile
+from daskpile.datasets import reference_table
+
+
+@pytest.fixture
+def source(tmp_path):
+    write_parts(reference_table(0, 10_000, 10_000), tmp_path / "src", parts=4)
+    return str(tmp_path / "src")
+
+
+def test_layout_manifest_and_report(client, source, tmp_path):
+    dest = str(tmp_path / "out")
+    report = daskpile.shuffle_parquet(source, dest, piles=12, seed=5)
+    names = sorted(os.listdir(dest))
+    assert names == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(12)]
+    names = names[1:] + names[:1]
+    manifest = json.loads((tmp_path / "out" / "_daskpile.json").read_text())
+    assert manifest["piles"] == 12 and manifest["seed"] == 5 and manifest["rows"] == 10_000
+    assert manifest["rows_per_pile"] == [pq.read_metadata(os.path.join(dest, n)).num_rows for n in names[:-1]]
+    assert manifest["files"] == names[:-1]
+    assert len(manifest["source_files"]) == 4 and set(manifest["versions"]) >= {"dask", "pyarrow", "daskpile"}
+    assert [f["name"] for f in manifest["schema"]] == ["id", "label", "x", "y", "z", "ts", "name"]
+    assert daskpile.read_manifest(dest) == manifest
+    assert report.rows == 10_000 and report.piles == 12 and report.seed == 5
+    assert report.files == [os.path.join(dest, n) for n in names[:-1]]
+    assert report.seconds_scatter > 0 and report.seconds_gather > 0 and report.scratch_bytes > 0
+    assert "10,000 rows" in str(report)
+
+
+def test_exact_permutation_of_rows(client, source, tmp_path):
+    dest = str(tmp_path / "out")
+    daskpile.shuffle_parquet(source, dest, piles=7, seed=1)
+    out = read_output(dest)
+    expected = reference_table(0, 10_000, 10_000)
+    assert out.sort_by("id").equals(expected)
+    assert out["id"].to_pylist() != expected["id"].to_pylist()
+
+
+def test_every_type_round_trips(client, tmp_path):
+    table = every_type_table(600)
+    write_parts(table, tmp_path / "src", parts=3)
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=4, seed=2)
+    out = read_output(tmp_path / "out")
+    assert_tables_equal(out.sort_by("id"), table)
+
+
+def test_seed_none_is_drawn_and_recorded(client, source, tmp_path):
+    report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3)
+    assert daskpile.read_manifest(str(tmp_path / "out"))["seed"] == report.seed
+
+
+def test_pandas_written_input_keeps_its_index_as_data(tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame({"v": range(100)}, index=pd.Index(np.arange(1000, 1100), name="key"))
+    os.makedirs(tmp_path / "src")
+    frame.iloc[:50].to_parquet(tmp_path / "src" / "a.parquet")
+    frame.iloc[50:].to_parquet(tmp_path / "src" / "b.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=3, seed=0)
+    back = pd.read_parquet(tmp_path / "out")
+    assert back.index.name == "key" and (back.index - 1000 == back["v"]).all() and len(back) == 100
+
+    # A RangeIndex written by pandas is metadata only: it must not come back with the input's row numbers.
+    os.makedirs(tmp_path / "src2")
+    pd.DataFrame({"v": range(10)}).to_parquet(tmp_path / "src2" / "a.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "src2"), str(tmp_path / "out2"), piles=2, seed=0)
+    assert sorted(pd.read_parquet(tmp_path / "out2")["v"]) == list(range(10))
+
+
+@pytest.mark.parametrize(("rows", "piles"), [(5, 20), (100, 1), (1, 3)])
+def test_edges_piles_vs_rows(client, tmp_path, rows, piles):
+    write_parts(reference_table(0, rows, rows), tmp_path / "src", parts=1)
+    report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=piles, seed=0)
+    out = read_output(tmp_path / "out")
+    assert len(report.files) == piles and out.num_rows == rows
+    assert out.sort_by("id").equals(reference_table(0, rows, rows))
+
+
+def test_empty_input_gives_empty_piles_with_the_schema(client, tmp_path):
+    """Zero rows in, `piles` empty files out, each with the schema, and a manifest saying 0 rows."""
+    empty = reference_table(0, 0, 0)
+    write_parts(empty, tmp_path / "src", parts=2)
+    report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=3, seed=0)
+    assert report.rows == 0 and len(report.files) == 3
+    out = read_output(tmp_path / "out")
+    assert out.num_rows == 0 and out.schema.remove_metadata() == empty.schema
+    assert daskpile.read_manifest(str(tmp_path / "out"))["rows_per_pile"] == [0, 0, 0]
+
+
+def test_empty_files_among_others(client, tmp_path):
+    table = reference_table(0, 100, 100)
+    os.makedirs(tmp_path / "src")
+    pq.write_table(table.slice(0, 0), tmp_path / "src" / "a.parquet")
+    pq.write_table(table, tmp_path / "src" / "b.parquet")
+    pq.write_table(table.slice(0, 0), tmp_path / "src" / "c.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=4, seed=0)
+    assert read_output(tmp_path / "out").sort_by("id").equals(table)
+
+
+def test_source_as_glob_and_list(client, source, tmp_path):
+    a = daskpile.shuffle_parquet(os.path.join(source, "*.parquet"), str(tmp_path / "a"), piles=3, seed=9)
+    files = sorted(os.path.join(source, f) for f in os.listdir(source))
+    b = daskpile.shuffle_parquet(files, str(tmp_path / "b"), piles=3, seed=9)
+    assert a.source_files == b.source_files
+    assert read_output(tmp_path / "a").equals(read_output(tmp_path / "b"))
+
+
+def test_hidden_and_metadata_files_are_skipped(client, source, tmp_path):
+    open(os.path.join(source, "_SUCCESS"), "w").close()
+    open(os.path.join(source, ".crc"), "w").close()
+    report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0)
+    assert len(report.source_files) == 4
+
+
+def test_dest_not_empty_is_refused_unless_overwrite(client, source, tmp_path):
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=5, seed=0)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=1, overwrite=True)
+    assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]
+    assert daskpile.read_manifest(str(dest))["seed"] == 1
+
+
+@pytest.mark.parametrize("piles", [0, -3, 2.5, "8", True, None])
+def test_bad_piles_are_refused_before_writing(source, tmp_path, piles):
+    with pytest.raises(ValueError, match="piles"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=piles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_source_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        daskpile.shuffle_parquet(str(tmp_path / "nowhere"), str(tmp_path / "out"), piles=2)
+    (tmp_path / "emptydir").mkdir()
+    with pytest.raises(FileNotFoundError, match="matches no data files"):
+        daskpile.shuffle_parquet(str(tmp_path / "emptydir"), str(tmp_path / "out"), piles=2)
+
+
+def test_conflicting_schemas_name_file_and_column(sync_scheduler, tmp_path):
+    os.makedirs(tmp_path / "src")
+    pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "src" / "1.parquet")
+    pq.write_table(pa.table({"a": [1.5, 2.5], "b": ["x", "y"]}), tmp_path / "src" / "2.parquet")
+    with pytest.raises(ValueError, match=r"2\.parquet.*a: double instead of int64"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
+    assert not (tmp_path / "out").exists()
+    assert list((tmp_path / "s").iterdir()) == []  # scratch cleaned
+
+
+def test_not_parquet_is_named(sync_scheduler, tmp_path):
+    os.makedirs(tmp_path / "src")
+    (tmp_path / "src" / "bad.parquet").write_bytes(b"this is not parquet")
+    with pytest.raises(ValueError, match=r"bad\.parquet"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_dest_inside_source_is_refused(source):
+    with pytest.raises(ValueError, match="overlaps"):
+        daskpile.shuffle_parquet(source, os.path.join(source, "shuffled"), piles=2)
+    with pytest.raises(ValueError, match="overlaps"):
+        daskpile.shuffle_parquet(source, source, piles=2)
+
+
+def test_scratch_is_removed_after_success(sync_scheduler, source, tmp_path):
+    (tmp_path / "scratch").mkdir()
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3, seed=0, scratch=str(tmp_path / "scratch"))
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_output_is_a_partitioned_dataset_readers_understand(client, source, tmp_path):
+    import dask.dataframe as dd
+
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=6, seed=0)
+    ddf = dd.read_parquet(str(tmp_path / "out"))
+    assert ddf.npartitions == 6 and len(ddf) == 10_000
+    assert np.array_equal(ddf["id"].compute().to_numpy(), read_output(tmp_path / "out")["id"].to_numpy())

@@ -1,0 +1,160 @@
+"""The shuffle is a uniformly random permutation, and the tests can tell when it is not.
+
+Every statistical test here uses fixed seeds, so its outcome is reproducible;
+the stated alpha is the chance that a correct shuffle would fail it with seeds
+drawn at random.  Each test is run against a deliberately biased shuffle too,
+which must fail it: a test that cannot fail proves nothing.
+"""
+
+import itertools
+import math
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from _util import read_output, write_parts
+from scipy import stats
+
+import daskpile
+from daskpile import _kernels, _random
+from daskpile.datasets import reference_table
+
+ALPHA = 1e-3
+ORDERS = list(itertools.permutations(range(4)))
+
+
+def order_counts(orders) -> np.ndarray:
+    index = {order: i for i, order in enumerate(ORDERS)}
+    counts = np.zeros(len(ORDERS), dtype=int)
+    for order in orders:
+        counts[index[tuple(order)]] += 1
+    return counts
+
+
+def uniformity_pvalue(counts) -> float:
+    return stats.chisquare(counts).pvalue
+
+
+def tiny_input():
+    """4 rows in 2 partitions: the smallest case where partition structure could leak."""
+    return dd.from_pandas(pd.DataFrame({"x": [0, 1, 2, 3]}), npartitions=2, sort=False)
+
+
+@pytest.mark.slow
+def test_all_24_orders_equally_likely_through_the_api(sync_scheduler):
+    """1,200 seeds through daskpile.shuffle (scratch files and all), 3 piles: chi-square, 23 dof.
+
+    50 expected per order; the kernel test below runs 200 per order for more power.
+    """
+    ddf = tiny_input()
+    orders = [daskpile.shuffle(ddf, piles=3, seed=seed).compute()["x"].tolist() for seed in range(1200)]
+    counts = order_counts(orders)
+    assert (counts > 0).all()
+    assert uniformity_pvalue(counts) > ALPHA
+
+
+def kernel_shuffle(partitions, piles, seed, permute_piles=True):
+    """The two passes composed in memory, exactly as the Dask graphs compose them."""
+    slices = []
+    for k, part in enumerate(partitions):
+        batch, counts = _kernels.scatter(pa.table({"x": part}), piles, _random.generator(seed, _random.SCATTER, k))
+        offsets = _kernels.offsets(counts)
+        slices.append([batch.slice(o, n) for o, n in zip(offsets, counts, strict=False)])
+    out = []
+    for j in range(piles):
+        pile = pa.Table.from_batches([s[j] for s in slices])
+        if permute_piles:
+            pile = _kernels.permute(pile, _random.generator(seed, _random.GATHER, j))
+        out += pile["x"].to_pylist()
+    return out
+
+
+@pytest.mark.parametrize("piles", [1, 3, 7])
+def test_all_24_orders_equally_likely_for_the_kernels(piles):
+    """4,800 seeds of the kernels alone, for several pile counts (piles > rows included)."""
+    counts = order_counts(kernel_shuffle([[0, 1], [2, 3]], piles, seed) for seed in range(4800))
+    assert uniformity_pvalue(counts) > ALPHA
+
+
+def test_the_uniformity_test_has_teeth():
+    """Two plausible wrong shuffles must fail the same test."""
+    # Within-partition shuffle only: what ddf.sample(frac=1) does.
+    rng_orders = []
+    for seed in range(2400):
+        rng = np.random.default_rng(seed)
+        rng_orders.append(list(rng.permutation([0, 1])) + list(rng.permutation([2, 3])))
+    assert uniformity_pvalue(order_counts(rng_orders)) < ALPHA
+    # Piles without the in-memory permutation of pass 2: rows of a pile keep their input order.
+    biased = order_counts(kernel_shuffle([[0, 1], [2, 3]], 3, seed, permute_piles=False) for seed in range(2400))
+    assert uniformity_pvalue(biased) < ALPHA
+
+
+def test_the_api_test_has_teeth(sync_scheduler):
+    """ddf.sample(frac=1), run through Dask like the API test, fails it."""
+    ddf = tiny_input()
+    orders = [ddf.sample(frac=1, random_state=seed).compute()["x"].tolist() for seed in range(240)]
+    counts = order_counts(orders * 10)
+    assert uniformity_pvalue(counts) < ALPHA
+
+
+# -- at scale: 1 M rows sorted by id, label 0 then 1 --------------------------------------------
+
+ROWS = 1_000_000
+
+
+def order_quality_failures(ids: np.ndarray, labels: np.ndarray, file_rows: list[int]) -> list[str]:
+    """Which randomness checks an output order fails; [] for a good shuffle.
+
+    Three checks, each at alpha 1e-3 (family-wise alpha <= 3e-3):
+    - input decile x output decile table, chi-square for independence (81 dof);
+    - rank correlation of input and output position: |r| * sqrt(n) is N(0, 1) for a random order;
+    - label count of every output file within Binomial(rows, 1/2) bounds, Bonferroni over files.
+    """
+    n = len(ids)
+    failures = []
+    table = np.zeros((10, 10))
+    np.add.at(table, (ids * 10 // n, np.arange(n) * 10 // n), 1)
+    chi2 = stats.chi2_contingency(table, correction=False).pvalue
+    if chi2 < ALPHA:
+        failures.append(f"decile chi-square p={chi2:.3g}")
+    r = np.corrcoef(ids, np.arange(n))[0, 1]  # ids are 0..n-1 so they are their own ranks
+    if abs(r) * math.sqrt(n) > stats.norm.isf(ALPHA / 2):
+        failures.append(f"rank correlation {r:.4f}")
+    bounds = np.cumsum([0, *file_rows])
+    for j in range(len(file_rows)):
+        ones, rows = int(labels[bounds[j] : bounds[j + 1]].sum()), file_rows[j]
+        if rows and stats.binomtest(ones, rows, 0.5).pvalue < ALPHA / len(file_rows):
+            failures.append(f"file {j}: {ones}/{rows} labels are 1")
+    return failures
+
+
+@pytest.fixture(scope="module")
+def sorted_source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scale") / "src"
+    write_parts(reference_table(0, ROWS, ROWS), path, parts=10)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_one_million_sorted_rows_come_out_random(client, sorted_source, tmp_path):
+    report = daskpile.shuffle_parquet(sorted_source, str(tmp_path / "out"), piles=32, seed=2026)
+    out = read_output(tmp_path / "out")
+    ids = out["id"].to_numpy()
+    assert np.array_equal(np.sort(ids), np.arange(ROWS))  # exact permutation of the ids
+    rows_per_file = daskpile.read_manifest(str(tmp_path / "out"))["rows_per_pile"]
+    assert sum(rows_per_file) == ROWS and report.rows == ROWS
+    assert order_quality_failures(ids, out["label"].to_numpy(), rows_per_file) == []
+
+
+@pytest.mark.slow
+def test_the_scale_checks_have_teeth(client, sorted_source, tmp_path):
+    """What users reach for instead: ddf.sample(frac=1) (within-partition shuffle) must fail."""
+    sampled = dd.read_parquet(sorted_source).sample(frac=1, random_state=1)
+    out = sampled.compute()
+    rows_per_partition = sampled.map_partitions(len).compute().tolist()
+    failures = order_quality_failures(out["id"].to_numpy(), out["label"].to_numpy(), rows_per_partition)
+    assert any("chi-square" in f for f in failures)
+    assert any("rank correlation" in f for f in failures)
+    assert any("labels are 1" in f for f in failures)
