@@ -11,7 +11,7 @@ import pandas as pd
 
 from daskpile import _passes
 from daskpile._random import resolve_seed
-from daskpile._scratch import Scratch
+from daskpile._scratch import PileReader, Scratch
 from daskpile._validate import check_piles
 
 
@@ -78,4 +78,5 @@ def _scatter_frame(frame: pd.DataFrame, piles: int, seed: int, run: Scratch, par
 
 
 def _gather_frame(run: Scratch, pile: int, seed: int, meta: pd.DataFrame, _after_scatter: list) -> pd.DataFrame:
-    return _passes.arrow_to_pandas(_passes.gather_table(run, pile, seed), meta)
+    with PileReader(run) as reader:
+        return _passes.arrow_to_pandas(_passes.gather_table(reader.pile(pile), pile, seed), meta)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 import posixpath
 import time
 
@@ -108,18 +110,20 @@ def shuffle_parquet(
             _remove_previous_result(dest_fs, dest_path)
         start = time.perf_counter()
         names = [_manifest.part_name(j, piles) for j in range(piles)]
-        gathered = _compute(
+        gathered = []
+        for group in _compute(
             dask.delayed(_passes.gather_to_parquet)(
                 run,
-                j,
+                group,
                 seed,
                 dest_fs,
-                posixpath.join(dest_path, names[j]),
+                [posixpath.join(dest_path, names[j]) for j in group],
                 schema,
-                dask_key_name=f"daskpile-gather-{j}-{run.directory[-16:]}",
+                dask_key_name=f"daskpile-gather-{group[0]}-{run.directory[-16:]}",
             )
-            for j in range(piles)
-        )
+            for group in _pile_groups(piles, _total_threads())
+        ):
+            gathered += group
         seconds_gather = time.perf_counter() - start
     finally:
         run.remove()
@@ -155,6 +159,30 @@ def shuffle_parquet(
         scratch_bytes=sum(r.scratch_bytes for r in scattered),
         output_bytes=sum(r.bytes for r in gathered),
     )
+
+
+def _pile_groups(piles: int, threads: int) -> list[list[int]]:
+    """Consecutive piles per pass-2 task: about 4 tasks per thread, for balance,
+    and no more tasks than that, since each task opens every scratch file.
+
+    >>> _pile_groups(5, 1)
+    [[0, 1], [2, 3], [4]]
+    """
+    per_task = max(1, math.ceil(piles / (4 * threads)))
+    return [list(range(j, min(j + per_task, piles))) for j in range(0, piles, per_task)]
+
+
+def _total_threads() -> int:
+    """Threads of the current Dask client, or of this machine without one."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no client
+        client = None
+    if client is None or client.status != "running":
+        return os.cpu_count() or 1
+    return max(1, sum(client.nthreads().values()))
 
 
 def _compute(tasks) -> list:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile import _kernels, _random, _scratch
-from daskpile._scratch import Scratch
+from daskpile._scratch import PileReader, Scratch
 from daskpile._storage import atomic_sink, full_url, is_local
 
 
@@ -40,13 +40,6 @@ class GatherResult:
     rows: int
     path: str
     bytes: int
-
-
-# Parquet writer settings, chosen by measurement on the reference dataset
-# (benchmarks/): dictionary encoding of every column costs about 40% of write
-# time for little gain on shuffled data, so only columns that are already
-# dictionaries are dictionary-encoded.
-PARQUET_COMPRESSION = "snappy"
 
 
 def scatter_table(table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch) -> ScatterResult:
@@ -72,11 +65,9 @@ def scatter_parquet_file(
     return scatter_table(table, partition, piles, seed, scratch)
 
 
-def gather_table(scratch: Scratch, pile: int, seed: int) -> pa.Table:
-    """Pass 2 for one pile: its slices from every scratch file, permuted."""
-    batches = [_scratch.read_pile(scratch.fs, scratch.path(k), pile) for k in range(scratch.partitions)]
-    schemas = {b.schema for b in batches}
-    if len(schemas) <= 1:
+def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int) -> pa.Table:
+    """Pass 2 for one pile: its slices from every scratch file, concatenated and permuted."""
+    if len({b.schema for b in batches}) <= 1:
         table = pa.Table.from_batches(batches)
     else:  # partitions of a Dask DataFrame may disagree (e.g. an all-null partition)
         table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
@@ -85,18 +76,34 @@ def gather_table(scratch: Scratch, pile: int, seed: int) -> pa.Table:
 
 def gather_to_parquet(
     scratch: Scratch,
-    pile: int,
+    piles: list[int],
     seed: int,
     fs: fsspec.AbstractFileSystem,
-    path: str,
+    paths: list[str],
     schema: pa.Schema,
-) -> GatherResult:
-    """Pass 2 for one pile, written as one Parquet file (atomically)."""
-    table = gather_table(scratch, pile, seed).replace_schema_metadata(schema.metadata)
+) -> list[GatherResult]:
+    """Pass 2 for a few piles, each written as one Parquet file (atomically).
+
+    The piles are handled one after the other, so memory holds one pile; a
+    task takes several so that each scratch file is opened once per task
+    rather than once per pile.
+    """
+    results = []
+    with PileReader(scratch) as reader:
+        for pile, path in zip(piles, paths, strict=True):
+            table = gather_table(reader.pile(pile), pile, seed).replace_schema_metadata(schema.metadata)
+            write_parquet(table, fs, path)
+            results.append(GatherResult(pile, table.num_rows, path, fs.size(path)))
+    return results
+
+
+def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Write one pile.  Settings measured on the reference dataset (benchmarks/):
+    dictionary-encoding every column doubles write time and, on shuffled data,
+    makes files larger, so only columns that already are dictionaries get it."""
     dictionary_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     with atomic_sink(fs, path) as sink:
-        pq.write_table(table, sink, compression=PARQUET_COMPRESSION, use_dictionary=dictionary_columns or False)
-    return GatherResult(pile, table.num_rows, path, fs.size(path))
+        pq.write_table(table, sink, compression="snappy", use_dictionary=dictionary_columns or False)
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=pq.read_table):

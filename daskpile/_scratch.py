@@ -73,13 +73,33 @@ def write_piles(fs: fsspec.AbstractFileSystem, path: str, grouped: pa.RecordBatc
     return fs.size(path)
 
 
-def read_pile(fs: fsspec.AbstractFileSystem, path: str, pile: int) -> pa.RecordBatch:
-    """Read the rows one partition sent to ``pile``.
+class PileReader:
+    """Reads piles from all the scratch files of a run, opening each file once.
 
-    Local files are memory-mapped, so only the pages of that pile are read.
+    Local files are memory-mapped, so only the pages of the piles read are
+    touched.  Use as a context manager: remote files stay open until exit.
+
+    >>> with PileReader(run) as reader:  # doctest: +SKIP
+    ...     batches = reader.pile(3)  # one record batch per input partition
     """
-    if is_local(fs):
-        with pa.memory_map(path) as source:
-            return ipc.open_file(source).get_batch(pile)
-    with fs.open(path, "rb") as f:
-        return ipc.open_file(f).get_batch(pile)
+
+    def __init__(self, scratch: Scratch):
+        self.scratch = scratch
+        self._files: list = []
+        self._readers: list[ipc.RecordBatchFileReader] = []
+
+    def __enter__(self) -> PileReader:
+        fs = self.scratch.fs
+        for k in range(self.scratch.partitions):
+            path = self.scratch.path(k)
+            f = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb")
+            self._files.append(f)
+            self._readers.append(ipc.open_file(f))
+        return self
+
+    def pile(self, pile: int) -> list[pa.RecordBatch]:
+        return [reader.get_batch(pile) for reader in self._readers]
+
+    def __exit__(self, *exc) -> None:
+        for f in self._files:
+            f.close()

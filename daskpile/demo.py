@@ -40,7 +40,9 @@ def order_summary(out: pa.Table, rows_per_file: list[int]) -> list[str]:
     labels = out["label"].to_numpy()
     bounds = np.cumsum([0, *rows_per_file])
     shares = [labels[bounds[j] : bounds[j + 1]].mean() for j in range(len(rows_per_file)) if rows_per_file[j]]
-    worst = max(abs(s - 0.5) / (0.5 / math.sqrt(r)) for s, r in zip(shares, [r for r in rows_per_file if r]))
+    worst = max(
+        abs(s - 0.5) / (0.5 / math.sqrt(r)) for s, r in zip(shares, [r for r in rows_per_file if r], strict=True)
+    )
     first = ids[:8].tolist()
     return [
         f"first ids in output order: {first} ...",
@@ -71,10 +73,12 @@ def main(argv: list[str] | None = None) -> None:
         f"({time.perf_counter() - start:.1f} s)"
     )
 
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster:
-        with Client(cluster) as client:
-            print(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")
-            report = daskpile.shuffle_parquet(source, dest, piles=args.piles, seed=args.seed)
+    with (
+        LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        print(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")
+        report = daskpile.shuffle_parquet(source, dest, piles=args.piles, seed=args.seed)
     print(report)
 
     out, verdict = check_permutation(report.source_files, report.files)

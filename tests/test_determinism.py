@@ -29,9 +29,9 @@ def run(source, dest, seed=11):
     return file_bytes(dest)
 
 
-def test_byte_identical_whatever_the_scheduler_or_worker_count(client, source, tmp_path):
-    reference = run(source, tmp_path / "distributed-2-workers")
-    client.close()
+def test_byte_identical_whatever_the_scheduler_or_worker_count(cluster, source, tmp_path):
+    with Client(cluster):
+        reference = run(source, tmp_path / "distributed-2-workers")
     for scheduler in ["sync", "threads", "processes"]:
         with dask.config.set(scheduler=scheduler):
             assert run(source, tmp_path / scheduler) == reference, scheduler
@@ -64,9 +64,9 @@ def test_a_task_run_twice_changes_nothing(source, tmp_path):
     assert Path(run_dir.path(2)).read_bytes() == first
 
     out = str(tmp_path / "pile.parquet")
-    _passes.gather_to_parquet(run_dir, 4, 3, fs, out, schema)
+    _passes.gather_to_parquet(run_dir, [4], 3, fs, [out], schema)
     pile = Path(out).read_bytes()
-    _passes.gather_to_parquet(run_dir, 4, 3, fs, out, schema)
+    _passes.gather_to_parquet(run_dir, [4], 3, fs, [out], schema)
     assert Path(out).read_bytes() == pile
     assert sorted(os.listdir(tmp_path)) == ["pile.parquet", "scratch"]  # no temporaries left
 
