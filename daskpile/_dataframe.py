@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import dask
@@ -49,7 +50,7 @@ def shuffle(
     seed = resolve_seed(seed)
     run = Scratch.create(scratch, storage_options, ddf.npartitions)
     # The graph holds `run`; once no collection refers to it, its scratch goes.
-    weakref.finalize(run, Scratch.remove, Scratch(run.fs, run.directory, run.partitions))
+    weakref.finalize(run, _remove_quietly, Scratch(run.fs, run.directory, run.partitions))
     token = run.directory[-16:]
 
     scattered = ddf.map_partitions(
@@ -69,6 +70,14 @@ def shuffle(
         for j in range(piles)
     ]
     return dd.from_delayed(piles_out, meta=meta, verify_meta=False)
+
+
+def _remove_quietly(run: Scratch) -> None:
+    # Runs from the garbage collector or at exit, where an exception would only be printed.
+    try:
+        run.remove()
+    except Exception as e:
+        warnings.warn(f"daskpile could not remove its scratch directory {run.directory!r}: {e}", stacklevel=1)
 
 
 def _scatter_frame(frame: pd.DataFrame, piles: int, seed: int, run: Scratch, partition_info=None) -> pd.DataFrame:

@@ -92,7 +92,8 @@ class PileReader:
         fs = self.scratch.fs
         for k in range(self.scratch.partitions):
             path = self.scratch.path(k)
-            f = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb")
+            # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
+            f = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
             self._files.append(f)
             self._readers.append(ipc.open_file(f))
         return self

@@ -1,0 +1,70 @@
+"""Source, destination and scratch on object storage, against a real S3-compatible
+server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster would."""
+
+import socket
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import daskpile
+from daskpile.datasets import write_reference_dataset
+
+s3fs = pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "eu-west-1"},
+    }
+    fs = s3fs.S3FileSystem(**options)
+    for bucket in ["lake", "scratch"]:
+        fs.mkdir(bucket)
+    yield fs, options
+    server.stop()
+
+
+def read_s3_output(fs, dest) -> pa.Table:
+    files = sorted(p for p in fs.ls(dest) if p.rsplit("/", 1)[-1].startswith("part-"))
+    tables = []
+    for path in files:
+        with fs.open(path, "rb") as f:
+            tables.append(pq.read_table(f))
+    return pa.concat_tables(tables)
+
+
+def test_shuffle_parquet_on_s3(client, s3):
+    fs, options = s3
+    write_reference_dataset("s3://lake/sorted", rows=20_000, files=4, storage_options=options)
+    report = daskpile.shuffle_parquet(
+        "s3://lake/sorted", "s3://lake/shuffled", piles=6, seed=3, scratch="s3://scratch/tmp", storage_options=options
+    )
+    assert report.files[0] == "s3://lake/shuffled/part-00000.parquet" and report.rows == 20_000
+    out = read_s3_output(fs, "lake/shuffled")
+    assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(20_000))
+    assert daskpile.read_manifest("s3://lake/shuffled", storage_options=options)["rows"] == 20_000
+    fs.invalidate_cache()
+    assert fs.find("scratch/tmp") == []  # scratch removed
+
+
+def test_shuffle_dataframe_with_scratch_on_s3(client, s3):
+    fs, options = s3
+    frame = pd.DataFrame({"x": np.arange(1000), "s": [f"v{i}" for i in range(1000)]})
+    ddf = dd.from_pandas(frame, npartitions=4)
+    shuffled = daskpile.shuffle(ddf, piles=3, seed=1, scratch="s3://scratch/df", storage_options=options)
+    out = shuffled.compute()
+    pd.testing.assert_frame_equal(out.sort_index(), ddf.compute())
+    fs.invalidate_cache()
+    assert len(fs.find("scratch/df")) == 4  # one scratch object per input partition
