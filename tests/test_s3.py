@@ -1,6 +1,7 @@
 """Source, destination and scratch on object storage, against a real S3-compatible
 server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster would."""
 
+import gc
 import socket
 
 import dask.dataframe as dd
@@ -59,7 +60,7 @@ def test_shuffle_parquet_on_s3(client, s3):
     assert fs.find("scratch/tmp") == []  # scratch removed
 
 
-def test_shuffle_dataframe_with_scratch_on_s3(client, s3):
+def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     fs, options = s3
     frame = pd.DataFrame({"x": np.arange(1000), "s": [f"v{i}" for i in range(1000)]})
     ddf = dd.from_pandas(frame, npartitions=4)
@@ -68,3 +69,7 @@ def test_shuffle_dataframe_with_scratch_on_s3(client, s3):
     pd.testing.assert_frame_equal(out.sort_index(), ddf.compute())
     fs.invalidate_cache()
     assert len(fs.find("scratch/df")) == 4  # one scratch object per input partition
+    del shuffled
+    gc.collect()
+    fs.invalidate_cache()
+    assert fs.find("scratch/df") == []
