@@ -7,7 +7,17 @@
 
 from daskpile._dataframe import shuffle
 from daskpile._manifest import read as read_manifest
-from daskpile._parquet import ShuffleReport, shuffle_parquet
+from daskpile._parquet import RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
+from daskpile._verify import Verification, verify
 
-__all__ = ["ShuffleReport", "read_manifest", "shuffle", "shuffle_parquet"]
+__all__ = [
+    "RunMismatchError",
+    "ShuffleReport",
+    "Verification",
+    "VerificationError",
+    "read_manifest",
+    "shuffle",
+    "shuffle_parquet",
+    "verify",
+]
 __version__ = "0.1.0"

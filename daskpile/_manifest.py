@@ -52,6 +52,7 @@ def build(
     schema: pa.Schema,
     source_files: list[str],
     seconds: dict[str, float],
+    fingerprint=None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -63,6 +64,7 @@ def build(
         "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,
+        "fingerprint": None if fingerprint is None else fingerprint.to_json(),
         "seconds": seconds,
         "versions": library_versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -7,21 +7,34 @@ files, gathered and written with pyarrow; pandas is never involved.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
 import posixpath
+import tempfile
 import time
 
 import dask
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _manifest, _passes
+from daskpile import _fingerprint, _manifest, _passes
+from daskpile import _run as run_state
+from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
-from daskpile._storage import filesystem, full_url, list_files
+from daskpile._storage import check_writable, filesystem, full_url, list_files, remove_tree
 from daskpile._validate import check_piles
+
+
+class VerificationError(RuntimeError):
+    """The output is not a permutation of the input: rows were lost, duplicated or changed."""
+
+
+class RunMismatchError(RuntimeError):
+    """dest or scratch holds an unfinished run with other arguments."""
 
 
 @dataclasses.dataclass
@@ -43,16 +56,23 @@ class ShuffleReport:
     seconds_gather: float
     scratch_bytes: int
     output_bytes: int
+    fingerprint: Fingerprint | None = None
+    resumed_partitions: int = 0
+    resumed_piles: int = 0
 
     @property
     def seconds(self) -> float:
         return self.seconds_scatter + self.seconds_gather
 
     def __str__(self) -> str:
+        resumed = ""
+        if self.resumed_partitions or self.resumed_piles:
+            resumed = f" (resumed: {self.resumed_partitions} partitions, {self.resumed_piles} piles reused)"
+        verified = ", verified" if self.fingerprint is not None else ""
         return (
             f"shuffled {self.rows:,} rows from {len(self.source_files)} files into {self.piles} piles "
             f"(seed {self.seed}) at {self.dest}: pass 1 {self.seconds_scatter:.1f} s, "
-            f"pass 2 {self.seconds_gather:.1f} s, {self.output_bytes / 2**20:,.0f} MiB written"
+            f"pass 2 {self.seconds_gather:.1f} s, {self.output_bytes / 2**20:,.0f} MiB written{verified}{resumed}"
         )
 
 
@@ -65,6 +85,7 @@ def shuffle_parquet(
     scratch: str | None = None,
     storage_options: dict | None = None,
     overwrite: bool = False,
+    verify: bool = True,
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
@@ -74,6 +95,11 @@ def shuffle_parquet(
     in name order gives a uniformly random permutation of the input rows; the
     same seed and piles give byte-identical files on any cluster.
 
+    With ``verify`` (the default) pass 1 fingerprints the input rows and pass 2
+    the output rows; a difference raises ``VerificationError`` and no manifest
+    is written.  If a run is interrupted, calling again with the same
+    arguments resumes it (``seed=None`` adopts the interrupted run's seed).
+
     Runs on the current Dask client if there is one, else on Dask's default
     local scheduler.
 
@@ -82,83 +108,164 @@ def shuffle_parquet(
     (10000000, 64)
     """
     piles = check_piles(piles)
-    seed = resolve_seed(seed)
+    requested_seed = None if seed is None else resolve_seed(seed)
     source_fs, source_files = _source_files(source, storage_options)
     dest_fs, dest_path = filesystem(dest, storage_options)
-    _check_dest(source_fs, source_files, source, dest_fs, dest_path, overwrite)
-    schema = _dataset_schema(source_fs, source_files[0])
+    dest_url = full_url(dest_fs, dest_path)
+    _check_overlap(source_fs, source_files, source, dest_fs, dest_path)
+    source_urls = [full_url(source_fs, p) for p in source_files]
+    stamps = run_state.file_stamps(source_fs, source_files)
+    check_writable(dest_fs, dest_path, "dest")
+    check_writable(*filesystem(scratch or tempfile.gettempdir(), storage_options), "scratch")
 
-    run = Scratch.create(scratch, storage_options, len(source_files))
+    scratch_dir = Scratch.create(scratch, storage_options, len(source_files), name=run_state.scratch_name(dest_url))
+    previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
+    if previous is not None:
+        differences = previous.differences(source_urls, stamps, piles, requested_seed)
+        if differences and not overwrite:
+            raise RunMismatchError(
+                f"{dest_url!r} has an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
+                f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
+                "or pass overwrite=True to discard it."
+            )
+        if differences:
+            scratch_dir.remove()
+            _discard_unfinished(dest_fs, dest_path)
+            scratch_dir = Scratch.create(scratch, storage_options, len(source_files), name=scratch_dir.name)
+            previous = None
+    seed = previous.seed if previous is not None else resolve_seed(requested_seed)
+    spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url)
+    has_result, has_other_files = _dest_contents(dest_fs, dest_path)
+    if (has_result or has_other_files) and not overwrite:
+        scratch_dir.remove()
+        what = "a finished daskpile result" if has_result else "files"
+        raise FileExistsError(f"dest {dest_url!r} holds {what}; pass overwrite=True to replace it")
+    schema = _dataset_schema(source_fs, source_files[0])
+    staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if has_result or has_other_files else None
+    run_state.write(scratch_dir.fs, scratch_dir.directory, spec)
+
     try:
         start = time.perf_counter()
         scattered = _compute(
             dask.delayed(_passes.scatter_parquet_file)(
-                source_fs,
-                path,
-                k,
-                piles,
-                seed,
-                run,
-                schema,
-                dask_key_name=f"daskpile-scatter-{k}-{run.directory[-16:]}",
+                source_fs, path, k, piles, seed, scratch_dir, schema, verify,
+                dask_key_name=f"daskpile-scatter-{k}-{spec.key()}",
             )
             for k, path in enumerate(source_files)
-        )
+        )  # fmt: skip
         seconds_scatter = time.perf_counter() - start
+    except (ValueError, TypeError, OSError) as e:
+        scratch_dir.remove()  # bad input, or scratch full: nothing worth resuming
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise OSError(e.errno, f"scratch {full_url(scratch_dir.fs, scratch_dir.directory)!r} is full: {e}") from e
+        raise
 
-        if overwrite:
-            _remove_previous_result(dest_fs, dest_path)
-        start = time.perf_counter()
-        names = [_manifest.part_name(j, piles) for j in range(piles)]
-        gathered = []
-        for group in _compute(
-            dask.delayed(_passes.gather_to_parquet)(
-                run,
-                group,
-                seed,
-                dest_fs,
-                [posixpath.join(dest_path, names[j]) for j in group],
-                schema,
-                dask_key_name=f"daskpile-gather-{group[0]}-{run.directory[-16:]}",
-            )
-            for group in _pile_groups(piles, _total_threads())
-        ):
-            gathered += group
-        seconds_gather = time.perf_counter() - start
-    finally:
-        run.remove()
+    counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(piles, dtype=np.int64)
+    target = staging or dest_path
+    dest_fs.makedirs(target, exist_ok=True)
+    run_state.write(dest_fs, dest_path, spec)
+    start = time.perf_counter()
+    names = [_manifest.part_name(j, piles) for j in range(piles)]
+    gathered = []
+    for group in _compute(
+        dask.delayed(_passes.gather_to_parquet)(
+            scratch_dir, piles, group, [int(counts[j]) for j in group], seed, dest_fs,
+            [posixpath.join(target, names[j]) for j in group], schema, verify,
+            dask_key_name=f"daskpile-gather-{group[0]}-{spec.key()}",
+        )
+        for group in _pile_groups(piles, _total_threads())
+    ):  # fmt: skip
+        gathered += group
+    seconds_gather = time.perf_counter() - start
 
-    rows_in = sum(r.rows for r in scattered)
-    rows_per_pile = [r.rows for r in gathered]
-    expected_per_pile = sum(r.counts for r in scattered) if scattered else [0] * piles
-    if sum(rows_per_pile) != rows_in or list(expected_per_pile) != rows_per_pile:
-        raise RuntimeError(f"row counts do not add up: read {rows_in} rows, wrote {sum(rows_per_pile)}")
-    if overwrite:
-        _remove_stale_parts(dest_fs, dest_path, set(names))
-    seconds = {"scatter": round(seconds_scatter, 3), "gather": round(seconds_gather, 3)}
+    rows = int(counts.sum())
+    fingerprint = _check_fingerprints(scattered, gathered, dest_url) if verify else None
+    if staging is not None:
+        _commit_staged(dest_fs, dest_path, staging, names)
     manifest = _manifest.build(
         piles=piles,
         seed=seed,
-        rows_per_pile=rows_per_pile,
+        rows_per_pile=[r.rows for r in gathered],
         files=names,
         schema=schema,
-        source_files=[full_url(source_fs, p) for p in source_files],
-        seconds=seconds,
+        source_files=source_urls,
+        seconds={"scatter": round(seconds_scatter, 3), "gather": round(seconds_gather, 3)},
+        fingerprint=fingerprint,
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
+    run_state.remove(dest_fs, dest_path)
+    scratch_dir.remove()
     return ShuffleReport(
-        rows=rows_in,
+        rows=rows,
         piles=piles,
         seed=seed,
-        dest=full_url(dest_fs, dest_path),
-        files=[full_url(dest_fs, r.path) for r in gathered],
+        dest=dest_url,
+        files=[full_url(dest_fs, posixpath.join(dest_path, n)) for n in names],
         manifest=full_url(dest_fs, manifest_path),
-        source_files=manifest["source_files"],
+        source_files=source_urls,
         seconds_scatter=seconds_scatter,
         seconds_gather=seconds_gather,
         scratch_bytes=sum(r.scratch_bytes for r in scattered),
         output_bytes=sum(r.bytes for r in gathered),
+        fingerprint=fingerprint,
+        resumed_partitions=sum(r.reused for r in scattered),
+        resumed_piles=sum(r.reused for r in gathered),
     )
+
+
+def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
+    read = _fingerprint.total(r.fingerprint for r in scattered)
+    written = _fingerprint.total(r.fingerprint for r in gathered)
+    if read != written:
+        raise VerificationError(
+            f"the output at {dest_url!r} is not a permutation of the input: read {read}, wrote {written}. "
+            "No manifest was written."
+        )
+    return read
+
+
+def _dest_contents(fs, dest_path: str) -> tuple[bool, bool]:
+    """(holds a finished result, holds other files), ignoring daskpile's own run state."""
+    if not fs.exists(dest_path):
+        return False, False
+    if not fs.isdir(dest_path):
+        raise FileExistsError(f"dest {full_url(fs, dest_path)!r} is a file, not a directory")
+    names = {posixpath.basename(p.rstrip("/")) for p in fs.ls(dest_path, detail=False)}
+    has_result = _manifest.MANIFEST_NAME in names
+    others = {n for n in names if n != run_state.RUN_FILE and not n.startswith(".daskpile-staging-")}
+    if not has_result:
+        # Parts of an unfinished run of this very spec are resumed, not refused.
+        others = {n for n in others if not (n.startswith("part-") and run_state.read(fs, dest_path))}
+    return has_result, bool(others - {_manifest.MANIFEST_NAME})
+
+
+def _discard_unfinished(fs, dest_path: str) -> None:
+    """Remove what an interrupted run left in dest, keeping a finished result if there is one."""
+    if not fs.exists(dest_path):
+        return
+    names = {posixpath.basename(p.rstrip("/")): p for p in fs.ls(dest_path, detail=False)}
+    finished = _manifest.MANIFEST_NAME in names
+    for name, path in names.items():
+        if (
+            name == run_state.RUN_FILE
+            or name.startswith(".daskpile-staging-")
+            or (not finished and name.startswith("part-"))
+        ):
+            fs.rm(path, recursive=True)
+
+
+def _commit_staged(fs, dest_path: str, staging: str, names: list[str]) -> None:
+    """Replace an old result by the staged new one: manifest first, so no reader takes the mix as complete."""
+    old_manifest = posixpath.join(dest_path, _manifest.MANIFEST_NAME)
+    if fs.exists(old_manifest):
+        fs.rm(old_manifest)
+    keep = set(names) | {run_state.RUN_FILE, posixpath.basename(staging)}
+    for path in fs.ls(dest_path, detail=False):
+        if posixpath.basename(path.rstrip("/")) not in keep:
+            fs.rm(path, recursive=True)
+    for name in names:
+        fs.mv(posixpath.join(staging, name), posixpath.join(dest_path, name))
+    remove_tree(fs, staging)
 
 
 def _pile_groups(piles: int, threads: int) -> list[list[int]]:
@@ -208,21 +315,15 @@ def _source_files(source: str | list[str], storage_options: dict | None):
     return fs, files
 
 
-def _check_dest(source_fs, source_files, source, dest_fs, dest_path, overwrite) -> None:
-    if type(source_fs) is type(dest_fs):
-        dest_dir = dest_path.rstrip("/") + "/"
-        roots = source if isinstance(source, (list, tuple)) else [source]
-        for root in [filesystem(r)[1] for r in roots] + source_files:
-            root = root.rstrip("/")
-            if dest_dir == root + "/" or root.startswith(dest_dir) or dest_dir.startswith(root + "/"):
-                raise ValueError(f"dest {dest_path!r} overlaps the source {root!r}: choose a separate directory")
-    if dest_fs.exists(dest_path):
-        if not dest_fs.isdir(dest_path):
-            raise FileExistsError(f"dest {full_url(dest_fs, dest_path)!r} is a file, not a directory")
-        if dest_fs.ls(dest_path) and not overwrite:
-            raise FileExistsError(
-                f"dest {full_url(dest_fs, dest_path)!r} exists and is not empty; pass overwrite=True to replace it"
-            )
+def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
+    if type(source_fs) is not type(dest_fs):
+        return
+    dest_dir = dest_path.rstrip("/") + "/"
+    roots = source if isinstance(source, (list, tuple)) else [source]
+    for root in [filesystem(r)[1] for r in roots] + source_files:
+        root = root.rstrip("/")
+        if dest_dir == root + "/" or root.startswith(dest_dir) or dest_dir.startswith(root + "/"):
+            raise ValueError(f"dest {dest_path!r} overlaps the source {root!r}: choose a separate directory")
 
 
 def _dataset_schema(fs, path: str) -> pa.Schema:
@@ -237,16 +338,3 @@ def _dataset_schema(fs, path: str) -> pa.Schema:
         pandas_meta["index_columns"] = [c for c in pandas_meta["index_columns"] if not isinstance(c, dict)]
         schema = schema.with_metadata({**schema.metadata, b"pandas": json.dumps(pandas_meta).encode()})
     return schema
-
-
-def _remove_previous_result(fs, dest_path: str) -> None:
-    """First the manifest, so that a half-replaced result is never taken as complete."""
-    manifest = posixpath.join(dest_path, _manifest.MANIFEST_NAME)
-    if fs.exists(manifest):
-        fs.rm(manifest)
-
-
-def _remove_stale_parts(fs, dest_path: str, keep: set[str]) -> None:
-    for path in fs.ls(dest_path, detail=False):
-        if posixpath.basename(path) not in keep:
-            fs.rm(path, recursive=True)

@@ -13,7 +13,9 @@ inputs and can be run twice, anywhere, with the same result.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 
 import fsspec
 import numpy as np
@@ -21,7 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _kernels, _random, _scratch
+from daskpile import _fingerprint, _kernels, _random, _scratch
+from daskpile._fingerprint import Fingerprint
 from daskpile._scratch import PileReader, Scratch
 from daskpile._storage import atomic_sink, full_url, is_local
 
@@ -32,6 +35,8 @@ class ScatterResult:
     rows: int
     scratch_bytes: int
     counts: np.ndarray
+    fingerprint: Fingerprint | None
+    reused: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +45,22 @@ class GatherResult:
     rows: int
     path: str
     bytes: int
+    fingerprint: Fingerprint | None
+    reused: bool = False
 
 
-def scatter_table(table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch) -> ScatterResult:
+def scatter_table(
+    table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch, fingerprint: bool = False
+) -> ScatterResult:
     """Pass 1 for one partition already in Arrow form."""
     rng = _random.generator(seed, _random.SCATTER, partition)
     grouped, counts = _kernels.scatter(table, piles, rng)
-    nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition), grouped, counts)
-    return ScatterResult(partition, table.num_rows, nbytes, counts)
+    input_fingerprint = _fingerprint.of(table) if fingerprint else None
+    footer = {"daskpile.counts": base64.b64encode(counts.astype("<i8").tobytes()).decode("ascii")}
+    if input_fingerprint is not None:
+        footer["daskpile.fingerprint"] = json.dumps(input_fingerprint.to_json())
+    nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition), grouped, counts, footer)
+    return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint)
 
 
 def scatter_parquet_file(
@@ -58,11 +71,38 @@ def scatter_parquet_file(
     seed: int,
     scratch: Scratch,
     schema: pa.Schema,
+    fingerprint: bool = False,
 ) -> ScatterResult:
-    """Pass 1 for one Parquet file: read it as Arrow, check its schema, scatter it."""
+    """Pass 1 for one Parquet file: read it as Arrow, check its schema, scatter it.
+
+    A scratch file left by an interrupted run of the same spec is reused as is.
+    """
+    finished = _finished_scatter(scratch, partition, piles, fingerprint)
+    if finished is not None:
+        return finished
     table = read_parquet(fs, path)
     check_schema(table.schema, schema, full_url(fs, path))
-    return scatter_table(table, partition, piles, seed, scratch)
+    return scatter_table(table, partition, piles, seed, scratch, fingerprint)
+
+
+def _finished_scatter(scratch: Scratch, partition: int, piles: int, fingerprint: bool) -> ScatterResult | None:
+    footer = _scratch.read_footer(scratch.fs, scratch.path(partition))
+    if not footer or "daskpile.counts" not in footer:
+        return None
+    if fingerprint and "daskpile.fingerprint" not in footer:
+        return None
+    counts = np.frombuffer(base64.b64decode(footer["daskpile.counts"]), dtype="<i8").astype(np.int64)
+    if len(counts) != piles:
+        return None
+    found = footer.get("daskpile.fingerprint")
+    return ScatterResult(
+        partition,
+        int(counts.sum()),
+        scratch.fs.size(scratch.path(partition)),
+        counts,
+        Fingerprint.from_json(json.loads(found)) if found else None,
+        reused=True,
+    )
 
 
 def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int) -> pa.Table:
@@ -74,27 +114,61 @@ def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int) -> pa.Tabl
     return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile))
 
 
+PILE_METADATA_KEY = b"daskpile.pile"
+
+
 def gather_to_parquet(
     scratch: Scratch,
+    total_piles: int,
     piles: list[int],
+    expected_rows: list[int],
     seed: int,
     fs: fsspec.AbstractFileSystem,
     paths: list[str],
     schema: pa.Schema,
+    fingerprint: bool = False,
 ) -> list[GatherResult]:
     """Pass 2 for a few piles, each written as one Parquet file (atomically).
 
     The piles are handled one after the other, so memory holds one pile; a
     task takes several so that each scratch file is opened once per task
-    rather than once per pile.
+    rather than once per pile.  An output file left by an interrupted run of
+    the same spec is reused: its footer says which pile it holds, its rows and
+    fingerprint.
     """
     results = []
     with PileReader(scratch) as reader:
-        for pile, path in zip(piles, paths, strict=True):
-            table = gather_table(reader.pile(pile), pile, seed).replace_schema_metadata(schema.metadata)
-            write_parquet(table, fs, path)
-            results.append(GatherResult(pile, table.num_rows, path, fs.size(path)))
+        for pile, rows, path in zip(piles, expected_rows, paths, strict=True):
+            stamp = {"pile": int(pile), "piles": int(total_piles), "seed": int(seed), "rows": int(rows)}
+            finished = _finished_pile(fs, path, stamp, fingerprint)
+            if finished is not None:
+                results.append(finished)
+                continue
+            table = gather_table(reader.pile(pile), pile, seed)
+            if table.num_rows != rows:
+                raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {rows}")
+            output_fingerprint = _fingerprint.of(table) if fingerprint else None
+            if output_fingerprint is not None:
+                stamp["fingerprint"] = output_fingerprint.to_json()
+            metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
+            write_parquet(table.replace_schema_metadata(metadata), fs, path)
+            results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint))
     return results
+
+
+def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:
+    """The output file of an interrupted run of the same (pile, piles, seed, rows), if there is one."""
+    try:
+        metadata = read_parquet(fs, path, pq.read_metadata).metadata or {}
+    except (FileNotFoundError, ValueError):
+        return None
+    stamp = json.loads(metadata.get(PILE_METADATA_KEY, b"{}"))
+    if any(stamp.get(k) != v for k, v in expected.items()) or (fingerprint and "fingerprint" not in stamp):
+        return None
+    found = stamp.get("fingerprint")
+    return GatherResult(
+        expected["pile"], expected["rows"], path, fs.size(path), Fingerprint.from_json(found) if found else None, True
+    )
 
 
 def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> None:
@@ -116,6 +190,8 @@ def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=pq.read_table)
             return reader(path)
         with fs.open(path, "rb") as f:
             return reader(f)
+    except FileNotFoundError:
+        raise
     except (pa.ArrowInvalid, OSError) as e:
         raise ValueError(f"cannot read {full_url(fs, path)!r} as Parquet: {e}") from e
 

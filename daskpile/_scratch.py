@@ -35,16 +35,21 @@ class Scratch:
     partitions: int
 
     @classmethod
-    def create(cls, url: str | None, storage_options: dict | None, partitions: int) -> Scratch:
-        """A fresh directory for one run under ``url`` (default: the local temporary directory).
+    def create(cls, url: str | None, storage_options: dict | None, partitions: int, name: str | None = None) -> Scratch:
+        """The directory ``daskpile-<name>`` under ``url`` (default: the local temporary directory).
 
-        Every worker must be able to reach ``url``: on a cluster whose workers
-        share no disk with the client, pass an object-store URL (``s3://...``).
+        ``name`` defaults to a fresh random one.  Every worker must be able to
+        reach ``url``: on a cluster whose workers share no disk with the
+        client, pass an object-store URL (``s3://...``).
         """
         fs, root = filesystem(url or tempfile.gettempdir(), storage_options)
-        directory = posixpath.join(root, f"daskpile-{uuid.uuid4().hex[:16]}")
+        directory = posixpath.join(root, f"daskpile-{name or uuid.uuid4().hex[:16]}")
         fs.makedirs(directory, exist_ok=True)
         return cls(fs, directory, partitions)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.directory).removeprefix("daskpile-")
 
     def path(self, partition: int) -> str:
         return scratch_path(self.directory, partition)
@@ -62,15 +67,44 @@ def scratch_path(directory: str, partition: int) -> str:
     return posixpath.join(directory, f"scatter-{partition:06d}.arrow")
 
 
-def write_piles(fs: fsspec.AbstractFileSystem, path: str, grouped: pa.RecordBatch, counts: np.ndarray) -> int:
+def write_piles(
+    fs: fsspec.AbstractFileSystem,
+    path: str,
+    grouped: pa.RecordBatch,
+    counts: np.ndarray,
+    footer: dict[str, str] | None = None,
+) -> int:
     """Write the rows of one partition, grouped by pile, as one batch per pile.
 
-    Returns the number of bytes written.
+    ``footer`` is stored in the IPC footer, so a resumed run can learn what a
+    finished scratch file holds without reading its data.  Returns the number
+    of bytes written.
     """
-    with atomic_sink(fs, path) as sink, ipc.new_file(sink, grouped.schema) as writer:
-        for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=False):
+    with (
+        atomic_sink(fs, path, make_parents=False) as sink,
+        ipc.new_file(sink, grouped.schema, metadata=footer) as writer,
+    ):
+        for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True):
             writer.write_batch(grouped.slice(start, length))
     return fs.size(path)
+
+
+def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str] | None:
+    """The footer metadata of a finished scratch file, or None if there is none.
+
+    Scratch files appear under their final name only once complete, so an
+    existing file is a finished one.
+    """
+    try:
+        if is_local(fs):
+            with pa.memory_map(path) as source:
+                metadata = ipc.open_file(source).metadata
+        else:
+            with fs.open(path, "rb", cache_type="none") as f:
+                metadata = ipc.open_file(f).metadata
+    except (FileNotFoundError, pa.ArrowInvalid):
+        return None
+    return {k.decode(): v.decode() for k, v in (metadata or {}).items()}
 
 
 class PileReader:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 import fsspec
+import pyarrow as pa
 from fsspec.core import url_to_fs
 
 GLOB_CHARS = "*?["
@@ -41,21 +42,29 @@ def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_sink(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | BinaryIO]:
+def atomic_sink(
+    fs: fsspec.AbstractFileSystem, path: str, make_parents: bool = True
+) -> Iterator[pa.NativeFile | BinaryIO]:
     """Somewhere to write ``path`` so that readers see either nothing or the whole file.
 
-    Yields what pyarrow writers accept: a local path (so pyarrow writes it
-    natively, without the GIL) or an fsspec file object.
+    Yields what pyarrow writers accept: a native Arrow file for local paths
+    (written without the GIL) or an fsspec file object.  Without
+    ``make_parents`` a missing directory is an error, so a task still running
+    after its run was cleaned up cannot bring the directory back.
     """
     if not is_local(fs):
         with fs.open(path, "wb") as f:
             yield f
         return
     directory, name = posixpath.split(path)
-    fs.makedirs(directory, exist_ok=True)
+    if make_parents:
+        fs.makedirs(directory, exist_ok=True)
     tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
     try:
-        yield tmp
+        # Our own native file, closed here even when a writer fails mid-way
+        # (a writer left to close a file it opened keeps it open after ENOSPC).
+        with pa.OSFile(tmp, "wb") as sink:
+            yield sink
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -65,11 +74,26 @@ def atomic_sink(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[str | Bina
 def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write a small file atomically."""
     with atomic_sink(fs, path) as sink:
-        if isinstance(sink, str):
-            with open(sink, "wb") as f:
-                f.write(data)
-        else:
-            sink.write(data)
+        sink.write(data)
+
+
+def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
+    """Fail early, naming ``path``, if a local ``path`` could not be created or written.
+
+    Object stores are not probed: they say no at the first write.
+    """
+    if not is_local(fs):
+        return
+    existing = path
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if os.path.exists(existing) and not os.path.isdir(existing):
+        raise NotADirectoryError(f"{role} {path!r}: {existing!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"no permission to write {role} {path!r}: {existing!r} is not writable")
 
 
 def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:

@@ -57,16 +57,19 @@ def test_a_task_run_twice_changes_nothing(source, tmp_path):
     files = sorted(os.path.join(source, f) for f in os.listdir(source))
     schema = _dataset_schema(fs, files[0])
     run_dir = _scratch.Scratch.create(str(tmp_path / "scratch"), None, len(files))
-    for k, path in enumerate(files):
-        _passes.scatter_parquet_file(fs, path, k, 7, 3, run_dir, schema)
+    counts = sum(
+        _passes.scatter_parquet_file(fs, p, k, 7, 3, run_dir, schema, True).counts for k, p in enumerate(files)
+    )
     first = Path(run_dir.path(2)).read_bytes()
-    _passes.scatter_parquet_file(fs, files[2], 2, 7, 3, run_dir, schema)
+    os.remove(run_dir.path(2))  # else the finished file would be reused, not rewritten
+    _passes.scatter_parquet_file(fs, files[2], 2, 7, 3, run_dir, schema, True)
     assert Path(run_dir.path(2)).read_bytes() == first
 
     out = str(tmp_path / "pile.parquet")
-    _passes.gather_to_parquet(run_dir, [4], 3, fs, [out], schema)
+    _passes.gather_to_parquet(run_dir, 7, [4], [counts[4]], 3, fs, [out], schema, True)
     pile = Path(out).read_bytes()
-    _passes.gather_to_parquet(run_dir, [4], 3, fs, [out], schema)
+    os.remove(out)
+    _passes.gather_to_parquet(run_dir, 7, [4], [counts[4]], 3, fs, [out], schema, True)
     assert Path(out).read_bytes() == pile
     assert sorted(os.listdir(tmp_path)) == ["pile.parquet", "scratch"]  # no temporaries left
 

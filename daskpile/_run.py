@@ -1,0 +1,97 @@
+"""What identifies a run of ``shuffle_parquet``, so that an interrupted run can be resumed.
+
+A run is (source files with their sizes and modification stamps, piles, seed,
+dest).  Its description is written next to its scratch files before pass 1
+and into ``dest/_daskpile.run.json`` before pass 2.  Running the same call
+again finds it and reuses every finished scratch file and output file; a call
+with other arguments is refused instead of mixing two runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+
+import fsspec
+
+from daskpile._storage import write_bytes
+
+RUN_FILE = "_daskpile.run.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    source_files: tuple[str, ...]
+    source_stamps: tuple[str, ...]
+    piles: int
+    seed: int
+    dest: str
+
+    def to_json(self) -> dict:
+        return {
+            "source_files": list(self.source_files),
+            "source_stamps": list(self.source_stamps),
+            "piles": self.piles,
+            "seed": self.seed,
+            "dest": self.dest,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunSpec:
+        files, stamps = tuple(data["source_files"]), tuple(data["source_stamps"])
+        return cls(files, stamps, int(data["piles"]), int(data["seed"]), data["dest"])
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def differences(self, source_files, source_stamps, piles: int, seed: int | None) -> list[str]:
+        """How a new call differs from this run; [] if it can resume it."""
+        found = []
+        if tuple(source_files) != self.source_files:
+            found.append(f"source files ({len(source_files)} now, {len(self.source_files)} then)")
+        elif tuple(source_stamps) != self.source_stamps:
+            changed = [f for f, a, b in zip(source_files, source_stamps, self.source_stamps, strict=True) if a != b]
+            found.append(f"source files changed since: {', '.join(changed[:3])}")
+        if piles != self.piles:
+            found.append(f"piles {piles} instead of {self.piles}")
+        if seed is not None and seed != self.seed:
+            found.append(f"seed {seed} instead of {self.seed}")
+        return found
+
+
+def scratch_name(dest_url: str) -> str:
+    """The scratch directory name of the runs writing to ``dest_url``: stable, so a rerun finds it."""
+    return hashlib.sha256(dest_url.encode()).hexdigest()[:16]
+
+
+def file_stamps(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[str]:
+    """Size and modification stamp (mtime, ETag or generation) of each file."""
+    stamps = []
+    for path in paths:
+        info = fs.info(path)
+        version = next(
+            (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
+        )
+        stamps.append(f"{info.get('size')}:{version}")
+    return stamps
+
+
+def read(fs: fsspec.AbstractFileSystem, directory: str) -> RunSpec | None:
+    path = posixpath.join(directory, RUN_FILE)
+    try:
+        with fs.open(path, "rb") as f:
+            return RunSpec.from_json(json.load(f))
+    except FileNotFoundError:
+        return None
+
+
+def write(fs: fsspec.AbstractFileSystem, directory: str, spec: RunSpec) -> None:
+    write_bytes(fs, posixpath.join(directory, RUN_FILE), json.dumps(spec.to_json(), indent=1).encode())
+
+
+def remove(fs: fsspec.AbstractFileSystem, directory: str) -> None:
+    path = posixpath.join(directory, RUN_FILE)
+    if fs.exists(path):
+        fs.rm(path)

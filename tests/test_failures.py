@@ -1,0 +1,76 @@
+"""kill -9 a worker process in the middle of each pass: the run completes, byte-identical."""
+
+import os
+import signal
+import threading
+import time
+
+import dask
+import pytest
+from _util import file_bytes, write_parts
+from distributed import Client, LocalCluster
+
+import daskpile
+from daskpile.datasets import reference_table
+
+FILES, ROWS, PILES, SEED = 60, 300_000, 48, 11
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("failures") / "src"
+    write_parts(reference_table(0, ROWS, ROWS), path, parts=FILES)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(source, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("failures") / "reference"
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED)
+    return file_bytes(dest)
+
+
+def count(directory, prefix):
+    try:
+        return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("during", ["pass 1", "pass 2"])
+def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    ready = {
+        "pass 1": lambda: count(scratch, "scatter-") >= 15,
+        "pass 2": lambda: count(dest, "part-") >= 8,
+    }[during]
+    killed = []
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        victim = next(iter(client.run(os.getpid).values()))
+
+        def killer():
+            deadline = time.monotonic() + 60
+            while not ready() and time.monotonic() < deadline:
+                time.sleep(0.002)
+            if not (dest / "_daskpile.json").exists():
+                os.kill(victim, signal.SIGKILL)
+                killed.append((count(scratch, "scatter-"), count(dest, "part-")))
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+        thread.join()
+        assert victim not in client.run(os.getpid).values()  # the worker really died and was replaced
+
+    assert killed, "the run finished before the worker could be killed"
+    scattered, gathered = killed[0]
+    assert scattered < FILES if during == "pass 1" else gathered < PILES
+    assert report.rows == ROWS and report.fingerprint.rows == ROWS
+    assert file_bytes(dest) == uninterrupted

@@ -1,0 +1,82 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+from _util import every_type_table
+
+from daskpile import _fingerprint
+from daskpile._fingerprint import Fingerprint
+
+
+@pytest.fixture(scope="module")
+def table():
+    return every_type_table(500)
+
+
+def test_order_and_chunking_do_not_matter(table):
+    f = _fingerprint.of(table)
+    assert f.rows == 500
+    shuffled = table.take(np.random.default_rng(0).permutation(500))
+    assert _fingerprint.of(shuffled) == f
+    rechunked = pa.concat_tables([table.slice(0, 7), table.slice(7, 300), table.slice(307)])
+    assert _fingerprint.of(rechunked) == f
+    assert _fingerprint.of(table.combine_chunks()) == f
+    assert _fingerprint.of(table.slice(100)) + _fingerprint.of(table.slice(0, 100)) == f
+    assert _fingerprint.of(table.combine_chunks().to_batches()[0]) == f
+
+
+def test_a_value_hashes_the_same_wherever_it_sits():
+    values = ["", "a", "ab", "abcdefgh", "abcdefghi", "x" * 100, None]
+    alone = [_fingerprint.array_hashes(pa.array([v]))[0] for v in values]
+    for pad in range(9):
+        padded = pa.array(["y" * pad, *values])
+        assert _fingerprint.array_hashes(padded)[1:].tolist() == alone
+        assert _fingerprint.array_hashes(padded.slice(1)).tolist() == alone
+    assert len(set(alone)) == len(values)
+
+
+def test_nulls_nan_and_dictionaries_hash_by_value():
+    nan_payload = np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)
+    assert _fingerprint.of(pa.table({"f": pa.array(nan_payload)})) == _fingerprint.of(pa.table({"f": [float("nan")]}))
+    # A null hashes alike whatever bytes lie under it.
+    under_a = pa.array([5, 1], mask=np.array([True, False]))
+    under_b = pa.array([9, 1], mask=np.array([True, False]))
+    assert _fingerprint.array_hashes(under_a).tolist() == _fingerprint.array_hashes(under_b).tolist()
+    plain = pa.array(["a", "b", None, "a"])
+    assert _fingerprint.array_hashes(plain.dictionary_encode()).tolist() == _fingerprint.array_hashes(plain).tolist()
+    other_dictionary = pa.DictionaryArray.from_arrays(pa.array([1, 0, None, 1]), pa.array(["b", "a"]))
+    assert _fingerprint.array_hashes(other_dictionary).tolist() == _fingerprint.array_hashes(plain).tolist()
+
+
+def test_any_changed_value_lost_or_duplicated_row_changes_it(table):
+    """Teeth: the fingerprint must notice each kind of damage, in every column."""
+    f = _fingerprint.of(table)
+    assert _fingerprint.of(table.slice(1)) != f
+    assert _fingerprint.of(pa.concat_tables([table, table.slice(3, 1)])) != f
+    # Swap one row's value with another row's, column by column: rows change, counts do not.
+    for name in table.column_names:
+        values = table[name].combine_chunks()
+        if values.null_count == len(values):
+            continue
+        i = 1  # row 1 is not null in any column
+        j = next(k for k in range(2, len(values)) if values[k] != values[i] and values[k].is_valid)
+        idx = np.arange(len(values))
+        idx[i] = j
+        damaged = table.set_column(table.column_names.index(name), name, values.take(idx))
+        assert _fingerprint.of(damaged) != f, name
+
+
+def test_swapping_values_between_columns_changes_it():
+    a = pa.table({"x": [1, 2], "y": [2, 1]})
+    b = pa.table({"x": [1, 1], "y": [2, 2]})
+    assert _fingerprint.of(a) != _fingerprint.of(b)
+
+
+def test_json_round_trip():
+    f = Fingerprint(3, 2**64 - 1, 12345)
+    assert Fingerprint.from_json(f.to_json()) == f
+
+
+def test_unsupported_type_names_the_column():
+    table = pa.table({"ok": [1], "weird": pa.array([(1, 2, 3)], pa.month_day_nano_interval())})
+    with pytest.raises(TypeError, match="weird"):
+        _fingerprint.of(table)

@@ -1,0 +1,127 @@
+"""Kill -9 the driver at several points; running the same call again resumes the run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dask
+import pytest
+from _util import file_bytes, write_parts
+
+import daskpile
+from daskpile.datasets import reference_table
+
+DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
+FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("resume") / "src"
+    write_parts(reference_table(0, ROWS, ROWS), path, parts=FILES)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(source, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("resume") / "reference"
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED)
+    return file_bytes(dest)
+
+
+def count(directory, prefix):
+    try:
+        return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
+    except FileNotFoundError:
+        return 0
+
+
+def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False):
+    """Start a driver, SIGKILL it as soon as ready() holds; fail if it finished first."""
+    args = [sys.executable, DRIVER, source, str(dest), str(scratch), str(PILES), str(SEED)]
+    process = subprocess.Popen(args + (["overwrite"] if overwrite else []))
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if process.poll() is not None:
+                pytest.fail(f"the driver ended (code {process.returncode}) before it could be killed")
+            if time.monotonic() > deadline:
+                pytest.fail("the driver never reached the kill point")
+            time.sleep(0.002)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    if not overwrite:
+        assert not (dest / "_daskpile.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["pass 1", "between passes", "pass 2"])
+def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, point):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    ready = {
+        "pass 1": lambda: count(scratch, "scatter-") >= 10,
+        "between passes": lambda: (dest / "_daskpile.run.json").exists(),
+        "pass 2": lambda: count(dest, "part-") >= 8,
+    }[point]
+    kill_driver_when(source, dest, scratch, ready)
+    scattered, gathered = count(scratch, "scatter-"), count(dest, "part-")
+    assert scattered > 0 and (point != "pass 1" or scattered < FILES)
+    assert point != "pass 2" or 0 < gathered < PILES
+
+    with dask.config.set(scheduler="sync"):
+        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+    assert report.resumed_partitions >= 10
+    assert point != "pass 2" or report.resumed_piles >= 8
+    assert file_bytes(dest) == uninterrupted
+    assert daskpile.verify(source, str(dest)).ok
+    assert sorted(os.listdir(dest))[:2] == ["_daskpile.json", "part-00000.parquet"]
+    assert not (dest / "_daskpile.run.json").exists() and os.listdir(scratch) == []
+
+
+@pytest.mark.slow
+def test_seed_none_adopts_the_interrupted_runs_seed(source, uninterrupted, tmp_path):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 4)
+    with dask.config.set(scheduler="sync"):
+        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, scratch=str(scratch))
+    assert report.seed == SEED and file_bytes(dest) == uninterrupted
+
+
+@pytest.mark.slow
+def test_a_mismatching_rerun_is_refused(source, tmp_path):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 4)
+    with dask.config.set(scheduler="sync"):
+        with pytest.raises(daskpile.RunMismatchError, match=r"seed 8 instead of 7.*overwrite=True"):
+            daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
+        with pytest.raises(daskpile.RunMismatchError, match="piles 12 instead of 40"):
+            daskpile.shuffle_parquet(source, str(dest), piles=12, seed=SEED, scratch=str(scratch))
+        report = daskpile.shuffle_parquet(source, str(dest), piles=12, seed=8, scratch=str(scratch), overwrite=True)
+    assert report.resumed_partitions == 0 and report.resumed_piles == 0
+    assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(12)]
+    assert daskpile.verify(source, str(dest)).ok
+
+
+@pytest.mark.slow
+def test_an_old_result_stays_whole_until_its_replacement_is_complete(source, uninterrupted, tmp_path):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
+    old = file_bytes(dest)
+    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 5 + 6, overwrite=True)
+    assert file_bytes(dest) == old  # staged parts live in a hidden directory
+    assert daskpile.read_manifest(str(dest))["piles"] == 5 and daskpile.verify(source, str(dest)).ok
+    with dask.config.set(scheduler="sync"):
+        report = daskpile.shuffle_parquet(
+            source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), overwrite=True
+        )
+    assert report.resumed_piles >= 6 and file_bytes(dest) == uninterrupted
+    assert [n for n in os.listdir(dest) if n.startswith(".")] == []

@@ -1,0 +1,74 @@
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _util import every_type_table, write_parts
+
+import daskpile
+from daskpile import _kernels
+from daskpile.datasets import reference_table
+
+
+@pytest.fixture
+def source(tmp_path):
+    write_parts(reference_table(0, 5_000, 5_000), tmp_path / "src", parts=3)
+    return str(tmp_path / "src")
+
+
+def test_manifest_records_matching_fingerprints(client, source, tmp_path):
+    report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=4, seed=0)
+    manifest = daskpile.read_manifest(str(tmp_path / "out"))
+    assert manifest["fingerprint"] == report.fingerprint.to_json() and report.fingerprint.rows == 5_000
+    assert "verified" in str(report)
+    # Each part says which pile it holds, with its rows and fingerprint.
+    stamp = json.loads(pq.read_metadata(tmp_path / "out" / "part-00002.parquet").metadata[b"daskpile.pile"])
+    assert stamp["pile"] == 2 and stamp["rows"] == manifest["rows_per_pile"][2] and "fingerprint" in stamp
+
+
+def test_verify_recomputes_from_the_files(client, source, tmp_path):
+    dest = str(tmp_path / "out")
+    daskpile.shuffle_parquet(source, dest, piles=4, seed=0)
+    result = daskpile.verify(source, dest)
+    assert result.ok and result.source.rows == 5_000 and "match" in str(result)
+
+    # Damage one output file: one value changed, row count unchanged.
+    part = os.path.join(dest, "part-00001.parquet")
+    table = pq.read_table(part)
+    names = table["name"].to_pylist()
+    names[0] = "tampered"
+    pq.write_table(table.set_column(table.column_names.index("name"), "name", pa.array(names)), part)
+    damaged = daskpile.verify(source, dest)
+    assert not damaged.ok and not damaged
+    assert damaged.dest.rows == damaged.source.rows == 5_000
+    assert "MISMATCH" in str(damaged)
+
+
+def test_verify_every_type(client, tmp_path):
+    write_parts(every_type_table(300), tmp_path / "src", parts=2)
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=3, seed=0)
+    assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out")).ok
+
+
+def test_a_changed_row_fails_loudly_and_leaves_no_manifest(sync_scheduler, source, tmp_path, monkeypatch):
+    """Fault injection: a pass-2 permutation that alters one value must be caught by the fingerprints."""
+    honest = _kernels.permute
+
+    def corrupting_permute(table, rng):
+        permuted = honest(table, rng)
+        if permuted.num_rows == 0:
+            return permuted
+        x = permuted["x"].to_numpy().copy()
+        x[0] += 1.0
+        return permuted.set_column(permuted.column_names.index("x"), "x", pa.array(x))
+
+    monkeypatch.setattr(_kernels, "permute", corrupting_permute)
+    with pytest.raises(daskpile.VerificationError, match="not a permutation"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0)
+    assert not (tmp_path / "out" / "_daskpile.json").exists()
+
+
+def test_verification_can_be_turned_off(sync_scheduler, source, tmp_path):
+    report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0, verify=False)
+    assert report.fingerprint is None and daskpile.read_manifest(str(tmp_path / "out"))["fingerprint"] is None
