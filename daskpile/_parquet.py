@@ -148,7 +148,7 @@ def shuffle_parquet(
         start = time.perf_counter()
         scattered = _compute(
             dask.delayed(_passes.scatter_parquet_file)(
-                source_fs, path, k, piles, seed, scratch_dir, schema, verify,
+                source_fs, path, k, piles, seed, scratch_dir, schema, verify, source_urls[0],
                 dask_key_name=f"daskpile-scatter-{k}-{spec.key()}",
             )
             for k, path in enumerate(source_files)

@@ -72,6 +72,7 @@ def scatter_parquet_file(
     scratch: Scratch,
     schema: pa.Schema,
     fingerprint: bool = False,
+    schema_source: str = "the first file",
 ) -> ScatterResult:
     """Pass 1 for one Parquet file: read it as Arrow, check its schema, scatter it.
 
@@ -81,7 +82,7 @@ def scatter_parquet_file(
     if finished is not None:
         return finished
     table = read_parquet(fs, path)
-    check_schema(table.schema, schema, full_url(fs, path))
+    check_schema(table.schema, schema, full_url(fs, path), schema_source)
     return scatter_table(table, partition, piles, seed, scratch, fingerprint)
 
 
@@ -196,7 +197,7 @@ def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=pq.read_table)
         raise ValueError(f"cannot read {full_url(fs, path)!r} as Parquet: {e}") from e
 
 
-def check_schema(actual: pa.Schema, expected: pa.Schema, where: str) -> None:
+def check_schema(actual: pa.Schema, expected: pa.Schema, where: str, expected_from: str) -> None:
     """Fail with the names of the columns that differ from the dataset's schema."""
     if actual.remove_metadata().equals(expected.remove_metadata()):
         return
@@ -211,7 +212,7 @@ def check_schema(actual: pa.Schema, expected: pa.Schema, where: str) -> None:
     ]
     if not problems:
         problems = [f"column order {actual.names} instead of {expected.names}"]
-    raise ValueError(f"schema of {where!r} differs from the first file's: " + "; ".join(problems))
+    raise ValueError(f"schema of {where!r} differs from that of {expected_from!r}: " + "; ".join(problems))
 
 
 def pandas_to_arrow(frame: pd.DataFrame) -> pa.Table:

@@ -26,11 +26,11 @@ def test_order_and_chunking_do_not_matter(table):
 
 def test_a_value_hashes_the_same_wherever_it_sits():
     values = ["", "a", "ab", "abcdefgh", "abcdefghi", "x" * 100, None]
-    alone = [_fingerprint.array_hashes(pa.array([v]))[0] for v in values]
+    alone = [_fingerprint.value_words(pa.array([v]))[0] for v in values]
     for pad in range(9):
         padded = pa.array(["y" * pad, *values])
-        assert _fingerprint.array_hashes(padded)[1:].tolist() == alone
-        assert _fingerprint.array_hashes(padded.slice(1)).tolist() == alone
+        assert _fingerprint.value_words(padded)[1:].tolist() == alone
+        assert _fingerprint.value_words(padded.slice(1)).tolist() == alone
     assert len(set(alone)) == len(values)
 
 
@@ -40,11 +40,11 @@ def test_nulls_nan_and_dictionaries_hash_by_value():
     # A null hashes alike whatever bytes lie under it.
     under_a = pa.array([5, 1], mask=np.array([True, False]))
     under_b = pa.array([9, 1], mask=np.array([True, False]))
-    assert _fingerprint.array_hashes(under_a).tolist() == _fingerprint.array_hashes(under_b).tolist()
+    assert _fingerprint.value_words(under_a).tolist() == _fingerprint.value_words(under_b).tolist()
     plain = pa.array(["a", "b", None, "a"])
-    assert _fingerprint.array_hashes(plain.dictionary_encode()).tolist() == _fingerprint.array_hashes(plain).tolist()
+    assert _fingerprint.value_words(plain.dictionary_encode()).tolist() == _fingerprint.value_words(plain).tolist()
     other_dictionary = pa.DictionaryArray.from_arrays(pa.array([1, 0, None, 1]), pa.array(["b", "a"]))
-    assert _fingerprint.array_hashes(other_dictionary).tolist() == _fingerprint.array_hashes(plain).tolist()
+    assert _fingerprint.value_words(other_dictionary).tolist() == _fingerprint.value_words(plain).tolist()
 
 
 def test_any_changed_value_lost_or_duplicated_row_changes_it(table):
@@ -80,3 +80,21 @@ def test_unsupported_type_names_the_column():
     table = pa.table({"ok": [1], "weird": pa.array([(1, 2, 3)], pa.month_day_nano_interval())})
     with pytest.raises(TypeError, match="weird"):
         _fingerprint.of(table)
+
+
+@pytest.mark.parametrize("string_type", [pa.string(), pa.large_string(), pa.binary()])
+def test_block_path_is_position_independent_for_long_and_short_strings(string_type):
+    values = ["", "a", "abcdefgh", "abcdefghi", "x" * 31, "y" * 33, "z" * 1000, None]
+    rows = [_fingerprint.row_hashes(pa.table({"s": pa.array([v], string_type)}))[0] for v in values]
+    assert len(set(rows)) == len(values)
+    for pad in range(1, 10):
+        table = pa.table({"s": pa.array(["p" * pad * 7, *values], string_type)})
+        assert _fingerprint.row_hashes(table)[1:].tolist() == rows
+        assert _fingerprint.row_hashes(table.slice(1)).tolist() == rows
+
+
+def test_blocks_do_not_change_the_result(monkeypatch):
+    table = pa.table({"s": [f"value-{i}" * (i % 9) for i in range(5000)], "i": range(5000)})
+    whole = _fingerprint.of(table)
+    monkeypatch.setattr(_fingerprint, "BLOCK_ROWS", 333)
+    assert _fingerprint.of(table) == whole

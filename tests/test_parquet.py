@@ -150,15 +150,19 @@ def test_conflicting_schemas_name_file_and_column(sync_scheduler, tmp_path):
     os.makedirs(tmp_path / "src")
     pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), tmp_path / "src" / "1.parquet")
     pq.write_table(pa.table({"a": [1.5, 2.5], "b": ["x", "y"]}), tmp_path / "src" / "2.parquet")
-    with pytest.raises(ValueError, match=r"2\.parquet.*a: double instead of int64"):
+    with pytest.raises(ValueError, match=r"2\.parquet.* differs from that of .*1\.parquet.*a: double instead of int64"):
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
     assert not (tmp_path / "out").exists()
     assert list((tmp_path / "s").iterdir()) == []  # scratch cleaned
 
 
-def test_not_parquet_is_named(sync_scheduler, tmp_path):
+@pytest.mark.parametrize("damage", ["not parquet", "truncated"])
+def test_corrupt_file_is_named(sync_scheduler, tmp_path, damage):
     os.makedirs(tmp_path / "src")
-    (tmp_path / "src" / "bad.parquet").write_bytes(b"this is not parquet")
+    pq.write_table(reference_table(0, 1000, 1000), tmp_path / "src" / "a.parquet")
+    good = (tmp_path / "src" / "a.parquet").read_bytes()
+    bad = b"this is not parquet" if damage == "not parquet" else good[:100] + good[-200:]
+    (tmp_path / "src" / "bad.parquet").write_bytes(bad)
     with pytest.raises(ValueError, match=r"bad\.parquet"):
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2)
     assert not (tmp_path / "out").exists()
