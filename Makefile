@@ -5,12 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench bench-b clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify it
@@ -18,6 +18,12 @@ demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify i
 
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests
+
+bench: $(STAMP)  ## every system on dataset A (10 M rows), 3 runs each; results in benchmarks/results/
+	$(BIN)/python benchmarks/run.py --size A --reps 3
+
+bench-b: $(STAMP)  ## the same on dataset B (100 M rows), 1 run each
+	$(BIN)/python benchmarks/run.py --size B --reps 1
 
 lint: $(STAMP)
 	$(BIN)/ruff check daskpile tests benchmarks

@@ -1,0 +1,241 @@
+"""Benchmark daskpile against what users would use instead, in one run on one machine.
+
+    python benchmarks/run.py --size A --reps 3        # 10 M rows, 40 files
+    python benchmarks/run.py --size B --reps 1        # 100 M rows, 200 files
+    python benchmarks/run.py --size tiny --reps 1     # 100 k rows: proves the suite works
+
+Each system runs alone in a fresh process, alternating with the others, on the
+same cached dataset.  Reported per system: wall time of the whole process
+(median, min, max), its start-up apart, CPU time and peak resident memory of
+the whole process tree (workers included), rows per second, and ratios to
+DuckDB ORDER BY random() and to the plain-copy floor.  Results go to
+benchmarks/results/ as JSON, a Markdown table and a PNG chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from systems import FLOORS, PEER, SYSTEMS  # noqa: E402
+
+SIZES = {"tiny": (100_000, 4), "A": (10_000_000, 40), "B": (100_000_000, 200)}
+NEEDS = {"duckdb": "duckdb", "polars": "polars"}
+
+
+def dataset(size: str, data_dir: str) -> str:
+    """The reference dataset of this size, generated once and cached."""
+    rows, files = SIZES[size]
+    path = os.path.join(data_dir, f"{size}-{rows}-{files}")
+    marker = os.path.join(path, "_COMPLETE")
+    if not os.path.exists(marker):
+        from daskpile.datasets import write_reference_dataset
+
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"generating dataset {size}: {rows:,} rows in {files} files ...", flush=True)
+        write_reference_dataset(path, rows, files)
+        open(marker, "w").close()
+    return path
+
+
+def machine() -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for name in ["daskpile", "dask", "distributed", "pyarrow", "pandas", "numpy", "duckdb", "polars"]:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if "model name" in line), "?")
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def run_one(system: str, source: str, dest: str) -> dict:
+    """Run one system in a fresh process; measure wall, CPU and the tree's peak RSS."""
+    shutil.rmtree(dest, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "systems.py"), system, source, dest],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    root = psutil.Process(process.pid)
+    peak = 0
+    while process.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    stdout, stderr = process.communicate()
+    if process.returncode:
+        return {"system": system, "ok": False, "error": stderr.decode()[-2000:], "wall_s": wall}
+    children = psutil.Process().cpu_times()  # includes reaped children and their descendants
+    inner = json.loads(stdout.decode().strip().splitlines()[-1])
+    return {"system": system, "ok": True, "wall_s": wall, "peak_rss_mib": peak / 2**20, "cpu_total": children, **inner}
+
+
+def summarise(runs: list[dict], rows: int) -> dict[str, dict]:
+    summary = {}
+    for system in dict.fromkeys(r["system"] for r in runs):
+        ok = [r for r in runs if r["system"] == system and r["ok"]]
+        if not ok:
+            summary[system] = {"ok": False, "error": next(r["error"] for r in runs if r["system"] == system)}
+            continue
+        walls = [r["wall_s"] for r in ok]
+        summary[system] = {
+            "ok": True,
+            "runs": len(ok),
+            "wall_median_s": statistics.median(walls),
+            "wall_min_s": min(walls),
+            "wall_max_s": max(walls),
+            "startup_median_s": statistics.median(r["startup_s"] for r in ok),
+            "work_median_s": statistics.median(r["shuffle_s"] for r in ok),
+            "cpu_median_s": statistics.median(r["cpu_s"] for r in ok),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in ok),
+            "rows_per_s": rows / statistics.median(walls),
+            "output_mib": ok[0]["output_bytes"] / 2**20,
+            "scratch_mib": ok[0].get("scratch_bytes", 0) / 2**20,
+        }
+    peer = summary.get(PEER, {}).get("wall_median_s")
+    floors = [summary[f]["wall_median_s"] for f in FLOORS if summary.get(f, {}).get("ok")]
+    floor = min(floors) if floors else None
+    for entry in summary.values():
+        if entry["ok"]:
+            entry["vs_duckdb"] = entry["wall_median_s"] / peer if peer else None
+            entry["vs_floor"] = entry["wall_median_s"] / floor if floor else None
+    return summary
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    lines = [
+        f"{meta['size']}: {meta['rows']:,} rows, {meta['files']} files, {meta['input_mib']:,.0f} MiB; "
+        f"{meta['machine']['cores']} cores, {meta['machine']['memory_gib']} GiB ({meta['machine']['cpu']}); "
+        f"{meta['date']}; {meta['reps']} runs each, alternating",
+        "",
+        "| system | wall s, median (min-max) | start-up s | work s | CPU s | peak MiB (tree) | M rows/s "
+        "| x DuckDB | x floor |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for system, e in summary.items():
+        if not e["ok"]:
+            lines.append(f"| {system} | failed | | | | | | | |")
+            continue
+        ratios = " | ".join(f"{e[k]:.2f}" if e[k] else "" for k in ("vs_duckdb", "vs_floor"))
+        lines.append(
+            f"| {system} | {e['wall_median_s']:.1f} ({e['wall_min_s']:.1f}-{e['wall_max_s']:.1f}) "
+            f"| {e['startup_median_s']:.1f} | {e['work_median_s']:.1f} | {e['cpu_median_s']:.1f} "
+            f"| {e['peak_rss_mib']:,.0f} | {e['rows_per_s'] / 1e6:.2f} | {ratios} |"
+        )
+    return "\n".join(lines)
+
+
+def chart(summary: dict, meta: dict, path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    entries = [(s, e) for s, e in summary.items() if e["ok"]]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(entries) + 1.5))
+    names = [s for s, _ in entries][::-1]
+    startup = [e["startup_median_s"] for _, e in entries][::-1]
+    rest = [e["wall_median_s"] - e["startup_median_s"] for _, e in entries][::-1]
+    errors = [
+        [e["wall_median_s"] - e["wall_min_s"] for _, e in entries][::-1],
+        [e["wall_max_s"] - e["wall_median_s"] for _, e in entries][::-1],
+    ]
+    ax.barh(names, startup, color="#bbbbbb", label="start-up (imports, cluster)")
+    ax.barh(names, rest, left=startup, xerr=errors, color="#3b75af", label="shuffle and write")
+    ax.set_xlabel("wall seconds, whole process (median, min-max)")
+    ax.set_title(f"{meta['size']}: {meta['rows']:,} rows; {meta['machine']['cores']} cores, {meta['date']}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=SIZES, default="A")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), help="default: all")
+    parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
+    parser.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+
+    systems = [s for s in args.systems if all(importlib.util.find_spec(m) for k, m in NEEDS.items() if k in s)]
+    skipped = sorted(set(args.systems) - set(systems))
+    source = dataset(args.size, args.data_dir)
+    rows, files = SIZES[args.size]
+    work = os.path.join(args.data_dir, "out")
+    runs = []
+    for rep in range(args.reps):
+        order = systems[rep % len(systems) :] + systems[: rep % len(systems)]  # alternate who goes first
+        for system in order:
+            cpu_before = psutil.Process().cpu_times()
+            result = run_one(system, source, work)
+            if result["ok"]:
+                cpu_after = result.pop("cpu_total")
+                result["cpu_s"] = (cpu_after.children_user + cpu_after.children_system) - (
+                    cpu_before.children_user + cpu_before.children_system
+                )
+            runs.append(result)
+            status = f"{result['wall_s']:.1f} s" if result["ok"] else "FAILED"
+            print(f"[{rep + 1}/{args.reps}] {system}: {status}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+    meta = {
+        "size": args.size,
+        "rows": rows,
+        "files": files,
+        "input_mib": sum(os.path.getsize(os.path.join(source, f)) for f in os.listdir(source)) / 2**20,
+        "reps": args.reps,
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "skipped": skipped,
+    }
+    summary = summarise(runs, rows)
+    os.makedirs(args.results_dir, exist_ok=True)
+    stem = os.path.join(args.results_dir, f"{args.size}")
+    with open(stem + ".json", "w") as f:
+        json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
+    table = markdown(summary, meta)
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+    chart(summary, meta, stem + ".png")
+    print(table)
+    if skipped:
+        print(f"skipped (package not installed): {', '.join(skipped)}")
+    return {"meta": meta, "summary": summary}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The systems compared by the benchmark; each runs alone in a fresh process.
+
+    python benchmarks/systems.py SYSTEM SOURCE_DIR DEST_DIR
+
+Prints one JSON line: the system's own timings (start-up apart from the shuffle
+where it has one) and what it wrote.  The parent (run.py) measures the whole
+process: wall time, CPU time and peak memory of the process tree.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+START = time.perf_counter()
+THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+
+
+def local_cluster():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=THREADS, threads_per_worker=1, processes=True, dashboard_address=":0")
+    return cluster, Client(cluster)
+
+
+def daskpile_parquet(source, dest, piles, threads_only=False):
+    import dask
+
+    import daskpile
+
+    if threads_only:
+        ready = time.perf_counter()
+        with dask.config.set(scheduler="threads", num_workers=THREADS):
+            report = daskpile.shuffle_parquet(source, dest, piles=piles, seed=1)
+        return {
+            "startup_s": ready - START,
+            "shuffle_s": time.perf_counter() - ready,
+            "scratch_bytes": report.scratch_bytes,
+        }
+    cluster, client = local_cluster()
+    ready = time.perf_counter()
+    report = daskpile.shuffle_parquet(source, dest, piles=piles, seed=1)
+    done = time.perf_counter()
+    client.close()
+    cluster.close()
+    return {"startup_s": ready - START, "shuffle_s": done - ready, "scratch_bytes": report.scratch_bytes}
+
+
+def daskpile_dataframe(source, dest):
+    import dask.dataframe as dd
+
+    import daskpile
+
+    cluster, client = local_cluster()
+    ready = time.perf_counter()
+    daskpile.shuffle(dd.read_parquet(source), piles=64, seed=1).to_parquet(dest, write_index=False)
+    done = time.perf_counter()
+    client.close()
+    cluster.close()
+    return {"startup_s": ready - START, "shuffle_s": done - ready}
+
+
+def dask_p2p(source, dest):
+    """What users write without daskpile (NeMo-Curator's Shuffle): random key, p2p shuffle, sample."""
+    import dask.dataframe as dd
+    import numpy as np
+
+    cluster, client = local_cluster()
+    ready = time.perf_counter()
+    ddf = dd.read_parquet(source)
+
+    def add_key(frame, partition_info=None):
+        rng = np.random.default_rng([1, partition_info["number"]])
+        return frame.assign(_key=rng.integers(0, 2**62, len(frame)))
+
+    keyed = ddf.map_partitions(add_key, partition_info=True, meta={**ddf.dtypes.to_dict(), "_key": "int64"})
+    shuffled = keyed.shuffle(on="_key", shuffle_method="p2p", npartitions=ddf.npartitions)
+    shuffled = shuffled.map_partitions(lambda f: f.sample(frac=1, random_state=1).drop(columns="_key"))
+    shuffled.to_parquet(dest, write_index=False)
+    done = time.perf_counter()
+    client.close()
+    cluster.close()
+    return {"startup_s": ready - START, "shuffle_s": done - ready}
+
+
+def duckdb_sql(source, dest, shuffle: bool):
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {THREADS}")
+    ready = time.perf_counter()
+    order = "ORDER BY random()" if shuffle else ""
+    con.execute(
+        f"COPY (SELECT * FROM read_parquet('{source}/*.parquet') {order}) "
+        f"TO '{dest}' (FORMAT parquet, PER_THREAD_OUTPUT)"
+    )
+    return {"startup_s": ready - START, "shuffle_s": time.perf_counter() - ready}
+
+
+def pyarrow_copy(source, dest):
+    import pyarrow.dataset as ds
+
+    ready = time.perf_counter()
+    ds.write_dataset(ds.dataset(source, format="parquet"), dest, format="parquet")
+    return {"startup_s": ready - START, "shuffle_s": time.perf_counter() - ready}
+
+
+def polars_sample(source, dest):
+    import polars as pl
+
+    ready = time.perf_counter()
+    frame = pl.read_parquet(f"{source}/*.parquet")
+    os.makedirs(dest, exist_ok=True)
+    frame.sample(fraction=1.0, shuffle=True, seed=1).write_parquet(os.path.join(dest, "part-0.parquet"))
+    return {"startup_s": ready - START, "shuffle_s": time.perf_counter() - ready}
+
+
+SYSTEMS = {
+    "daskpile 64 piles": lambda s, d: daskpile_parquet(s, d, 64),
+    "daskpile 512 piles": lambda s, d: daskpile_parquet(s, d, 512),
+    "daskpile 64 piles, threads": lambda s, d: daskpile_parquet(s, d, 64, threads_only=True),
+    "daskpile.shuffle(ddf)": daskpile_dataframe,
+    "duckdb ORDER BY random()": lambda s, d: duckdb_sql(s, d, shuffle=True),
+    "dask p2p + sample": dask_p2p,
+    "polars sample": polars_sample,
+    "floor: duckdb copy": lambda s, d: duckdb_sql(s, d, shuffle=False),
+    "floor: pyarrow copy": pyarrow_copy,
+}
+PEER = "duckdb ORDER BY random()"
+FLOORS = ["floor: duckdb copy", "floor: pyarrow copy"]
+
+
+def output_bytes(dest: str) -> int:
+    return sum(
+        os.path.getsize(f) for f in glob.glob(os.path.join(dest, "**", "*"), recursive=True) if os.path.isfile(f)
+    )
+
+
+if __name__ == "__main__":
+    name, source, dest = sys.argv[1:4]
+    result = SYSTEMS[name](source, dest)
+    result["output_bytes"] = output_bytes(dest)
+    print(json.dumps(result), flush=True)

@@ -1,0 +1,35 @@
+"""A tiny run of the benchmark suite, to prove it works; timings are never asserted."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+RUN = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "run.py")
+SYSTEMS = ["daskpile 64 piles", "daskpile 64 piles, threads", "duckdb ORDER BY random()", "floor: pyarrow copy"]
+
+
+@pytest.mark.slow
+def test_tiny_benchmark_run(tmp_path):
+    pytest.importorskip("duckdb")
+    args = [sys.executable, RUN, "--size", "tiny", "--reps", "1", "--systems", *SYSTEMS]
+    args += ["--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]
+    completed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    summary = results["summary"]
+    assert set(summary) == set(SYSTEMS) and all(entry["ok"] for entry in summary.values())
+    assert summary["daskpile 64 piles"]["scratch_mib"] > 0 and summary["daskpile 64 piles"]["peak_rss_mib"] > 0
+    assert summary["duckdb ORDER BY random()"]["vs_duckdb"] == 1.0
+    assert results["meta"]["machine"]["cores"] == os.cpu_count()
+    assert "| daskpile 64 piles |" in (tmp_path / "results" / "tiny.md").read_text()
+    if "matplotlib" in results["meta"]["machine"]["versions"] or _has("matplotlib"):
+        assert (tmp_path / "results" / "tiny.png").stat().st_size > 1000
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
