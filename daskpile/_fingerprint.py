@@ -121,9 +121,8 @@ def _block_row_hashes(data: pa.Table | pa.RecordBatch, ws: _Workspace) -> np.nda
             words = _words_into(column, ws)
         except TypeError as e:
             raise TypeError(f"cannot fingerprint column {name!r}: {e}") from e
-        # A cheap combine per column (xorshift, odd multiply, add); one strong mix at the end.
-        np.right_shift(h, np.uint64(29), out=tmp)
-        np.bitwise_xor(h, tmp, out=h)
+        # A cheap combine per column (odd multiply, add: a change in any one column
+        # always changes h, since the multiplier is invertible); one strong mix at the end.
         np.multiply(h, _M1, out=h)
         np.add(h, words, out=h)
     _mix_in_place(h, tmp)
@@ -138,6 +137,19 @@ def _mix_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
         np.multiply(x, multiplier, out=x)
     np.right_shift(x, np.uint64(31), out=tmp)
     np.bitwise_xor(x, tmp, out=x)
+
+
+def _scramble(x: np.ndarray) -> np.ndarray:
+    """_scramble_in_place, allocating."""
+    with np.errstate(over="ignore"):
+        return (x ^ (x >> np.uint64(32))) * _M2
+
+
+def _scramble_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
+    """A cheap invertible nonlinear map (xorshift, odd multiply): the per-word step of string hashes."""
+    np.right_shift(x, np.uint64(32), out=tmp)
+    np.bitwise_xor(x, tmp, out=x)
+    np.multiply(x, _M2, out=x)
 
 
 def _words_into(array: pa.Array, ws: _Workspace) -> np.ndarray:
@@ -196,7 +208,7 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
         np.take(_KEEP_BYTES, remaining, out=keep)
         np.bitwise_and(value, keep, out=value)
         np.add(value, np.uint64(word * int(_M1) & _MASK), out=value)
-        _mix_in_place(value, tmp)
+        _scramble_in_place(value, tmp)
         np.minimum(remaining, 1, out=remaining)
         np.take(_ALL_OR_NOTHING, remaining, out=keep)  # strings with no word here add nothing
         np.bitwise_and(value, keep, out=value)
@@ -317,7 +329,7 @@ def _bytes_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
             remaining = lengths[active] - 8 * word
             keep = np.uint64(_MASK) >> ((8 - np.minimum(remaining, 8)) * 8).astype(np.uint64)
             value = windows[starts[active] + 8 * word] & keep
-            total[active] += _mix(value + np.uint64(word) * _M1)
+            total[active] += _scramble(value + np.uint64(word) * _M1)
             active = active[remaining > 8]
             word += 1
     return _mix(total)
@@ -333,7 +345,7 @@ def _long_tails(windows: np.ndarray, starts: np.ndarray, lengths: np.ndarray, fi
     remaining = np.repeat(lengths, tail_words) - (word_index << 3)
     keep = np.uint64(_MASK) >> ((8 - np.minimum(remaining, 8)) * 8).astype(np.uint64)
     with np.errstate(over="ignore"):
-        contributions = _mix((windows[byte_offset] & keep) + word_index.astype(np.uint64) * _M1)
+        contributions = _scramble((windows[byte_offset] & keep) + word_index.astype(np.uint64) * _M1)
     return _segment_sums(contributions, np.concatenate([[0], np.cumsum(tail_words)]))
 
 
