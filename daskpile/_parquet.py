@@ -118,7 +118,10 @@ def shuffle_parquet(
     check_writable(dest_fs, dest_path, "dest")
     check_writable(*filesystem(scratch or tempfile.gettempdir(), storage_options), "scratch")
 
-    scratch_dir = Scratch.create(scratch, storage_options, len(source_files), name=run_state.scratch_name(dest_url))
+    schema = _dataset_schema(source_fs, source_files[0])
+    scratch_dir = Scratch.create(
+        scratch, storage_options, len(source_files), name=run_state.scratch_name(dest_url), make=False
+    )
     previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
         differences = previous.differences(source_urls, stamps, piles, requested_seed)
@@ -131,17 +134,15 @@ def shuffle_parquet(
         if differences:
             scratch_dir.remove()
             _discard_unfinished(dest_fs, dest_path)
-            scratch_dir = Scratch.create(scratch, storage_options, len(source_files), name=scratch_dir.name)
             previous = None
     seed = previous.seed if previous is not None else resolve_seed(requested_seed)
     spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url)
     has_result, has_other_files = _dest_contents(dest_fs, dest_path)
     if (has_result or has_other_files) and not overwrite:
-        scratch_dir.remove()
         what = "a finished daskpile result" if has_result else "files"
         raise FileExistsError(f"dest {dest_url!r} holds {what}; pass overwrite=True to replace it")
-    schema = _dataset_schema(source_fs, source_files[0])
     staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if has_result or has_other_files else None
+    scratch_dir.fs.makedirs(scratch_dir.directory, exist_ok=True)
     run_state.write(scratch_dir.fs, scratch_dir.directory, spec)
 
     try:

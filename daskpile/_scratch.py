@@ -35,16 +35,20 @@ class Scratch:
     partitions: int
 
     @classmethod
-    def create(cls, url: str | None, storage_options: dict | None, partitions: int, name: str | None = None) -> Scratch:
+    def create(
+        cls, url: str | None, storage_options: dict | None, partitions: int, name: str | None = None, make: bool = True
+    ) -> Scratch:
         """The directory ``daskpile-<name>`` under ``url`` (default: the local temporary directory).
 
-        ``name`` defaults to a fresh random one.  Every worker must be able to
-        reach ``url``: on a cluster whose workers share no disk with the
-        client, pass an object-store URL (``s3://...``).
+        ``name`` defaults to a fresh random one; ``make=False`` only names the
+        directory.  Every worker must be able to reach ``url``: on a cluster
+        whose workers share no disk with the client, pass an object-store URL
+        (``s3://...``).
         """
         fs, root = filesystem(url or tempfile.gettempdir(), storage_options)
         directory = posixpath.join(root, f"daskpile-{name or uuid.uuid4().hex[:16]}")
-        fs.makedirs(directory, exist_ok=True)
+        if make:
+            fs.makedirs(directory, exist_ok=True)
         return cls(fs, directory, partitions)
 
     @property

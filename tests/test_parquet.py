@@ -125,7 +125,8 @@ def test_dest_not_empty_is_refused_unless_overwrite(client, source, tmp_path):
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=5, seed=0)
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+        daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0, scratch=str(tmp_path / "scratch"))
+    assert not (tmp_path / "scratch").exists()
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=1, overwrite=True)
     assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]
     assert daskpile.read_manifest(str(dest))["seed"] == 1
@@ -163,9 +164,13 @@ def test_corrupt_file_is_named(sync_scheduler, tmp_path, damage):
     good = (tmp_path / "src" / "a.parquet").read_bytes()
     bad = b"this is not parquet" if damage == "not parquet" else good[:100] + good[-200:]
     (tmp_path / "src" / "bad.parquet").write_bytes(bad)
-    with pytest.raises(ValueError, match=r"bad\.parquet"):
-        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2)
-    assert not (tmp_path / "out").exists()
+    (tmp_path / "scratch").mkdir()
+    for first in ["a.parquet", "bad.parquet"]:  # a bad first file is read on the client, others in pass 1
+        files = [str(tmp_path / "src" / n) for n in sorted(["a.parquet", "bad.parquet"], key=lambda n: n != first)]
+        with pytest.raises(ValueError, match=r"bad\.parquet"):
+            daskpile.shuffle_parquet(files, str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "scratch"))
+        assert not (tmp_path / "out").exists()
+        assert list((tmp_path / "scratch").iterdir()) == []
 
 
 def test_dest_inside_source_is_refused(source):
