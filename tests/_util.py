@@ -77,3 +77,27 @@ def assert_tables_equal(actual: pa.Table, expected: pa.Table) -> None:
             assert a.dictionary_decode().equals(e.dictionary_decode()), name
         else:
             assert a.equals(e), name
+
+
+def sorted_source(directory, rows: int, files: int) -> str:
+    """The sorted reference dataset, as `files` Parquet files in `directory`."""
+    from daskpile.datasets import reference_table
+
+    write_parts(reference_table(0, rows, rows), directory, parts=files)
+    return str(directory)
+
+
+def uninterrupted_run(source, dest, piles: int, seed: int) -> dict[str, bytes]:
+    """The part files of a plain run on the sync scheduler, to compare interrupted runs with."""
+    import dask
+
+    import daskpile
+
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(source, str(dest), piles=piles, seed=seed)
+    return file_bytes(dest)
+
+
+def count_files(directory, prefix: str) -> int:
+    """Files whose name starts with `prefix` anywhere below `directory` (0 if it is missing)."""
+    return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)

@@ -5,37 +5,23 @@ import signal
 import threading
 import time
 
-import dask
 import pytest
-from _util import file_bytes, write_parts
+from _util import count_files, file_bytes, sorted_source, uninterrupted_run
 from distributed import Client, LocalCluster
 
 import daskpile
-from daskpile.datasets import reference_table
 
 FILES, ROWS, PILES, SEED = 60, 300_000, 48, 11
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("failures") / "src"
-    write_parts(reference_table(0, ROWS, ROWS), path, parts=FILES)
-    return str(path)
+    return sorted_source(tmp_path_factory.mktemp("failures") / "src", ROWS, FILES)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(source, tmp_path_factory):
-    dest = tmp_path_factory.mktemp("failures") / "reference"
-    with dask.config.set(scheduler="sync"):
-        daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED)
-    return file_bytes(dest)
-
-
-def count(directory, prefix):
-    try:
-        return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
-    except FileNotFoundError:
-        return 0
+    return uninterrupted_run(source, tmp_path_factory.mktemp("failures") / "reference", PILES, SEED)
 
 
 @pytest.mark.slow
@@ -44,8 +30,8 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     ready = {
-        "pass 1": lambda: count(scratch, "scatter-") >= 15,
-        "pass 2": lambda: count(dest, "part-") >= 8,
+        "pass 1": lambda: count_files(scratch, "scatter-") >= 15,
+        "pass 2": lambda: count_files(dest, "part-") >= 8,
     }[during]
     killed = []
 
@@ -61,7 +47,7 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
                 time.sleep(0.002)
             if not (dest / "_daskpile.json").exists():
                 os.kill(victim, signal.SIGKILL)
-                killed.append((count(scratch, "scatter-"), count(dest, "part-")))
+                killed.append((count_files(scratch, "scatter-"), count_files(dest, "part-")))
 
         thread = threading.Thread(target=killer)
         thread.start()

@@ -8,10 +8,9 @@ import time
 
 import dask
 import pytest
-from _util import file_bytes, write_parts
+from _util import count_files, file_bytes, sorted_source, uninterrupted_run
 
 import daskpile
-from daskpile.datasets import reference_table
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
@@ -19,24 +18,12 @@ FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("resume") / "src"
-    write_parts(reference_table(0, ROWS, ROWS), path, parts=FILES)
-    return str(path)
+    return sorted_source(tmp_path_factory.mktemp("resume") / "src", ROWS, FILES)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(source, tmp_path_factory):
-    dest = tmp_path_factory.mktemp("resume") / "reference"
-    with dask.config.set(scheduler="sync"):
-        daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED)
-    return file_bytes(dest)
-
-
-def count(directory, prefix):
-    try:
-        return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
-    except FileNotFoundError:
-        return 0
+    return uninterrupted_run(source, tmp_path_factory.mktemp("resume") / "reference", PILES, SEED)
 
 
 def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False):
@@ -64,12 +51,12 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     ready = {
-        "pass 1": lambda: count(scratch, "scatter-") >= 10,
+        "pass 1": lambda: count_files(scratch, "scatter-") >= 10,
         "between passes": lambda: (dest / "_daskpile.run.json").exists(),
-        "pass 2": lambda: count(dest, "part-") >= 8,
+        "pass 2": lambda: count_files(dest, "part-") >= 8,
     }[point]
     kill_driver_when(source, dest, scratch, ready)
-    scattered, gathered = count(scratch, "scatter-"), count(dest, "part-")
+    scattered, gathered = count_files(scratch, "scatter-"), count_files(dest, "part-")
     assert scattered > 0 and (point != "pass 1" or scattered < FILES)
     assert point != "pass 2" or 0 < gathered < PILES
 
@@ -87,7 +74,7 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
 def test_seed_none_adopts_the_interrupted_runs_seed(source, uninterrupted, tmp_path):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
-    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 4)
+    kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 4)
     with dask.config.set(scheduler="sync"):
         report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, scratch=str(scratch))
     assert report.seed == SEED and file_bytes(dest) == uninterrupted
@@ -97,7 +84,7 @@ def test_seed_none_adopts_the_interrupted_runs_seed(source, uninterrupted, tmp_p
 def test_a_mismatching_rerun_is_refused(source, tmp_path):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
-    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 4)
+    kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 4)
     with dask.config.set(scheduler="sync"):
         with pytest.raises(daskpile.RunMismatchError, match=r"seed 8 instead of 7.*overwrite=True"):
             daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
@@ -116,7 +103,7 @@ def test_an_old_result_stays_whole_until_its_replacement_is_complete(source, uni
     with dask.config.set(scheduler="sync"):
         daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
     old = file_bytes(dest)
-    kill_driver_when(source, dest, scratch, lambda: count(dest, "part-") >= 5 + 6, overwrite=True)
+    kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 5 + 6, overwrite=True)
     assert file_bytes(dest) == old  # staged parts live in a hidden directory
     assert daskpile.read_manifest(str(dest))["piles"] == 5 and daskpile.verify(source, str(dest)).ok
     with dask.config.set(scheduler="sync"):
