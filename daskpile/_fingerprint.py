@@ -118,7 +118,7 @@ def _block_row_hashes(data: pa.Table | pa.RecordBatch, ws: _Workspace) -> np.nda
         if isinstance(column, pa.ChunkedArray):
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         try:
-            words = _words_into(column, ws)
+            words = value_words(column, ws)
         except TypeError as e:
             raise TypeError(f"cannot fingerprint column {name!r}: {e}") from e
         # A cheap combine per column (odd multiply, add: a change in any one column
@@ -140,7 +140,7 @@ def _mix_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
 
 
 def _scramble(x: np.ndarray) -> np.ndarray:
-    """_scramble_in_place, allocating."""
+    """_scramble_in_place, allocating (for the rare words past the fourth)."""
     with np.errstate(over="ignore"):
         return (x ^ (x >> np.uint64(32))) * _M2
 
@@ -152,37 +152,14 @@ def _scramble_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
     np.multiply(x, _M2, out=x)
 
 
-def _words_into(array: pa.Array, ws: _Workspace) -> np.ndarray:
-    """value_words, written into the workspace for the common types."""
-    n, t = len(array), array.type
-    out = ws.words[:n]
-    if n == 0 or pa.types.is_null(t) or array.null_count == n:
-        out.fill(_NULL)
-        return out
-    if (pa.types.is_integer(t) or pa.types.is_temporal(t)) and not pa.types.is_interval(t):
-        width = t.bit_width // 8
-        raw = _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + n) * width]
-        np.copyto(out, raw.view(f"<u{width}"), casting="unsafe")
-    elif pa.types.is_floating(t):
-        width = t.bit_width // 8
-        raw = _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + n) * width]
-        np.copyto(out, raw.view(f"<u{width}"), casting="unsafe")
-        is_nan = ws.flags[:n]
-        np.isnan(raw.view(f"<f{width}"), out=is_nan)
-        if is_nan.any():
-            out[is_nan] = _CANONICAL_NAN  # one NaN, whatever its payload
-    elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        _string_words_into(array, ws, out)
-    else:
-        return value_words(array)  # rarer types: allocating, nulls handled there
-    if array.null_count:
-        valid = np.unpackbits(_buffer_bytes(array.buffers()[0]), bitorder="little")[array.offset : array.offset + n]
-        np.copyto(out, _NULL, where=valid == 0)
-    return out
-
-
 def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None:
-    """_bytes_hashes of each string of ``array``, in place (same values)."""
+    """The hash of each string (or binary value) of ``array``, written into ``out``.
+
+    Works on 8-byte words counted from the start of each string, one vectorised
+    step per word position for the first four words; the words of longer
+    strings are added in one go.  A string hashes the same wherever it sits in
+    the buffer.
+    """
     n = len(array)
     large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)[
@@ -219,76 +196,79 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
     _mix_in_place(out, tmp)
 
 
-def value_words(array: pa.Array) -> np.ndarray:
+def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
     """One uint64 per element that identifies its value (nulls included), as cheaply as possible.
 
     Fixed-width values of up to 8 bytes are their own bits; everything else
-    gets a strong 64-bit hash.
+    gets a strong 64-bit hash.  The common types are written into ``ws`` (a
+    fresh workspace if none is given) without temporaries; nested types, which
+    recurse, allocate.
     """
-    n = len(array)
-    t = array.type
-    if n == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if pa.types.is_null(t) or array.null_count == n:
-        return np.full(n, _NULL, dtype=np.uint64)
+    n, t = len(array), array.type
+    ws = ws or _Workspace(n)
+    out = ws.words[:n]
+    if n == 0 or pa.types.is_null(t) or array.null_count == n:
+        out.fill(_NULL)
+        return out
     if pa.types.is_dictionary(t):
         dictionary = value_words(array.dictionary)
-        indices = value_words(array.indices)  # nulls already mapped to _NULL below
-        words = dictionary[np.minimum(indices, len(dictionary) - 1).astype(np.int64)] if len(dictionary) else indices
+        indices = value_words(array.indices)  # nulls become _NULL, clamped here and overwritten below
+        out[:] = dictionary[np.minimum(indices, len(dictionary) - 1).astype(np.int64)] if len(dictionary) else indices
     elif pa.types.is_boolean(t):
-        bits = np.unpackbits(_buffer_bytes(array.buffers()[1]), bitorder="little")
-        words = bits[array.offset : array.offset + n].astype(np.uint64) + np.uint64(1)
+        bits = np.unpackbits(_buffer_bytes(array.buffers()[1]), bitorder="little")[array.offset : array.offset + n]
+        np.add(bits, 1, out=out, casting="unsafe")
     elif pa.types.is_floating(t):
+        raw = _fixed_width_bytes(array)
         width = t.bit_width // 8
-        raw = _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + n) * width]
-        is_nan = np.isnan(raw.view(f"<f{width}"))
-        words = raw.view(f"<u{width}").astype(np.uint64)
+        np.copyto(out, raw.view(f"<u{width}"), casting="unsafe")
+        is_nan = ws.flags[:n]
+        np.isnan(raw.view(f"<f{width}"), out=is_nan)
         if is_nan.any():
-            words[is_nan] = np.uint64(0x7FF8000000000000)  # one NaN, whatever its payload
+            out[is_nan] = _CANONICAL_NAN  # one NaN, whatever its payload
+    elif (pa.types.is_integer(t) or pa.types.is_temporal(t)) and not pa.types.is_interval(t):
+        np.copyto(out, _fixed_width_bytes(array).view(f"<u{t.bit_width // 8}"), casting="unsafe")
+    elif pa.types.is_decimal(t):
+        out[:] = _wide_words(_fixed_width_bytes(array).reshape(n, t.bit_width // 8))
     elif pa.types.is_fixed_size_binary(t):
-        width = t.byte_width
-        data = _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + n) * width]
-        words = _bytes_hashes(data, np.arange(n + 1, dtype=np.int64) * width)
+        _string_words_into(array.cast(pa.binary()), ws, out)
     elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        offset_type = np.int64 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) else np.int32
-        offsets = np.frombuffer(array.buffers()[1], dtype=offset_type)[array.offset : array.offset + n + 1]
-        words = _bytes_hashes(_buffer_bytes(array.buffers()[2]), offsets.astype(np.int64))
+        _string_words_into(array, ws, out)
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-        words = _sequence_hashes(_mix(value_words(array.values)), offsets)
+        out[:] = _sequence_hashes(_mix(value_words(array.values)), offsets)
     elif pa.types.is_fixed_size_list(t):
         size = t.list_size
         child = array.values.slice(array.offset * size, n * size)
-        words = _sequence_hashes(_mix(value_words(child)), np.arange(n + 1, dtype=np.int64) * size)
-    elif _is_fixed_width(t):  # integers, decimals, dates, times, timestamps, durations
-        words = _fixed_width_words(array, t.bit_width // 8)
+        out[:] = _sequence_hashes(_mix(value_words(child)), np.arange(n + 1, dtype=np.int64) * size)
     elif pa.types.is_struct(t):
         words = np.full(n, np.uint64(t.num_fields), dtype=np.uint64)
         with np.errstate(over="ignore"):
             for child in array.flatten():
                 words = _mix(words * _GOLDEN + value_words(child))
+        out[:] = words
     else:
         raise TypeError(f"unsupported Arrow type {t}")
     if array.null_count:
-        words = np.where(array.is_null().to_numpy(zero_copy_only=False), _NULL, words)
-    return words
-
-
-def _is_fixed_width(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_decimal(t) or (pa.types.is_temporal(t) and not pa.types.is_interval(t))
+        valid = np.unpackbits(_buffer_bytes(array.buffers()[0]), bitorder="little")[array.offset : array.offset + n]
+        np.copyto(out, _NULL, where=valid == 0)
+    return out
 
 
 def _buffer_bytes(buffer: pa.Buffer | None) -> np.ndarray:
     return np.zeros(0, dtype=np.uint8) if buffer is None else np.frombuffer(buffer, dtype=np.uint8)
 
 
-def _fixed_width_words(array: pa.Array, width: int) -> np.ndarray:
-    raw = _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + len(array)) * width]
-    if width in (1, 2, 4, 8):
-        return raw.view(f"<u{width}").astype(np.uint64, copy=False)
-    words = np.zeros((len(array), -(-width // 8) * 8), dtype=np.uint8)
-    words[:, :width] = raw.reshape(len(array), width)
-    h = np.zeros(len(array), dtype=np.uint64)
+def _fixed_width_bytes(array: pa.Array) -> np.ndarray:
+    """The value bytes of a fixed-width array, offset applied."""
+    width = array.type.bit_width // 8
+    return _buffer_bytes(array.buffers()[1])[array.offset * width : (array.offset + len(array)) * width]
+
+
+def _wide_words(rows: np.ndarray) -> np.ndarray:
+    """A strong hash of each row of a (n, width) byte matrix, for values wider than 8 bytes."""
+    words = np.zeros((len(rows), -(-rows.shape[1] // 8) * 8), dtype=np.uint8)
+    words[:, : rows.shape[1]] = rows
+    h = np.zeros(len(rows), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for word in words.view("<u8").T:
             h = _mix(h * _GOLDEN + word)
@@ -304,35 +284,6 @@ def _byte_windows(data: np.ndarray) -> np.ndarray:
     padded = np.zeros(len(data) + 8, dtype=np.uint8)
     padded[: len(data)] = data
     return np.ndarray(shape=(len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
-
-
-def _bytes_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Hash of each byte string data[offsets[i]:offsets[i+1]].
-
-    Works on 8-byte words counted from the start of each string: one
-    vectorised step per word position, over the strings that long, so short
-    strings cost a couple of passes over the rows; the few long strings left
-    after that are finished in one go.  A string hashes the same wherever it
-    sits in the buffer.
-    """
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
-    windows = _byte_windows(data)
-    total = lengths.astype(np.uint64) * _GOLDEN
-    active = np.flatnonzero(lengths > 0)
-    word = 0
-    with np.errstate(over="ignore"):
-        while active.size:
-            if word >= 4 and active.size * 16 < len(lengths):
-                total[active] += _long_tails(windows, starts[active], lengths[active], word)
-                break
-            remaining = lengths[active] - 8 * word
-            keep = np.uint64(_MASK) >> ((8 - np.minimum(remaining, 8)) * 8).astype(np.uint64)
-            value = windows[starts[active] + 8 * word] & keep
-            total[active] += _scramble(value + np.uint64(word) * _M1)
-            active = active[remaining > 8]
-            word += 1
-    return _mix(total)
 
 
 def _long_tails(windows: np.ndarray, starts: np.ndarray, lengths: np.ndarray, first_word: int) -> np.ndarray:
