@@ -53,13 +53,11 @@ def permute(table: pa.Table, rng: np.random.Generator) -> pa.Table:
 def as_record_batch(table: pa.Table) -> pa.RecordBatch:
     """The whole table as a single record batch (empty tables included)."""
     batches = table.combine_chunks().to_batches()
-    if len(batches) == 1:
-        return batches[0]
     if not batches:
         return pa.RecordBatch.from_arrays(
             [pa.array([], type=field.type) for field in table.schema], schema=table.schema
         )
-    return pa.Table.from_batches(batches, schema=table.schema).combine_chunks().to_batches()[0]
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 def offsets(counts: np.ndarray) -> np.ndarray:

@@ -89,8 +89,3 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
         raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
     with fs.open(manifest_path, "rb") as f:
         return json.load(f)
-
-
-def arrow_schema(manifest: dict) -> pa.Schema:
-    """The exact Arrow schema recorded in a manifest."""
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(manifest["arrow_schema"])))

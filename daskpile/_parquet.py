@@ -233,11 +233,14 @@ def _dest_contents(fs, dest_path: str) -> tuple[bool, bool]:
         raise FileExistsError(f"dest {full_url(fs, dest_path)!r} is a file, not a directory")
     names = {posixpath.basename(p.rstrip("/")) for p in fs.ls(dest_path, detail=False)}
     has_result = _manifest.MANIFEST_NAME in names
-    others = {n for n in names if n != run_state.RUN_FILE and not n.startswith(".daskpile-staging-")}
-    if not has_result:
-        # Parts of an unfinished run of this very spec are resumed, not refused.
-        others = {n for n in others if not (n.startswith("part-") and run_state.read(fs, dest_path))}
-    return has_result, bool(others - {_manifest.MANIFEST_NAME})
+    # Parts of an unfinished run (its run file is there, no manifest) are resumed, not refused.
+    resumable_parts = not has_result and run_state.RUN_FILE in names
+    others = {
+        n
+        for n in names - {_manifest.MANIFEST_NAME, run_state.RUN_FILE}
+        if not n.startswith(".daskpile-staging-") and not (resumable_parts and n.startswith("part-"))
+    }
+    return has_result, bool(others)
 
 
 def _discard_unfinished(fs, dest_path: str) -> None:
