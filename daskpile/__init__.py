@@ -3,18 +3,22 @@
 >>> import daskpile
 >>> daskpile.shuffle(ddf, piles=512).to_parquet("shuffled/")  # doctest: +SKIP
 >>> daskpile.shuffle_parquet("s3://lake/table/", "s3://lake/shuffled/", piles=512)  # doctest: +SKIP
+>>> daskpile.quality("s3://lake/shuffled/", order_column="id")  # doctest: +SKIP
 """
 
 from daskpile._dataframe import shuffle
 from daskpile._manifest import read as read_manifest
 from daskpile._parquet import RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
+from daskpile._quality import QualityReport, quality
 from daskpile._verify import Verification, verify
 
 __all__ = [
+    "QualityReport",
     "RunMismatchError",
     "ShuffleReport",
     "Verification",
     "VerificationError",
+    "quality",
     "read_manifest",
     "shuffle",
     "shuffle_parquet",

@@ -53,6 +53,7 @@ def build(
     source_files: list[str],
     seconds: dict[str, float],
     fingerprint=None,
+    pile_plan=None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -65,6 +66,7 @@ def build(
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
+        "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,
         "versions": library_versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

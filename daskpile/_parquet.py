@@ -10,18 +10,17 @@ import dataclasses
 import errno
 import json
 import math
-import os
 import posixpath
 import tempfile
-import time
 
 import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _fingerprint, _manifest, _passes
+from daskpile import _fingerprint, _manifest, _passes, _sizing
 from daskpile import _run as run_state
+from daskpile._compute import Timer, compute, memory_per_thread, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
@@ -59,6 +58,7 @@ class ShuffleReport:
     fingerprint: Fingerprint | None = None
     resumed_partitions: int = 0
     resumed_piles: int = 0
+    pile_plan: _sizing.PilePlan | None = None
 
     @property
     def seconds(self) -> float:
@@ -79,13 +79,15 @@ class ShuffleReport:
 def shuffle_parquet(
     source: str | list[str],
     dest: str,
-    piles: int = 512,
+    piles: int | str = 512,
     *,
     seed: int | None = None,
     scratch: str | None = None,
     storage_options: dict | None = None,
     overwrite: bool = False,
     verify: bool = True,
+    memory_per_pile: int | None = None,
+    progress: bool = False,
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
@@ -100,21 +102,28 @@ def shuffle_parquet(
     is written.  If a run is interrupted, calling again with the same
     arguments resumes it (``seed=None`` adopts the interrupted run's seed).
 
+    ``piles="auto"`` chooses the fewest piles (at least 4 per thread) whose
+    largest fits ``memory_per_pile`` bytes, by default a quarter of a worker's
+    memory per thread; the choice is in ``report.pile_plan`` and the manifest.
+
     Runs on the current Dask client if there is one, else on Dask's default
-    local scheduler.
+    local scheduler.  ``progress=True`` shows Dask's progress bar for each pass
+    and prints one summary line per pass.
 
     >>> report = shuffle_parquet("data/", "shuffled/", piles=64, seed=1)  # doctest: +SKIP
     >>> report.rows, len(report.files)  # doctest: +SKIP
     (10000000, 64)
     """
-    piles = check_piles(piles)
+    auto = piles == "auto"
+    requested_piles = None if auto else check_piles(piles, auto_allowed=True)
     requested_seed = None if seed is None else resolve_seed(seed)
     source_fs, source_files = _source_files(source, storage_options)
     dest_fs, dest_path = filesystem(dest, storage_options)
     dest_url = full_url(dest_fs, dest_path)
     _check_overlap(source_fs, source_files, source, dest_fs, dest_path)
     source_urls = [full_url(source_fs, p) for p in source_files]
-    stamps = run_state.file_stamps(source_fs, source_files)
+    infos = [source_fs.info(p) for p in source_files]
+    stamps = run_state.file_stamps(infos)
     check_writable(dest_fs, dest_path, "dest")
     check_writable(*filesystem(scratch or tempfile.gettempdir(), storage_options), "scratch")
 
@@ -124,37 +133,51 @@ def shuffle_parquet(
     )
     previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
-        differences = previous.differences(source_urls, stamps, piles, requested_seed)
+        differences = previous.differences(source_urls, stamps, requested_piles, requested_seed)
         if differences and not overwrite:
             raise RunMismatchError(
                 f"{dest_url!r} has an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
-                "or pass overwrite=True to discard it."
+                "or pass overwrite=True (--overwrite) to discard it."
             )
         if differences:
             scratch_dir.remove()
             _discard_unfinished(dest_fs, dest_path)
             previous = None
     seed = previous.seed if previous is not None else resolve_seed(requested_seed)
+    pile_plan = None
+    if auto:
+        pile_plan = _sizing.plan(
+            *_sizing.estimate_parquet(source_fs, source_files, [int(i.get("size") or 0) for i in infos]),
+            memory_per_pile=memory_per_pile or int(memory_per_thread() * _sizing.MEMORY_PER_PILE_FRACTION),
+            min_piles=4 * total_threads(),
+        )
+        if previous is not None:  # resuming: keep the run's count even if the cluster changed
+            pile_plan = dataclasses.replace(pile_plan, piles=previous.piles)
+    piles = pile_plan.piles if auto else requested_piles
+    if progress and pile_plan is not None:
+        print(f"piles=auto: {pile_plan}", flush=True)
     spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url)
     has_result, has_other_files = _dest_contents(dest_fs, dest_path)
     if (has_result or has_other_files) and not overwrite:
         what = "a finished daskpile result" if has_result else "files"
-        raise FileExistsError(f"dest {dest_url!r} holds {what}; pass overwrite=True to replace it")
+        raise FileExistsError(
+            f"dest {dest_url!r} holds {what}; pass overwrite=True (--overwrite on the command line) to replace it"
+        )
     staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if has_result or has_other_files else None
     scratch_dir.fs.makedirs(scratch_dir.directory, exist_ok=True)
     run_state.write(scratch_dir.fs, scratch_dir.directory, spec)
 
     try:
-        start = time.perf_counter()
-        scattered = _compute(
+        timer = Timer(progress)
+        scattered = compute((
             dask.delayed(_passes.scatter_parquet_file)(
                 source_fs, path, k, piles, seed, scratch_dir, schema, verify, source_urls[0],
                 dask_key_name=f"daskpile-scatter-{k}-{spec.key()}",
             )
             for k, path in enumerate(source_files)
-        )  # fmt: skip
-        seconds_scatter = time.perf_counter() - start
+        ), progress=progress)  # fmt: skip
+        seconds_scatter = timer.seconds
     except (ValueError, TypeError, OSError) as e:
         scratch_dir.remove()  # bad input, or scratch full: nothing worth resuming
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
@@ -162,22 +185,31 @@ def shuffle_parquet(
         raise
 
     counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(piles, dtype=np.int64)
+    timer.say(
+        f"pass 1: {int(counts.sum()):,} rows read from {len(source_files)} files "
+        f"({sum(int(i.get('size') or 0) for i in infos) / 2**20:,.0f} MiB), "
+        f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
+    )
     target = staging or dest_path
     dest_fs.makedirs(target, exist_ok=True)
     run_state.write(dest_fs, dest_path, spec)
-    start = time.perf_counter()
+    timer = Timer(progress)
     names = [_manifest.part_name(j, piles) for j in range(piles)]
     gathered = []
-    for group in _compute(
+    for group in compute((
         dask.delayed(_passes.gather_to_parquet)(
             scratch_dir, piles, group, [int(counts[j]) for j in group], seed, dest_fs,
             [posixpath.join(target, names[j]) for j in group], schema, verify,
             dask_key_name=f"daskpile-gather-{group[0]}-{spec.key()}",
         )
-        for group in _pile_groups(piles, _total_threads())
-    ):  # fmt: skip
+        for group in _pile_groups(piles, total_threads())
+    ), progress=progress):  # fmt: skip
         gathered += group
-    seconds_gather = time.perf_counter() - start
+    seconds_gather = timer.seconds
+    timer.say(
+        f"pass 2: {sum(r.rows for r in gathered):,} rows written to {piles} files "
+        f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB)"
+    )
 
     rows = int(counts.sum())
     fingerprint = _check_fingerprints(scattered, gathered, dest_url) if verify else None
@@ -192,6 +224,7 @@ def shuffle_parquet(
         source_files=source_urls,
         seconds={"scatter": round(seconds_scatter, 3), "gather": round(seconds_gather, 3)},
         fingerprint=fingerprint,
+        pile_plan=pile_plan,
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
     run_state.remove(dest_fs, dest_path)
@@ -211,6 +244,7 @@ def shuffle_parquet(
         fingerprint=fingerprint,
         resumed_partitions=sum(r.reused for r in scattered),
         resumed_piles=sum(r.reused for r in gathered),
+        pile_plan=pile_plan,
     )
 
 
@@ -281,23 +315,6 @@ def _pile_groups(piles: int, threads: int) -> list[list[int]]:
     """
     per_task = max(1, math.ceil(piles / (4 * threads)))
     return [list(range(j, min(j + per_task, piles))) for j in range(0, piles, per_task)]
-
-
-def _total_threads() -> int:
-    """Threads of the current Dask client, or of this machine without one."""
-    try:
-        from distributed import get_client
-
-        client = get_client()
-    except (ImportError, ValueError):  # no client
-        client = None
-    if client is None or client.status != "running":
-        return os.cpu_count() or 1
-    return max(1, sum(client.nthreads().values()))
-
-
-def _compute(tasks) -> list:
-    return list(dask.compute(*list(tasks)))
 
 
 def _source_files(source: str | list[str], storage_options: dict | None):

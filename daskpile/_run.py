@@ -46,15 +46,15 @@ class RunSpec:
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
-    def differences(self, source_files, source_stamps, piles: int, seed: int | None) -> list[str]:
-        """How a new call differs from this run; [] if it can resume it."""
+    def differences(self, source_files, source_stamps, piles: int | None, seed: int | None) -> list[str]:
+        """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
         if tuple(source_files) != self.source_files:
             found.append(f"source files ({len(source_files)} now, {len(self.source_files)} then)")
         elif tuple(source_stamps) != self.source_stamps:
             changed = [f for f, a, b in zip(source_files, source_stamps, self.source_stamps, strict=True) if a != b]
             found.append(f"source files changed since: {', '.join(changed[:3])}")
-        if piles != self.piles:
+        if piles is not None and piles != self.piles:
             found.append(f"piles {piles} instead of {self.piles}")
         if seed is not None and seed != self.seed:
             found.append(f"seed {seed} instead of {self.seed}")
@@ -66,11 +66,10 @@ def scratch_name(dest_url: str) -> str:
     return hashlib.sha256(dest_url.encode()).hexdigest()[:16]
 
 
-def file_stamps(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[str]:
-    """Size and modification stamp (mtime, ETag or generation) of each file."""
+def file_stamps(infos: list[dict]) -> list[str]:
+    """Size and modification stamp (mtime, ETag or generation) of each file, from ``fs.info``."""
     stamps = []
-    for path in paths:
-        info = fs.info(path)
+    for info in infos:
         version = next(
             (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import posixpath
 
 import dask
 
 from daskpile import _fingerprint, _manifest, _passes
+from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem
 
@@ -36,10 +38,13 @@ class Verification:
         return "\n".join(lines)
 
 
-def verify(source: str | list[str], dest: str, *, storage_options: dict | None = None) -> Verification:
+def verify(
+    source: str | list[str], dest: str, *, storage_options: dict | None = None, progress: bool = False
+) -> Verification:
     """Check that the result at ``dest`` holds exactly the rows of ``source``.
 
-    Reads every source file and every output file listed in the manifest, in
+    ``dest`` is a daskpile result (the files its manifest lists) or any
+    Parquet dataset.  Reads every source file and every output file, in
     parallel on the current Dask client, and compares the order-independent
     fingerprints (row count, sum and xor of 64-bit row hashes).
 
@@ -50,13 +55,19 @@ def verify(source: str | list[str], dest: str, *, storage_options: dict | None =
     from daskpile._parquet import _source_files
 
     source_fs, source_files = _source_files(source, storage_options)
-    manifest = _manifest.read(dest, storage_options)
-    dest_fs, dest_path = filesystem(dest, storage_options)
-    dest_files = [posixpath.join(dest_path, name) for name in manifest["files"]]
+    manifest = None
+    if isinstance(dest, str):
+        with contextlib.suppress(FileNotFoundError):
+            manifest = _manifest.read(dest, storage_options)
+    if manifest is not None:  # a daskpile result: exactly the files its manifest lists
+        dest_fs, dest_path = filesystem(dest, storage_options)
+        dest_files = [posixpath.join(dest_path, name) for name in manifest["files"]]
+    else:  # any Parquet dataset, such as daskpile.shuffle(ddf).to_parquet(...) writes
+        dest_fs, dest_files = _source_files(dest, storage_options)
+    recorded = manifest and manifest.get("fingerprint")
     tasks = [dask.delayed(_fingerprint_file)(source_fs, p) for p in source_files]
     tasks += [dask.delayed(_fingerprint_file)(dest_fs, p) for p in dest_files]
-    results = dask.compute(*tasks)
-    recorded = manifest.get("fingerprint")
+    results = compute(tasks, progress=progress)
     return Verification(
         source=_fingerprint.total(results[: len(source_files)]),
         dest=_fingerprint.total(results[len(source_files) :]),

@@ -6,7 +6,6 @@ python -m daskpile.demo --rows 3000000 --piles 32
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import time
@@ -30,26 +29,6 @@ def check_permutation(source_files: list[str], files: list[str]) -> tuple[pa.Tab
     if not out.sort_by("id").equals(source):
         raise SystemExit("FAILED: some row's values changed")
     return out, f"all {rows:,} rows present exactly once, every value intact"
-
-
-def order_summary(out: pa.Table, rows_per_file: list[int]) -> list[str]:
-    n = out.num_rows
-    position = np.arange(n)
-    ids = out["id"].to_numpy()
-    corr = np.corrcoef(ids, position)[0, 1] if n > 1 else 0.0
-    labels = out["label"].to_numpy()
-    bounds = np.cumsum([0, *rows_per_file])
-    shares = [labels[bounds[j] : bounds[j + 1]].mean() for j in range(len(rows_per_file)) if rows_per_file[j]]
-    worst = max(
-        abs(s - 0.5) / (0.5 / math.sqrt(r)) for s, r in zip(shares, [r for r in rows_per_file if r], strict=True)
-    )
-    first = ids[:8].tolist()
-    return [
-        f"first ids in output order: {first} ...",
-        f"rank correlation of input and output position: {corr:+.5f} (input order: +1)",
-        f"label-1 share per file: {min(shares):.4f} to {max(shares):.4f} "
-        f"(input files: 0 or 1; worst file {worst:.1f} sigma from 1/2)",
-    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
 
     out, verdict = check_permutation(report.source_files, report.files)
     print(f"verified: {verdict}")
-    for line in order_summary(out, daskpile.read_manifest(dest)["rows_per_pile"]):
-        print(line)
+    print(f"first ids in output order: {out['id'].to_numpy()[:8].tolist()} ...")
+    print(daskpile.quality(dest, order_column="id", label_column="label"))
     print(
         f"output: {len(report.files)} files {os.path.basename(report.files[0])} ... "
         f"{os.path.basename(report.files[-1])} and {os.path.basename(report.manifest)} in {dest}/"

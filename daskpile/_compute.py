@@ -1,0 +1,79 @@
+"""Running lists of tasks on whatever Dask scheduler is current, with optional progress.
+
+With a ``distributed`` client, tasks run on its cluster and progress is
+distributed's own bar (text in a terminal, a widget in a notebook); without
+one, on Dask's local scheduler with ``dask.diagnostics.ProgressBar``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import dask
+import psutil
+
+
+def current_client():
+    """The running ``distributed`` client, or None."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no client
+        return None
+    return client if client.status == "running" else None
+
+
+def total_threads() -> int:
+    """Threads of the current Dask client, or of this machine without one."""
+    client = current_client()
+    if client is None:
+        return os.cpu_count() or 1
+    return max(1, sum(client.nthreads().values()))
+
+
+def memory_per_thread() -> int:
+    """Bytes of memory a task may count on: a worker's limit over its threads, or RAM over cores."""
+    client = current_client()
+    if client is not None:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        limits = [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")]
+        if limits:
+            return int(min(limits))
+    return psutil.virtual_memory().total // (os.cpu_count() or 1)
+
+
+def compute(tasks, *, progress: bool = False) -> list:
+    """Compute Dask delayed ``tasks`` and return their results, in order."""
+    tasks = list(tasks)
+    if not progress:
+        return list(dask.compute(*tasks))
+    client = current_client()
+    if client is not None:
+        from distributed import progress as show_progress
+
+        futures = client.compute(tasks)
+        show_progress(futures)
+        return client.gather(futures)
+    from dask.diagnostics import ProgressBar
+
+    with ProgressBar(out=sys.stdout):
+        return list(dask.compute(*tasks))
+
+
+class Timer:
+    """Seconds since creation; ``say`` prints one summary line when progress is on."""
+
+    def __init__(self, progress: bool):
+        self.progress = progress
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def say(self, message: str) -> None:
+        if self.progress:
+            print(f"{message}, {self.seconds:.1f} s", flush=True)

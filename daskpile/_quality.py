@@ -1,0 +1,425 @@
+"""``quality``: measure how random the order of a dataset is.
+
+Given a column holding each row's original position (an id), the output order
+is compared with the input order by statistics that a uniform permutation
+passes and any remaining structure fails:
+
+- rank correlation of input and output positions (0 for a shuffle, 1 for the
+  input itself);
+- chi-square of the input-decile x output-decile table (rows from every part
+  of the input should land everywhere in the output);
+- successions: output neighbours that were input neighbours too, with the
+  longest such run (a random permutation has about one succession);
+- the share of output neighbours within ``neighbours`` positions of each other
+  in the input, against its expectation;
+- the entropy of the absolute differences of consecutive original positions
+  (the measure MosaicML Streaming reports; 0 bits for the input order);
+- with a label column, every output file's label counts against binomial
+  (hypergeometric) bounds.
+
+Each test has a false-positive rate of ``alpha`` on a uniform shuffle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import posixpath
+import statistics
+
+import dask
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskpile import _manifest, _passes
+from daskpile._storage import filesystem, full_url, list_files
+
+HISTOGRAM_BINS = 50
+MAX_LABELS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One statistical test: its statistic, p-value and verdict at the report's alpha."""
+
+    name: str
+    statistic: float
+    p_value: float
+    passed: bool
+    detail: str
+
+
+@dataclasses.dataclass(repr=False)
+class QualityReport:
+    """How random the row order of a dataset is; ``ok`` when every check passes.
+
+    ``position_histogram`` counts rows by (input position bin, output position
+    bin); ``label_counts`` counts rows by (output file, label value).
+    """
+
+    dest: str
+    rows: int
+    files: list[str]
+    order_column: str
+    label_column: str | None
+    alpha: float
+    checks: list[Check]
+    rank_correlation: float
+    longest_run: int
+    near_share: float
+    near_expected: float
+    neighbours: int
+    entropy_bits: float
+    position_histogram: np.ndarray
+    labels: list = dataclasses.field(default_factory=list)
+    label_counts: np.ndarray | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def to_json(self) -> dict:
+        return {
+            "dest": self.dest,
+            "rows": self.rows,
+            "files": len(self.files),
+            "order_column": self.order_column,
+            "label_column": self.label_column,
+            "alpha": self.alpha,
+            "ok": self.ok,
+            "rank_correlation": self.rank_correlation,
+            "longest_run": self.longest_run,
+            "near_share": self.near_share,
+            "near_expected": self.near_expected,
+            "neighbours": self.neighbours,
+            "entropy_bits": self.entropy_bits,
+            "checks": [dataclasses.asdict(c) for c in self.checks],
+        }
+
+    def __str__(self) -> str:
+        label = f", label column {self.label_column!r}" if self.label_column else ""
+        lines = [
+            f"order of {self.dest} ({self.rows:,} rows in {len(self.files)} files), "
+            f"order column {self.order_column!r}{label}:"
+        ]
+        for c in self.checks:
+            verdict = "ok  " if c.passed else "FAIL"
+            lines.append(f"  {verdict} {c.name:<30} {c.detail}")
+        max_bits = math.log2(max(self.rows - 1, 1))
+        lines.append(
+            f"       {'entropy of |consecutive diff|':<30} {self.entropy_bits:.2f} bits "
+            f"(input order 0, at most {max_bits:.2f})"
+        )
+        failed = [c.name for c in self.checks if not c.passed]
+        if failed:
+            lines.append(f"verdict: NOT uniformly shuffled ({', '.join(failed)} failed at alpha={self.alpha:g})")
+        else:
+            lines.append(f"verdict: consistent with a uniform shuffle (each check at alpha={self.alpha:g})")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def plot(self, path: str | None = None):
+        """A figure of the input vs output position histogram and, with labels, the label share per file.
+
+        Saved to ``path`` if given; returned as a matplotlib ``Figure`` (which a
+        notebook displays).
+
+        >>> quality("shuffled/", order_column="id", label_column="label").plot("quality.png")  # doctest: +SKIP
+        """
+        try:
+            from matplotlib.figure import Figure
+        except ImportError as e:
+            raise ImportError("the quality figure needs matplotlib: pip install 'daskpile[plot]'") from e
+        panels = 2 if self.label_counts is not None else 1
+        fig = Figure(figsize=(5.5 * panels, 4.6), layout="constrained")
+        ax = fig.add_subplot(1, panels, 1)
+        image = ax.imshow(self.position_histogram.T, origin="lower", extent=(0, 1, 0, 1), aspect="auto", cmap="viridis")
+        fig.colorbar(image, ax=ax, label="rows")
+        ax.set_xlabel("input position (fraction)")
+        ax.set_ylabel("output position (fraction)")
+        ax.set_title(f"rank correlation {self.rank_correlation:+.4f}")
+        if self.label_counts is not None:
+            ax = fig.add_subplot(1, panels, 2)
+            sizes = self.label_counts.sum(axis=1)
+            used = sizes > 0
+            overall = self.label_counts.sum(axis=0) / max(self.rows, 1)
+            for j, value in enumerate(self.labels[:10]):
+                shares = self.label_counts[used, j] / sizes[used]
+                ax.plot(np.flatnonzero(used), shares, ".", label=f"{self.label_column}={value}")
+                ax.axhline(overall[j], color="grey", linewidth=0.8)
+            ax.set_xlabel("output file")
+            ax.set_ylabel("share of rows")
+            ax.set_ylim(0, 1)
+            ax.legend(loc="upper right", fontsize="small")
+            ax.set_title("label share per output file")
+        fig.suptitle(f"{self.dest}: {'uniform' if self.ok else 'NOT uniform'} at alpha={self.alpha:g}")
+        if path is not None:
+            fig.savefig(path, dpi=110)
+        return fig
+
+
+def quality(
+    dest: str | list[str],
+    order_column: str,
+    label_column: str | None = None,
+    *,
+    neighbours: int = 10,
+    alpha: float = 1e-3,
+    storage_options: dict | None = None,
+) -> QualityReport:
+    """Measure how random the row order of ``dest`` is against an original order.
+
+    ``dest`` is a daskpile result (read in manifest order), any directory or
+    glob of Parquet files (read in name order), or a list of files.
+    ``order_column`` must hold each row's position in the input order, or any
+    unique sortable key of it (an id, a timestamp).  Only the order and label
+    columns are read, in parallel on the current Dask client.
+
+    >>> report = quality("shuffled/", order_column="id", label_column="label")  # doctest: +SKIP
+    >>> report.ok, round(report.rank_correlation, 3)  # doctest: +SKIP
+    (True, 0.0)
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
+    if neighbours < 1:
+        raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
+    fs, files, where = _ordered_files(dest, storage_options)
+    columns = [order_column] + ([label_column] if label_column else [])
+    parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, columns) for path in files])
+    rows_per_file = np.array([len(p[0]) for p in parts], dtype=np.int64)
+    order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
+    rows = len(order)
+    if order.null_count:
+        raise ValueError(f"order column {order_column!r} has {order.null_count} null values")
+    if rows and pc.count_distinct(order).as_py() != rows:
+        raise ValueError(f"order column {order_column!r} has duplicate values: it must identify each row's position")
+    # rank = position of each row in the input order
+    rank = pc.rank(order, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.int64) - 1
+
+    checks = []
+    rho = _rank_correlation(rank)
+    p = math.erfc(abs(rho) * math.sqrt(max(rows - 1, 0)) / math.sqrt(2)) if rows > 2 else 1.0
+    checks.append(Check("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
+
+    if rows >= 500:  # at least 5 expected rows in each cell of the 10 x 10 table
+        chi2 = _decile_chi_square(rank)
+        p = chi_square_sf(chi2, 81)
+        checks.append(Check("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof, p={p:.3g}"))
+
+    steps = np.diff(rank)
+    successions = int(np.count_nonzero(steps == 1))
+    longest = _longest_run(steps == 1, rows)
+    expected = (rows - 1) / rows if rows else 0.0
+    p = poisson_sf(successions, expected)
+    checks.append(
+        Check(
+            "successions", successions, p, p >= alpha,
+            f"{successions:,} output neighbours were input neighbours (expected {expected:.1f}), "
+            f"longest run {longest:,} rows, p={p:.3g}",
+        )
+    )  # fmt: skip
+
+    distance = np.abs(steps)
+    near = int(np.count_nonzero(distance <= neighbours))
+    k = min(neighbours, rows - 1)
+    q = (2 * k * rows - k * (k + 1)) / (rows * (rows - 1)) if rows > 1 else 0.0
+    p = poisson_sf(near, (rows - 1) * q)
+    near_share = near / max(rows - 1, 1)
+    checks.append(
+        Check(
+            f"neighbours within {neighbours}", near_share, p, p >= alpha,
+            f"{near_share:.3g} of output neighbours (expected {q:.3g}), p={p:.3g}",
+        )
+    )  # fmt: skip
+
+    labels, label_counts = [], None
+    if label_column:
+        labels, label_counts, check = _label_balance([p[1] for p in parts], label_column, rows_per_file, alpha)
+        checks.append(check)
+
+    bins = np.minimum(np.arange(rows) * HISTOGRAM_BINS // max(rows, 1), HISTOGRAM_BINS - 1)
+    input_bins = rank * HISTOGRAM_BINS // max(rows, 1)
+    histogram = np.bincount(input_bins * HISTOGRAM_BINS + bins, minlength=HISTOGRAM_BINS**2)
+    return QualityReport(
+        dest=where,
+        rows=rows,
+        files=[full_url(fs, f) for f in files],
+        order_column=order_column,
+        label_column=label_column,
+        alpha=alpha,
+        checks=checks,
+        rank_correlation=rho,
+        longest_run=longest,
+        near_share=near_share,
+        near_expected=q,
+        neighbours=neighbours,
+        entropy_bits=_difference_entropy(distance),
+        position_histogram=histogram.reshape(HISTOGRAM_BINS, HISTOGRAM_BINS),
+        labels=labels,
+        label_counts=label_counts,
+    )
+
+
+def _ordered_files(dest, storage_options) -> tuple:
+    """The files of ``dest`` in reading order: the manifest's for a daskpile result, else by name."""
+    if isinstance(dest, (list, tuple)):
+        if not dest:
+            raise ValueError("dest is an empty list of files")
+        fs, _ = filesystem(dest[0], storage_options)
+        return fs, [filesystem(url, storage_options)[1] for url in dest], f"{len(dest)} files"
+    fs, path = filesystem(dest, storage_options)
+    if fs.isdir(path) and fs.exists(posixpath.join(path, _manifest.MANIFEST_NAME)):
+        files = [posixpath.join(path, name) for name in _manifest.read(dest, storage_options)["files"]]
+    else:
+        files = list_files(fs, path)
+    if not files:
+        raise FileNotFoundError(f"{dest!r} holds no data files")
+    return fs, files, full_url(fs, path)
+
+
+def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:
+    def reader(source):
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(source)
+        for name in columns:
+            if name not in schema.names:
+                raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(schema.names)})")
+        if hasattr(source, "seek"):
+            source.seek(0)
+        return pq.read_table(source, columns=columns, use_threads=False)
+
+    table = _passes.read_parquet(fs, path, reader)
+    return [table[name] for name in columns]
+
+
+def _rank_correlation(rank: np.ndarray) -> float:
+    """Spearman's rho of input and output positions (both are permutations of 0..n-1)."""
+    n = len(rank)
+    if n < 2:
+        return 0.0
+    d = (rank - np.arange(n)).astype(np.float64)
+    return float(1 - 6 * np.dot(d, d) / (n * (n * n - 1.0)))
+
+
+def _decile_chi_square(rank: np.ndarray) -> float:
+    n = len(rank)
+    table = np.bincount((rank * 10 // n) * 10 + np.arange(n) * 10 // n, minlength=100).reshape(10, 10)
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
+    return float(((table - expected) ** 2 / expected).sum())
+
+
+def _longest_run(successions: np.ndarray, rows: int) -> int:
+    """Rows in the longest stretch of the output that was a consecutive stretch of the input."""
+    if rows < 2:
+        return rows
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], successions.astype(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max(initial=0)) + 1
+
+
+def _difference_entropy(distance: np.ndarray) -> float:
+    if not distance.size:
+        return 0.0
+    _, counts = np.unique(distance, return_counts=True)
+    share = counts / distance.size
+    return max(0.0, float(-(share * np.log2(share)).sum()))
+
+
+def _label_balance(arrays, label_column: str, rows_per_file: np.ndarray, alpha: float):
+    labels = pa.chunked_array(arrays).combine_chunks().dictionary_encode()
+    values = labels.dictionary.to_pylist()
+    if len(values) > MAX_LABELS:
+        raise ValueError(
+            f"label column {label_column!r} has {len(values):,} distinct values; "
+            f"label balance needs a categorical column (at most {MAX_LABELS})"
+        )
+    codes = labels.indices.fill_null(len(values)).to_numpy()
+    values = values + ([None] if labels.null_count else [])
+    n, files, kinds = int(rows_per_file.sum()), len(rows_per_file), len(values)
+    file_of_row = np.repeat(np.arange(files), rows_per_file)
+    counts = np.bincount(file_of_row * kinds + codes, minlength=files * kinds).reshape(files, kinds)
+    share = counts.sum(axis=0) / max(n, 1)
+    sizes = rows_per_file[:, None].astype(np.float64)
+    # Drawing a file's rows without replacement from n rows: hypergeometric variance.
+    variance = sizes * share * (1 - share) * (n - sizes) / max(n - 1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(variance > 0, (counts - sizes * share) / np.sqrt(variance), 0.0)
+    worst = float(np.abs(z).max(initial=0.0))
+    bound = statistics.NormalDist().inv_cdf(1 - alpha / (2 * max(files * kinds, 1)))  # Bonferroni
+    outside = int(np.count_nonzero((np.abs(z) > bound).any(axis=1)))
+    p = min(1.0, math.erfc(worst / math.sqrt(2)) * files * kinds)
+    detail = f"worst file {worst:.1f} sigma from the overall share (bound {bound:.1f}), {outside} of {files} outside"
+    return values, counts, Check("label balance per file", worst, p, worst <= bound, detail)
+
+
+def chi_square_sf(x: float, dof: int) -> float:
+    """P(X >= x) for X ~ chi-square(dof).
+
+    >>> round(chi_square_sf(3.841458820694124, 1), 6)
+    0.05
+    """
+    return _gamma_q(dof / 2, x / 2)
+
+
+def poisson_sf(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean).
+
+    >>> round(poisson_sf(2, 1.0), 6)  # 1 - e^-1 (1 + 1)
+    0.264241
+    """
+    if k <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    return _gamma_p(k, mean)
+
+
+def _gamma_q(a: float, x: float) -> float:
+    """The regularised upper incomplete gamma function Q(a, x)."""
+    if x <= 0:
+        return 1.0
+    return 1.0 - _gamma_series(a, x) if x < a + 1 else _gamma_fraction(a, x)
+
+
+def _gamma_p(a: float, x: float) -> float:
+    """The regularised lower incomplete gamma function P(a, x) = 1 - Q(a, x)."""
+    if x <= 0:
+        return 0.0
+    return _gamma_series(a, x) if x < a + 1 else 1.0 - _gamma_fraction(a, x)
+
+
+# Each of the two converges fast, and keeps its precision in small tails, on
+# its own side of x = a + 1 (Numerical Recipes, 6.2).
+def _gamma_series(a: float, x: float) -> float:
+    """P(a, x) by its power series."""
+    term = total = 1.0 / a
+    denominator = a
+    while abs(term) > abs(total) * 1e-16:
+        denominator += 1
+        term *= x / denominator
+        total += term
+    return total * math.exp(-x + a * math.log(x) - math.lgamma(a))
+
+
+def _gamma_fraction(a: float, x: float) -> float:
+    """Q(a, x) by its continued fraction (modified Lentz)."""
+    tiny = 1e-300
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 100_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return math.exp(-x + a * math.log(x) - math.lgamma(a)) * h

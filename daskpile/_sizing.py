@@ -1,0 +1,85 @@
+"""``piles="auto"``: choose the pile count from the data's size and the memory of a task.
+
+Pass 2 holds one pile in memory, with its permuted copy and the Parquet
+writer's buffers, so a pile must fit in a fraction of the memory a task can
+count on.  A pile's row count is binomial, so the largest of M piles is about
+its mean plus a few standard deviations; the plan makes mean + 6 sd fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pyarrow.parquet as pq
+
+from daskpile import _passes
+
+MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
+SAMPLED_FILES = 8
+# Peak memory of a pass-2 task measured at about 2.5 piles (the pile, its
+# permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
+MEMORY_PER_PILE_FRACTION = 1 / 4
+
+
+@dataclasses.dataclass(frozen=True)
+class PilePlan:
+    """The chosen pile count and the estimate it came from."""
+
+    piles: int
+    rows: int
+    bytes: int
+    memory_per_pile: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.piles} piles: about {self.rows:,} rows, {self.bytes / 2**20:,.0f} MiB in memory, "
+            f"piles of at most {self.memory_per_pile / 2**20:,.0f} MiB"
+        )
+
+
+def estimate_parquet(fs, files: list[str], sizes: list[int]) -> tuple[int, int]:
+    """(rows, uncompressed bytes) of a Parquet dataset, from the footers of a few evenly spaced files.
+
+    The sampled files' rows and bytes per stored byte are extrapolated by file
+    size, so a dataset of 10,000 files on S3 costs 8 footer reads.
+    """
+    step = max(1, len(files) // SAMPLED_FILES)
+    sample = list(range(0, len(files), step))[:SAMPLED_FILES]
+    rows = data_bytes = stored = 0
+    for k in sample:
+        meta = _passes.read_parquet(fs, files[k], pq.read_metadata)
+        rows += meta.num_rows
+        data_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+        stored += sizes[k]
+    scale = sum(sizes) / max(stored, 1)
+    return round(rows * scale), round(data_bytes * scale)
+
+
+def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -> PilePlan:
+    """The fewest piles (at least ``min_piles``) whose largest pile fits ``memory_per_pile``.
+
+    >>> plan(rows=10_000_000, data_bytes=10 * 2**30, memory_per_pile=2**30).piles
+    11
+    """
+    if memory_per_pile <= 0:
+        raise ValueError(f"memory_per_pile must be positive, got {memory_per_pile!r}")
+    bytes_per_row = data_bytes / max(rows, 1)
+    fitting_rows = memory_per_pile / max(bytes_per_row, 1e-9)
+    # largest mean mu with mu + 6 sqrt(mu) <= fitting_rows
+    mean_rows = ((-6 + math.sqrt(36 + 4 * fitting_rows)) / 2) ** 2
+    if mean_rows < 1:
+        raise ValueError(
+            f"a row takes about {bytes_per_row:,.0f} bytes, more than memory_per_pile={memory_per_pile:,} "
+            "leaves room for: give the workers more memory or pass a larger memory_per_pile"
+        )
+    piles = max(min_piles, math.ceil(rows / mean_rows), 1)
+    if piles > MAX_PILES:
+        raise ValueError(
+            f"{rows:,} rows of {data_bytes:,} bytes need {piles:,} piles of {memory_per_pile:,} bytes, "
+            f"more than the {MAX_PILES:,} daskpile supports: give the workers more memory"
+        )
+    return PilePlan(piles=piles, rows=rows, bytes=data_bytes, memory_per_pile=int(memory_per_pile))

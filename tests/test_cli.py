@@ -1,0 +1,126 @@
+"""The ``daskpile`` command: the installed console script end to end on a
+LocalCluster, and its exit statuses and error lines in-process."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from _util import file_bytes
+from click.testing import CliRunner
+
+import daskpile
+from daskpile.cli import cli
+from daskpile.datasets import write_reference_dataset
+
+DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
+
+
+@pytest.fixture(scope="module")
+def sorted_source(tmp_path_factory):
+    source = tmp_path_factory.mktemp("cli") / "sorted"
+    write_reference_dataset(source, rows=30_000, files=3)
+    return str(source)
+
+
+def run(*args, check_status=None):
+    done = subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=300)
+    if check_status is not None:
+        assert done.returncode == check_status, (done.stdout, done.stderr)
+    return done
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_version():
+    assert run("--version", check_status=0).stdout.strip() == f"daskpile, version {daskpile.__version__}"
+
+
+@pytest.mark.slow
+def test_shuffle_verify_quality_on_a_local_cluster(sorted_source, tmp_path, sync_scheduler):
+    dest = str(tmp_path / "out")
+    done = run("shuffle", sorted_source, dest, "--piles", "6", "--seed", "4", "--workers", "2", check_status=0)
+    assert "LocalCluster: 2 workers, dashboard http" in done.stdout
+    assert "100% Completed" in done.stdout  # distributed's progress bar, once per pass
+    assert (
+        "pass 1: 30,000 rows read from 3 files" in done.stdout
+        and "pass 2: 30,000 rows written to 6 files" in done.stdout
+    )
+    assert "shuffled 30,000 rows from 3 files into 6 piles (seed 4)" in done.stdout
+    # the same bytes as the Python API with the same seed
+    daskpile.shuffle_parquet(sorted_source, str(tmp_path / "api"), piles=6, seed=4)
+    assert file_bytes(dest) == file_bytes(tmp_path / "api")
+
+    assert "match" in run("verify", sorted_source, dest, "--scheduler", "sync", check_status=0).stdout
+    plot = str(tmp_path / "q.png")
+    done = run(
+        "quality", dest, "--order-column", "id", "--label-column", "label", "--plot", plot, "--scheduler", "sync"
+    )
+    assert done.returncode == 0 and "consistent with a uniform shuffle" in done.stdout and os.path.exists(plot)
+    done = run("quality", sorted_source, "--order-column", "id", "--scheduler", "sync", check_status=1)
+    assert "NOT uniformly shuffled" in done.stdout
+
+
+def test_quiet_auto_piles_and_json(sorted_source, tmp_path):
+    dest = str(tmp_path / "out")
+    result = invoke(
+        "shuffle", sorted_source, dest, "--scheduler", "threads", "--memory-per-pile", "200KiB", "-q", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)  # nothing but the JSON report: no bars, no summary lines
+    plan = report["pile_plan"]
+    assert plan["piles"] == report["piles"] > 4 and plan["memory_per_pile"] == 200 * 1024 and plan["rows"] == 30_000
+    assert daskpile.read_manifest(dest)["pile_plan"] == plan
+    assert daskpile.verify(sorted_source, dest).ok
+
+
+def test_progress_lines_without_a_cluster(sorted_source, tmp_path):
+    result = invoke("shuffle", sorted_source, str(tmp_path / "out"), "--piles", "3", "--scheduler", "sync")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("pass")] == ["pass 1", "pass 2"]
+    assert "100% Completed" in result.output  # dask.diagnostics.ProgressBar
+
+
+def test_usage_errors_exit_2(sorted_source, tmp_path):
+    dest = str(tmp_path / "out")
+    for args in [
+        ("shuffle", sorted_source, dest, "--piles", "many"),
+        ("shuffle", sorted_source, dest, "--piles", "0"),
+        ("shuffle", sorted_source),
+        ("shuffle", sorted_source, dest, "--storage-option", "anon"),
+        ("shuffle", sorted_source, dest, "--memory-per-pile", "lots"),
+        ("quality", dest),
+        ("frobnicate",),
+    ]:
+        result = CliRunner().invoke(cli, list(args))
+        assert result.exit_code == 2, (args, result.output)
+    assert not os.path.exists(dest)
+
+
+def test_bad_requests_are_one_line_on_stderr_and_exit_2(sorted_source, tmp_path):
+    missing = str(tmp_path / "missing")
+    done = run("shuffle", missing, str(tmp_path / "out"), "--scheduler", "sync", check_status=2)
+    assert done.stderr.strip().splitlines() == [f"daskpile: error: source {missing!r} does not exist"]
+    assert not os.path.exists(tmp_path / "out")
+    done = run("shuffle", missing, str(tmp_path / "out"), "--scheduler", "sync", "--debug", check_status=2)
+    assert "Traceback (most recent call last)" in done.stderr
+
+    dest = str(tmp_path / "taken")
+    os.makedirs(dest)
+    open(os.path.join(dest, "notes.txt"), "w").close()
+    result = CliRunner().invoke(cli, ["shuffle", sorted_source, dest, "--piles", "2", "--scheduler", "sync"])
+    assert result.exit_code == 2 and "holds files" in result.output and "--overwrite" in result.output
+
+
+def test_verification_failure_exits_1(sorted_source, tmp_path):
+    dest = str(tmp_path / "out")
+    assert invoke("shuffle", sorted_source, dest, "--piles", "2", "--scheduler", "sync", "-q").exit_code == 0
+    other = str(tmp_path / "other")
+    write_reference_dataset(other, rows=30_001, files=3)
+    result = CliRunner().invoke(cli, ["verify", other, dest, "--scheduler", "sync", "-q"])
+    assert result.exit_code == 1 and "MISMATCH" in result.output

@@ -1,0 +1,124 @@
+"""The shuffle quality report: it passes uniform permutations at its stated
+false-positive rate and fails orders that keep structure, each for the right reason."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _util import write_parts
+from scipy import stats
+
+import daskpile
+from daskpile._quality import chi_square_sf, poisson_sf
+from daskpile.datasets import write_reference_dataset
+
+ROWS = 20_000
+ALPHA = 1e-3  # per check; 5 checks, so at most 0.5 % of uniform shuffles fail the report (Bonferroni)
+
+
+def ordered(order: np.ndarray, directory, parts: int = 4) -> str:
+    """Write the rows of a sorted dataset (id, label by halves) in ``order``, as ``parts`` files."""
+    ids = np.asarray(order, dtype=np.int64)
+    table = pa.table({"id": ids, "label": (ids >= len(ids) // 2).astype(np.int8)})
+    write_parts(table, directory, parts)
+    return str(directory)
+
+
+def failed(report) -> set[str]:
+    return {c.name for c in report.checks if not c.passed}
+
+
+def test_p_values_match_scipy():
+    for x, dof in [(0.5, 81), (60.0, 81), (81.0, 81), (120.0, 81), (400.0, 81), (3.84, 1), (30.0, 9)]:
+        assert chi_square_sf(x, dof) == pytest.approx(stats.chi2.sf(x, dof), rel=1e-9, abs=1e-300)
+    for k, mean in [(0, 1.0), (1, 1.0), (3, 1.0), (12, 1.0), (5, 20.0), (40, 20.0), (1500, 1999.0), (2100, 1999.0)]:
+        assert poisson_sf(k, mean) == pytest.approx(stats.poisson.sf(k - 1, mean), rel=1e-9, abs=1e-300)
+
+
+def test_a_daskpile_result_passes_and_its_input_fails_every_check(sync_scheduler, tmp_path):
+    source, dest = tmp_path / "sorted", tmp_path / "shuffled"
+    write_reference_dataset(source, rows=100_000, files=4)
+    daskpile.shuffle_parquet(str(source), str(dest), piles=8, seed=1)
+
+    after = daskpile.quality(str(dest), order_column="id", label_column="label")
+    assert after.ok, after
+    assert len(after.files) == 8 and after.rows == 100_000
+    assert abs(after.rank_correlation) < 0.02 and after.longest_run <= 3
+    assert after.entropy_bits > 15
+
+    before = daskpile.quality(str(source), order_column="id", label_column="label")
+    assert not before.ok
+    assert failed(before) == {c.name for c in before.checks}  # every check fails
+    assert before.rank_correlation == pytest.approx(1.0)
+    assert before.longest_run == 100_000 and before.entropy_bits == 0
+    assert "NOT uniformly shuffled" in str(before) and "consistent with a uniform shuffle" in str(after)
+
+
+def test_uniform_permutations_pass(tmp_path):
+    """20 uniform permutations with fixed seeds: each passes (expected failures 20 x 0.5 % = 0.1)."""
+    for seed in range(20):
+        order = np.random.default_rng(seed).permutation(ROWS)
+        report = daskpile.quality(ordered(order, tmp_path / f"s{seed}"), "id", "label", alpha=ALPHA)
+        assert report.ok, (seed, str(report))
+
+
+def test_orders_with_structure_left_fail(tmp_path):
+    """The biased variants, so the checks are known to have teeth."""
+    rng = np.random.default_rng(7)
+    ids = np.arange(ROWS)
+
+    # ddf.sample(frac=1): each input file shuffled within itself
+    within_files = np.concatenate([rng.permutation(part) for part in np.array_split(ids, 4)])
+    report = daskpile.quality(ordered(within_files, tmp_path / "within"), "id", "label")
+    assert {"rank correlation", "decile chi-square", "label balance per file"} <= failed(report)
+
+    # random piles but no permutation inside them (pass 2 skipped)
+    piles = rng.integers(0, 4, ROWS)
+    unpermuted = np.concatenate([ids[piles == j] for j in range(4)])
+    report = daskpile.quality(ordered(unpermuted, tmp_path / "unpermuted"), "id", "label")
+    assert {"successions", "neighbours within 10"} <= failed(report)
+
+    # pairs of consecutive rows kept together, pairs shuffled: no trend, so the correlation cannot see it
+    pairs = rng.permutation(ROWS // 2)
+    paired = np.stack([2 * pairs, 2 * pairs + 1], axis=1).ravel()
+    report = daskpile.quality(ordered(paired, tmp_path / "paired"), "id", "label")
+    assert {"successions", "neighbours within 10"} <= failed(report)
+    assert "rank correlation" not in failed(report) and report.longest_run == 2
+
+
+def test_manifest_order_is_the_reading_order(sync_scheduler, tmp_path):
+    source, dest = tmp_path / "sorted", tmp_path / "shuffled"
+    write_reference_dataset(source, rows=5_000, files=2)
+    report = daskpile.shuffle_parquet(str(source), str(dest), piles=12, seed=2)
+    assert daskpile.quality(str(dest), "id").files == report.files
+
+
+def test_plot(tmp_path):
+    report = daskpile.quality(ordered(np.arange(ROWS), tmp_path / "in"), "id", "label")
+    fig = report.plot(str(tmp_path / "q.png"))
+    assert os.path.getsize(tmp_path / "q.png") > 10_000
+    assert len(fig.axes) == 3  # histogram, its colour bar, label shares
+    assert len(daskpile.quality(str(tmp_path / "in"), "id").plot().axes) == 2  # no label column
+
+
+def test_bad_columns_are_named(tmp_path):
+    directory = ordered(np.arange(100), tmp_path / "in")
+    with pytest.raises(KeyError, match=r"'idx' is not in .*in-000\.parquet"):
+        daskpile.quality(directory, "idx")
+    pq.write_table(pa.table({"id": [1, 1, 2], "label": [0, 0, 1]}), tmp_path / "dup.parquet")
+    with pytest.raises(ValueError, match="order column 'id' has duplicate values"):
+        daskpile.quality(str(tmp_path / "dup.parquet"), "id")
+    pq.write_table(pa.table({"id": [1, None, 2], "label": [0, 0, 1]}), tmp_path / "null.parquet")
+    with pytest.raises(ValueError, match="order column 'id' has 1 null values"):
+        daskpile.quality(str(tmp_path / "null.parquet"), "id")
+    pq.write_table(pa.table({"id": np.arange(300), "label": np.arange(300)}), tmp_path / "many.parquet")
+    with pytest.raises(ValueError, match="label column 'label' has 300 distinct values"):
+        daskpile.quality(str(tmp_path / "many.parquet"), "id", "label")
+
+
+def test_tiny_datasets(tmp_path):
+    pq.write_table(pa.table({"id": [5]}), tmp_path / "one.parquet")
+    report = daskpile.quality(str(tmp_path / "one.parquet"), "id")
+    assert report.ok and report.rows == 1 and report.longest_run == 1

@@ -1,0 +1,70 @@
+"""piles="auto": the estimate from Parquet footers, and a plan whose largest pile fits."""
+
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import daskpile
+from daskpile import _sizing
+from daskpile._storage import filesystem
+from daskpile.datasets import write_reference_dataset
+
+
+def test_the_largest_pile_fits_and_one_pile_fewer_would_not():
+    for rows, data_bytes, memory in [(10**8, 4 * 10**9, 2**28), (10**6, 10**9, 2**24), (5_000, 10**6, 10**5)]:
+        plan = _sizing.plan(rows, data_bytes, memory)
+        bytes_per_row = data_bytes / rows
+        mean = rows / plan.piles
+        assert (mean + 6 * math.sqrt(mean)) * bytes_per_row <= memory
+        fewer = rows / (plan.piles - 1)
+        assert (fewer + 6 * math.sqrt(fewer)) * bytes_per_row > memory
+        # and over random assignments the largest pile stays under the budget
+        largest = max(
+            np.random.default_rng(s).multinomial(rows, [1 / plan.piles] * plan.piles).max() for s in range(20)
+        )
+        assert largest * bytes_per_row <= memory
+
+
+def test_plan_limits():
+    assert _sizing.plan(100, 1000, 10**9, min_piles=8).piles == 8
+    with pytest.raises(ValueError, match="a row takes about 1,000,000 bytes"):
+        _sizing.plan(10, 10**7, 10**5)
+    with pytest.raises(ValueError, match="more than the 65,535 daskpile supports"):
+        _sizing.plan(10**10, 10**13, 10**6)
+
+
+def test_estimate_from_footers(tmp_path):
+    write_reference_dataset(tmp_path, rows=40_000, files=20)
+    fs, _ = filesystem(str(tmp_path))
+    files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    sizes = [fs.size(f) for f in files]
+    rows, data_bytes = _sizing.estimate_parquet(fs, files, sizes)  # 8 of the 20 footers
+    assert rows == pytest.approx(40_000, rel=0.02)
+    exact = sum(
+        pq.read_metadata(f).row_group(g).total_byte_size
+        for f in files
+        for g in range(pq.read_metadata(f).num_row_groups)
+    )
+    assert data_bytes == pytest.approx(exact, rel=0.05)
+
+
+def test_shuffle_parquet_with_auto_piles(sync_scheduler, tmp_path):
+    source, dest = tmp_path / "in", tmp_path / "out"
+    write_reference_dataset(source, rows=50_000, files=4)
+    report = daskpile.shuffle_parquet(str(source), str(dest), "auto", seed=1, memory_per_pile=256 * 1024)
+    plan = report.pile_plan
+    assert report.piles == plan.piles == len(report.files) and plan.rows == 50_000
+    assert daskpile.read_manifest(str(dest))["pile_plan"] == plan.to_json()
+    largest = max(daskpile.read_manifest(str(dest))["rows_per_pile"])
+    assert largest * plan.bytes / plan.rows <= plan.memory_per_pile
+    assert daskpile.verify(str(source), str(dest)).ok
+    # without a budget, a quarter of the memory per thread: few piles, but at least 4 per thread
+    report = daskpile.shuffle_parquet(str(source), str(tmp_path / "default"), "auto", seed=1)
+    assert report.piles >= 4
+
+
+def test_piles_must_be_a_number_or_auto(tmp_path):
+    with pytest.raises(ValueError, match="piles must be a positive integer or 'auto', got 'many'"):
+        daskpile.shuffle_parquet(str(tmp_path), str(tmp_path / "out"), "many")
