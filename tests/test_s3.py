@@ -10,8 +10,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
 import daskpile
+from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
 
 s3fs = pytest.importorskip("s3fs")
@@ -73,3 +75,21 @@ def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     gc.collect()
     fs.invalidate_cache()
     assert fs.find("scratch/df") == []
+
+
+def test_the_command_on_s3(s3):
+    _, options = s3
+    write_reference_dataset("s3://lake/cli-in", rows=5_000, files=2, storage_options=options)
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    storage = [
+        "--storage-option=key=testing",
+        "--storage-option=secret=testing",
+        f"--storage-option=client_kwargs.endpoint_url={endpoint}",
+        "--storage-option=client_kwargs.region_name=eu-west-1",
+    ]
+    args = ["s3://lake/cli-in", "s3://lake/cli-out", "--piles=3", "--seed=2", "--scratch=s3://scratch/cli"]
+    result = CliRunner().invoke(cli, ["shuffle", *args, *storage, "--scheduler=threads", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "shuffled 5,000 rows from 2 files into 3 piles (seed 2) at s3://lake/cli-out" in result.output
+    result = CliRunner().invoke(cli, ["verify", "s3://lake/cli-in", "s3://lake/cli-out", *storage, "--scheduler=sync"])
+    assert result.exit_code == 0 and "match" in result.output
