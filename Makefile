@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify it
-	$(BIN)/python -m daskpile.demo
+	$(BIN)/daskpile demo demo-data
 
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests

@@ -2,7 +2,10 @@
 
 With a ``distributed`` client, tasks run on its cluster and progress is
 distributed's own bar (text in a terminal, a widget in a notebook); without
-one, on Dask's local scheduler with ``dask.diagnostics.ProgressBar``.
+one, on Dask's local scheduler with ``dask.diagnostics.ProgressBar``.  Where
+output is neither a terminal nor a notebook (a batch job's log), bars are
+left out: redrawn ten times a second they would fill the log, and the summary
+line of each pass says what matters.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def memory_per_thread() -> int:
 def compute(tasks, *, progress: bool = False) -> list:
     """Compute Dask delayed ``tasks`` and return their results, in order."""
     tasks = list(tasks)
-    if not progress:
+    if not (progress and _shows_bars()):
         return list(dask.compute(*tasks))
     client = current_client()
     if client is not None:
@@ -61,6 +64,12 @@ def compute(tasks, *, progress: bool = False) -> list:
 
     with ProgressBar(out=sys.stdout):
         return list(dask.compute(*tasks))
+
+
+def _shows_bars() -> bool:
+    from distributed.utils import is_kernel
+
+    return sys.stdout.isatty() or is_kernel()
 
 
 class Timer:

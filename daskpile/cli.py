@@ -253,7 +253,7 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, as_json, 
 
 
 @cli.command()
-@click.argument("directory", default="daskpile-demo")
+@click.argument("directory", default="demo-data")
 @click.option("--rows", type=click.IntRange(min=1), default=3_000_000, show_default=True)
 @click.option("--piles", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)

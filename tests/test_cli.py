@@ -3,6 +3,7 @@ LocalCluster, and its exit statuses and error lines in-process."""
 
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,25 @@ def run(*args, check_status=None):
     return done
 
 
+def run_in_a_terminal(*args) -> str:
+    """Run the command with its stdout on a pseudo-terminal, as in an interactive shell."""
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([DASKPILE, *args], stdout=secondary, stderr=subprocess.PIPE, text=True)
+    os.close(secondary)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the command exited and closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(primary)
+    assert process.wait(timeout=300) == 0, (output, process.stderr.read())
+    return output.decode()
+
+
 def invoke(*args):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
@@ -43,14 +63,12 @@ def test_version():
 @pytest.mark.slow
 def test_shuffle_verify_quality_on_a_local_cluster(sorted_source, tmp_path, sync_scheduler):
     dest = str(tmp_path / "out")
-    done = run("shuffle", sorted_source, dest, "--piles", "6", "--seed", "4", "--workers", "2", check_status=0)
-    assert "LocalCluster: 2 workers, dashboard http" in done.stdout
-    assert "100% Completed" in done.stdout  # distributed's progress bar, once per pass
-    assert (
-        "pass 1: 30,000 rows read from 3 files" in done.stdout
-        and "pass 2: 30,000 rows written to 6 files" in done.stdout
-    )
-    assert "shuffled 30,000 rows from 3 files into 6 piles (seed 4)" in done.stdout
+    output = run_in_a_terminal("shuffle", sorted_source, dest, "--piles", "6", "--seed", "4", "--workers", "2")
+    assert "LocalCluster: 2 workers, dashboard http" in output
+    assert output.count("100% Completed") == 2  # distributed's progress bar, once per pass
+    assert "pass 1: 30,000 rows read from 3 files" in output
+    assert "pass 2: 30,000 rows written to 6 files" in output
+    assert "shuffled 30,000 rows from 3 files into 6 piles (seed 4)" in output
     # the same bytes as the Python API with the same seed
     daskpile.shuffle_parquet(sorted_source, str(tmp_path / "api"), piles=6, seed=4)
     assert file_bytes(dest) == file_bytes(tmp_path / "api")
@@ -78,12 +96,25 @@ def test_quiet_auto_piles_and_json(sorted_source, tmp_path):
     assert daskpile.verify(sorted_source, dest).ok
 
 
-def test_progress_lines_without_a_cluster(sorted_source, tmp_path):
+def test_in_a_log_progress_is_one_line_per_pass(sorted_source, tmp_path):
     result = invoke("shuffle", sorted_source, str(tmp_path / "out"), "--piles", "3", "--scheduler", "sync")
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("pass")] == ["pass 1", "pass 2"]
-    assert "100% Completed" in result.output  # dask.diagnostics.ProgressBar
+    assert "Completed" not in result.output  # no bars redrawn into a batch job's log
+
+
+def test_bars_without_a_cluster_in_a_terminal(sorted_source, tmp_path):
+    output = run_in_a_terminal("shuffle", sorted_source, str(tmp_path / "out"), "--piles=3", "--scheduler=threads")
+    assert output.count("100% Completed") == 2  # dask.diagnostics.ProgressBar, once per pass
+
+
+def test_the_api_is_quiet_unless_asked(sorted_source, tmp_path, sync_scheduler, capsys):
+    daskpile.shuffle_parquet(sorted_source, str(tmp_path / "quiet"), piles=2, seed=1)
+    daskpile.verify(sorted_source, str(tmp_path / "quiet"))
+    assert capsys.readouterr().out == ""
+    daskpile.shuffle_parquet(sorted_source, str(tmp_path / "loud"), piles=2, seed=1, progress=True)
+    assert "pass 2: 30,000 rows written to 2 files" in capsys.readouterr().out
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):
