@@ -17,6 +17,7 @@ import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from dask.utils import parse_bytes
 
 from daskpile import _fingerprint, _manifest, _passes, _sizing
 from daskpile import _run as run_state
@@ -88,6 +89,7 @@ def shuffle_parquet(
     verify: bool = True,
     memory_per_pile: int | None = None,
     progress: bool = False,
+    blocksize: int | str = _passes.BLOCKSIZE,
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
@@ -106,6 +108,11 @@ def shuffle_parquet(
     largest fits ``memory_per_pile`` bytes, by default a quarter of a worker's
     memory per thread; the choice is in ``report.pile_plan`` and the manifest.
 
+    A file larger than ``blocksize`` bytes in memory (its row groups'
+    uncompressed size; default 256 MiB, as in ``dask.dataframe.read_parquet``)
+    is read in pieces of whole row groups, so memory stays bounded by that, not
+    by the size of the file.  Like ``piles`` and ``seed``, it decides the output.
+
     Runs on the current Dask client if there is one, else on Dask's default
     local scheduler.  ``progress=True`` shows Dask's progress bar for each pass
     and prints one summary line per pass.
@@ -114,6 +121,9 @@ def shuffle_parquet(
     >>> report.rows, len(report.files)  # doctest: +SKIP
     (10000000, 64)
     """
+    blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
+    if blocksize < 1:
+        raise ValueError(f"blocksize must be positive, got {blocksize!r}")
     auto = piles == "auto"
     requested_piles = None if auto else check_piles(piles, auto_allowed=True)
     requested_seed = None if seed is None else resolve_seed(seed)
@@ -133,7 +143,7 @@ def shuffle_parquet(
     )
     previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
-        differences = previous.differences(source_urls, stamps, requested_piles, requested_seed)
+        differences = previous.differences(source_urls, stamps, requested_piles, requested_seed, blocksize)
         if differences and not overwrite:
             raise RunMismatchError(
                 f"{dest_url!r} has an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
@@ -157,7 +167,7 @@ def shuffle_parquet(
     piles = pile_plan.piles if auto else requested_piles
     if progress and pile_plan is not None:
         print(f"piles=auto: {pile_plan}", flush=True)
-    spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url)
+    spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize)
     has_result, has_other_files = _dest_contents(dest_fs, dest_path)
     if (has_result or has_other_files) and not overwrite:
         what = "a finished daskpile result" if has_result else "files"
@@ -172,7 +182,7 @@ def shuffle_parquet(
         timer = Timer(progress)
         scattered = compute((
             dask.delayed(_passes.scatter_parquet_file)(
-                source_fs, path, k, piles, seed, scratch_dir, schema, verify, source_urls[0],
+                source_fs, path, k, piles, seed, scratch_dir, schema, verify, source_urls[0], blocksize,
                 dask_key_name=f"daskpile-scatter-{k}-{spec.key()}",
             )
             for k, path in enumerate(source_files)
@@ -185,6 +195,7 @@ def shuffle_parquet(
         raise
 
     counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(piles, dtype=np.int64)
+    scratch_dir = dataclasses.replace(scratch_dir, pieces=tuple(r.pieces for r in scattered))
     timer.say(
         f"pass 1: {int(counts.sum()):,} rows read from {len(source_files)} files "
         f"({sum(int(i.get('size') or 0) for i in infos) / 2**20:,.0f} MiB), "

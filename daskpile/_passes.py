@@ -14,6 +14,7 @@ inputs and can be run twice, anywhere, with the same result.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 
@@ -37,6 +38,7 @@ class ScatterResult:
     counts: np.ndarray
     fingerprint: Fingerprint | None
     reused: bool = False
+    pieces: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,17 +52,24 @@ class GatherResult:
 
 
 def scatter_table(
-    table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch, fingerprint: bool = False
+    table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch, fingerprint: bool = False, piece: int = 0
 ) -> ScatterResult:
-    """Pass 1 for one partition already in Arrow form."""
-    rng = _random.generator(seed, _random.SCATTER, partition)
+    """Pass 1 for one partition (or one piece of it) already in Arrow form."""
+    rng = _random.generator(seed, _random.SCATTER, partition, piece)
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
     footer = {"daskpile.counts": base64.b64encode(counts.astype("<i8").tobytes()).decode("ascii")}
     if input_fingerprint is not None:
         footer["daskpile.fingerprint"] = json.dumps(input_fingerprint.to_json())
-    nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition), grouped, counts, footer)
+    nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition, piece), grouped, counts, footer)
     return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint)
+
+
+# Like dask.dataframe.read_parquet's blocksize: a file larger than this in
+# memory (the row groups' uncompressed size) is read in pieces of whole row
+# groups, so a task never holds a multi-GB file.  It decides the pieces, and so
+# the output for a seed: it is part of a run's identity, not a tuning knob.
+BLOCKSIZE = 256 * 2**20
 
 
 def scatter_parquet_file(
@@ -73,21 +82,59 @@ def scatter_parquet_file(
     schema: pa.Schema,
     fingerprint: bool = False,
     schema_source: str = "the first file",
+    blocksize: int = BLOCKSIZE,
 ) -> ScatterResult:
-    """Pass 1 for one Parquet file: read it as Arrow, check its schema, scatter it.
+    """Pass 1 for one Parquet file: check its schema, then read and scatter it piece by piece.
 
     A scratch file left by an interrupted run of the same spec is reused as is.
     """
-    finished = _finished_scatter(scratch, partition, piles, fingerprint)
-    if finished is not None:
-        return finished
-    table = read_parquet(fs, path)
-    check_schema(table.schema, schema, full_url(fs, path), schema_source)
-    return scatter_table(table, partition, piles, seed, scratch, fingerprint)
+    url = full_url(fs, path)
+    results = []
+    with open_parquet(fs, path) as parquet:
+        check_schema(parquet.schema_arrow, schema, url, schema_source)
+        for piece, row_groups in enumerate(row_group_pieces(parquet.metadata, blocksize)):
+            finished = _finished_scatter(scratch, partition, piece, piles, fingerprint)
+            if finished is not None:
+                results.append(finished)
+                continue
+            with _parquet_errors(url):
+                table = parquet.read_row_groups(row_groups, use_threads=False) if row_groups else None
+            table = table if table is not None else parquet.schema_arrow.empty_table()
+            results.append(scatter_table(table, partition, piles, seed, scratch, fingerprint, piece))
+    return ScatterResult(
+        partition,
+        sum(r.rows for r in results),
+        sum(r.scratch_bytes for r in results),
+        np.sum([r.counts for r in results], axis=0),
+        _fingerprint.total(r.fingerprint for r in results) if fingerprint else None,
+        reused=all(r.reused for r in results),
+        pieces=len(results),
+    )
 
 
-def _finished_scatter(scratch: Scratch, partition: int, piles: int, fingerprint: bool) -> ScatterResult | None:
-    footer = _scratch.read_footer(scratch.fs, scratch.path(partition))
+def row_group_pieces(metadata: pq.FileMetaData, blocksize: int) -> list[list[int]]:
+    """Consecutive row groups, grouped so that each piece is at most ``blocksize`` bytes uncompressed.
+
+    A row group larger than ``blocksize`` is a piece of its own; a file without
+    row groups is one empty piece.
+    """
+    pieces: list[list[int]] = [[]]
+    size = 0
+    for g in range(metadata.num_row_groups):
+        group_bytes = metadata.row_group(g).total_byte_size
+        if pieces[-1] and size + group_bytes > blocksize:
+            pieces.append([])
+            size = 0
+        pieces[-1].append(g)
+        size += group_bytes
+    return pieces
+
+
+def _finished_scatter(
+    scratch: Scratch, partition: int, piece: int, piles: int, fingerprint: bool
+) -> ScatterResult | None:
+    path = scratch.path(partition, piece)
+    footer = _scratch.read_footer(scratch.fs, path)
     if not footer or "daskpile.counts" not in footer:
         return None
     if fingerprint and "daskpile.fingerprint" not in footer:
@@ -99,7 +146,7 @@ def _finished_scatter(scratch: Scratch, partition: int, piles: int, fingerprint:
     return ScatterResult(
         partition,
         int(counts.sum()),
-        scratch.fs.size(scratch.path(partition)),
+        scratch.fs.size(path),
         counts,
         Fingerprint.from_json(json.loads(found)) if found else None,
         reused=True,
@@ -193,15 +240,33 @@ def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=_read_table_si
 
     Local files go to pyarrow's native reader; others through fsspec.
     """
-    try:
+    with _parquet_errors(full_url(fs, path)):
         if is_local(fs):
             return reader(path)
         with fs.open(path, "rb") as f:
             return reader(f)
+
+
+@contextlib.contextmanager
+def open_parquet(fs: fsspec.AbstractFileSystem, path: str):
+    """A ``pq.ParquetFile`` (footer read, no data yet), local or through fsspec."""
+    with contextlib.ExitStack() as stack:
+        with _parquet_errors(full_url(fs, path)):  # only the opening: errors of the caller's block stay theirs
+            source = path if is_local(fs) else stack.enter_context(fs.open(path, "rb"))
+            parquet = pq.ParquetFile(source)
+            stack.callback(parquet.close)
+        yield parquet
+
+
+@contextlib.contextmanager
+def _parquet_errors(url: str):
+    """Any failure to parse a file becomes a ValueError that names it."""
+    try:
+        yield
     except FileNotFoundError:
         raise
     except (pa.ArrowInvalid, OSError) as e:
-        raise ValueError(f"cannot read {full_url(fs, path)!r} as Parquet: {e}") from e
+        raise ValueError(f"cannot read {url!r} as Parquet: {e}") from e
 
 
 def check_schema(actual: pa.Schema, expected: pa.Schema, where: str, expected_from: str) -> None:

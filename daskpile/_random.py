@@ -18,13 +18,14 @@ SCATTER = 1  # pass 1: which pile each row of a partition goes to
 GATHER = 2  # pass 2: the order of the rows inside a pile
 
 
-def generator(seed: int, stage: int, index: int) -> np.random.Generator:
-    """A Philox (counter-based) generator for one task.
+def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Generator:
+    """A Philox (counter-based) generator for one task: partition or pile ``index``, and its ``piece``.
 
     >>> generator(7, SCATTER, 0).integers(0, 10, 3).tolist() == generator(7, SCATTER, 0).integers(0, 10, 3).tolist()
     True
     """
-    key = np.random.SeedSequence([seed, stage, index])
+    # Piece 0 keeps the three-part key, so a file read in one piece draws what it always drew.
+    key = np.random.SeedSequence([seed, stage, index] + ([piece] if piece else []))
     return np.random.Generator(np.random.Philox(key))
 
 

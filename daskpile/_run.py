@@ -1,7 +1,7 @@
 """What identifies a run of ``shuffle_parquet``, so that an interrupted run can be resumed.
 
 A run is (source files with their sizes and modification stamps, piles, seed,
-dest).  Its description is written next to its scratch files before pass 1
+dest, blocksize).  Its description is written next to its scratch files before pass 1
 and into ``dest/_daskpile.run.json`` before pass 2.  Running the same call
 again finds it and reuses every finished scratch file and output file; a call
 with other arguments is refused instead of mixing two runs.
@@ -28,6 +28,7 @@ class RunSpec:
     piles: int
     seed: int
     dest: str
+    blocksize: int
 
     def to_json(self) -> dict:
         return {
@@ -36,17 +37,20 @@ class RunSpec:
             "piles": self.piles,
             "seed": self.seed,
             "dest": self.dest,
+            "blocksize": self.blocksize,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
         files, stamps = tuple(data["source_files"]), tuple(data["source_stamps"])
-        return cls(files, stamps, int(data["piles"]), int(data["seed"]), data["dest"])
+        return cls(files, stamps, int(data["piles"]), int(data["seed"]), data["dest"], int(data["blocksize"]))
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
-    def differences(self, source_files, source_stamps, piles: int | None, seed: int | None) -> list[str]:
+    def differences(
+        self, source_files, source_stamps, piles: int | None, seed: int | None, blocksize: int
+    ) -> list[str]:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
         if tuple(source_files) != self.source_files:
@@ -58,6 +62,8 @@ class RunSpec:
             found.append(f"piles {piles} instead of {self.piles}")
         if seed is not None and seed != self.seed:
             found.append(f"seed {seed} instead of {self.seed}")
+        if blocksize != self.blocksize:
+            found.append(f"blocksize {blocksize} instead of {self.blocksize}")
         return found
 
 

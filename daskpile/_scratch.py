@@ -1,10 +1,12 @@
-"""The scratch format: one Arrow IPC file per input partition.
+"""The scratch format: one Arrow IPC file per input partition (or piece of one).
 
 Pass 1 writes, for input partition ``k``, a single IPC file whose record batch
 ``j`` holds the rows that partition sent to pile ``j`` (empty piles are empty
 batches).  The IPC file footer already stores where every batch starts, so it
 is the pile index: pass-2 task ``j`` reads batch ``j`` of every scratch file.
-That makes K + M files in all, never K x M.
+That makes K + M files in all, never K x M.  An input file too large to hold
+in memory is read in pieces of whole row groups, each with its own scratch
+file (``scatter-00000k-000p.arrow`` for pieces after the first).
 
 Scratch is uncompressed: it is written once and read once, sequentially, and
 compressing it costs more CPU than the bytes it saves on local disk.
@@ -28,11 +30,16 @@ from daskpile._storage import atomic_sink, filesystem, is_local, remove_tree
 
 @dataclasses.dataclass(frozen=True)
 class Scratch:
-    """The scratch files of one run: ``directory/scatter-00000k.arrow`` for each partition k."""
+    """The scratch files of one run: ``directory/scatter-00000k.arrow`` for each partition k.
+
+    ``pieces`` (known after pass 1) is the number of pieces of each partition;
+    None means one each.
+    """
 
     fs: fsspec.AbstractFileSystem
     directory: str
     partitions: int
+    pieces: tuple[int, ...] | None = None
 
     @classmethod
     def create(
@@ -55,20 +62,26 @@ class Scratch:
     def name(self) -> str:
         return posixpath.basename(self.directory).removeprefix("daskpile-")
 
-    def path(self, partition: int) -> str:
-        return scratch_path(self.directory, partition)
+    def path(self, partition: int, piece: int = 0) -> str:
+        return scratch_path(self.directory, partition, piece)
+
+    def paths(self) -> list[str]:
+        """Every scratch file, in (partition, piece) order."""
+        pieces = self.pieces or (1,) * self.partitions
+        return [self.path(k, p) for k in range(self.partitions) for p in range(pieces[k])]
 
     def remove(self) -> None:
         remove_tree(self.fs, self.directory)
 
 
-def scratch_path(directory: str, partition: int) -> str:
-    """Name of the scratch file of input partition ``partition``.
+def scratch_path(directory: str, partition: int, piece: int = 0) -> str:
+    """Name of the scratch file of input partition ``partition`` (or of one of its pieces).
 
-    >>> scratch_path("/tmp/s", 3)
-    '/tmp/s/scatter-000003.arrow'
+    >>> scratch_path("/tmp/s", 3), scratch_path("/tmp/s", 3, piece=2)
+    ('/tmp/s/scatter-000003.arrow', '/tmp/s/scatter-000003-0002.arrow')
     """
-    return posixpath.join(directory, f"scatter-{partition:06d}.arrow")
+    suffix = f"-{piece:04d}" if piece else ""
+    return posixpath.join(directory, f"scatter-{partition:06d}{suffix}.arrow")
 
 
 def write_piles(
@@ -128,8 +141,7 @@ class PileReader:
 
     def __enter__(self) -> PileReader:
         fs = self.scratch.fs
-        for k in range(self.scratch.partitions):
-            path = self.scratch.path(k)
+        for path in self.scratch.paths():
             # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
             f = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
             self._files.append(f)

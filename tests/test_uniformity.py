@@ -55,13 +55,20 @@ def test_all_24_orders_equally_likely_through_the_api(sync_scheduler):
     assert uniformity_pvalue(counts) > ALPHA
 
 
-def kernel_shuffle(partitions, piles, seed, permute_piles=True):
-    """The two passes composed in memory, exactly as the Dask graphs compose them."""
+def kernel_shuffle(partitions, piles, seed, permute_piles=True, key_pieces=True):
+    """The two passes composed in memory, exactly as the Dask graphs compose them.
+
+    A partition is a list of rows, or a list of pieces (lists of rows), as a
+    Parquet file too large for memory is read.
+    """
     slices = []
     for k, part in enumerate(partitions):
-        batch, counts = _kernels.scatter(pa.table({"x": part}), piles, _random.generator(seed, _random.SCATTER, k))
-        offsets = _kernels.offsets(counts)
-        slices.append([batch.slice(o, n) for o, n in zip(offsets, counts, strict=False)])
+        pieces = part if isinstance(part[0], list) else [part]
+        for p, rows in enumerate(pieces):
+            rng = _random.generator(seed, _random.SCATTER, k, p if key_pieces else 0)
+            batch, counts = _kernels.scatter(pa.table({"x": rows}), piles, rng)
+            offsets = _kernels.offsets(counts)
+            slices.append([batch.slice(o, n) for o, n in zip(offsets, counts, strict=False)])
     out = []
     for j in range(piles):
         pile = pa.Table.from_batches([s[j] for s in slices])
@@ -76,6 +83,15 @@ def test_all_24_orders_equally_likely_for_the_kernels(piles):
     """4,800 seeds of the kernels alone, for several pile counts (piles > rows included)."""
     counts = order_counts(kernel_shuffle([[0, 1], [2, 3]], piles, seed) for seed in range(4800))
     assert uniformity_pvalue(counts) > ALPHA
+
+
+def test_all_24_orders_equally_likely_when_a_file_is_read_in_pieces():
+    """Partition 0 read as two one-row pieces (a file larger than blocksize), partition 1 whole."""
+    counts = order_counts(kernel_shuffle([[[0], [1]], [2, 3]], 3, seed) for seed in range(4800))
+    assert uniformity_pvalue(counts) > ALPHA
+    # teeth: pieces drawing from the same generator send rows 0 and 1 to the same pile
+    biased = order_counts(kernel_shuffle([[[0], [1]], [2, 3]], 3, s, key_pieces=False) for s in range(4800))
+    assert uniformity_pvalue(biased) < ALPHA
 
 
 def test_the_uniformity_test_has_teeth():
