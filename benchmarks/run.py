@@ -3,6 +3,8 @@
     python benchmarks/run.py --size A --reps 3        # 10 M rows, 40 files
     python benchmarks/run.py --size B --reps 1        # 100 M rows, 200 files
     python benchmarks/run.py --size tiny --reps 1     # 100 k rows: proves the suite works
+    python benchmarks/run.py --size B --reps 1 --worker-memory 2GiB --duckdb-memory 4GB \
+        --systems "daskpile auto piles" "duckdb ORDER BY random()" "dask p2p + sample"   # bounded memory
 
 Each system runs alone in a fresh process, alternating with the others, on the
 same cached dataset.  Reported per system: wall time of the whole process
@@ -70,10 +72,10 @@ def machine() -> dict:
     }
 
 
-def run_one(system: str, source: str, dest: str) -> dict:
+def run_one(system: str, source: str, dest: str, limits: dict | None = None, timeout: float | None = None) -> dict:
     """Run one system in a fresh process; measure wall, CPU and the tree's peak RSS."""
     shutil.rmtree(dest, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""), **(limits or {})}
     start = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "systems.py"), system, source, dest],
@@ -84,6 +86,12 @@ def run_one(system: str, source: str, dest: str) -> dict:
     root = psutil.Process(process.pid)
     peak = peak_process = 0
     while process.poll() is None:
+        if timeout and time.perf_counter() - start > timeout:
+            for p in [*root.children(recursive=True), root]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            process.wait()
+            return {"system": system, "ok": False, "error": f"timed out after {timeout:.0f} s", "wall_s": timeout}
         try:
             rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)] if p.is_running()]
             peak, peak_process = max(peak, sum(rss)), max(peak_process, *rss)
@@ -129,6 +137,8 @@ def summarise(runs: list[dict], rows: int) -> dict[str, dict]:
             "rows_per_s": rows / statistics.median(walls),
             "output_mib": ok[0]["output_bytes"] / 2**20,
             "scratch_mib": ok[0].get("scratch_bytes", 0) / 2**20,
+            "worker_restarts": max((r.get("worker_restarts", 0) for r in ok), default=0),
+            "piles": ok[0].get("piles"),
         }
     peer = summary.get(PEER, {}).get("wall_median_s")
     floors = [summary[f]["wall_median_s"] for f in FLOORS if summary.get(f, {}).get("ok")]
@@ -144,7 +154,8 @@ def markdown(summary: dict, meta: dict) -> str:
     lines = [
         f"{meta['size']}: {meta['rows']:,} rows, {meta['files']} files, {meta['input_mib']:,.0f} MiB; "
         f"{meta['machine']['cores']} cores, {meta['machine']['memory_gib']} GiB ({meta['machine']['cpu']}); "
-        f"{meta['date']}; {meta['reps']} runs each, alternating",
+        f"{meta['date']}; {meta['reps']} runs each, alternating"
+        + "".join(f"; {k.replace('_', ' ')} limit {v}" for k, v in meta.get("limits", {}).items() if v),
         "",
         "| system | wall s, median (min-max) | start-up s | work s | CPU s | peak MiB (tree) "
         "| peak MiB (largest process) | M rows/s | x DuckDB | x floor |",
@@ -152,7 +163,8 @@ def markdown(summary: dict, meta: dict) -> str:
     ]
     for system, e in summary.items():
         if not e["ok"]:
-            lines.append(f"| {system} | failed | | | | | | | | |")
+            reason = e["error"].strip().splitlines()[-1][:150].replace("|", "/") if e.get("error") else ""
+            lines.append(f"| {system} | failed: {reason} | | | | | | | | |")
             continue
         ratios = " | ".join(f"{e[k]:.2f}" if e[k] else "" for k in ("vs_duckdb", "vs_floor"))
         lines.append(
@@ -198,7 +210,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS), help="default: all")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--results-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--worker-memory", help="memory limit of each LocalCluster worker, e.g. 2GiB")
+    parser.add_argument("--duckdb-memory", help="DuckDB's memory_limit, e.g. 4GB")
+    parser.add_argument("--timeout", type=float, help="seconds before a run is killed and reported as timed out")
     args = parser.parse_args(argv)
+    limits = {}
+    if args.worker_memory:
+        limits["BENCH_WORKER_MEMORY"] = args.worker_memory
+    if args.duckdb_memory:
+        limits["BENCH_DUCKDB_MEMORY"] = args.duckdb_memory
 
     systems = [s for s in args.systems if all(importlib.util.find_spec(m) for k, m in NEEDS.items() if k in s)]
     skipped = sorted(set(args.systems) - set(systems))
@@ -210,7 +230,7 @@ def main(argv=None) -> dict:
         order = systems[rep % len(systems) :] + systems[: rep % len(systems)]  # alternate who goes first
         for system in order:
             cpu_before = psutil.Process().cpu_times()
-            result = run_one(system, source, work)
+            result = run_one(system, source, work, limits, args.timeout)
             if result["ok"]:
                 cpu_after = result.pop("cpu_total")
                 result["cpu_s"] = (cpu_after.children_user + cpu_after.children_system) - (
@@ -230,10 +250,12 @@ def main(argv=None) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "skipped": skipped,
+        "limits": {"worker_memory": args.worker_memory, "duckdb_memory": args.duckdb_memory},
     }
     summary = summarise(runs, rows)
     os.makedirs(args.results_dir, exist_ok=True)
-    stem = os.path.join(args.results_dir, f"{args.size}")
+    suffix = "".join(f"-{k.split('_')[0]}-{v}" for k, v in meta["limits"].items() if v)
+    stem = os.path.join(args.results_dir, f"{args.size}{suffix}")
     with open(stem + ".json", "w") as f:
         json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
     table = markdown(summary, meta)

@@ -17,13 +17,23 @@ import time
 
 START = time.perf_counter()
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+# Memory limits for the bounded-memory runs (run.py --worker-memory / --duckdb-memory).
+WORKER_MEMORY = os.environ.get("BENCH_WORKER_MEMORY", "auto")
+DUCKDB_MEMORY = os.environ.get("BENCH_DUCKDB_MEMORY")
 
 
 def local_cluster():
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=THREADS, threads_per_worker=1, processes=True, dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=THREADS, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=WORKER_MEMORY
+    )
     return cluster, Client(cluster)
+
+
+def worker_restarts(client, pids_before: dict) -> int:
+    """Workers whose process was replaced (the nanny restarts a worker killed for memory)."""
+    return len(set(pids_before.values()) - set(client.run(os.getpid).values()))
 
 
 def daskpile_parquet(source, dest, piles, threads_only=False):
@@ -41,12 +51,20 @@ def daskpile_parquet(source, dest, piles, threads_only=False):
             "scratch_bytes": report.scratch_bytes,
         }
     cluster, client = local_cluster()
+    pids = client.run(os.getpid)
     ready = time.perf_counter()
-    report = daskpile.shuffle_parquet(source, dest, piles=piles, seed=1)
+    report = daskpile.shuffle_parquet(source, dest, piles=piles, seed=1)  # verified: fingerprints must match
     done = time.perf_counter()
+    restarts = worker_restarts(client, pids)
     client.close()
     cluster.close()
-    return {"startup_s": ready - START, "shuffle_s": done - ready, "scratch_bytes": report.scratch_bytes}
+    return {
+        "startup_s": ready - START,
+        "shuffle_s": done - ready,
+        "scratch_bytes": report.scratch_bytes,
+        "piles": report.piles,
+        "worker_restarts": restarts,
+    }
 
 
 def daskpile_dataframe(source, dest):
@@ -69,6 +87,7 @@ def dask_p2p(source, dest):
     import numpy as np
 
     cluster, client = local_cluster()
+    pids = client.run(os.getpid)
     ready = time.perf_counter()
     ddf = dd.read_parquet(source)
 
@@ -81,9 +100,10 @@ def dask_p2p(source, dest):
     shuffled = shuffled.map_partitions(lambda f: f.sample(frac=1, random_state=1).drop(columns="_key"))
     shuffled.to_parquet(dest, write_index=False)
     done = time.perf_counter()
+    restarts = worker_restarts(client, pids)
     client.close()
     cluster.close()
-    return {"startup_s": ready - START, "shuffle_s": done - ready}
+    return {"startup_s": ready - START, "shuffle_s": done - ready, "worker_restarts": restarts}
 
 
 def duckdb_sql(source, dest, shuffle: bool):
@@ -91,6 +111,8 @@ def duckdb_sql(source, dest, shuffle: bool):
 
     con = duckdb.connect()
     con.execute(f"SET threads = {THREADS}")
+    if DUCKDB_MEMORY:
+        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
     ready = time.perf_counter()
     order = "ORDER BY random()" if shuffle else ""
     con.execute(
@@ -122,6 +144,7 @@ SYSTEMS = {
     "daskpile 64 piles": lambda s, d: daskpile_parquet(s, d, 64),
     "daskpile 512 piles": lambda s, d: daskpile_parquet(s, d, 512),
     "daskpile 64 piles, threads": lambda s, d: daskpile_parquet(s, d, 64, threads_only=True),
+    "daskpile auto piles": lambda s, d: daskpile_parquet(s, d, "auto"),
     "daskpile.shuffle(ddf)": daskpile_dataframe,
     "duckdb ORDER BY random()": lambda s, d: duckdb_sql(s, d, shuffle=True),
     "dask p2p + sample": dask_p2p,

@@ -6,18 +6,20 @@
 >>> daskpile.quality("s3://lake/shuffled/", order_column="id")  # doctest: +SKIP
 """
 
-from daskpile._dataframe import shuffle
+from daskpile._dataframe import plan_piles, shuffle
 from daskpile._manifest import read as read_manifest
-from daskpile._parquet import RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
+from daskpile._parquet import PileTooLargeError, RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
 from daskpile._quality import QualityReport, quality
 from daskpile._verify import Verification, verify
 
 __all__ = [
+    "PileTooLargeError",
     "QualityReport",
     "RunMismatchError",
     "ShuffleReport",
     "Verification",
     "VerificationError",
+    "plan_piles",
     "quality",
     "read_manifest",
     "shuffle",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 import weakref
 
@@ -10,19 +11,23 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from daskpile import _passes
+from daskpile import _passes, _sizing
+from daskpile._compute import memory_per_thread, total_threads
 from daskpile._random import resolve_seed
 from daskpile._scratch import PileReader, Scratch
 from daskpile._validate import check_piles
 
+logger = logging.getLogger("daskpile")
+
 
 def shuffle(
     ddf: dd.DataFrame,
-    piles: int = 512,
+    piles: int | str = 512,
     *,
     seed: int | None = None,
     scratch: str | None = None,
     storage_options: dict | None = None,
+    memory_per_pile: int | None = None,
 ) -> dd.DataFrame:
     """Put the rows of a Dask DataFrame into a uniformly random order.
 
@@ -38,6 +43,13 @@ def shuffle(
     when workers share no disk).  The scratch files are removed when the
     returned DataFrame, and everything derived from it, is garbage-collected.
 
+    ``piles="auto"`` computes a few evenly spaced partitions of ``ddf`` (up to
+    3) to measure their in-memory size, scales it by the number of partitions,
+    and picks the fewest piles (at least 4 per thread) whose largest fits
+    ``memory_per_pile`` (default: a quarter of a worker's memory per thread).
+    The result has that many partitions; ``plan_piles(ddf)`` gives the same
+    choice with its estimate, and it is logged (logger ``daskpile``, INFO).
+
     >>> import dask.dataframe as dd, pandas as pd
     >>> ddf = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=2)
     >>> shuffled = shuffle(ddf, piles=3, seed=0)
@@ -46,7 +58,11 @@ def shuffle(
     """
     if not isinstance(ddf, dd.DataFrame):
         raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
-    piles = check_piles(piles)
+    if piles == "auto":
+        plan = plan_piles(ddf, memory_per_pile)
+        logger.info("piles='auto': %s", plan)
+        piles = plan.piles
+    piles = check_piles(piles, auto_allowed=True)
     seed = resolve_seed(seed)
     run = Scratch.create(scratch, storage_options, ddf.npartitions)
     # The graph holds `run`; once no collection refers to it, its scratch goes.
@@ -70,6 +86,28 @@ def shuffle(
         for j in range(piles)
     ]
     return dd.from_delayed(piles_out, meta=meta, verify_meta=False)
+
+
+SAMPLED_PARTITIONS = 3
+
+
+def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing.PilePlan:
+    """The pile count ``shuffle(ddf, piles="auto")`` would choose, from a few computed partitions.
+
+    >>> plan_piles(ddf, memory_per_pile=2**28).piles  # doctest: +SKIP
+    12
+    """
+    n = ddf.npartitions
+    picks = sorted({round(i * (n - 1) / max(SAMPLED_PARTITIONS - 1, 1)) for i in range(min(SAMPLED_PARTITIONS, n))})
+    sizes = dask.compute(*[dask.delayed(_frame_size)(ddf.get_partition(i).to_delayed()[0]) for i in picks])
+    rows = round(np.mean([r for r, _ in sizes]) * n)
+    data_bytes = round(np.mean([b for _, b in sizes]) * n)
+    budget = memory_per_pile or int(memory_per_thread() * _sizing.MEMORY_PER_PILE_FRACTION)
+    return _sizing.plan(rows, data_bytes, budget, min_piles=4 * total_threads())
+
+
+def _frame_size(frame: pd.DataFrame) -> tuple[int, int]:
+    return len(frame), int(frame.memory_usage(deep=True, index=True).sum())
 
 
 def _remove_quietly(run: Scratch) -> None:

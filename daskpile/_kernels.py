@@ -26,8 +26,17 @@ def scatter(table: pa.Table, piles: int, rng: np.random.Generator) -> tuple[pa.R
     >>> int(counts.sum()), batch.num_rows
     (3, 3)
     """
+    return group_by_pile(table, random_piles(rng, table.num_rows, piles), piles)
+
+
+def random_piles(rng: np.random.Generator, rows: int, piles: int) -> np.ndarray:
+    """A uniformly random pile for each of ``rows`` rows."""
     dtype = np.uint16 if piles <= 1 << 16 else np.uint32
-    pile_of_row = rng.integers(0, piles, size=table.num_rows, dtype=dtype)
+    return rng.integers(0, piles, size=rows, dtype=dtype)
+
+
+def group_by_pile(table: pa.Table, pile_of_row: np.ndarray, piles: int) -> tuple[pa.RecordBatch, np.ndarray]:
+    """The rows of ``table`` ordered by their pile, stably, and the row count of each pile."""
     counts = np.bincount(pile_of_row, minlength=piles).astype(np.int64)
     if piles > 1:
         # A stable sort of 16-bit keys is a radix sort in numpy: linear time.

@@ -1,8 +1,9 @@
 """The output layout and its manifest.
 
 A finished result is a directory holding ``part-00000.parquet`` ... one file
-per pile, names sorting in pile order, and ``_daskpile.json`` written last:
-its presence is what marks the result complete.
+per pile (several consecutive ones for a pile split because it was over its
+memory budget), names sorting in pile order, and ``_daskpile.json`` written
+last: its presence is what marks the result complete.
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ MANIFEST_NAME = "_daskpile.json"
 FORMAT = "daskpile/1"
 
 
-def part_name(pile: int, piles: int) -> str:
-    """File name of pile ``pile``, zero-padded so that names sort in pile order.
+def part_name(pile: int, piles: int, sub: int | None = None) -> str:
+    """File name of pile ``pile`` (or of its sub-pile ``sub``), zero-padded so that names sort in order.
 
-    >>> part_name(7, 512), part_name(7, 1_000_000)
-    ('part-00007.parquet', 'part-000007.parquet')
+    A pile split because it was over its memory budget is written as
+    consecutive files ``part-00007-0000.parquet``, ``part-00007-0001.parquet``...,
+    which sort after pile 6 and before pile 8.
+
+    >>> part_name(7, 512), part_name(7, 1_000_000), part_name(7, 512, sub=1)
+    ('part-00007.parquet', 'part-000007.parquet', 'part-00007-0001.parquet')
     """
     width = max(5, len(str(piles - 1)))
-    return f"part-{pile:0{width}d}.parquet"
+    sub_suffix = "" if sub is None else f"-{sub:04d}"
+    return f"part-{pile:0{width}d}{sub_suffix}.parquet"
 
 
 def library_versions() -> dict[str, str]:
@@ -49,6 +55,7 @@ def build(
     seed: int,
     rows_per_pile: list[int],
     files: list[str],
+    rows_per_file: list[int] | None = None,
     schema: pa.Schema,
     source_files: list[str],
     seconds: dict[str, float],
@@ -62,6 +69,7 @@ def build(
         "rows": int(sum(rows_per_pile)),
         "rows_per_pile": [int(r) for r in rows_per_pile],
         "files": files,
+        "rows_per_file": [int(r) for r in (rows_per_pile if rows_per_file is None else rows_per_file)],
         "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,

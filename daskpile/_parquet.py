@@ -37,6 +37,10 @@ class RunMismatchError(RuntimeError):
     """dest or scratch holds an unfinished run with other arguments."""
 
 
+class PileTooLargeError(RuntimeError):
+    """A pile is over its memory budget and ``on_oversize="error"`` was asked for."""
+
+
 @dataclasses.dataclass
 class ShuffleReport:
     """What ``shuffle_parquet`` did.
@@ -90,6 +94,8 @@ def shuffle_parquet(
     memory_per_pile: int | None = None,
     progress: bool = False,
     blocksize: int | str = _passes.BLOCKSIZE,
+    on_oversize: str = "split",
+    rows_per_file: int | None = None,
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
@@ -107,6 +113,16 @@ def shuffle_parquet(
     ``piles="auto"`` chooses the fewest piles (at least 4 per thread) whose
     largest fits ``memory_per_pile`` bytes, by default a quarter of a worker's
     memory per thread; the choice is in ``report.pile_plan`` and the manifest.
+    When a budget is known (``memory_per_pile`` given, or ``piles="auto"``) and
+    pass 1 shows a pile over it, that pile is split by a further random level
+    and written as consecutive files ``part-0000j-0000.parquet``, ...
+    (``on_oversize="split"``), or ``PileTooLargeError`` is raised before pass 2
+    writes anything (``on_oversize="error"``).
+
+    ``rows_per_file=N`` writes files of exactly N rows (the last one the
+    remainder) instead of one per pile: pass 2 keeps the permuted piles in
+    scratch and a third pass cuts their sequence into equal files.  It is the
+    same uniformly random sequence, only cut differently.
 
     A file larger than ``blocksize`` bytes in memory (its row groups'
     uncompressed size; default 256 MiB, as in ``dask.dataframe.read_parquet``)
@@ -124,6 +140,10 @@ def shuffle_parquet(
     blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
     if blocksize < 1:
         raise ValueError(f"blocksize must be positive, got {blocksize!r}")
+    if rows_per_file is not None and (isinstance(rows_per_file, bool) or int(rows_per_file) < 1):
+        raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
+    if on_oversize not in ("split", "error"):
+        raise ValueError(f"on_oversize must be 'split' or 'error', got {on_oversize!r}")
     auto = piles == "auto"
     requested_piles = None if auto else check_piles(piles, auto_allowed=True)
     requested_seed = None if seed is None else resolve_seed(seed)
@@ -155,10 +175,13 @@ def shuffle_parquet(
             _discard_unfinished(dest_fs, dest_path)
             previous = None
     seed = previous.seed if previous is not None else resolve_seed(requested_seed)
+    sizes = [int(i.get("size") or 0) for i in infos]
+    estimated_rows, estimated_bytes = _sizing.estimate_parquet(source_fs, source_files, sizes)
     pile_plan = None
     if auto:
         pile_plan = _sizing.plan(
-            *_sizing.estimate_parquet(source_fs, source_files, [int(i.get("size") or 0) for i in infos]),
+            estimated_rows,
+            estimated_bytes,
             memory_per_pile=memory_per_pile or int(memory_per_thread() * _sizing.MEMORY_PER_PILE_FRACTION),
             min_piles=4 * total_threads(),
         )
@@ -175,6 +198,8 @@ def shuffle_parquet(
             f"dest {dest_url!r} holds {what}; pass overwrite=True (--overwrite on the command line) to replace it"
         )
     staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if has_result or has_other_files else None
+    if previous is None:  # a resumed run has part of its scratch already
+        _sizing.check_space(scratch_dir.fs, scratch_dir.directory, estimated_bytes, dest_fs, dest_path, sum(sizes))
     scratch_dir.fs.makedirs(scratch_dir.directory, exist_ok=True)
     run_state.write(scratch_dir.fs, scratch_dir.directory, spec)
 
@@ -198,28 +223,48 @@ def shuffle_parquet(
     scratch_dir = dataclasses.replace(scratch_dir, pieces=tuple(r.pieces for r in scattered))
     timer.say(
         f"pass 1: {int(counts.sum()):,} rows read from {len(source_files)} files "
-        f"({sum(int(i.get('size') or 0) for i in infos) / 2**20:,.0f} MiB), "
+        f"({sum(sizes) / 2**20:,.0f} MiB), "
         f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
     )
+    try:
+        split = _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize)
+    except PileTooLargeError:
+        scratch_dir.remove()  # a rerun needs other arguments, so nothing here can be resumed
+        raise
     target = staging or dest_path
     dest_fs.makedirs(target, exist_ok=True)
     run_state.write(dest_fs, dest_path, spec)
     timer = Timer(progress)
-    names = [_manifest.part_name(j, piles) for j in range(piles)]
-    gathered = []
-    for group in compute((
-        dask.delayed(_passes.gather_to_parquet)(
-            scratch_dir, piles, group, [int(counts[j]) for j in group], seed, dest_fs,
-            [posixpath.join(target, names[j]) for j in group], schema, verify,
-            dask_key_name=f"daskpile-gather-{group[0]}-{spec.key()}",
+    budget = _budget(memory_per_pile, pile_plan)
+    units = [(j, sub) for j in range(piles) for sub in (range(split[j]) if j in split else [None])]
+    if rows_per_file is None:
+        names = [_manifest.part_name(j, piles, sub) for j, sub in units]
+        gathered = compute(
+            _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, spec.key()),
+            progress=progress,
         )
-        for group in _pile_groups(piles, total_threads())
-    ), progress=progress):  # fmt: skip
-        gathered += group
+    else:  # pass 2 writes permuted piles to scratch, pass 3 cuts their sequence into equal files
+        permuted = compute(
+            _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, spec.key()),
+            progress=progress,
+        )
+        ranges = _file_ranges([(r.path, r.rows) for r in _in_order(permuted)], rows_per_file)
+        names = [_manifest.part_name(f, len(ranges)) for f in range(len(ranges))]
+        rechunk = [
+            dask.delayed(_passes.rechunk_to_parquet)(
+                file_ranges, scratch_dir.fs, dest_fs, posixpath.join(target, names[f]), f, seed, schema, verify,
+                dask_key_name=f"daskpile-rechunk-{f}-{spec.key()}",
+            )
+            for f, file_ranges in enumerate(ranges)
+        ]  # fmt: skip
+        gathered = compute(rechunk, progress=progress)
+    gathered = _in_order(gathered)
     seconds_gather = timer.seconds
+    split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
+    split_note += f", cut into files of {rows_per_file:,} rows" if rows_per_file else ""
     timer.say(
-        f"pass 2: {sum(r.rows for r in gathered):,} rows written to {piles} files "
-        f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB)"
+        f"pass 2: {sum(r.rows for r in gathered):,} rows written to {len(names)} files "
+        f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"
     )
 
     rows = int(counts.sum())
@@ -229,8 +274,9 @@ def shuffle_parquet(
     manifest = _manifest.build(
         piles=piles,
         seed=seed,
-        rows_per_pile=[r.rows for r in gathered],
+        rows_per_pile=[int(counts[j]) for j in range(piles)],
         files=names,
+        rows_per_file=[r.rows for r in gathered],
         schema=schema,
         source_files=source_urls,
         seconds={"scatter": round(seconds_scatter, 3), "gather": round(seconds_gather, 3)},
@@ -317,15 +363,107 @@ def _commit_staged(fs, dest_path: str, staging: str, names: list[str]) -> None:
     remove_tree(fs, staging)
 
 
-def _pile_groups(piles: int, threads: int) -> list[list[int]]:
+def _pile_groups(piles: list[int], threads: int) -> list[list[int]]:
     """Consecutive piles per pass-2 task: about 4 tasks per thread, for balance,
     and no more tasks than that, since each task opens every scratch file.
 
-    >>> _pile_groups(5, 1)
+    >>> _pile_groups([0, 1, 2, 3, 4], 1)
     [[0, 1], [2, 3], [4]]
     """
-    per_task = max(1, math.ceil(piles / (4 * threads)))
-    return [list(range(j, min(j + per_task, piles))) for j in range(0, piles, per_task)]
+    per_task = max(1, math.ceil(len(piles) / (4 * threads)))
+    return [piles[i : i + per_task] for i in range(0, len(piles), per_task)]
+
+
+def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> list:
+    """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
+
+    Into Parquet files in ``target``, or with ``target=None`` into permuted
+    Arrow files in scratch (for ``rows_per_file``).
+    """
+    piles = len(counts)
+    as_arrow = target is None
+
+    def path(j, sub=None):
+        if as_arrow:
+            return posixpath.join(scratch_dir.directory, "permuted", _manifest.part_name(j, piles, sub) + ".arrow")
+        return posixpath.join(target, _manifest.part_name(j, piles, sub))
+
+    threads = total_threads()
+    tasks = [
+        dask.delayed(_passes.gather_to_parquet)(
+            scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs, [path(j) for j in group], schema,
+            verify, as_arrow=as_arrow, dask_key_name=f"daskpile-gather-{group[0]}-{key}",
+        )
+        for group in _pile_groups([j for j in range(piles) if j not in split], threads)
+    ]  # fmt: skip
+    for j, subs in split.items():
+        split_result = dask.delayed(_passes.split_pile)(
+            scratch_dir, j, subs, seed, budget // 2, dask_key_name=f"daskpile-split-{j}-{key}"
+        )
+        tasks += [
+            dask.delayed(_passes.gather_split_to_parquet)(
+                split_result, piles, group, seed, fs, [path(j, s) for s in group], schema, verify, as_arrow,
+                dask_key_name=f"daskpile-gather-{j}-{group[0]}-{key}",
+            )
+            for group in _pile_groups(list(range(subs)), threads)
+        ]  # fmt: skip
+    return tasks
+
+
+def _in_order(groups) -> list:
+    """Results of pass-2 tasks, flattened into the order of the output sequence."""
+    flat = [r for group in groups for r in (group if isinstance(group, list) else [group])]
+    return sorted(flat, key=lambda r: (r.pile, -1 if r.sub is None else r.sub))
+
+
+def _file_ranges(units: list[tuple[str, int]], rows_per_file: int) -> list[list[tuple[str, int, int]]]:
+    """The sequence of (permuted pile file, rows) cut into files of ``rows_per_file`` rows (the last one shorter).
+
+    >>> _file_ranges([("a", 3), ("b", 4)], 5)
+    [[('a', 0, 3), ('b', 0, 2)], [('b', 2, 4)]]
+    """
+    files: list[list[tuple[str, int, int]]] = [[]]
+    room = rows_per_file
+    for path, rows in units:
+        start = 0
+        while start < rows:
+            if room == 0:
+                files.append([])
+                room = rows_per_file
+            take = min(room, rows - start)
+            files[-1].append((path, start, start + take))
+            start += take
+            room -= take
+    return files
+
+
+def _budget(memory_per_pile: int | None, pile_plan: _sizing.PilePlan | None) -> int | None:
+    """The memory a pile may take: given, or the one ``piles="auto"`` planned with."""
+    return memory_per_pile or (pile_plan.memory_per_pile if pile_plan else None)
+
+
+def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize: str) -> dict[int, int]:
+    """{pile: sub-piles} for the piles over their memory budget, or PileTooLargeError.
+
+    Sizes come from pass 1: a pile's rows times the scratch bytes per row (the
+    uncompressed Arrow size).  Without a budget (a pile count given, no
+    ``memory_per_pile``) nothing is split, so the output never depends on the
+    cluster's memory.
+    """
+    budget = _budget(memory_per_pile, pile_plan)
+    rows = int(counts.sum())
+    if budget is None or rows == 0:
+        return {}
+    bytes_per_row = sum(r.scratch_bytes for r in scattered) / rows
+    over = {j: int(n) for j, n in enumerate(counts) if n * bytes_per_row > budget}
+    if over and on_oversize == "error":
+        j = max(over, key=over.get)
+        raise PileTooLargeError(
+            f"{len(over)} of {len(counts)} piles are over memory_per_pile={budget:,} bytes, the largest pile {j} "
+            f"with {over[j]:,} rows, about {over[j] * bytes_per_row:,.0f} bytes: pass more piles, a larger "
+            "memory_per_pile, or on_oversize='split'"
+        )
+    return {j: max(2, _sizing.plan(n, round(n * bytes_per_row), budget).piles) for j, n in over.items()}
 
 
 def _source_files(source: str | list[str], storage_options: dict | None):

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import posixpath
 
 import fsspec
 import numpy as np
@@ -49,6 +50,16 @@ class GatherResult:
     bytes: int
     fingerprint: Fingerprint | None
     reused: bool = False
+    sub: int | None = None  # the sub-pile, for a pile split because it was over its memory budget
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitResult:
+    """An oversized pile sent to sub-piles: their scratch files (one batch per sub-pile) and row counts."""
+
+    pile: int
+    scratch: Scratch
+    counts: np.ndarray
 
 
 def scatter_table(
@@ -153,13 +164,14 @@ def _finished_scatter(
     )
 
 
-def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int) -> pa.Table:
-    """Pass 2 for one pile: its slices from every scratch file, concatenated and permuted."""
+def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int, sub: int | None = None) -> pa.Table:
+    """Pass 2 for one pile (or sub-pile): its slices from every scratch file, concatenated and permuted."""
     if len({b.schema for b in batches}) <= 1:
         table = pa.Table.from_batches(batches)
     else:  # partitions of a Dask DataFrame may disagree (e.g. an all-null partition)
         table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
-    return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile))
+    piece = 0 if sub is None else sub + 1
+    return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile, piece))
 
 
 PILE_METADATA_KEY = b"daskpile.pile"
@@ -175,6 +187,8 @@ def gather_to_parquet(
     paths: list[str],
     schema: pa.Schema,
     fingerprint: bool = False,
+    parent: int | None = None,
+    as_arrow: bool = False,
 ) -> list[GatherResult]:
     """Pass 2 for a few piles, each written as one Parquet file (atomically).
 
@@ -182,26 +196,127 @@ def gather_to_parquet(
     task takes several so that each scratch file is opened once per task
     rather than once per pile.  An output file left by an interrupted run of
     the same spec is reused: its footer says which pile it holds, its rows and
-    fingerprint.
+    fingerprint.  With ``parent``, ``piles`` are sub-piles of that pile and
+    ``scratch`` its split files.  With ``as_arrow``, each permuted pile goes
+    to an uncompressed Arrow IPC file at its path instead, for
+    ``rechunk_to_parquet`` to cut into files of equal length (not
+    fingerprinted: that is done on what is finally written).
     """
     results = []
     with PileReader(scratch) as reader:
-        for pile, rows, path in zip(piles, expected_rows, paths, strict=True):
+        for index, rows, path in zip(piles, expected_rows, paths, strict=True):
+            pile, sub = (index, None) if parent is None else (parent, index)
             stamp = {"pile": int(pile), "piles": int(total_piles), "seed": int(seed), "rows": int(rows)}
-            finished = _finished_pile(fs, path, stamp, fingerprint)
+            if sub is not None:
+                stamp["sub"] = int(sub)
+            finished = None if as_arrow else _finished_pile(fs, path, stamp, fingerprint)
             if finished is not None:
                 results.append(finished)
                 continue
-            table = gather_table(reader.pile(pile), pile, seed)
+            table = gather_table(reader.pile(index), pile, seed, sub)
             if table.num_rows != rows:
                 raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {rows}")
+            if as_arrow:
+                _scratch.write_table(fs, path, table, RECHUNK_BATCH_ROWS)
+                results.append(GatherResult(pile, rows, path, fs.size(path), None, sub=sub))
+                continue
             output_fingerprint = _fingerprint.of(table) if fingerprint else None
             if output_fingerprint is not None:
                 stamp["fingerprint"] = output_fingerprint.to_json()
             metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
             write_parquet(table.replace_schema_metadata(metadata), fs, path)
-            results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint))
+            results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
     return results
+
+
+RECHUNK_BATCH_ROWS = 65_536  # permuted piles are stored in batches this long, so a range reads little more
+
+
+def rechunk_to_parquet(
+    ranges: list[tuple[str, int, int]],
+    fs_scratch: fsspec.AbstractFileSystem,
+    fs: fsspec.AbstractFileSystem,
+    path: str,
+    file_index: int,
+    seed: int,
+    schema: pa.Schema,
+    fingerprint: bool = False,
+) -> GatherResult:
+    """Pass 3 of ``rows_per_file``: one output file from row ranges ``(permuted pile file, start, stop)``.
+
+    The ranges are consecutive stretches of the permuted sequence, so the
+    output files are that sequence cut into equal lengths.
+    """
+    rows = sum(stop - start for _, start, stop in ranges)
+    stamp = {"file": int(file_index), "seed": int(seed), "rows": int(rows), "ranges": len(ranges)}
+    finished = _finished_pile(fs, path, stamp, fingerprint)
+    if finished is not None:
+        return finished
+    parts = [_scratch.read_rows(fs_scratch, scratch_path, start, stop) for scratch_path, start, stop in ranges]
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    output_fingerprint = _fingerprint.of(table) if fingerprint else None
+    if output_fingerprint is not None:
+        stamp["fingerprint"] = output_fingerprint.to_json()
+    metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
+    write_parquet(table.replace_schema_metadata(metadata), fs, path)
+    return GatherResult(file_index, rows, path, fs.size(path), output_fingerprint)
+
+
+def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_bytes: int) -> SplitResult:
+    """Send each row of an oversized pile to one of ``sub_piles`` uniformly random sub-piles.
+
+    The pile is streamed slice by slice (a slice is what one input piece sent
+    it) and written in flushes of about ``flush_bytes``, one scratch file per
+    flush with one batch per sub-pile, so memory holds a flush, never the
+    pile.  Sub-piles are drawn slice by slice from the generator keyed
+    (seed, SPLIT, pile), and each sub-pile keeps its rows' order, so the
+    flush size changes neither the sub-piles nor their order.
+    """
+    directory = posixpath.join(scratch.directory, f"split-{pile:06d}")
+    scratch.fs.makedirs(directory, exist_ok=True)
+    rng = _random.generator(seed, _random.SPLIT, pile)
+    counts = np.zeros(sub_piles, dtype=np.int64)
+    files = 0
+    pending: list[pa.RecordBatch] = []
+    assignments: list[np.ndarray] = []
+
+    def flush():
+        nonlocal files
+        table = pa.Table.from_batches(pending, schema=pending[0].schema)
+        grouped, flush_counts = _kernels.group_by_pile(table, np.concatenate(assignments), sub_piles)
+        _scratch.write_piles(scratch.fs, _scratch.scratch_path(directory, files), grouped, flush_counts)
+        counts[:] += flush_counts
+        files += 1
+        pending.clear()
+        assignments.clear()
+
+    with PileReader(scratch) as reader:
+        for batch in reader.pile_slices(pile):
+            pending.append(batch)
+            assignments.append(_kernels.random_piles(rng, batch.num_rows, sub_piles))
+            if sum(b.nbytes for b in pending) >= flush_bytes:
+                flush()
+        if pending:
+            flush()
+    return SplitResult(pile, Scratch(scratch.fs, directory, files), counts)
+
+
+def gather_split_to_parquet(
+    split: SplitResult,
+    total_piles: int,
+    subs: list[int],
+    seed: int,
+    fs: fsspec.AbstractFileSystem,
+    paths: list[str],
+    schema: pa.Schema,
+    fingerprint: bool = False,
+    as_arrow: bool = False,
+) -> list[GatherResult]:
+    """Pass 2 for some sub-piles of a split pile: like ``gather_to_parquet``, one file each."""
+    expected = [int(split.counts[s]) for s in subs]
+    return gather_to_parquet(
+        split.scratch, total_piles, subs, expected, seed, fs, paths, schema, fingerprint, split.pile, as_arrow
+    )
 
 
 def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:
@@ -215,7 +330,13 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
         return None
     found = stamp.get("fingerprint")
     return GatherResult(
-        expected["pile"], expected["rows"], path, fs.size(path), Fingerprint.from_json(found) if found else None, True
+        expected.get("pile", expected.get("file")),
+        expected["rows"],
+        path,
+        fs.size(path),
+        Fingerprint.from_json(found) if found else None,
+        reused=True,
+        sub=expected.get("sub"),
     )
 
 

@@ -15,7 +15,8 @@ import secrets
 import numpy as np
 
 SCATTER = 1  # pass 1: which pile each row of a partition goes to
-GATHER = 2  # pass 2: the order of the rows inside a pile
+GATHER = 2  # pass 2: the order of the rows inside a pile (or a sub-pile: piece = sub-pile + 1)
+SPLIT = 3  # pass 2, a pile over its memory budget: which sub-pile each of its rows goes to
 
 
 def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Generator:

@@ -18,6 +18,7 @@ import dataclasses
 import posixpath
 import tempfile
 import uuid
+from collections.abc import Iterator
 
 import fsspec
 import numpy as np
@@ -106,6 +107,32 @@ def write_piles(
     return fs.size(path)
 
 
+def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> None:
+    """A permuted pile as IPC in batches of ``batch_rows``, so that ``read_rows`` of a range reads little more."""
+    with (
+        atomic_sink(fs, path, make_parents=True) as sink,
+        ipc.new_file(sink, table.schema) as writer,
+    ):
+        writer.write_table(table, max_chunksize=batch_rows)
+
+
+def read_rows(fs: fsspec.AbstractFileSystem, path: str, start: int, stop: int) -> pa.Table:
+    """Rows ``start:stop`` of a file written by ``write_table``, reading only the batches that hold them."""
+    source = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
+    with source:
+        reader = ipc.open_file(source)
+        batches, offset = [], 0
+        for i in range(reader.num_record_batches):
+            if offset >= stop:
+                break
+            batch = reader.get_batch(i)
+            end = offset + batch.num_rows
+            if end > start:
+                batches.append(batch.slice(max(start - offset, 0), min(stop, end) - max(start, offset)))
+            offset = end
+        return pa.Table.from_batches(batches, schema=reader.schema).combine_chunks()
+
+
 def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str] | None:
     """The footer metadata of a finished scratch file, or None if there is none.
 
@@ -150,6 +177,11 @@ class PileReader:
 
     def pile(self, pile: int) -> list[pa.RecordBatch]:
         return [reader.get_batch(pile) for reader in self._readers]
+
+    def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
+        """The slices of one pile, read one at a time (for piles too large to hold at once)."""
+        for reader in self._readers:
+            yield reader.get_batch(pile)
 
     def __exit__(self, *exc) -> None:
         for f in self._files:

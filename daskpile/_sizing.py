@@ -9,11 +9,13 @@ its mean plus a few standard deviations; the plan makes mean + 6 sd fit.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 
 import pyarrow.parquet as pq
 
 from daskpile import _passes
+from daskpile._storage import free_space, full_url
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
 SAMPLED_FILES = 8
@@ -83,3 +85,40 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
             f"more than the {MAX_PILES:,} daskpile supports: give the workers more memory"
         )
     return PilePlan(piles=piles, rows=rows, bytes=data_bytes, memory_per_pile=int(memory_per_pile))
+
+
+def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_dir: str, output_bytes: int) -> None:
+    """Fail before anything is written if local scratch or dest lacks the space the run needs.
+
+    Scratch holds uncompressed Arrow (about the data's in-memory size; 0.9x
+    the footers' uncompressed size on the benchmark data), the output about
+    the input's Parquet size; both exist at once at the end of pass 2.
+    Object stores are not checked.
+    """
+    needs: dict[tuple[int, int], list] = {}
+    for fs, path, nbytes, role in [
+        (scratch_fs, scratch_dir, scratch_bytes, "scratch"),
+        (dest_fs, dest_dir, output_bytes, "dest"),
+    ]:
+        space = free_space(fs, path)
+        if space is not None:
+            free, device = space
+            need = needs.setdefault((device, free), [0, []])
+            need[0] += nbytes
+            need[1].append(f"{role} {full_url(fs, path)!r}")
+    for (_, free), (nbytes, where) in needs.items():
+        if nbytes > free:
+            raise OSError(
+                errno.ENOSPC,
+                f"not enough space for {' and '.join(where)}: the run needs about {_human(nbytes)} "
+                f"({nbytes:,} bytes) there, {_human(free)} ({free:,} bytes) are free. "
+                "Free some space or pass scratch= (--scratch) on a larger disk or an object store",
+            )
+
+
+def _human(nbytes: float) -> str:
+    for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:,.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes} B"  # unreachable

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import shutil
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -84,16 +85,29 @@ def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """
     if not is_local(fs):
         return
+    existing = _existing_ancestor(path)
+    if os.path.exists(existing) and not os.path.isdir(existing):
+        raise NotADirectoryError(f"{role} {path!r}: {existing!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"no permission to write {role} {path!r}: {existing!r} is not writable")
+
+
+def free_space(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, int] | None:
+    """(free bytes, device) where a local ``path`` is or would be created; None for object stores."""
+    if not is_local(fs):
+        return None
+    existing = _existing_ancestor(path)
+    return shutil.disk_usage(existing).free, os.stat(existing).st_dev
+
+
+def _existing_ancestor(path: str) -> str:
     existing = path
     while not os.path.exists(existing):
         parent = os.path.dirname(existing)
         if parent == existing:
             break
         existing = parent
-    if os.path.exists(existing) and not os.path.isdir(existing):
-        raise NotADirectoryError(f"{role} {path!r}: {existing!r} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PermissionError(f"no permission to write {role} {path!r}: {existing!r} is not writable")
+    return existing
 
 
 def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:

@@ -22,11 +22,12 @@ import traceback
 
 import click
 
-from daskpile._parquet import RunMismatchError
+from daskpile._parquet import PileTooLargeError, RunMismatchError
 
 # Errors in what the user asked for: exit status 2, like a usage error.
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, RunMismatchError,
+    PileTooLargeError,
 )  # fmt: skip
 
 
@@ -171,6 +172,14 @@ def cli():
 @click.argument("dest")
 @click.option("--piles", type=_Piles(), default="auto", show_default=True, help="Output files; auto fits memory.")
 @click.option("--memory-per-pile", type=_Bytes(), help="With --piles auto [a quarter of a worker's memory per thread].")
+@click.option(
+    "--on-oversize",
+    type=click.Choice(["split", "error"]),
+    default="split",
+    show_default=True,
+    help="A pile over its memory budget: split it into consecutive files, or stop before pass 2.",
+)
+@click.option("--blocksize", type=_Bytes(), default="256MiB", show_default=True, help="Read larger files in pieces.")
 @click.option("--seed", type=int, help="Same seed, same output, on any cluster [drawn and recorded].")
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option("--overwrite", is_flag=True, help="Replace a finished result, or discard an unfinished other run.")
@@ -178,7 +187,10 @@ def cli():
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
 @_command
-def shuffle(source, dest, piles, memory_per_pile, seed, scratch, overwrite, no_verify, as_json, quiet, **cluster):
+def shuffle(
+    source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, scratch, overwrite, no_verify, as_json, quiet,
+    **cluster,
+):  # fmt: skip
     """Shuffle the Parquet dataset SOURCE (directory, glob, files; any fsspec URL) into DEST.
 
     Run the same command again after an interruption to resume.
@@ -190,7 +202,7 @@ def shuffle(source, dest, piles, memory_per_pile, seed, scratch, overwrite, no_v
         report = shuffle_parquet(
             list(source) if len(source) > 1 else source[0], dest, piles, seed=seed, scratch=scratch,
             storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
-            memory_per_pile=memory_per_pile, progress=not quiet,
+            memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
         )  # fmt: skip
     if as_json:
         click.echo(json.dumps(_report_json(report), indent=1))

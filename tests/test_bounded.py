@@ -1,5 +1,7 @@
 """Memory bounded by a piece of input and a pile, not by the size of a file or the dataset."""
 
+import collections
+import itertools
 import json
 import os
 import subprocess
@@ -12,9 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _util import file_bytes, read_output
+from scipy import stats
 
 import daskpile
-from daskpile import _passes
+from daskpile import _passes, _scratch
 
 ROWS_PER_GROUP = 20_000
 
@@ -95,3 +98,95 @@ def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(big_files, tmp_pa
     pieces = scatter_peak(path, str(tmp_path / "pieces"), group_bytes(path))
     assert whole["pieces"] == 1 and pieces["pieces"] == 10 and whole["rows"] == pieces["rows"] == 200_000
     assert pieces["peak"] < whole["peak"] / 4, (pieces, whole)
+
+
+def split_shuffle(rows_by_partition, sub_piles, seed, directory, permute=True) -> list[int]:
+    """One pile over its budget, through the real pass functions: scatter, split, gather each sub-pile."""
+    run = _scratch.Scratch.create(str(directory), None, len(rows_by_partition))
+    for k, rows in enumerate(rows_by_partition):
+        _passes.scatter_table(pa.table({"x": rows}), k, 1, seed, run)
+    split = _passes.split_pile(run, 0, sub_piles, seed, flush_bytes=1)  # a flush per slice
+    order = []
+    with _scratch.PileReader(split.scratch) as reader:
+        for sub in range(sub_piles):
+            if permute:
+                order += _passes.gather_table(reader.pile(sub), 0, seed, sub)["x"].to_pylist()
+            else:
+                order += [x for batch in reader.pile(sub) for x in batch["x"].to_pylist()]
+    run.remove()
+    return order
+
+
+def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path):
+    """4 rows in 2 partitions, all in one pile that is split in 3: chi-square on 2,400 seeds, alpha 1e-3."""
+    orders = list(itertools.permutations(range(4)))
+
+    def pvalue(permute):
+        counts = collections.Counter(
+            tuple(split_shuffle([[0, 1], [2, 3]], 3, seed, tmp_path / f"{permute}-{seed}", permute))
+            for seed in range(2400)
+        )
+        return stats.chisquare([counts[o] for o in orders]).pvalue
+
+    assert pvalue(permute=True) > 1e-3
+    assert pvalue(permute=False) < 1e-3  # teeth: sub-piles left in input order
+
+
+def test_piles_over_memory_per_pile_are_split_into_consecutive_files(big_files, tmp_path, client):
+    dest = str(tmp_path / "out")
+    budget = 2 * group_bytes(os.path.join(big_files, "a.parquet"))  # about 2 of the 12.5 row groups in a pile
+    report = daskpile.shuffle_parquet(big_files, dest, piles=2, seed=3, memory_per_pile=budget)
+    manifest = daskpile.read_manifest(dest)
+    files = manifest["files"]
+    assert (
+        files == sorted(files) and len(files) > 2 and all(f.startswith(("part-00000-", "part-00001-")) for f in files)
+    )
+    assert sum(manifest["rows_per_file"]) == sum(manifest["rows_per_pile"]) == 250_000 == report.rows
+    assert max(manifest["rows_per_file"]) < 250_000 / 4
+    out = pa.concat_tables(pq.read_table(os.path.join(dest, f)) for f in files)
+    assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(250_000))
+    assert daskpile.verify(big_files, dest).ok and daskpile.quality(dest, "id").ok
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(big_files, str(tmp_path / "sync"), piles=2, seed=3, memory_per_pile=budget)
+    assert file_bytes(dest) == file_bytes(tmp_path / "sync")
+
+
+def test_on_oversize_error_stops_before_pass_2(big_files, tmp_path, sync_scheduler):
+    dest = tmp_path / "out"
+    scratch = tmp_path / "scratch"
+    with pytest.raises(daskpile.PileTooLargeError, match=r"2 of 2 piles are over memory_per_pile=100,000 bytes"):
+        daskpile.shuffle_parquet(
+            big_files, str(dest), piles=2, memory_per_pile=100_000, on_oversize="error", scratch=str(scratch)
+        )
+    assert not dest.exists()
+    assert list(scratch.iterdir()) == []
+
+
+def sequence(dest) -> np.ndarray:
+    files = daskpile.read_manifest(str(dest))["files"]
+    return np.concatenate([pq.read_table(os.path.join(dest, f), columns=["id"])["id"].to_numpy() for f in files])
+
+
+def test_rows_per_file_cuts_the_same_sequence_into_equal_files(big_files, tmp_path, client):
+    daskpile.shuffle_parquet(big_files, str(tmp_path / "piles"), piles=5, seed=1)
+    scratch = tmp_path / "scratch"
+    report = daskpile.shuffle_parquet(
+        big_files, str(tmp_path / "equal"), piles=5, seed=1, rows_per_file=7_000, scratch=str(scratch)
+    )
+    manifest = daskpile.read_manifest(str(tmp_path / "equal"))
+    assert manifest["rows_per_file"] == [7_000] * 35 + [250_000 - 35 * 7_000]
+    assert len(report.files) == 36 and report.fingerprint is not None
+    # the same uniformly random sequence as one file per pile, only cut differently
+    assert np.array_equal(sequence(tmp_path / "equal"), sequence(tmp_path / "piles"))
+    assert daskpile.verify(big_files, str(tmp_path / "equal")).ok
+    assert list(scratch.iterdir()) == []  # the permuted piles went with the rest of scratch
+
+
+def test_rows_per_file_with_split_piles(big_files, tmp_path, sync_scheduler):
+    budget = 2 * group_bytes(os.path.join(big_files, "a.parquet"))
+    daskpile.shuffle_parquet(big_files, str(tmp_path / "split"), piles=2, seed=3, memory_per_pile=budget)
+    daskpile.shuffle_parquet(
+        big_files, str(tmp_path / "equal"), piles=2, seed=3, memory_per_pile=budget, rows_per_file=100_000
+    )
+    assert daskpile.read_manifest(str(tmp_path / "equal"))["rows_per_file"] == [100_000, 100_000, 50_000]
+    assert np.array_equal(sequence(tmp_path / "equal"), sequence(tmp_path / "split"))

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import time
 
+import pyarrow as pa
 import pytest
 from _util import write_parts
 
@@ -57,9 +58,20 @@ def test_no_permission_to_write_scratch(sync_scheduler, source, immutable_dir, t
     assert not (tmp_path / "out").exists()
 
 
-def test_scratch_full_says_so_and_cleans_up(client, source, tiny_filesystem, tmp_path):
-    with pytest.raises(OSError, match=r"scratch .*tiny.* is full"):
+def test_not_enough_space_is_found_before_anything_is_written(client, source, tiny_filesystem, tmp_path):
+    with pytest.raises(OSError, match=r"not enough space for scratch .*tiny.*: the run needs about .* are free"):
         daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=4, scratch=str(tiny_filesystem))
+    assert os.listdir(tiny_filesystem) == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_path):
+    # Long repeated strings: dictionary-encoded in Parquet, so the footers promise a few KiB,
+    # but plain strings in Arrow, so scratch takes 4 MB: the estimate passes, the disk fills.
+    table = pa.table({"s": ["x" * 100] * 40_000})
+    write_parts(table, tmp_path / "src", parts=4)
+    with pytest.raises(OSError, match=r"scratch .*tiny.* is full"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=4, scratch=str(tiny_filesystem))
     assert os.listdir(tiny_filesystem) == []
     assert not (tmp_path / "out").exists()
 

@@ -2,7 +2,9 @@
 
 import math
 
+import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -68,3 +70,17 @@ def test_shuffle_parquet_with_auto_piles(sync_scheduler, tmp_path):
 def test_piles_must_be_a_number_or_auto(tmp_path):
     with pytest.raises(ValueError, match="piles must be a positive integer or 'auto', got 'many'"):
         daskpile.shuffle_parquet(str(tmp_path), str(tmp_path / "out"), "many")
+
+
+def test_shuffle_dataframe_with_auto_piles(sync_scheduler):
+    frame = pd.DataFrame({"x": np.arange(100_000), "s": [f"value {i}" for i in range(100_000)]})
+    ddf = dd.from_pandas(frame, npartitions=10)
+    budget = 1_000_000
+    shuffled = daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=budget)
+    plan = daskpile.plan_piles(ddf, memory_per_pile=budget)
+    assert plan.rows == 100_000 and plan.memory_per_pile == budget
+    assert shuffled.npartitions == plan.piles > 4
+    bytes_per_row = plan.bytes / plan.rows
+    sizes = shuffled.map_partitions(len).compute()
+    assert sizes.max() * bytes_per_row <= budget
+    pd.testing.assert_frame_equal(shuffled.compute().sort_index(), ddf.compute())
