@@ -105,7 +105,7 @@ def test_plot(tmp_path):
 
 def test_bad_columns_are_named(tmp_path):
     directory = ordered(np.arange(100), tmp_path / "in")
-    with pytest.raises(KeyError, match=r"'idx' is not in .*in-000\.parquet"):
+    with pytest.raises(KeyError, match=r"'idx' is not in .*in-00\d\.parquet"):
         daskpile.quality(directory, "idx")
     pq.write_table(pa.table({"id": [1, 1, 2], "label": [0, 0, 1]}), tmp_path / "dup.parquet")
     with pytest.raises(ValueError, match="order column 'id' has duplicate values"):
