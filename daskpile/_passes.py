@@ -219,6 +219,8 @@ def gather_to_parquet(
             if as_arrow:
                 _scratch.write_table(fs, path, table, RECHUNK_BATCH_ROWS)
                 results.append(GatherResult(pile, rows, path, fs.size(path), None, sub=sub))
+                del table
+                reader.release()
                 continue
             output_fingerprint = _fingerprint.of(table) if fingerprint else None
             if output_fingerprint is not None:
@@ -226,7 +228,16 @@ def gather_to_parquet(
             metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
             write_parquet(table.replace_schema_metadata(metadata), fs, path)
             results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
+            if table.nbytes > RELEASE_BYTES:
+                # Drop this pile and its mapped pages before the next: memory holds one pile, not the group.
+                del table
+                reader.release()
     return results
+
+
+# Piles larger than this have their scratch pages unmapped once written (and
+# the files reopened for the next pile); smaller ones share one opening per task.
+RELEASE_BYTES = 64 * 2**20
 
 
 RECHUNK_BATCH_ROWS = 65_536  # permuted piles are stored in batches this long, so a range reads little more

@@ -155,7 +155,9 @@ class PileReader:
     """Reads piles from all the scratch files of a run, opening each file once.
 
     Local files are memory-mapped, so only the pages of the piles read are
-    touched.  Use as a context manager: remote files stay open until exit.
+    touched.  Those pages stay mapped, and count in the process's resident
+    memory (which Dask's memory monitor watches), until ``release()`` or exit;
+    a task reading several large piles releases after each one.
 
     >>> with PileReader(run) as reader:  # doctest: +SKIP
     ...     batches = reader.pile(3)  # one record batch per input partition
@@ -167,22 +169,40 @@ class PileReader:
         self._readers: list[ipc.RecordBatchFileReader] = []
 
     def __enter__(self) -> PileReader:
-        fs = self.scratch.fs
-        for path in self.scratch.paths():
-            # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
-            f = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
-            self._files.append(f)
-            self._readers.append(ipc.open_file(f))
         return self
 
+    def _open(self) -> None:
+        for path in self.scratch.paths():
+            f = _open_scratch(self.scratch.fs, path)
+            self._files.append(f)
+            self._readers.append(ipc.open_file(f))
+
     def pile(self, pile: int) -> list[pa.RecordBatch]:
+        if not self._readers:
+            self._open()
         return [reader.get_batch(pile) for reader in self._readers]
 
     def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
-        """The slices of one pile, read one at a time (for piles too large to hold at once)."""
-        for reader in self._readers:
-            yield reader.get_batch(pile)
+        """The slices of one pile, one at a time, each file closed after its slice.
 
-    def __exit__(self, *exc) -> None:
+        For piles too large to hold: a slice's pages are unmapped as soon as
+        the caller drops the slice, so memory holds what the caller keeps.
+        """
+        for path in self.scratch.paths():
+            with _open_scratch(self.scratch.fs, path) as f:
+                batch = ipc.open_file(f).get_batch(pile)
+            yield batch
+
+    def release(self) -> None:
+        """Close every file; the pages of batches already dropped are unmapped. Reopened on demand."""
         for f in self._files:
             f.close()
+        self._files, self._readers = [], []
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _open_scratch(fs: fsspec.AbstractFileSystem, path: str):
+    # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
+    return pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
