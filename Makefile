@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench bench-b clean
+.PHONY: demo test lint format bench bench-b bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ bench: $(STAMP)  ## every system on dataset A (10 M rows), 3 runs each; results 
 
 bench-b: $(STAMP)  ## the same on dataset B (100 M rows), 1 run each
 	$(BIN)/python benchmarks/run.py --size B --reps 1
+
+bench-memory: $(STAMP)  ## dataset B with every worker limited to 2 GiB (DuckDB to 4 GB)
+	$(BIN)/python benchmarks/run.py --size B --reps 1 --worker-memory 2GiB --duckdb-memory 4GB --timeout 1800 \
+		--systems "daskpile auto piles" "duckdb ORDER BY random()" "dask p2p + sample"
 
 lint: $(STAMP)
 	$(BIN)/ruff check daskpile tests benchmarks

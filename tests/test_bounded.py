@@ -9,7 +9,9 @@ import sys
 import textwrap
 
 import dask
+import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -190,3 +192,13 @@ def test_rows_per_file_with_split_piles(big_files, tmp_path, sync_scheduler):
     )
     assert daskpile.read_manifest(str(tmp_path / "equal"))["rows_per_file"] == [100_000, 100_000, 50_000]
     assert np.array_equal(sequence(tmp_path / "equal"), sequence(tmp_path / "split"))
+
+
+def test_a_single_huge_csv_is_split_by_dask(tmp_path, sync_scheduler):
+    """A text file has no row groups: Dask's blocksize cuts it into partitions, and each is a pass-1 task."""
+    frame = pd.DataFrame({"id": np.arange(50_000), "s": [f"row {i}" for i in range(50_000)]})
+    frame.to_csv(tmp_path / "one.csv", index=False)
+    ddf = dd.read_csv(str(tmp_path / "one.csv"), blocksize=100_000)
+    assert ddf.npartitions > 5  # one file, several bounded partitions
+    out = daskpile.shuffle(ddf, piles=4, seed=1).compute()
+    assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(50_000))
