@@ -103,7 +103,9 @@ def shuffle_parquet(
     URLs (``s3://...`` included).  ``dest`` receives ``part-00000.parquet`` ...
     one file per pile, and ``_daskpile.json``, written last.  Reading the parts
     in name order gives a uniformly random permutation of the input rows; the
-    same seed and piles give byte-identical files on any cluster.
+    same seed and piles give byte-identical files on any cluster (with
+    ``piles="auto"``, give ``memory_per_pile`` too: the default depends on the
+    workers' memory).
 
     With ``verify`` (the default) pass 1 fingerprints the input rows and pass 2
     the output rows; a difference raises ``VerificationError`` and no manifest
@@ -163,7 +165,9 @@ def shuffle_parquet(
     )
     previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
-        differences = previous.differences(source_urls, stamps, requested_piles, requested_seed, blocksize)
+        differences = previous.differences(
+            source_urls, stamps, requested_piles, requested_seed, blocksize, rows_per_file
+        )
         if differences and not overwrite:
             raise RunMismatchError(
                 f"{dest_url!r} has an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
@@ -190,7 +194,7 @@ def shuffle_parquet(
     piles = pile_plan.piles if auto else requested_piles
     if progress and pile_plan is not None:
         print(f"piles=auto: {pile_plan}", flush=True)
-    spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize)
+    spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file)
     has_result, has_other_files = _dest_contents(dest_fs, dest_path)
     if (has_result or has_other_files) and not overwrite:
         what = "a finished daskpile result" if has_result else "files"

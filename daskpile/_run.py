@@ -1,7 +1,7 @@
 """What identifies a run of ``shuffle_parquet``, so that an interrupted run can be resumed.
 
 A run is (source files with their sizes and modification stamps, piles, seed,
-dest, blocksize).  Its description is written next to its scratch files before pass 1
+dest, blocksize, rows_per_file).  Its description is written next to its scratch files before pass 1
 and into ``dest/_daskpile.run.json`` before pass 2.  Running the same call
 again finds it and reuses every finished scratch file and output file; a call
 with other arguments is refused instead of mixing two runs.
@@ -29,6 +29,7 @@ class RunSpec:
     seed: int
     dest: str
     blocksize: int
+    rows_per_file: int | None = None
 
     def to_json(self) -> dict:
         return {
@@ -38,18 +39,22 @@ class RunSpec:
             "seed": self.seed,
             "dest": self.dest,
             "blocksize": self.blocksize,
+            "rows_per_file": self.rows_per_file,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
         files, stamps = tuple(data["source_files"]), tuple(data["source_stamps"])
-        return cls(files, stamps, int(data["piles"]), int(data["seed"]), data["dest"], int(data["blocksize"]))
+        rows_per_file = data.get("rows_per_file")
+        return cls(
+            files, stamps, int(data["piles"]), int(data["seed"]), data["dest"], int(data["blocksize"]), rows_per_file
+        )
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(
-        self, source_files, source_stamps, piles: int | None, seed: int | None, blocksize: int
+        self, source_files, source_stamps, piles: int | None, seed: int | None, blocksize: int, rows_per_file=None
     ) -> list[str]:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
@@ -64,6 +69,8 @@ class RunSpec:
             found.append(f"seed {seed} instead of {self.seed}")
         if blocksize != self.blocksize:
             found.append(f"blocksize {blocksize} instead of {self.blocksize}")
+        if rows_per_file != self.rows_per_file:
+            found.append(f"rows_per_file {rows_per_file} instead of {self.rows_per_file}")
         return found
 
 
