@@ -239,30 +239,10 @@ def shuffle_parquet(
     dest_fs.makedirs(target, exist_ok=True)
     run_state.write(dest_fs, dest_path, spec)
     timer = Timer(progress)
-    budget = _budget(memory_per_pile, pile_plan)
-    units = [(j, sub) for j in range(piles) for sub in (range(split[j]) if j in split else [None])]
-    if rows_per_file is None:
-        names = [_manifest.part_name(j, piles, sub) for j, sub in units]
-        gathered = compute(
-            _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, spec.key()),
-            progress=progress,
-        )
-    else:  # pass 2 writes permuted piles to scratch, pass 3 cuts their sequence into equal files
-        permuted = compute(
-            _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, spec.key()),
-            progress=progress,
-        )
-        ranges = _file_ranges([(r.path, r.rows) for r in _in_order(permuted)], rows_per_file)
-        names = [_manifest.part_name(f, len(ranges)) for f in range(len(ranges))]
-        rechunk = [
-            dask.delayed(_passes.rechunk_to_parquet)(
-                file_ranges, scratch_dir.fs, dest_fs, posixpath.join(target, names[f]), f, seed, schema, verify,
-                dask_key_name=f"daskpile-rechunk-{f}-{spec.key()}",
-            )
-            for f, file_ranges in enumerate(ranges)
-        ]  # fmt: skip
-        gathered = compute(rechunk, progress=progress)
-    gathered = _in_order(gathered)
+    names, gathered = _pass_2(
+        scratch_dir, counts, split, seed, dest_fs, target, schema, verify,
+        _budget(memory_per_pile, pile_plan), spec.key(), rows_per_file, progress,
+    )  # fmt: skip
     seconds_gather = timer.seconds
     split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
     split_note += f", cut into files of {rows_per_file:,} rows" if rows_per_file else ""
@@ -376,6 +356,31 @@ def _pile_groups(piles: list[int], threads: int) -> list[list[int]]:
     """
     per_task = max(1, math.ceil(len(piles) / (4 * threads)))
     return [piles[i : i + per_task] for i in range(0, len(piles), per_task)]
+
+
+def _pass_2(
+    scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, rows_per_file, progress
+) -> tuple[list[str], list]:
+    """Pass 2 (and for ``rows_per_file``, pass 3): the output files' names and their results, in sequence order."""
+    piles = len(counts)
+    if rows_per_file is None:
+        subs = [range(split[j]) if j in split else [None] for j in range(piles)]
+        names = [_manifest.part_name(j, piles, sub) for j in range(piles) for sub in subs[j]]
+        tasks = _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key)
+        return names, _in_order(compute(tasks, progress=progress))
+    # pass 2 writes the permuted piles to scratch, pass 3 cuts their sequence into equal files
+    tasks = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
+    permuted = _in_order(compute(tasks, progress=progress))
+    ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
+    names = [_manifest.part_name(f, len(ranges)) for f in range(len(ranges))]
+    rechunk = [
+        dask.delayed(_passes.rechunk_to_parquet)(
+            file_ranges, scratch_dir.fs, dest_fs, posixpath.join(target, names[f]), f, seed, schema, verify,
+            dask_key_name=f"daskpile-rechunk-{f}-{key}",
+        )
+        for f, file_ranges in enumerate(ranges)
+    ]  # fmt: skip
+    return names, _in_order(compute(rechunk, progress=progress))
 
 
 def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> list:
