@@ -17,7 +17,7 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import filesystem, write_bytes
+from daskpile._storage import dataset_files, filesystem, write_bytes
 
 MANIFEST_NAME = "_daskpile.json"
 FORMAT = "daskpile/1"
@@ -85,6 +85,21 @@ def write(fs: fsspec.AbstractFileSystem, directory: str, manifest: dict) -> str:
     path = posixpath.join(directory, MANIFEST_NAME)
     write_bytes(fs, path, json.dumps(manifest, indent=1).encode())
     return path
+
+
+def result_files(dest: str | list[str], storage_options: dict | None = None):
+    """(filesystem, files in reading order, manifest or None) of ``dest``.
+
+    A daskpile result is exactly the files its manifest lists, in sequence
+    order; any other Parquet dataset (a directory, glob or list of files) is
+    its data files in name order.
+    """
+    if isinstance(dest, str):
+        fs, path = filesystem(dest, storage_options)
+        if fs.exists(posixpath.join(path, MANIFEST_NAME)):
+            manifest = read(dest, storage_options)
+            return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
+    return (*dataset_files(dest, storage_options, role="dest"), None)
 
 
 def read(dest: str, storage_options: dict | None = None) -> dict:

@@ -25,7 +25,7 @@ from daskpile._compute import Timer, compute, memory_per_thread, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
-from daskpile._storage import check_writable, filesystem, full_url, list_files, remove_tree
+from daskpile._storage import check_writable, dataset_files, filesystem, full_url, remove_tree
 from daskpile._validate import check_piles
 
 
@@ -149,7 +149,7 @@ def shuffle_parquet(
     auto = piles == "auto"
     requested_piles = None if auto else check_piles(piles, auto_allowed=True)
     requested_seed = None if seed is None else resolve_seed(seed)
-    source_fs, source_files = _source_files(source, storage_options)
+    source_fs, source_files = dataset_files(source, storage_options)
     dest_fs, dest_path = filesystem(dest, storage_options)
     dest_url = full_url(dest_fs, dest_path)
     _check_overlap(source_fs, source_files, source, dest_fs, dest_path)
@@ -473,25 +473,6 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             "memory_per_pile, or on_oversize='split'"
         )
     return {j: max(2, _sizing.plan(n, round(n * bytes_per_row), budget).piles) for j, n in over.items()}
-
-
-def _source_files(source: str | list[str], storage_options: dict | None):
-    if isinstance(source, (list, tuple)):
-        if not source:
-            raise ValueError("source is an empty list of files")
-        fs, _ = filesystem(source[0], storage_options)
-        files = []
-        for url in source:
-            fs_k, path = filesystem(url, storage_options)
-            if not fs_k.isfile(path):
-                raise FileNotFoundError(f"source file {url!r} does not exist")
-            files.append(path)
-        return fs, files
-    fs, path = filesystem(source, storage_options)
-    files = list_files(fs, path)
-    if not files:
-        raise FileNotFoundError(f"source {source!r} matches no data files")
-    return fs, files
 
 
 def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import posixpath
 import statistics
 
 import dask
@@ -33,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile import _manifest, _passes
-from daskpile._storage import filesystem, full_url, list_files
+from daskpile._storage import filesystem, full_url
 
 HISTOGRAM_BINS = 50
 MAX_LABELS = 100
@@ -188,7 +187,8 @@ def quality(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
-    fs, files, where = _ordered_files(dest, storage_options)
+    fs, files, _ = _manifest.result_files(dest, storage_options)
+    where = _where(dest, storage_options)
     columns = [order_column] + ([label_column] if label_column else [])
     parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, columns) for path in files])
     rows_per_file = np.array([len(p[0]) for p in parts], dtype=np.int64)
@@ -265,21 +265,11 @@ def quality(
     )
 
 
-def _ordered_files(dest, storage_options) -> tuple:
-    """The files of ``dest`` in reading order: the manifest's for a daskpile result, else by name."""
+def _where(dest, storage_options) -> str:
     if isinstance(dest, (list, tuple)):
-        if not dest:
-            raise ValueError("dest is an empty list of files")
-        fs, _ = filesystem(dest[0], storage_options)
-        return fs, [filesystem(url, storage_options)[1] for url in dest], f"{len(dest)} files"
+        return f"{len(dest)} files"
     fs, path = filesystem(dest, storage_options)
-    if fs.isdir(path) and fs.exists(posixpath.join(path, _manifest.MANIFEST_NAME)):
-        files = [posixpath.join(path, name) for name in _manifest.read(dest, storage_options)["files"]]
-    else:
-        files = list_files(fs, path)
-    if not files:
-        raise FileNotFoundError(f"{dest!r} holds no data files")
-    return fs, files, full_url(fs, path)
+    return full_url(fs, path)
 
 
 def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:

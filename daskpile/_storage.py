@@ -137,5 +137,27 @@ def list_files(fs: fsspec.AbstractFileSystem, source: str) -> list[str]:
     return sorted(p for p in paths if not _is_hidden(p[len(root) :]))
 
 
+def dataset_files(
+    source: str | list[str], storage_options: dict | None = None, role: str = "source"
+) -> tuple[fsspec.AbstractFileSystem, list[str]]:
+    """The filesystem and data files of a dataset given as a URL (file, directory, glob) or a list of files."""
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ValueError(f"{role} is an empty list of files")
+        fs, _ = filesystem(source[0], storage_options)
+        files = []
+        for url in source:
+            fs_k, path = filesystem(url, storage_options)
+            if not fs_k.isfile(path):
+                raise FileNotFoundError(f"{role} file {url!r} does not exist")
+            files.append(path)
+        return fs, files
+    fs, path = filesystem(source, storage_options)
+    files = list_files(fs, path)
+    if not files:
+        raise FileNotFoundError(f"{role} {source!r} matches no data files")
+    return fs, files
+
+
 def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import posixpath
 
 import dask
 
 from daskpile import _fingerprint, _manifest, _passes
 from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
-from daskpile._storage import filesystem
+from daskpile._storage import dataset_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,18 +50,8 @@ def verify(
     >>> result.ok, result.source.rows  # doctest: +SKIP
     (True, 10000000)
     """
-    from daskpile._parquet import _source_files
-
-    source_fs, source_files = _source_files(source, storage_options)
-    manifest = None
-    if isinstance(dest, str):
-        with contextlib.suppress(FileNotFoundError):
-            manifest = _manifest.read(dest, storage_options)
-    if manifest is not None:  # a daskpile result: exactly the files its manifest lists
-        dest_fs, dest_path = filesystem(dest, storage_options)
-        dest_files = [posixpath.join(dest_path, name) for name in manifest["files"]]
-    else:  # any Parquet dataset, such as daskpile.shuffle(ddf).to_parquet(...) writes
-        dest_fs, dest_files = _source_files(dest, storage_options)
+    source_fs, source_files = dataset_files(source, storage_options)
+    dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
     recorded = manifest and manifest.get("fingerprint")
     tasks = [dask.delayed(_fingerprint_file)(source_fs, p) for p in source_files]
     tasks += [dask.delayed(_fingerprint_file)(dest_fs, p) for p in dest_files]
