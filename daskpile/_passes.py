@@ -222,11 +222,7 @@ def gather_to_parquet(
                 del table
                 reader.release()
                 continue
-            output_fingerprint = _fingerprint.of(table) if fingerprint else None
-            if output_fingerprint is not None:
-                stamp["fingerprint"] = output_fingerprint.to_json()
-            metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
-            write_parquet(table.replace_schema_metadata(metadata), fs, path)
+            output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
             results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
             if table.nbytes > RELEASE_BYTES:
                 # Drop this pile and its mapped pages before the next: memory holds one pile, not the group.
@@ -265,11 +261,7 @@ def rechunk_to_parquet(
         return finished
     parts = [_scratch.read_rows(fs_scratch, scratch_path, start, stop) for scratch_path, start, stop in ranges]
     table = pa.concat_tables(parts) if parts else schema.empty_table()
-    output_fingerprint = _fingerprint.of(table) if fingerprint else None
-    if output_fingerprint is not None:
-        stamp["fingerprint"] = output_fingerprint.to_json()
-    metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
-    write_parquet(table.replace_schema_metadata(metadata), fs, path)
+    output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
     return GatherResult(file_index, rows, path, fs.size(path), output_fingerprint)
 
 
@@ -328,6 +320,16 @@ def gather_split_to_parquet(
     return gather_to_parquet(
         split.scratch, total_piles, subs, expected, seed, fs, paths, schema, fingerprint, split.pile, as_arrow
     )
+
+
+def _write_stamped(table, fs, path: str, schema: pa.Schema, stamp: dict, fingerprint: bool) -> Fingerprint | None:
+    """Write an output file whose footer says what it holds (``stamp`` and fingerprint), for a rerun to reuse."""
+    output_fingerprint = _fingerprint.of(table) if fingerprint else None
+    if output_fingerprint is not None:
+        stamp = {**stamp, "fingerprint": output_fingerprint.to_json()}
+    metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
+    write_parquet(table.replace_schema_metadata(metadata), fs, path)
+    return output_fingerprint
 
 
 def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:

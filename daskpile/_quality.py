@@ -273,18 +273,12 @@ def _where(dest, storage_options) -> str:
 
 
 def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:
-    def reader(source):
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(source)
+    with _passes.open_parquet(fs, path) as parquet:
+        names = parquet.schema_arrow.names
         for name in columns:
-            if name not in schema.names:
-                raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(schema.names)})")
-        if hasattr(source, "seek"):
-            source.seek(0)
-        return pq.read_table(source, columns=columns, use_threads=False)
-
-    table = _passes.read_parquet(fs, path, reader)
+            if name not in names:
+                raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(names)})")
+        table = parquet.read(columns=columns, use_threads=False)
     return [table[name] for name in columns]
 
 
