@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from daskpile import _passes, _sizing
-from daskpile._compute import memory_per_thread, total_threads
 from daskpile._random import resolve_seed
 from daskpile._scratch import PileReader, Scratch
 from daskpile._validate import check_piles
@@ -102,8 +101,7 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
     sizes = dask.compute(*[dask.delayed(_frame_size)(ddf.get_partition(i).to_delayed()[0]) for i in picks])
     rows = round(np.mean([r for r, _ in sizes]) * n)
     data_bytes = round(np.mean([b for _, b in sizes]) * n)
-    budget = memory_per_pile or int(memory_per_thread() * _sizing.MEMORY_PER_PILE_FRACTION)
-    return _sizing.plan(rows, data_bytes, budget, min_piles=4 * total_threads())
+    return _sizing.plan_for_cluster(rows, data_bytes, memory_per_pile)
 
 
 def _frame_size(frame: pd.DataFrame) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from dask.utils import parse_bytes
 
 from daskpile import _fingerprint, _manifest, _passes, _sizing
 from daskpile import _run as run_state
-from daskpile._compute import Timer, compute, memory_per_thread, total_threads
+from daskpile._compute import Timer, compute, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
@@ -183,12 +183,7 @@ def shuffle_parquet(
     estimated_rows, estimated_bytes = _sizing.estimate_parquet(source_fs, source_files, sizes)
     pile_plan = None
     if auto:
-        pile_plan = _sizing.plan(
-            estimated_rows,
-            estimated_bytes,
-            memory_per_pile=memory_per_pile or int(memory_per_thread() * _sizing.MEMORY_PER_PILE_FRACTION),
-            min_piles=4 * total_threads(),
-        )
+        pile_plan = _sizing.plan_for_cluster(estimated_rows, estimated_bytes, memory_per_pile)
         if previous is not None:  # resuming: keep the run's count even if the cluster changed
             pile_plan = dataclasses.replace(pile_plan, piles=previous.piles)
     piles = pile_plan.piles if auto else requested_piles

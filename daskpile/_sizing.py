@@ -15,6 +15,7 @@ import math
 import pyarrow.parquet as pq
 
 from daskpile import _passes
+from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
@@ -59,6 +60,12 @@ def estimate_parquet(fs, files: list[str], sizes: list[int]) -> tuple[int, int]:
         stored += sizes[k]
     scale = sum(sizes) / max(stored, 1)
     return round(rows * scale), round(data_bytes * scale)
+
+
+def plan_for_cluster(rows: int, data_bytes: int, memory_per_pile: int | None = None) -> PilePlan:
+    """``plan`` with the defaults of ``piles="auto"``: a quarter of a task's memory per pile, 4 piles per thread."""
+    budget = memory_per_pile or int(memory_per_thread() * MEMORY_PER_PILE_FRACTION)
+    return plan(rows, data_bytes, budget, min_piles=4 * total_threads())
 
 
 def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -> PilePlan:
