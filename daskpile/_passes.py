@@ -281,10 +281,11 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
     counts = np.zeros(sub_piles, dtype=np.int64)
     files = 0
     pending: list[pa.RecordBatch] = []
+    pending_bytes = 0
     assignments: list[np.ndarray] = []
 
     def flush():
-        nonlocal files
+        nonlocal files, pending_bytes
         table = pa.Table.from_batches(pending, schema=pending[0].schema)
         grouped, flush_counts = _kernels.group_by_pile(table, np.concatenate(assignments), sub_piles)
         _scratch.write_piles(scratch.fs, _scratch.scratch_path(directory, files), grouped, flush_counts)
@@ -292,12 +293,14 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
         files += 1
         pending.clear()
         assignments.clear()
+        pending_bytes = 0
 
     with PileReader(scratch) as reader:
         for batch in reader.pile_slices(pile):
             pending.append(batch)
+            pending_bytes += batch.nbytes
             assignments.append(_kernels.random_piles(rng, batch.num_rows, sub_piles))
-            if sum(b.nbytes for b in pending) >= flush_bytes:
+            if pending_bytes >= flush_bytes:
                 flush()
         if pending:
             flush()

@@ -15,6 +15,7 @@ compressing it costs more CPU than the bytes it saves on local disk.
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 import tempfile
 import uuid
@@ -108,28 +109,32 @@ def write_piles(
 
 
 def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> None:
-    """A permuted pile as IPC in batches of ``batch_rows``, so that ``read_rows`` of a range reads little more."""
+    """A permuted pile as IPC in batches of ``batch_rows``, so that ``read_rows`` of a range reads little more.
+
+    The footer lists the batches' row counts, so a reader finds a range's
+    batches without reading the ones before it.
+    """
+    batches = table.to_batches(max_chunksize=batch_rows)
+    footer = {"daskpile.batch_rows": json.dumps([b.num_rows for b in batches])}
     with (
         atomic_sink(fs, path, make_parents=True) as sink,
-        ipc.new_file(sink, table.schema) as writer,
+        ipc.new_file(sink, table.schema, metadata=footer) as writer,
     ):
-        writer.write_table(table, max_chunksize=batch_rows)
+        for batch in batches:
+            writer.write_batch(batch)
 
 
 def read_rows(fs: fsspec.AbstractFileSystem, path: str, start: int, stop: int) -> pa.Table:
     """Rows ``start:stop`` of a file written by ``write_table``, reading only the batches that hold them."""
-    source = pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
-    with source:
+    with _open_scratch(fs, path) as source:
         reader = ipc.open_file(source)
-        batches, offset = [], 0
-        for i in range(reader.num_record_batches):
-            if offset >= stop:
-                break
+        ends = np.cumsum(json.loads(reader.metadata[b"daskpile.batch_rows"]))
+        first, last = np.searchsorted(ends, start, side="right"), np.searchsorted(ends, stop, side="left")
+        batches = []
+        for i in range(int(first), min(int(last) + 1, len(ends))):
+            offset = int(ends[i - 1]) if i else 0
             batch = reader.get_batch(i)
-            end = offset + batch.num_rows
-            if end > start:
-                batches.append(batch.slice(max(start - offset, 0), min(stop, end) - max(start, offset)))
-            offset = end
+            batches.append(batch.slice(max(start - offset, 0), min(stop, int(ends[i])) - max(start, offset)))
         return pa.Table.from_batches(batches, schema=reader.schema).combine_chunks()
 
 
