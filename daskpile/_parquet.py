@@ -375,7 +375,7 @@ def _pass_2(
         )
         for f, file_ranges in enumerate(ranges)
     ]  # fmt: skip
-    return names, _in_order(compute(rechunk, progress=progress))
+    return names, compute(rechunk, progress=progress)  # in file order already
 
 
 def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> list:
@@ -415,9 +415,8 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
 
 
 def _in_order(groups) -> list:
-    """Results of pass-2 tasks, flattened into the order of the output sequence."""
-    flat = [r for group in groups for r in (group if isinstance(group, list) else [group])]
-    return sorted(flat, key=lambda r: (r.pile, -1 if r.sub is None else r.sub))
+    """Results of pass-2 tasks (a list each), flattened into the order of the output sequence."""
+    return sorted((r for group in groups for r in group), key=lambda r: (r.pile, -1 if r.sub is None else r.sub))
 
 
 def _file_ranges(units: list[tuple[str, int]], rows_per_file: int) -> list[list[tuple[str, int, int]]]:
