@@ -36,9 +36,10 @@ def main(argv=None) -> None:
     parser.add_argument("--size", default="A")
     parser.add_argument("--piles", type=int, default=64)
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
+    parser.add_argument("--files", type=int, default=None, help="only the first N files of the dataset")
     args = parser.parse_args(argv)
     source = dataset(args.size, args.data_dir)
-    files = sorted(os.path.join(source, f) for f in os.listdir(source) if f.endswith(".parquet"))
+    files = sorted(os.path.join(source, f) for f in os.listdir(source) if f.endswith(".parquet"))[: args.files]
     work = tempfile.mkdtemp(prefix="daskpile-profile-")
     fs, _ = filesystem(work)
     run = _scratch.Scratch.create(work, None, len(files))

@@ -6,7 +6,6 @@
 >>> daskpile.quality("s3://lake/shuffled/", order_column="id")  # doctest: +SKIP
 """
 
-from daskpile._dataframe import plan_piles, shuffle
 from daskpile._manifest import read as read_manifest
 from daskpile._parquet import PileTooLargeError, RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
 from daskpile._quality import QualityReport, quality
@@ -27,3 +26,13 @@ __all__ = [
     "verify",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # dask.dataframe takes over a second to import, and only shuffle(ddf) needs it: not
+    # shuffle_parquet, the command line, or a worker running pass 1 or pass 2.
+    if name in ("shuffle", "plan_piles"):
+        from daskpile import _dataframe
+
+        return getattr(_dataframe, name)
+    raise AttributeError(f"module 'daskpile' has no attribute {name!r}")

@@ -10,6 +10,7 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from daskpile import _passes, _sizing
 from daskpile._random import resolve_seed
@@ -118,10 +119,34 @@ def _remove_quietly(run: Scratch) -> None:
 
 def _scatter_frame(frame: pd.DataFrame, piles: int, seed: int, run: Scratch, partition_info=None) -> pd.DataFrame:
     partition = partition_info["number"]
-    result = _passes.scatter_table(_passes.pandas_to_arrow(frame), partition, piles, seed, run)
+    result = _passes.scatter_table(pandas_to_arrow(frame), partition, piles, seed, run)
     return pd.DataFrame({"partition": [partition], "rows": [result.rows]})
 
 
 def _gather_frame(run: Scratch, pile: int, seed: int, meta: pd.DataFrame, _after_scatter: list) -> pd.DataFrame:
     with PileReader(run) as reader:
-        return _passes.arrow_to_pandas(_passes.gather_table(reader.pile(pile), pile, seed), meta)
+        return arrow_to_pandas(_passes.gather_table(reader.pile(pile), pile, seed), meta)
+
+
+def pandas_to_arrow(frame: pd.DataFrame) -> pa.Table:
+    """A pandas partition as Arrow, with its index kept as columns."""
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise TypeError(f"daskpile cannot convert this partition to Arrow: {e}") from e
+
+
+def arrow_to_pandas(table: pa.Table, meta: pd.DataFrame) -> pd.DataFrame:
+    """A gathered pile back as pandas, with the dtypes of the input DataFrame."""
+    frame = table.to_pandas()
+    frame = frame[list(meta.columns)] if list(frame.columns) != list(meta.columns) else frame
+    for name, dtype in meta.dtypes.items():
+        # repr, because pandas calls some distinct string dtypes equal (NA vs NaN as missing value).
+        if repr(frame[name].dtype) != repr(dtype) and not _unknown_categories(dtype):
+            frame[name] = frame[name].astype(dtype)
+    return frame
+
+
+def _unknown_categories(dtype) -> bool:
+    # Dask marks categoricals whose categories it does not know with this placeholder.
+    return isinstance(dtype, pd.CategoricalDtype) and "__UNKNOWN_CATEGORIES__" in dtype.categories

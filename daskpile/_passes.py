@@ -21,7 +21,6 @@ import posixpath
 
 import fsspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -422,27 +421,3 @@ def check_schema(actual: pa.Schema, expected: pa.Schema, where: str, expected_fr
     if not problems:
         problems = [f"column order {actual.names} instead of {expected.names}"]
     raise ValueError(f"schema of {where!r} differs from that of {expected_from!r}: " + "; ".join(problems))
-
-
-def pandas_to_arrow(frame: pd.DataFrame) -> pa.Table:
-    """A pandas partition as Arrow, with its index kept as columns."""
-    try:
-        return pa.Table.from_pandas(frame, preserve_index=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise TypeError(f"daskpile cannot convert this partition to Arrow: {e}") from e
-
-
-def arrow_to_pandas(table: pa.Table, meta: pd.DataFrame) -> pd.DataFrame:
-    """A gathered pile back as pandas, with the dtypes of the input DataFrame."""
-    frame = table.to_pandas()
-    frame = frame[list(meta.columns)] if list(frame.columns) != list(meta.columns) else frame
-    for name, dtype in meta.dtypes.items():
-        # repr, because pandas calls some distinct string dtypes equal (NA vs NaN as missing value).
-        if repr(frame[name].dtype) != repr(dtype) and not _unknown_categories(dtype):
-            frame[name] = frame[name].astype(dtype)
-    return frame
-
-
-def _unknown_categories(dtype) -> bool:
-    # Dask marks categoricals whose categories it does not know with this placeholder.
-    return isinstance(dtype, pd.CategoricalDtype) and "__UNKNOWN_CATEGORIES__" in dtype.categories
