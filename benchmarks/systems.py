@@ -23,10 +23,13 @@ DUCKDB_MEMORY = os.environ.get("BENCH_DUCKDB_MEMORY")
 
 
 def local_cluster():
-    from distributed import Client, LocalCluster
+    """The cluster of every Dask system: the one the daskpile command starts (profiler and malloc trimming off)."""
+    from distributed import Client
 
-    cluster = LocalCluster(
-        n_workers=THREADS, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=WORKER_MEMORY
+    from daskpile._compute import local_cluster as daskpile_local_cluster
+
+    cluster = daskpile_local_cluster(
+        n_workers=THREADS, threads_per_worker=1, dashboard_address=":0", memory_limit=WORKER_MEMORY
     )
     return cluster, Client(cluster)
 

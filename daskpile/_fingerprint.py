@@ -25,6 +25,10 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _NULL = np.uint64(0x6A09E667F3BCC909)
 _MASK = (1 << 64) - 1
 
+# Fingerprints are comparable only between equal versions of the row hash.
+# 2: string words are hashed with a multiplier per word position (faster than 1).
+HASH_VERSION = 2
+
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
@@ -54,10 +58,19 @@ class Fingerprint:
         return Fingerprint(self.rows + other.rows, (self.sum + other.sum) & _MASK, self.xor ^ other.xor)
 
     def to_json(self) -> dict:
-        return {"rows": self.rows, "sum": f"{self.sum:016x}", "xor": f"{self.xor:016x}"}
+        return {"rows": self.rows, "sum": f"{self.sum:016x}", "xor": f"{self.xor:016x}", "hash": HASH_VERSION}
 
     @classmethod
-    def from_json(cls, data: dict) -> Fingerprint:
+    def from_json(cls, data: dict) -> Fingerprint | None:
+        """The fingerprint ``to_json`` wrote, or None if another version of the row hash computed it.
+
+        >>> Fingerprint.from_json(Fingerprint(3, 5, 7).to_json())
+        Fingerprint(rows=3, sum=5, xor=7)
+        >>> Fingerprint.from_json({"rows": 3, "sum": "5", "xor": "7"}) is None  # version 1 had no "hash"
+        True
+        """
+        if data.get("hash", 1) != HASH_VERSION:
+            return None
         return cls(int(data["rows"]), int(data["sum"], 16), int(data["xor"], 16))
 
     def __str__(self) -> str:
@@ -77,7 +90,6 @@ def total(parts) -> Fingerprint:
 # the allocating version of this code was measured 2.3x slower in a worker.
 BLOCK_ROWS = 32768
 _KEEP_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
-_ALL_OR_NOTHING = np.array([0, _MASK], dtype=np.uint64)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 
 
@@ -86,8 +98,15 @@ class _Workspace:
 
     def __init__(self, rows: int):
         self.h, self.words, self.tmp, self.value, self.keep = (np.empty(rows, dtype=np.uint64) for _ in range(5))
-        self.index, self.remaining, self.lengths, self.starts = (np.empty(rows, dtype=np.int64) for _ in range(4))
+        self.index, self.remaining, self.lengths = (np.empty(rows, dtype=np.int64) for _ in range(3))
         self.flags = np.empty(rows, dtype=bool)
+        self._bytes = np.empty(0, dtype=np.uint8)
+
+    def bytes(self, size: int) -> np.ndarray:
+        """A scratch byte buffer of ``size`` bytes, reused (and grown) across blocks."""
+        if len(self._bytes) < size:
+            self._bytes = np.empty(max(size, 2 * len(self._bytes)), dtype=np.uint8)
+        return self._bytes[:size]
 
 
 def of(data: pa.Table | pa.RecordBatch) -> Fingerprint:
@@ -139,60 +158,60 @@ def _mix_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
     np.bitwise_xor(x, tmp, out=x)
 
 
-def _scramble(x: np.ndarray) -> np.ndarray:
-    """_scramble_in_place, allocating (for the rare words past the fourth)."""
+def _word_multipliers(word_index: np.ndarray) -> np.ndarray:
+    """The odd multiplier of each word position: a word's hash depends on where in its string it is."""
     with np.errstate(over="ignore"):
-        return (x ^ (x >> np.uint64(32))) * _M2
+        return (_M2 + word_index.astype(np.uint64) * (_GOLDEN << np.uint64(1))) | np.uint64(1)
 
 
-def _scramble_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
-    """A cheap invertible nonlinear map (xorshift, odd multiply): the per-word step of string hashes."""
-    np.right_shift(x, np.uint64(32), out=tmp)
-    np.bitwise_xor(x, tmp, out=x)
-    np.multiply(x, _M2, out=x)
+_FIRST_MULTIPLIERS = _word_multipliers(np.arange(4))
 
 
 def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None:
     """The hash of each string (or binary value) of ``array``, written into ``out``.
 
-    Works on 8-byte words counted from the start of each string, one vectorised
-    step per word position for the first four words; the words of longer
-    strings are added in one go.  A string hashes the same wherever it sits in
-    the buffer.
+    A string hashes as its length plus, for each 8-byte word counted from its
+    start, ``(w ^ w >> 32) * m`` with an odd ``m`` per word position: a
+    bijection of the word that is 0 for a word past the string's end, so
+    strings of any length need no mask beyond their last word's bytes.  One
+    vectorised step per word position for the first four words; the words of
+    longer strings are added in one go.  A string hashes the same wherever it
+    sits in the buffer.
     """
     n = len(array)
     large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)[
         array.offset : array.offset + n + 1
     ]
-    data = _buffer_bytes(array.buffers()[2])
-    lengths, starts = ws.lengths[:n], ws.starts[:n]
+    first, last = int(offsets[0]), int(offsets[-1])
+    # A copy with spare bytes, so that each of the four words can be loaded at any string start
+    # (the words past a short string's end read its neighbours' bytes, masked off) with no bounds check.
+    data = ws.bytes(last - first + 40)
+    data[: last - first] = _buffer_bytes(array.buffers()[2])[first:last]
+    data[last - first :] = 0
+    windows = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    lengths, index = ws.lengths[:n], ws.index[:n]
     np.subtract(offsets[1:], offsets[:-1], out=lengths, casting="unsafe")
-    np.copyto(starts, offsets[:-1], casting="unsafe")
-    if int(offsets[-1]) + 8 <= len(data):
-        windows = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-    else:
-        windows = _byte_windows(data[: int(offsets[-1])])
+    np.subtract(offsets[:-1], first, out=index, casting="unsafe")
     longest = int(lengths.max())
-    index, remaining, value, keep, tmp = ws.index[:n], ws.remaining[:n], ws.value[:n], ws.keep[:n], ws.tmp[:n]
+    remaining, value, keep, tmp = ws.remaining[:n], ws.value[:n], ws.keep[:n], ws.tmp[:n]
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
     for word in range(min((longest + 7) // 8, 4)):
-        np.add(starts, 8 * word, out=index)
-        np.minimum(index, len(windows) - 1, out=index)
         value[:] = windows[index]  # np.take(out=) would first copy the strided windows whole
         np.subtract(lengths, 8 * word, out=remaining)
-        np.clip(remaining, 0, 8, out=remaining)
-        np.take(_KEEP_BYTES, remaining, out=keep)
+        np.maximum(remaining, 0, out=remaining)
+        np.minimum(remaining, 8, out=remaining)
+        np.take(_KEEP_BYTES, remaining, out=keep)  # the string's own bytes of this word, none past its end
         np.bitwise_and(value, keep, out=value)
-        np.add(value, np.uint64(word * int(_M1) & _MASK), out=value)
-        _scramble_in_place(value, tmp)
-        np.minimum(remaining, 1, out=remaining)
-        np.take(_ALL_OR_NOTHING, remaining, out=keep)  # strings with no word here add nothing
-        np.bitwise_and(value, keep, out=value)
+        np.right_shift(value, np.uint64(32), out=tmp)
+        np.bitwise_xor(value, tmp, out=value)
+        np.multiply(value, _FIRST_MULTIPLIERS[word], out=value)
         np.add(out, value, out=out)
+        np.add(index, 8, out=index)
     if longest > 32:
         long_rows = np.flatnonzero(lengths > 32)
-        out[long_rows] += _long_tails(windows, starts[long_rows], lengths[long_rows], 4)
+        starts = offsets[:-1][long_rows].astype(np.int64) - first
+        out[long_rows] += _long_tails(windows, starts, lengths[long_rows], 4)
     _mix_in_place(out, tmp)
 
 
@@ -275,17 +294,6 @@ def _wide_words(rows: np.ndarray) -> np.ndarray:
     return h
 
 
-def _byte_windows(data: np.ndarray) -> np.ndarray:
-    """A view with one (unaligned, little-endian) 8-byte word starting at every byte of ``data``.
-
-    ``windows[i]`` is bytes i..i+7, zero-padded past the end: a single gather
-    then loads a word at any byte offset.
-    """
-    padded = np.zeros(len(data) + 8, dtype=np.uint8)
-    padded[: len(data)] = data
-    return np.ndarray(shape=(len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
-
-
 def _long_tails(windows: np.ndarray, starts: np.ndarray, lengths: np.ndarray, first_word: int) -> np.ndarray:
     """What words first_word... of each string add to its hash, all strings at once."""
     words_per_row = (lengths + 7) >> 3
@@ -295,8 +303,9 @@ def _long_tails(windows: np.ndarray, starts: np.ndarray, lengths: np.ndarray, fi
     byte_offset = np.repeat(starts, tail_words) + (word_index << 3)
     remaining = np.repeat(lengths, tail_words) - (word_index << 3)
     keep = np.uint64(_MASK) >> ((8 - np.minimum(remaining, 8)) * 8).astype(np.uint64)
+    words = windows[byte_offset] & keep
     with np.errstate(over="ignore"):
-        contributions = _scramble((windows[byte_offset] & keep) + word_index.astype(np.uint64) * _M1)
+        contributions = (words ^ (words >> np.uint64(32))) * _word_multipliers(word_index)
     return _segment_sums(contributions, np.concatenate([[0], np.cumsum(tail_words)]))
 
 

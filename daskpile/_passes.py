@@ -147,20 +147,14 @@ def _finished_scatter(
     footer = _scratch.read_footer(scratch.fs, path)
     if not footer or "daskpile.counts" not in footer:
         return None
-    if fingerprint and "daskpile.fingerprint" not in footer:
+    found = footer.get("daskpile.fingerprint")
+    input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
+    if fingerprint and input_fingerprint is None:  # none, or of another hash version
         return None
     counts = np.frombuffer(base64.b64decode(footer["daskpile.counts"]), dtype="<i8").astype(np.int64)
     if len(counts) != piles:
         return None
-    found = footer.get("daskpile.fingerprint")
-    return ScatterResult(
-        partition,
-        int(counts.sum()),
-        scratch.fs.size(path),
-        counts,
-        Fingerprint.from_json(json.loads(found)) if found else None,
-        reused=True,
-    )
+    return ScatterResult(partition, int(counts.sum()), scratch.fs.size(path), counts, input_fingerprint, reused=True)
 
 
 def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int, sub: int | None = None) -> pa.Table:
@@ -341,15 +335,16 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
     except (FileNotFoundError, ValueError):
         return None
     stamp = json.loads(metadata.get(PILE_METADATA_KEY, b"{}"))
-    if any(stamp.get(k) != v for k, v in expected.items()) or (fingerprint and "fingerprint" not in stamp):
-        return None
     found = stamp.get("fingerprint")
+    output_fingerprint = Fingerprint.from_json(found) if found else None
+    if any(stamp.get(k) != v for k, v in expected.items()) or (fingerprint and output_fingerprint is None):
+        return None
     return GatherResult(
         expected.get("pile", expected.get("file")),
         expected["rows"],
         path,
         fs.size(path),
-        Fingerprint.from_json(found) if found else None,
+        output_fingerprint,
         reused=True,
         sub=expected.get("sub"),
     )

@@ -22,6 +22,7 @@ import traceback
 
 import click
 
+from daskpile._compute import local_cluster
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 
 # Errors in what the user asked for: exit status 2, like a usage error.
@@ -142,7 +143,7 @@ def _cluster(scheduler, workers, threads_per_worker, memory_limit, quiet: bool):
         with dask.config.set(scheduler=scheduler):
             yield
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if scheduler:
         with Client(scheduler) as client:
@@ -151,9 +152,7 @@ def _cluster(scheduler, workers, threads_per_worker, memory_limit, quiet: bool):
             yield
         return
     with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit, processes=True
-        ) as cluster,
+        local_cluster(n_workers=workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit) as cluster,
         Client(cluster) as client,
     ):
         if not quiet:

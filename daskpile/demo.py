@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default="demo-data", help="where the input and output go (replaced)")
     args = parser.parse_args(argv)
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from daskpile._compute import local_cluster
 
     source, dest = os.path.join(args.dir, "sorted"), os.path.join(args.dir, "shuffled")
     shutil.rmtree(args.dir, ignore_errors=True)
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     with (
-        LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
+        local_cluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
         print(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")
