@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def scatter(table: pa.Table, piles: int, rng: np.random.Generator) -> tuple[pa.RecordBatch, np.ndarray]:
@@ -40,7 +41,7 @@ def group_by_pile(table: pa.Table, pile_of_row: np.ndarray, piles: int) -> tuple
     counts = np.bincount(pile_of_row, minlength=piles).astype(np.int64)
     if piles > 1:
         # A stable sort of 16-bit keys is a radix sort in numpy: linear time.
-        table = table.take(np.argsort(pile_of_row, kind="stable"))
+        table = take(table, np.argsort(pile_of_row, kind="stable"))
     return as_record_batch(table), counts
 
 
@@ -56,7 +57,42 @@ def permute(table: pa.Table, rng: np.random.Generator) -> pa.Table:
     """
     if table.num_rows <= 1:
         return table
-    return table.take(rng.permutation(table.num_rows))
+    return take(table, rng.permutation(table.num_rows))
+
+
+# A string of at most 12 bytes fits whole in an Arrow string view (16 bytes), so a take of such strings
+# can be a take of fixed-width values.  Arrow's own take of a string reads its offsets, then its bytes:
+# two dependent memory accesses per row.  Measured on a 1.56 M-row pile of 10-byte strings: 78 ns per
+# row directly, 30 ns cast to views, taken as 16-byte values, and cast back.
+INLINE_STRING_BYTES = 12
+_VIEW_TYPES = {
+    pa.string(): pa.string_view(),
+    pa.large_string(): pa.string_view(),
+    pa.binary(): pa.binary_view(),
+    pa.large_binary(): pa.binary_view(),
+}
+
+
+def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """``table.take(indices)``, with columns of short strings taken as fixed-width views.
+
+    >>> t = pa.table({"s": ["a", None, "ccc"], "x": [1, 2, 3]})
+    >>> take(t, np.array([2, 0, 1])).equals(t.take([2, 0, 1]))
+    True
+    """
+    columns = [_take_column(table.column(i), indices) for i in range(table.num_columns)]
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _take_column(column: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray | pa.Array:
+    view_type = _VIEW_TYPES.get(column.type)
+    if view_type is None or len(column) == 0 or (pc.max(pc.binary_length(column)).as_py() or 0) > INLINE_STRING_BYTES:
+        return column.take(indices)
+    # Strings combined, then cast: combining views instead rewrites each one (measured 7x slower).
+    views = column.combine_chunks().cast(view_type)  # no data buffers: every string is inline
+    fixed = pa.Array.from_buffers(pa.binary(16), len(views), views.buffers()[:2], offset=views.offset)
+    taken = fixed.take(indices)
+    return pa.Array.from_buffers(view_type, len(taken), taken.buffers(), offset=taken.offset).cast(column.type)
 
 
 def as_record_batch(table: pa.Table) -> pa.RecordBatch:

@@ -68,3 +68,27 @@ def test_seed_validation():
     for bad in [-1, 1.5, "3", True]:
         with pytest.raises(ValueError, match="seed"):
             _random.resolve_seed(bad)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["a", None, "", "héllo", "exactly12byt", "x" * 5] * 50),
+        pa.array(["thirteen bytes", "a", None] * 50),  # too long for the view path: Arrow's own take
+        pa.array([b"\x00\x01", None, b"", b"\xff" * 12] * 50, pa.binary()),
+        pa.array(["a", "bb", None] * 50, pa.large_string()),
+        pa.array([b"a", None] * 50, pa.large_binary()),
+        pa.array(["a", None, "ccc"] * 70).slice(5, 150),  # an offset into the buffers
+        pa.chunked_array([["a", "bb"] * 50, [None, "ccc"] * 25, []]),  # several chunks, one empty
+        pa.array([None] * 150, pa.string()),
+        pa.array(["x"] * 150).dictionary_encode(),
+    ],
+    ids=["short", "long", "binary", "large_string", "large_binary", "sliced", "chunked", "all_null", "dictionary"],
+)
+def test_take_is_arrows_take(column):
+    table = pa.table({"s": column, "i": np.arange(len(column))})
+    indices = np.random.default_rng(0).permutation(len(column))
+    taken = _kernels.take(table, indices)
+    assert taken.schema == table.schema
+    assert taken.equals(table.take(indices))
+    assert _kernels.take(table.slice(0, 0), indices[:0]).num_rows == 0
