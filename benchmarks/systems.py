@@ -147,6 +147,7 @@ SYSTEMS = {
     "daskpile 64 piles": lambda s, d: daskpile_parquet(s, d, 64),
     "daskpile 512 piles": lambda s, d: daskpile_parquet(s, d, 512),
     "daskpile 64 piles, threads": lambda s, d: daskpile_parquet(s, d, 64, threads_only=True),
+    "daskpile 512 piles, threads": lambda s, d: daskpile_parquet(s, d, 512, threads_only=True),
     "daskpile auto piles": lambda s, d: daskpile_parquet(s, d, "auto"),
     "daskpile.shuffle(ddf)": daskpile_dataframe,
     "duckdb ORDER BY random()": lambda s, d: duckdb_sql(s, d, shuffle=True),
