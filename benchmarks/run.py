@@ -72,9 +72,21 @@ def machine() -> dict:
     }
 
 
+def settle(source: str) -> None:
+    """Give every run the same start, untimed: no dirty pages of the previous run's output still being
+    written back, and the input in the page cache (a run after Polars or DuckDB, which take 9-11 GiB,
+    would otherwise read it from disk)."""
+    os.sync()
+    for name in sorted(os.listdir(source)):
+        with open(os.path.join(source, name), "rb") as f:
+            while f.read(16 << 20):
+                pass
+
+
 def run_one(system: str, source: str, dest: str, limits: dict | None = None, timeout: float | None = None) -> dict:
     """Run one system in a fresh process; measure wall, CPU and the tree's peak RSS."""
     shutil.rmtree(dest, ignore_errors=True)
+    settle(source)
     env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""), **(limits or {})}
     start = time.perf_counter()
     process = subprocess.Popen(
