@@ -159,9 +159,9 @@ def _finished_scatter(
 
 def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int, sub: int | None = None) -> pa.Table:
     """Pass 2 for one pile (or sub-pile): its slices from every scratch file, concatenated and permuted."""
-    if len({b.schema for b in batches}) <= 1:
+    try:  # (not a set of schemas: hashing one costs more than comparing, 0.6 ms a pile for 40 slices)
         table = pa.Table.from_batches(batches)
-    else:  # partitions of a Dask DataFrame may disagree (e.g. an all-null partition)
+    except pa.ArrowInvalid:  # partitions of a Dask DataFrame may disagree (e.g. an all-null partition)
         table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
     piece = 0 if sub is None else sub + 1
     return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile, piece))
