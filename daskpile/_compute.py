@@ -33,6 +33,11 @@ LOCAL_CLUSTER_CONFIG = {
 def local_cluster(**kwargs):
     """A LocalCluster of worker processes with ``LOCAL_CLUSTER_CONFIG``; ``kwargs`` go to ``LocalCluster``.
 
+    Malloc trimming stays on if this process's environment already has
+    ``MALLOC_TRIM_THRESHOLD_``: exported by the user, or left there by a
+    default LocalCluster started earlier (distributed sets it in the parent
+    before spawning workers).
+
     >>> with local_cluster(n_workers=2, threads_per_worker=1) as cluster:  # doctest: +SKIP
     ...     ...
     """

@@ -1,24 +1,31 @@
 """Where tasks run: daskpile's own LocalCluster settings, and the local scheduler without distributed."""
 
-import os
+import json
 import subprocess
 import sys
 
-import dask
-from distributed import Client
-
-from daskpile._compute import local_cluster
-
 
 def test_the_local_cluster_runs_without_profiler_and_malloc_trimming():
+    # In a fresh process, as the command runs: a default LocalCluster started earlier in the same process
+    # leaves MALLOC_TRIM_THRESHOLD_ in its environment (distributed sets it there before spawning), and
+    # later workers inherit it from there.
+    script = """
+import dask, json, os
+from distributed import Client
+from daskpile._compute import local_cluster
+if __name__ == "__main__":
     with local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
-        environ = client.run(lambda: dict(os.environ))
-        profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
-    (worker_environ,) = environ.values()
-    assert "MALLOC_TRIM_THRESHOLD_" not in worker_environ
-    assert worker_environ["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
-    assert list(profiling.values()) == [False]
-    assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")  # only for that cluster
+        (environ,) = client.run(lambda: dict(os.environ)).values()
+        (profiling,) = client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()
+    print(json.dumps({"environ": environ, "profiling": profiling,
+                      "default": dask.config.get("distributed.nanny.pre-spawn-environ")}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "MALLOC_TRIM_THRESHOLD_" not in found["environ"]
+    assert found["environ"]["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
+    assert found["profiling"] is False
+    assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
 
 
 def test_a_run_without_a_cluster_imports_neither_distributed_nor_dask_dataframe(tmp_path):
