@@ -1,6 +1,7 @@
 """Where tasks run: daskpile's own LocalCluster settings, and the local scheduler without distributed."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -20,7 +21,11 @@ if __name__ == "__main__":
     print(json.dumps({"environ": environ, "profiling": profiling,
                       "default": dask.config.get("distributed.nanny.pre-spawn-environ")}))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    # the environment of a shell starting `daskpile`, not of this test process (see above)
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True, env=environ
+    )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert "MALLOC_TRIM_THRESHOLD_" not in found["environ"]
     assert found["environ"]["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
