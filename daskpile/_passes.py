@@ -211,13 +211,11 @@ def gather_to_parquet(
                 raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {rows}")
             if as_arrow:
                 _scratch.write_table(fs, path, table, RECHUNK_BATCH_ROWS)
-                results.append(GatherResult(pile, rows, path, fs.size(path), None, sub=sub))
-                del table
-                reader.release()
-                continue
-            output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
+                output_fingerprint = None
+            else:
+                output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
             results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
-            if table.nbytes > RELEASE_BYTES:
+            if as_arrow or table.nbytes > RELEASE_BYTES:
                 # Drop this pile and its mapped pages before the next: memory holds one pile, not the group.
                 del table
                 reader.release()
