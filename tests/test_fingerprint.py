@@ -98,3 +98,16 @@ def test_blocks_do_not_change_the_result(monkeypatch):
     whole = _fingerprint.of(table)
     monkeypatch.setattr(_fingerprint, "BLOCK_ROWS", 333)
     assert _fingerprint.of(table) == whole
+
+
+@pytest.mark.parametrize("string_type", [pa.string(), pa.large_string(), pa.binary(), pa.large_binary()])
+def test_short_strings_hash_the_same_on_the_view_path(string_type):
+    # Blocks whose strings are all <= 12 bytes are hashed from Arrow string views; a block with one
+    # longer string takes the general path.  Both must give every string the same hash.
+    rng = np.random.default_rng(7)
+    values = ["".join(map(chr, rng.integers(33, 127, size=rng.integers(0, 13)))) for _ in range(2000)]
+    values[5] = None
+    short = pa.array(values, string_type).slice(3)
+    assert _fingerprint.INLINE_STRING_BYTES == 12 and max(len(v or "") for v in values) == 12
+    forced_general = pa.concat_arrays([short, pa.array(["l" * 13], string_type)])
+    assert _fingerprint.value_words(short).tolist() == _fingerprint.value_words(forced_general)[:-1].tolist()

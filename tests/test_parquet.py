@@ -27,6 +27,8 @@ def test_layout_manifest_and_report(client, source, tmp_path):
     assert manifest["piles"] == 12 and manifest["seed"] == 5 and manifest["rows"] == 10_000
     assert manifest["rows_per_pile"] == [pq.read_metadata(os.path.join(dest, n)).num_rows for n in names[:-1]]
     assert manifest["files"] == names[:-1]
+    pile = pq.read_metadata(os.path.join(dest, names[0])).row_group(0)
+    assert not any(pile.column(i).is_stats_set for i in range(pile.num_columns))  # they would prune nothing
     assert len(manifest["source_files"]) == 4 and set(manifest["versions"]) >= {"dask", "pyarrow", "daskpile"}
     assert [f["name"] for f in manifest["schema"]] == ["id", "label", "x", "y", "z", "ts", "name"]
     assert daskpile.read_manifest(dest) == manifest
