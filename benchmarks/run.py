@@ -3,6 +3,7 @@
     python benchmarks/run.py --size A --reps 3        # 10 M rows, 40 files
     python benchmarks/run.py --size B --reps 1        # 100 M rows, 200 files
     python benchmarks/run.py --size tiny --reps 1     # 100 k rows: proves the suite works
+    python benchmarks/run.py --render benchmarks/results/B.json   # rewrite a result's table and chart
     python benchmarks/run.py --size B --reps 1 --worker-memory 2GiB --duckdb-memory 4GB \
         --systems "daskpile auto piles" "duckdb ORDER BY random()" "dask p2p + sample"   # bounded memory
 
@@ -170,19 +171,21 @@ def markdown(summary: dict, meta: dict) -> str:
         + "".join(f"; {k.replace('_', ' ')} limit {v}" for k, v in meta.get("limits", {}).items() if v),
         "",
         "| system | wall s, median (min-max) | start-up s | work s | CPU s | peak MiB (tree) "
-        "| peak MiB (largest process) | M rows/s | x DuckDB | x floor |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| peak MiB (largest process) | M rows/s | x DuckDB | x floor | scratch MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for system, e in summary.items():
         if not e["ok"]:
             reason = e["error"].strip().splitlines()[-1][:150].replace("|", "/") if e.get("error") else ""
-            lines.append(f"| {system} | failed: {reason} | | | | | | | | |")
+            lines.append(f"| {system} | failed: {reason} | | | | | | | | | |")
             continue
         ratios = " | ".join(f"{e[k]:.2f}" if e[k] else "" for k in ("vs_duckdb", "vs_floor"))
+        scratch = f"{e['scratch_mib']:,.0f}" if e.get("scratch_mib") else ""
         lines.append(
             f"| {system} | {e['wall_median_s']:.1f} ({e['wall_min_s']:.1f}-{e['wall_max_s']:.1f}) "
             f"| {e['startup_median_s']:.1f} | {e['work_median_s']:.1f} | {e['cpu_median_s']:.1f} "
-            f"| {e['peak_rss_mib']:,.0f} | {e['peak_process_rss_mib']:,.0f} | {e['rows_per_s'] / 1e6:.2f} | {ratios} |"
+            f"| {e['peak_rss_mib']:,.0f} | {e['peak_process_rss_mib']:,.0f} | {e['rows_per_s'] / 1e6:.2f} "
+            f"| {ratios} | {scratch} |"
         )
     return "\n".join(lines)
 
@@ -208,7 +211,7 @@ def chart(summary: dict, meta: dict, path: str) -> bool:
     ax.barh(names, rest, left=startup, xerr=errors, color="#3b75af", label="shuffle and write")
     ax.set_xlabel("wall seconds, whole process (median, min-max)")
     ax.set_title(f"{meta['size']}: {meta['rows']:,} rows; {meta['machine']['cores']} cores, {meta['date']}")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -225,7 +228,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--worker-memory", help="memory limit of each LocalCluster worker, e.g. 2GiB")
     parser.add_argument("--duckdb-memory", help="DuckDB's memory_limit, e.g. 4GB")
     parser.add_argument("--timeout", type=float, help="seconds before a run is killed and reported as timed out")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the table and chart of a results JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        return write_results(args.render.removesuffix(".json"), **json.load(open(args.render)))
     limits = {}
     if args.worker_memory:
         limits["BENCH_WORKER_MEMORY"] = args.worker_memory
@@ -264,10 +270,13 @@ def main(argv=None) -> dict:
         "skipped": skipped,
         "limits": {"worker_memory": args.worker_memory, "duckdb_memory": args.duckdb_memory},
     }
-    summary = summarise(runs, rows)
     os.makedirs(args.results_dir, exist_ok=True)
     suffix = "".join(f"-{k.split('_')[0]}-{v}" for k, v in meta["limits"].items() if v)
-    stem = os.path.join(args.results_dir, f"{args.size}{suffix}")
+    return write_results(os.path.join(args.results_dir, f"{args.size}{suffix}"), meta, summarise(runs, rows), runs)
+
+
+def write_results(stem: str, meta: dict, summary: dict, runs: list[dict]) -> dict:
+    """``stem``.json (every run), .md (the table) and .png (the chart)."""
     with open(stem + ".json", "w") as f:
         json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
     table = markdown(summary, meta)
@@ -275,8 +284,8 @@ def main(argv=None) -> dict:
         f.write(table + "\n")
     chart(summary, meta, stem + ".png")
     print(table)
-    if skipped:
-        print(f"skipped (package not installed): {', '.join(skipped)}")
+    if meta["skipped"]:
+        print(f"skipped (package not installed): {', '.join(meta['skipped'])}")
     return {"meta": meta, "summary": summary}
 
 

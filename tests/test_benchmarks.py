@@ -24,7 +24,12 @@ def test_tiny_benchmark_run(tmp_path):
     assert summary["daskpile 64 piles"]["scratch_mib"] > 0 and summary["daskpile 64 piles"]["peak_rss_mib"] > 0
     assert summary["duckdb ORDER BY random()"]["vs_duckdb"] == 1.0
     assert results["meta"]["machine"]["cores"] == os.cpu_count()
-    assert "| daskpile 64 piles |" in (tmp_path / "results" / "tiny.md").read_text()
+    table = (tmp_path / "results" / "tiny.md").read_text()
+    assert "| daskpile 64 piles |" in table and "| scratch MiB |" in table
+    (tmp_path / "results" / "tiny.md").unlink()
+    render = [sys.executable, RUN, "--render", str(tmp_path / "results" / "tiny.json")]
+    subprocess.run(render, check=True, capture_output=True, timeout=120)
+    assert (tmp_path / "results" / "tiny.md").read_text() == table
     if "matplotlib" in results["meta"]["machine"]["versions"] or _has("matplotlib"):
         assert (tmp_path / "results" / "tiny.png").stat().st_size > 1000
 
