@@ -231,7 +231,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--render", metavar="JSON", help="only rewrite the table and chart of a results JSON")
     args = parser.parse_args(argv)
     if args.render:
-        return write_results(args.render.removesuffix(".json"), **json.load(open(args.render)))
+        with open(args.render) as f:
+            return write_results(args.render.removesuffix(".json"), **json.load(f))
     limits = {}
     if args.worker_memory:
         limits["BENCH_WORKER_MEMORY"] = args.worker_memory

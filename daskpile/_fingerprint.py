@@ -19,6 +19,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
+from daskpile._kernels import INLINE_STRING_BYTES  # strings up to this long fit whole in an Arrow string view
+
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -89,8 +91,6 @@ def total(parts) -> Fingerprint:
 # set, which makes each large numpy temporary cost fresh pages from the kernel:
 # the allocating version of this code was measured 2.3x slower in a worker.
 BLOCK_ROWS = 32768
-# Strings up to this long fit whole in an Arrow string view.
-INLINE_STRING_BYTES = 12
 _KEEP_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [_MASK], dtype=np.uint64)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 

@@ -43,7 +43,8 @@ def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 # Writes smaller than this are gathered into one system call; larger ones go straight through.
-# Measured on a scratch file of 512 piles (10 k rows each): 3,600 writes, 40 ms unbuffered, 26 ms buffered.
+# Measured on one scratch file of dataset A at 512 piles (250 k rows in batches of about 490): 40 ms
+# unbuffered, 26 ms buffered.
 WRITE_BUFFER_BYTES = 2**20
 
 
