@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
+from daskpile import _kernels
 from daskpile._kernels import INLINE_STRING_BYTES  # strings up to this long fit whole in an Arrow string view
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -230,14 +231,9 @@ def _inline_string_words_into(array: pa.Array, lengths: np.ndarray, ws: _Workspa
     strings).  The result is the same hash, bit for bit.
     """
     n = len(array)
-    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-    width = 8 if large else 4
-    # Rebuilt without the slice offset: Arrow's cast of a sliced string array costs time in proportion
-    # to the offset.  Validity is left out: nulls are overwritten by the caller.
-    offsets = array.buffers()[1].slice(array.offset * width, (n + 1) * width)
-    binary = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), n, [None, offsets, array.buffers()[2]])
-    views = binary.cast(pa.binary_view())
-    fields = np.frombuffer(views.buffers()[1], dtype="<u4")[: 4 * n].reshape(n, 4)  # length, bytes 0-3, 4-7, 8-11
+    views = _kernels.inline_views(array)  # the views of nulls do not matter: the caller overwrites them
+    fields = np.frombuffer(views.buffers()[1], dtype="<u4")[4 * views.offset :][: 4 * n].reshape(n, 4)
+    # fields: length, bytes 0-3, 4-7, 8-11
     value, tmp = ws.value[:n], ws.tmp[:n]
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
     # word 0 is fields 1 | 2 << 32, so (w ^ w >> 32) is (fields 1 ^ 2) | fields 2 << 32
