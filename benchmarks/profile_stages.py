@@ -1,11 +1,16 @@
-"""Where the time of a shuffle goes: each stage of both passes, timed on one thread.
+"""Where the time of a shuffle goes: each stage of both passes, run one after the other.
 
-    python benchmarks/profile_stages.py [--size A] [--piles 64]
+    python benchmarks/profile_stages.py [--size A] [--piles 64 512] [--reps 3]
 
 Runs the same kernels as the Dask tasks, in-process and in sequence, and
 prints the CPU seconds of every stage summed over the dataset, so that what
 bounds the wall time on N cores is visible (about sum / N when the stages
-parallelise well).
+parallelise well).  Stages run one after the other and are timed in CPU time
+of the process (pyarrow's Parquet reader decodes on a thread of its own), which
+a busy neighbour on a shared VM disturbs less than wall time.  With several pile
+counts (run alternately, ``--reps`` times each, medians shown) it also prints
+what each pile beyond the first count costs: the fixed cost per pile, which is
+what makes many small piles slower than a few large ones.
 """
 
 from __future__ import annotations
@@ -14,68 +19,104 @@ import argparse
 import collections
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run import dataset  # noqa: E402
 
 from daskpile import _fingerprint, _kernels, _random, _scratch  # noqa: E402
-from daskpile._passes import write_parquet  # noqa: E402
+from daskpile._passes import _finished_pile, _read_table_single_threaded, write_parquet  # noqa: E402
 from daskpile._storage import filesystem  # noqa: E402
+
+
+def profile(files: list[str], piles: int) -> dict[str, float]:
+    """CPU seconds of each stage of a whole shuffle of ``files`` into ``piles`` piles, stage after stage."""
+    work = tempfile.mkdtemp(prefix="daskpile-profile-")
+    fs, _ = filesystem(work)
+    run = _scratch.Scratch.create(work, None, len(files))
+    seconds: dict[str, float] = collections.defaultdict(float)
+
+    def timed(stage, fn, *a):
+        start = time.process_time()
+        result = fn(*a)
+        seconds[stage] += time.process_time() - start
+        return result
+
+    try:
+        for k, path in enumerate(files):
+            table = timed("pass 1: read Parquet", _read_table_single_threaded, path)
+            timed("pass 1: fingerprint", _fingerprint.of, table)
+            rng = _random.generator(1, _random.SCATTER, k)
+            grouped, counts = timed("pass 1: assign piles + group (take)", _kernels.scatter, table, piles, rng)
+            timed("pass 1: write scratch IPC", _scratch.write_piles, fs, run.path(k), grouped, counts)
+        with _scratch.PileReader(run) as reader:
+            for j in range(piles):
+                out = os.path.join(work, "out", f"part-{j}.parquet")
+                timed("pass 2: look for a finished pile", _finished_pile, fs, out, {"pile": j}, True)
+                batches = timed("pass 2: read scratch slices", reader.pile, j)
+                table = timed("pass 2: concatenate", pa.Table.from_batches, batches)
+                order = timed("pass 2: draw the permutation", _draw_permutation, j, table.num_rows)
+                permuted = timed("pass 2: permute (take)", _kernels.take, table, order)
+                timed("pass 2: fingerprint", _fingerprint.of, permuted)
+                timed("pass 2: write Parquet", write_parquet, permuted, fs, out)
+    finally:
+        shutil.rmtree(work)
+    return seconds
+
+
+def _draw_permutation(pile: int, rows: int) -> np.ndarray:
+    return _random.generator(1, _random.GATHER, pile).permutation(rows)
+
+
+def report(size: str, runs: dict[int, list[dict[str, float]]]) -> str:
+    """The median seconds of each stage per pile count, and with two or more counts the cost of each added pile."""
+    counts = sorted(runs)
+    stages = list(runs[counts[0]][0])
+    median = {p: {s: statistics.median(r[s] for r in runs[p]) for s in stages} for p in counts}
+    totals = {p: sum(median[p].values()) for p in counts}
+    reps = len(runs[counts[0]])
+    lines = [f"{size}, stage after stage, CPU seconds (median of {reps})"]
+    if len(counts) == 1:
+        p = counts[0]
+        lines[0] += f", {p} piles: {totals[p]:.1f} s of work"
+        lines += [f"  {s:<36} {median[p][s]:6.2f} s  {100 * median[p][s] / totals[p]:4.0f} %" for s in stages]
+        return "\n".join(lines)
+    first, last = counts[0], counts[-1]
+    added = last - first
+    header = "".join(f"{f'{p} piles':>11}" for p in counts)
+    lines.append(f"  {'stage':<36}{header}{f'+{added} piles':>13}{'per pile':>11}")
+    for stage in [*stages, "total"]:
+        values = [totals[p] if stage == "total" else median[p][stage] for p in counts]
+        extra = values[-1] - values[0]
+        cells = "".join(f"{v:9.2f} s" for v in values)
+        lines.append(f"  {stage:<36}{cells}{extra:+11.2f} s{1e3 * extra / added:8.2f} ms")
+    lines.append(f"  ratio {last} / {first} piles: {totals[last] / totals[first]:.2f}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="A")
-    parser.add_argument("--piles", type=int, default=64)
+    parser.add_argument("--piles", type=int, nargs="+", default=[64])
+    parser.add_argument("--reps", type=int, default=1, help="runs of each pile count, alternating")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--files", type=int, default=None, help="only the first N files of the dataset")
     args = parser.parse_args(argv)
     source = dataset(args.size, args.data_dir)
     files = sorted(os.path.join(source, f) for f in os.listdir(source) if f.endswith(".parquet"))[: args.files]
-    work = tempfile.mkdtemp(prefix="daskpile-profile-")
-    fs, _ = filesystem(work)
-    run = _scratch.Scratch.create(work, None, len(files))
-    seconds = collections.Counter()
-
-    def timed(stage, fn, *a):
-        start = time.perf_counter()
-        result = fn(*a)
-        seconds[stage] += time.perf_counter() - start
-        return result
-
-    all_counts = np.zeros(args.piles, dtype=np.int64)
-    for k, path in enumerate(files):
-        table = timed("pass 1: read Parquet", pq.read_table, path)
-        timed("pass 1: fingerprint", _fingerprint.of, table)
-        grouped, counts = timed(
-            "pass 1: assign piles + group (take)",
-            _kernels.scatter,
-            table,
-            args.piles,
-            _random.generator(1, _random.SCATTER, k),
-        )
-        timed("pass 1: write scratch IPC", _scratch.write_piles, fs, run.path(k), grouped, counts)
-        all_counts += counts
-    with _scratch.PileReader(run) as reader:
-        for j in range(args.piles):
-            batches = timed("pass 2: read scratch slices", reader.pile, j)
-            table = timed("pass 2: concatenate", pa.Table.from_batches, batches)
-            permuted = timed("pass 2: permute (take)", _kernels.permute, table, _random.generator(1, _random.GATHER, j))
-            timed("pass 2: fingerprint", _fingerprint.of, permuted)
-            timed("pass 2: write Parquet", write_parquet, permuted, fs, os.path.join(work, f"part-{j}.parquet"))
-    shutil.rmtree(work)
-    total = sum(seconds.values())
-    print(f"{args.size}, {args.piles} piles, one thread: {total:.1f} s of work")
-    for stage, s in seconds.items():
-        print(f"  {stage:<38} {s:6.2f} s  {100 * s / total:4.0f} %")
+    profile(files[:1], args.piles[0])  # first calls load libraries and warm caches: not part of any stage
+    runs: dict[int, list[dict[str, float]]] = {p: [] for p in args.piles}
+    for _ in range(args.reps):
+        for piles in args.piles:
+            runs[piles].append(profile(files, piles))
+    print(report(args.size, runs))
 
 
 if __name__ == "__main__":

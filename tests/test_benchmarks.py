@@ -38,3 +38,15 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def test_profile_stages_compares_pile_counts(tmp_path):
+    script = os.path.join(os.path.dirname(RUN), "profile_stages.py")
+    args = [sys.executable, script, "--size", "tiny", "--piles", "4", "16", "--data-dir", str(tmp_path / "data")]
+    completed = subprocess.run(args, capture_output=True, text=True, timeout=300, check=True)
+    lines = completed.stdout.splitlines()  # after "generating dataset tiny ..."
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("tiny, stage after stage")) :]
+    assert lines[0].startswith("tiny, stage after stage, CPU seconds (median of 1)")
+    assert "4 piles" in lines[1] and "16 piles" in lines[1] and "+12 piles" in lines[1]
+    assert any(line.lstrip().startswith("pass 2: write Parquet") for line in lines)
+    assert lines[-1].startswith("  ratio 16 / 4 piles: ")
