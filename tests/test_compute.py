@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-def test_the_local_cluster_runs_without_profiler_and_malloc_trimming():
+def test_the_local_cluster_runs_without_profiler_and_malloc_trimming_and_with_a_slower_tick():
     # In a fresh process, as the command runs: a default LocalCluster started earlier in the same process
     # leaves MALLOC_TRIM_THRESHOLD_ in its environment (distributed sets it there before spawning), and
     # later workers inherit it from there.
@@ -18,7 +18,9 @@ if __name__ == "__main__":
     with local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
         (environ,) = client.run(lambda: dict(os.environ)).values()
         (profiling,) = client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()
-    print(json.dumps({"environ": environ, "profiling": profiling,
+        (tick,) = client.run(lambda dask_worker: dask_worker._tick_interval).values()
+        scheduler_tick = cluster.scheduler._tick_interval
+    print(json.dumps({"environ": environ, "profiling": profiling, "tick": [tick, scheduler_tick],
                       "default": dask.config.get("distributed.nanny.pre-spawn-environ")}))
 """
     # the environment of a shell starting `daskpile`, not of this test process (see above)
@@ -30,6 +32,7 @@ if __name__ == "__main__":
     assert "MALLOC_TRIM_THRESHOLD_" not in found["environ"]
     assert found["environ"]["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
     assert found["profiling"] is False
+    assert found["tick"] == [0.2, 0.2]  # seconds between event-loop health checks, in workers and scheduler
     assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
 
 
