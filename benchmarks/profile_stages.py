@@ -5,12 +5,12 @@
 Runs the same kernels as the Dask tasks, in-process and in sequence, and
 prints the CPU seconds of every stage summed over the dataset, so that what
 bounds the wall time on N cores is visible (about sum / N when the stages
-parallelise well).  Stages run one after the other and are timed in CPU time
-of the process (pyarrow's Parquet reader decodes on a thread of its own), which
-a busy neighbour on a shared VM disturbs less than wall time.  With several pile
-counts (run alternately, ``--reps`` times each, medians shown) it also prints
-what each pile beyond the first count costs: the fixed cost per pile, which is
-what makes many small piles slower than a few large ones.
+parallelise well).  CPU time is the whole process's (pyarrow's Parquet reader
+decodes on a thread of its own), which a busy neighbour on a shared VM
+disturbs less than wall time.  With several pile counts (run alternately,
+``--reps`` times each, medians shown) it also prints what each pile beyond the
+first count costs: the fixed cost per pile, which is what makes many small
+piles slower than a few large ones.
 """
 
 from __future__ import annotations
