@@ -196,6 +196,7 @@ def gather_to_parquet(
     fingerprinted: that is done on what is finally written).
     """
     results = []
+    mapped = 0  # bytes of the piles read since the scratch files were last opened
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
             pile, sub = (index, None) if parent is None else (parent, index)
@@ -215,15 +216,18 @@ def gather_to_parquet(
             else:
                 output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
             results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
-            if as_arrow or table.nbytes > RELEASE_BYTES:
-                # Drop this pile and its mapped pages before the next: memory holds one pile, not the group.
+            mapped += table.nbytes
+            if as_arrow or mapped > RELEASE_BYTES:
+                # Drop the piles' mapped pages, which count as the worker's memory: it holds a pile and
+                # RELEASE_BYTES, not the task's whole group (measured on B: 970 MiB a worker with 512 piles).
                 del table
                 reader.release()
+                mapped = 0
     return results
 
 
-# Piles larger than this have their scratch pages unmapped once written (and
-# the files reopened for the next pile); smaller ones share one opening per task.
+# A task unmaps the scratch pages it has read (and reopens the files) once the
+# piles it wrote since the last time add up to this; small piles share an opening.
 RELEASE_BYTES = 64 * 2**20
 
 

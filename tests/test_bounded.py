@@ -202,3 +202,57 @@ def test_a_single_huge_csv_is_split_by_dask(tmp_path, sync_scheduler):
     assert ddf.npartitions > 5  # one file, several bounded partitions
     out = daskpile.shuffle(ddf, piles=4, seed=1).compute()
     assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(50_000))
+
+
+GATHER_PEAK_SCRIPT = """
+import json, sys, threading
+import psutil
+from daskpile import _passes, _scratch
+from daskpile._storage import filesystem
+directory, out, release_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+counts = json.loads(sys.argv[4])
+_passes.RELEASE_BYTES = release_bytes
+run = _scratch.Scratch(filesystem(directory)[0], directory, len(counts[0]))
+fs, _ = filesystem(out)
+with _scratch.PileReader(run) as reader:
+    schema = reader.pile(0)[0].schema
+piles = list(range(len(counts)))
+paths = [f"{out}/part-{j}.parquet" for j in piles]
+rows = [sum(c) for c in counts]
+# pile 0 alone first, so the libraries a gather loads are resident before the baseline
+_passes.gather_to_parquet(run, len(piles), piles[:1], rows[:1], 1, fs, paths[:1], schema)
+process, samples, done = psutil.Process(), [], threading.Event()
+def sample():
+    while not done.wait(0.002):
+        samples.append(process.memory_info().rss)
+before = process.memory_info().rss
+sampler = threading.Thread(target=sample)
+sampler.start()
+_passes.gather_to_parquet(run, len(piles), piles[1:], rows[1:], 1, fs, paths[1:], schema)
+done.set()
+sampler.join()
+print(json.dumps({"growth": max(samples) - before}))
+"""
+
+
+def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
+    """One task gathering 32 piles of 4 MB from 128 MB of scratch: mapped pages are dropped as they add up.
+
+    Resident memory counts the scratch pages a task has mapped; kept for a whole
+    task, they would grow with the data (all 128 MB here, the task's share on a
+    real cluster), not with a pile.
+    """
+    partitions, rows, piles = 8, 1_000_000, 32
+    run = _scratch.Scratch.create(str(tmp_path / "scratch"), None, partitions)
+    counts = []
+    for k in range(partitions):
+        table = pa.table({"id": np.arange(k * rows, (k + 1) * rows), "x": np.random.default_rng(k).normal(size=rows)})
+        counts.append(_passes.scatter_table(table, k, piles, 1, run).counts.tolist())
+    by_pile = [[c[j] for c in counts] for j in range(piles)]
+    args = [str(run.directory), str(tmp_path / "out"), str(8 * 2**20), json.dumps(by_pile)]
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(GATHER_PEAK_SCRIPT), *args], capture_output=True, text=True, check=True
+    )
+    growth = json.loads(done.stdout)["growth"]
+    assert growth < 64 * 2**20, f"pass 2 grew by {growth / 2**20:.0f} MiB for 4 MiB piles and 8 MiB release"
+    assert read_output(tmp_path / "out").num_rows == partitions * rows
