@@ -162,7 +162,8 @@ class PileReader:
     Local files are memory-mapped, so only the pages of the piles read are
     touched.  Those pages stay mapped, and count in the process's resident
     memory (which Dask's memory monitor watches), until ``release()`` or exit;
-    a task reading several large piles releases after each one.
+    a task reading several piles releases whenever they add up to
+    ``_passes.RELEASE_BYTES``.
 
     >>> with PileReader(run) as reader:  # doctest: +SKIP
     ...     batches = reader.pile(3)  # one record batch per input partition
