@@ -196,7 +196,6 @@ def gather_to_parquet(
     fingerprinted: that is done on what is finally written).
     """
     results = []
-    mapped = 0  # bytes of the piles read since the scratch files were last opened
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
             pile, sub = (index, None) if parent is None else (parent, index)
@@ -216,19 +215,8 @@ def gather_to_parquet(
             else:
                 output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
             results.append(GatherResult(pile, rows, path, fs.size(path), output_fingerprint, sub=sub))
-            mapped += table.nbytes
-            if as_arrow or mapped > RELEASE_BYTES:
-                # Drop the piles' mapped pages, which count as the worker's memory: it holds a pile and
-                # RELEASE_BYTES, not the task's whole group (measured on B: 970 MiB a worker with 512 piles).
-                del table
-                reader.release()
-                mapped = 0
+            del table  # before the next pile is read, so that memory holds one pile
     return results
-
-
-# A task unmaps the scratch pages it has read (and reopens the files) once the
-# piles it wrote since the last time add up to this; small piles share an opening.
-RELEASE_BYTES = 64 * 2**20
 
 
 RECHUNK_BATCH_ROWS = 65_536  # permuted piles are stored in batches this long, so a range reads little more

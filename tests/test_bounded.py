@@ -211,7 +211,7 @@ from daskpile import _passes, _scratch
 from daskpile._storage import filesystem
 directory, out, release_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
 counts = json.loads(sys.argv[4])
-_passes.RELEASE_BYTES = release_bytes
+_scratch.RELEASE_BYTES = release_bytes
 run = _scratch.Scratch(filesystem(directory)[0], directory, len(counts[0]))
 fs, _ = filesystem(out)
 with _scratch.PileReader(run) as reader:
