@@ -83,12 +83,10 @@ print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "pieces": resul
 """
 
 
-def scatter_peak(path, scratch, blocksize) -> dict:
+def run_in_fresh_process(script: str, *args: str) -> dict:
+    """What ``script`` prints as JSON, run alone in a new interpreter (so its memory is its own)."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PEAK_SCRIPT), path, scratch, str(blocksize)],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout)
 
@@ -96,8 +94,8 @@ def scatter_peak(path, scratch, blocksize) -> dict:
 def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(big_files, tmp_path):
     """Arrow's peak allocation in a fresh process scattering one 10-row-group file, whole and in pieces."""
     path = os.path.join(big_files, "a.parquet")
-    whole = scatter_peak(path, str(tmp_path / "whole"), 10**12)
-    pieces = scatter_peak(path, str(tmp_path / "pieces"), group_bytes(path))
+    whole = run_in_fresh_process(PEAK_SCRIPT, path, str(tmp_path / "whole"), str(10**12))
+    pieces = run_in_fresh_process(PEAK_SCRIPT, path, str(tmp_path / "pieces"), str(group_bytes(path)))
     assert whole["pieces"] == 1 and pieces["pieces"] == 10 and whole["rows"] == pieces["rows"] == 200_000
     assert pieces["peak"] < whole["peak"] / 4, (pieces, whole)
 
@@ -250,9 +248,6 @@ def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
         counts.append(_passes.scatter_table(table, k, piles, 1, run).counts.tolist())
     by_pile = [[c[j] for c in counts] for j in range(piles)]
     args = [str(run.directory), str(tmp_path / "out"), str(8 * 2**20), json.dumps(by_pile)]
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(GATHER_PEAK_SCRIPT), *args], capture_output=True, text=True, check=True
-    )
-    growth = json.loads(done.stdout)["growth"]
+    growth = run_in_fresh_process(GATHER_PEAK_SCRIPT, *args)["growth"]
     assert growth < 64 * 2**20, f"pass 2 grew by {growth / 2**20:.0f} MiB for 4 MiB piles and 8 MiB release"
     assert read_output(tmp_path / "out").num_rows == partitions * rows
