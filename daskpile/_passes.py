@@ -281,7 +281,7 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
     with PileReader(scratch) as reader:
         for batch in reader.pile_slices(pile):
             pending.append(batch)
-            pending_bytes += batch.nbytes
+            pending_bytes += batch.get_total_buffer_size()
             assignments.append(_kernels.random_piles(rng, batch.num_rows, sub_piles))
             if pending_bytes >= flush_bytes:
                 flush()

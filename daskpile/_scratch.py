@@ -198,7 +198,9 @@ class PileReader:
             self._open()
         batches = [reader.get_batch(pile) for reader in self._readers]
         if is_local(self.scratch.fs):
-            self._mapped += sum(batch.nbytes for batch in batches)
+            # Not ``nbytes``, which walks every value (24 us a batch, 0.8 s of A's pass 2 with 512 piles):
+            # a batch read from IPC has buffers of exactly its own bytes.
+            self._mapped += sum(batch.get_total_buffer_size() for batch in batches)
         return batches
 
     def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
