@@ -85,7 +85,9 @@ def test_seed_validation():
     ],
     ids=["short", "long", "binary", "large_string", "large_binary", "sliced", "chunked", "all_null", "dictionary"],
 )
-def test_take_is_arrows_take(column):
+@pytest.mark.parametrize("view_take_min_rows", [0, 10**9], ids=["views", "arrow"])
+def test_take_is_arrows_take(column, view_take_min_rows, monkeypatch):
+    monkeypatch.setattr(_kernels, "VIEW_TAKE_MIN_ROWS", view_take_min_rows)
     table = pa.table({"s": column, "i": np.arange(len(column))})
     indices = np.random.default_rng(0).permutation(len(column))
     taken = _kernels.take(table, indices)
