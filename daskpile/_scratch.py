@@ -99,29 +99,26 @@ def write_piles(
     finished scratch file holds without reading its data.  Returns the number
     of bytes written.
     """
-    with (
-        atomic_sink(fs, path, make_parents=False) as sink,
-        ipc.new_file(sink, grouped.schema, metadata=footer) as writer,
-    ):
-        for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True):
-            writer.write_batch(grouped.slice(start, length))
-    return fs.size(path)
+    with atomic_sink(fs, path, make_parents=False) as sink:
+        with ipc.new_file(sink, grouped.schema, metadata=footer) as writer:
+            for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True):
+                writer.write_batch(grouped.slice(start, length))
+        return sink.tell()
 
 
-def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> None:
+def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> int:
     """A permuted pile as IPC in batches of ``batch_rows``, so that ``read_rows`` of a range reads little more.
 
     The footer lists the batches' row counts, so a reader finds a range's
-    batches without reading the ones before it.
+    batches without reading the ones before it.  Returns the size in bytes.
     """
     batches = table.to_batches(max_chunksize=batch_rows)
     footer = {"daskpile.batch_rows": json.dumps([b.num_rows for b in batches])}
-    with (
-        atomic_sink(fs, path, make_parents=True) as sink,
-        ipc.new_file(sink, table.schema, metadata=footer) as writer,
-    ):
-        for batch in batches:
-            writer.write_batch(batch)
+    with atomic_sink(fs, path, make_parents=True) as sink:
+        with ipc.new_file(sink, table.schema, metadata=footer) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        return sink.tell()
 
 
 def read_rows(fs: fsspec.AbstractFileSystem, path: str, start: int, stop: int) -> pa.Table:

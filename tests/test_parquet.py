@@ -35,6 +35,7 @@ def test_layout_manifest_and_report(client, source, tmp_path):
     assert report.rows == 10_000 and report.piles == 12 and report.seed == 5
     assert report.files == [os.path.join(dest, n) for n in names[:-1]]
     assert report.seconds_scatter > 0 and report.seconds_gather > 0 and report.scratch_bytes > 0
+    assert report.output_bytes == sum(os.path.getsize(f) for f in report.files)  # told by the writers
     assert "10,000 rows" in str(report)
 
 

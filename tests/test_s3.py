@@ -59,6 +59,7 @@ def test_shuffle_parquet_on_s3(client, s3):
     assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(20_000))
     assert daskpile.read_manifest("s3://lake/shuffled", storage_options=options)["rows"] == 20_000
     fs.invalidate_cache()
+    assert report.output_bytes == sum(fs.size(f) for f in fs.glob("lake/shuffled/part-*.parquet"))
     assert fs.find("scratch/tmp") == []  # scratch removed
 
 
