@@ -74,9 +74,10 @@ def atomic_sink(
         with pa.OSFile(tmp, "wb") as raw, pa.BufferedOutputStream(raw, WRITE_BUFFER_BYTES) as sink:
             yield sink
         os.replace(tmp, path)
-    finally:
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        raise
 
 
 def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
