@@ -83,24 +83,11 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     >>> take(t, np.array([2, 0, 1])).equals(t.take([2, 0, 1]))
     True
     """
-    arrow_indices = as_arrow_indices(indices)
+    arrow_indices = pa.array(indices)  # once, not once per column
     if table.num_rows < VIEW_TAKE_MIN_ROWS:
-        return table.take(arrow_indices)  # one call for all columns: 50 against 75 ns a row at 20 k rows
+        return table.take(arrow_indices)  # A pile of 20 k rows: 50 ns a row, against 75 with views
     columns = [_take_column(table.column(i), arrow_indices) for i in range(table.num_columns)]
     return pa.Table.from_arrays(columns, schema=table.schema)
-
-
-def as_arrow_indices(indices: np.ndarray) -> pa.Array:
-    """``indices`` as an Arrow int64 array sharing their memory.
-
-    Not ``pa.array(indices)``, which also shares it but first inspects every
-    value while holding the GIL (200 us for a pile of 20 k rows).
-
-    >>> as_arrow_indices(np.array([2, 0, 1])).to_pylist()
-    [2, 0, 1]
-    """
-    indices = np.ascontiguousarray(indices, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(indices), [None, pa.py_buffer(indices)])
 
 
 def _take_column(column: pa.ChunkedArray, indices: pa.Array) -> pa.ChunkedArray | pa.Array:
