@@ -366,14 +366,75 @@ def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> 
       get it;
     - no min/max statistics: a pile is a uniform sample of the dataset, so its
       ranges span nearly every value and let a reader skip nothing, and they
-      cost a fifth of the write time (223 against 175 ns a row).
+      cost a fifth of the write time (223 against 175 ns a row);
+    - Snappy, but only on the columns it shrinks (``compression``).
     """
     dictionary_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     with atomic_sink(fs, path) as sink:
         pq.write_table(
-            table, sink, compression="snappy", use_dictionary=dictionary_columns or False, write_statistics=False
+            table,
+            sink,
+            compression=compression(table),
+            use_dictionary=dictionary_columns or False,
+            write_statistics=False,
         )
         return sink.tell()
+
+
+# Like ZFS, which stores a block uncompressed unless compressing saves an eighth of it.
+SNAPPY_MIN_SAVING = 1 / 8
+SNAPPY_SAMPLE_BYTES = 16 * 2**10  # per column and pile: 0.1 s of A with 512 piles
+
+
+def compression(table: pa.Table) -> str | dict[str, str]:
+    """Snappy for every column, except flat columns on which it saves less than ``SNAPPY_MIN_SAVING``.
+
+    Snappy is the codec every Parquet reader has, and usually worth it; but on
+    values with little repetition it costs time for nothing.  Measured on a
+    shuffled pile of dataset A, ns a row compressed against plain: random
+    float64 9.8 against 6.9 (0 % saved), timestamps 46 against 7 (8 %
+    saved), ids 30 against 8 (35 % saved), short strings 74 against 22 (52 %
+    saved).  The decision is made on the pile's first ``SNAPPY_SAMPLE_BYTES``
+    of values (a pile is a uniform sample, so any stretch of it is typical),
+    so it is a function of the pile: the same for the same seed.  Tables with
+    nested columns or repeated names keep Snappy everywhere (pyarrow names
+    codecs per leaf column path).
+
+    >>> import numpy as np
+    >>> compression(pa.table({"noise": np.random.default_rng(0).random(10_000), "zeros": np.zeros(10_000)}))
+    {'noise': 'none', 'zeros': 'snappy'}
+    """
+    names = table.column_names
+    if len(set(names)) < len(names) or any(pa.types.is_nested(f.type) for f in table.schema):
+        return "snappy"
+    return {name: "snappy" if _snappy_pays(table.column(name)) else "none" for name in names}
+
+
+def _snappy_pays(column: pa.ChunkedArray) -> bool:
+    chunks = [c for c in column.chunks if len(c)]
+    if not chunks:
+        return True
+    sample = _value_bytes(chunks[0], SNAPPY_SAMPLE_BYTES)
+    if sample is None or sample.size < 4096:  # too few values to judge: the default
+        return True
+    return len(pa.compress(sample, "snappy")) <= (1 - SNAPPY_MIN_SAVING) * sample.size
+
+
+def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
+    """Up to ``limit`` bytes of the values of a primitive or string array, as Parquet's plain encoding has them."""
+    t = array.type
+    if pa.types.is_boolean(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
+        return None
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        offsets = array.buffers()[1]
+        width = 8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4
+        first = int.from_bytes(offsets[array.offset * width : (array.offset + 1) * width], "little", signed=True)
+        data = array.buffers()[2]
+        return None if data is None else data.slice(first, min(limit, data.size - first))
+    if not pa.types.is_primitive(t) and not pa.types.is_decimal(t) and not pa.types.is_fixed_size_binary(t):
+        return None
+    width = t.bit_width // 8 if not pa.types.is_fixed_size_binary(t) else t.byte_width
+    return array.buffers()[1].slice(array.offset * width, min(len(array) * width, limit))
 
 
 def _read_table_single_threaded(source) -> pa.Table:

@@ -8,6 +8,7 @@ import pytest
 from _util import assert_tables_equal, every_type_table, read_output, write_parts
 
 import daskpile
+from daskpile import _passes
 from daskpile.datasets import reference_table
 
 
@@ -196,3 +197,22 @@ def test_output_is_a_partitioned_dataset_readers_understand(client, source, tmp_
     ddf = dd.read_parquet(str(tmp_path / "out"))
     assert ddf.npartitions == 6 and len(ddf) == 10_000
     assert np.array_equal(ddf["id"].compute().to_numpy(), read_output(tmp_path / "out")["id"].to_numpy())
+
+
+def test_snappy_only_where_it_shrinks_the_column(client, tmp_path):
+    rng = np.random.default_rng(0)
+    table = pa.table({"id": np.arange(40_000), "noise": rng.random(40_000), "word": ["repeated"] * 40_000})
+    write_parts(table, tmp_path / "src", parts=2)
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1)
+    for name in ["part-00000.parquet", "part-00001.parquet"]:
+        group = pq.read_metadata(tmp_path / "out" / name).row_group(0)
+        codecs = {group.column(i).path_in_schema: group.column(i).compression for i in range(group.num_columns)}
+        assert codecs == {"id": "SNAPPY", "noise": "UNCOMPRESSED", "word": "SNAPPY"}
+    assert read_output(tmp_path / "out").sort_by("id").equals(table)
+
+
+def test_tables_with_nested_columns_or_repeated_names_keep_snappy_everywhere():
+    noise = np.random.default_rng(0).random(10_000)
+    assert _passes.compression(pa.table({"noise": noise}))["noise"] == "none"
+    assert _passes.compression(pa.table({"noise": noise, "nested": [[1, 2]] * 10_000})) == "snappy"
+    assert _passes.compression(pa.Table.from_arrays([noise, noise], names=["a", "a"])) == "snappy"
