@@ -171,13 +171,13 @@ def markdown(summary: dict, meta: dict) -> str:
         + "".join(f"; {k.replace('_', ' ')} limit {v}" for k, v in meta.get("limits", {}).items() if v),
         "",
         "| system | wall s, median (min-max) | start-up s | work s | CPU s | peak MiB (tree) "
-        "| peak MiB (largest process) | M rows/s | x DuckDB | x floor | scratch MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| peak MiB (largest process) | M rows/s | x DuckDB | x floor | scratch MiB | output MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for system, e in summary.items():
         if not e["ok"]:
             reason = e["error"].strip().splitlines()[-1][:150].replace("|", "/") if e.get("error") else ""
-            lines.append(f"| {system} | failed: {reason} | | | | | | | | | |")
+            lines.append(f"| {system} | failed: {reason} | | | | | | | | | | |")
             continue
         ratios = " | ".join(f"{e[k]:.2f}" if e[k] else "" for k in ("vs_duckdb", "vs_floor"))
         scratch = f"{e['scratch_mib']:,.0f}" if e.get("scratch_mib") else ""
@@ -185,7 +185,7 @@ def markdown(summary: dict, meta: dict) -> str:
             f"| {system} | {e['wall_median_s']:.1f} ({e['wall_min_s']:.1f}-{e['wall_max_s']:.1f}) "
             f"| {e['startup_median_s']:.1f} | {e['work_median_s']:.1f} | {e['cpu_median_s']:.1f} "
             f"| {e['peak_rss_mib']:,.0f} | {e['peak_process_rss_mib']:,.0f} | {e['rows_per_s'] / 1e6:.2f} "
-            f"| {ratios} | {scratch} |"
+            f"| {ratios} | {scratch} | {e['output_mib']:,.0f} |"
         )
     return "\n".join(lines)
 
