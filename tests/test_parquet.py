@@ -1,5 +1,8 @@
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pyarrow as pa
@@ -216,3 +219,17 @@ def test_tables_with_nested_columns_or_repeated_names_keep_snappy_everywhere():
     assert _passes.compression(pa.table({"noise": noise}))["noise"] == "none"
     assert _passes.compression(pa.table({"noise": noise, "nested": [[1, 2]] * 10_000})) == "snappy"
     assert _passes.compression(pa.Table.from_arrays([noise, noise], names=["a", "a"])) == "snappy"
+
+
+def test_a_threaded_shuffle_of_parquet_does_not_import_pandas(source, tmp_path):
+    """pyarrow imports pandas on its first ``pa.array`` of numpy data: 0.25-0.6 s holding the GIL, mid-shuffle."""
+    script = textwrap.dedent("""
+        import sys, dask, daskpile
+        with dask.config.set(scheduler="threads", num_workers=2):
+            daskpile.shuffle_parquet(sys.argv[1], sys.argv[2], piles=4, seed=1)
+        print("pandas" in sys.modules)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script, source, str(tmp_path / "out")], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False"
