@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 from run import dataset  # noqa: E402
 
 from daskpile import _fingerprint, _kernels, _random, _scratch  # noqa: E402
-from daskpile._passes import _finished_pile, _read_table_single_threaded, write_parquet  # noqa: E402
+from daskpile._passes import _existing, _read_table_single_threaded, write_parquet  # noqa: E402
 from daskpile._storage import filesystem  # noqa: E402
 
 
@@ -56,10 +56,10 @@ def profile(files: list[str], piles: int) -> dict[str, float]:
             rng = _random.generator(1, _random.SCATTER, k)
             grouped, counts = timed("pass 1: assign piles + group (take)", _kernels.scatter, table, piles, rng)
             timed("pass 1: write scratch IPC", _scratch.write_piles, fs, run.path(k), grouped, counts)
+        outs = [os.path.join(work, "out", f"part-{j}.parquet") for j in range(piles)]
+        timed("pass 2: list finished piles", _existing, fs, outs)  # the tasks list dest, once each
         with _scratch.PileReader(run) as reader:
-            for j in range(piles):
-                out = os.path.join(work, "out", f"part-{j}.parquet")
-                timed("pass 2: look for a finished pile", _finished_pile, fs, out, {"pile": j}, True)
+            for j, out in enumerate(outs):
                 batches = timed("pass 2: read scratch slices", reader.pile, j)
                 table = timed("pass 2: concatenate", pa.Table.from_batches, batches)
                 order = timed("pass 2: draw the permutation", _draw_permutation, j, table.num_rows)
