@@ -25,7 +25,7 @@ from daskpile._compute import Timer, compute, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
-from daskpile._storage import check_writable, dataset_files, filesystem, full_url, remove_tree
+from daskpile._storage import check_writable, dataset_files, filesystem, full_url, is_temporary, remove_tree
 from daskpile._validate import check_piles
 
 
@@ -239,6 +239,7 @@ def shuffle_parquet(
         _budget(memory_per_pile, pile_plan), spec.key(), rows_per_file, progress,
     )  # fmt: skip
     seconds_gather = timer.seconds
+    _remove_temporaries(dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
     split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
     split_note += f", cut into files of {rows_per_file:,} rows" if rows_per_file else ""
     timer.say(
@@ -308,9 +309,18 @@ def _dest_contents(fs, dest_path: str) -> tuple[bool, bool]:
     others = {
         n
         for n in names - {_manifest.MANIFEST_NAME, run_state.RUN_FILE}
-        if not n.startswith(".daskpile-staging-") and not (resumable_parts and n.startswith("part-"))
+        if not n.startswith(".daskpile-staging-")
+        and not (resumable_parts and (n.startswith("part-") or (n.startswith(".part-") and is_temporary(n))))
     }
     return has_result, bool(others)
+
+
+def _remove_temporaries(fs, directory: str) -> None:
+    """Remove the temporaries of part files whose writer was killed before it could commit them."""
+    for path in fs.ls(directory, detail=False):
+        name = posixpath.basename(path.rstrip("/"))
+        if name.startswith(".part-") and is_temporary(name):
+            fs.rm(path)
 
 
 def _discard_unfinished(fs, dest_path: str) -> None:
@@ -324,6 +334,7 @@ def _discard_unfinished(fs, dest_path: str) -> None:
             name == run_state.RUN_FILE
             or name.startswith(".daskpile-staging-")
             or (not finished and name.startswith("part-"))
+            or (name.startswith(".part-") and is_temporary(name))
         ):
             fs.rm(path, recursive=True)
 

@@ -48,6 +48,18 @@ def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 WRITE_BUFFER_BYTES = 2**20
 
 
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is what ``atomic_sink`` writes under before committing (left behind by a kill -9).
+
+    >>> is_temporary(".part-00003.parquet.5f0c.tmp"), is_temporary("part-00003.parquet")
+    (True, False)
+    """
+    return name.startswith(".") and name.endswith(TEMPORARY_SUFFIX)
+
+
 @contextlib.contextmanager
 def atomic_sink(
     fs: fsspec.AbstractFileSystem, path: str, make_parents: bool = True
@@ -66,7 +78,7 @@ def atomic_sink(
     directory, name = posixpath.split(path)
     if make_parents:
         fs.makedirs(directory, exist_ok=True)
-    tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
     try:
         # Our own native file, closed here even when a writer fails mid-way
         # (a writer left to close a file it opened keeps it open after ENOSPC).
