@@ -310,16 +310,19 @@ def _dest_contents(fs, dest_path: str) -> tuple[bool, bool]:
         n
         for n in names - {_manifest.MANIFEST_NAME, run_state.RUN_FILE}
         if not n.startswith(".daskpile-staging-")
-        and not (resumable_parts and (n.startswith("part-") or (n.startswith(".part-") and is_temporary(n))))
+        and not (resumable_parts and (n.startswith("part-") or _is_part_temporary(n)))
     }
     return has_result, bool(others)
 
 
+def _is_part_temporary(name: str) -> bool:
+    """The temporary of a part file: left behind only by a writer killed before it could commit."""
+    return name.startswith(".part-") and is_temporary(name)
+
+
 def _remove_temporaries(fs, directory: str) -> None:
-    """Remove the temporaries of part files whose writer was killed before it could commit them."""
     for path in fs.ls(directory, detail=False):
-        name = posixpath.basename(path.rstrip("/"))
-        if name.startswith(".part-") and is_temporary(name):
+        if _is_part_temporary(posixpath.basename(path.rstrip("/"))):
             fs.rm(path)
 
 
@@ -334,7 +337,7 @@ def _discard_unfinished(fs, dest_path: str) -> None:
             name == run_state.RUN_FILE
             or name.startswith(".daskpile-staging-")
             or (not finished and name.startswith("part-"))
-            or (name.startswith(".part-") and is_temporary(name))
+            or _is_part_temporary(name)
         ):
             fs.rm(path, recursive=True)
 
