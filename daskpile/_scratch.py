@@ -99,11 +99,10 @@ def write_piles(
     finished scratch file holds without reading its data.  Returns the number
     of bytes written.
     """
-    with atomic_sink(fs, path, make_parents=False) as sink:
-        with ipc.new_file(sink, grouped.schema, metadata=footer) as writer:
-            for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True):
-                writer.write_batch(grouped.slice(start, length))
-        return sink.tell()
+    piles = (
+        grouped.slice(start, length) for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True)
+    )
+    return _write_batches(fs, path, grouped.schema, piles, footer, make_parents=False)
 
 
 def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> int:
@@ -114,8 +113,13 @@ def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch
     """
     batches = table.to_batches(max_chunksize=batch_rows)
     footer = {"daskpile.batch_rows": json.dumps([b.num_rows for b in batches])}
-    with atomic_sink(fs, path, make_parents=True) as sink:
-        with ipc.new_file(sink, table.schema, metadata=footer) as writer:
+    return _write_batches(fs, path, table.schema, batches, footer, make_parents=True)
+
+
+def _write_batches(fs, path: str, schema: pa.Schema, batches, footer: dict | None, make_parents: bool) -> int:
+    """One IPC file of ``batches``, committed atomically; returns its size in bytes."""
+    with atomic_sink(fs, path, make_parents=make_parents) as sink:
+        with ipc.new_file(sink, schema, metadata=footer) as writer:
             for batch in batches:
                 writer.write_batch(batch)
         return sink.tell()
