@@ -2,7 +2,11 @@
 
 import decimal
 import glob
+import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +105,11 @@ def uninterrupted_run(source, dest, piles: int, seed: int) -> dict[str, bytes]:
 def count_files(directory, prefix: str) -> int:
     """Files whose name starts with `prefix` anywhere below `directory` (0 if it is missing)."""
     return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
+
+
+def run_in_fresh_process(script: str, *args: str):
+    """What ``script`` prints as JSON, run alone in a new interpreter (its memory and imports its own)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)

@@ -4,9 +4,6 @@ import collections
 import itertools
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import dask
 import dask.dataframe as dd
@@ -15,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import file_bytes, read_output
+from _util import file_bytes, read_output, run_in_fresh_process
 from scipy import stats
 
 import daskpile
@@ -81,14 +78,6 @@ run = _scratch.Scratch.create(scratch, None, 1)
 result = _passes.scatter_parquet_file(fs, path, 0, 4, 1, run, pq.read_schema(path), True, blocksize=blocksize)
 print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "pieces": result.pieces, "rows": result.rows}))
 """
-
-
-def run_in_fresh_process(script: str, *args: str) -> dict:
-    """What ``script`` prints as JSON, run alone in a new interpreter (so its memory is its own)."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True, check=True
-    )
-    return json.loads(done.stdout)
 
 
 def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(big_files, tmp_path):

@@ -1,14 +1,11 @@
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import assert_tables_equal, every_type_table, read_output, write_parts
+from _util import assert_tables_equal, every_type_table, read_output, run_in_fresh_process, write_parts
 
 import daskpile
 from daskpile import _passes
@@ -223,13 +220,10 @@ def test_tables_with_nested_columns_or_repeated_names_keep_snappy_everywhere():
 
 def test_a_threaded_shuffle_of_parquet_does_not_import_pandas(source, tmp_path):
     """pyarrow imports pandas on its first ``pa.array`` of numpy data: 0.25-0.6 s holding the GIL, mid-shuffle."""
-    script = textwrap.dedent("""
-        import sys, dask, daskpile
+    script = """
+        import json, sys, dask, daskpile
         with dask.config.set(scheduler="threads", num_workers=2):
             daskpile.shuffle_parquet(sys.argv[1], sys.argv[2], piles=4, seed=1)
-        print("pandas" in sys.modules)
-    """)
-    done = subprocess.run(
-        [sys.executable, "-c", script, source, str(tmp_path / "out")], capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "False"
+        print(json.dumps("pandas" in sys.modules))
+    """
+    assert run_in_fresh_process(script, source, str(tmp_path / "out")) is False
