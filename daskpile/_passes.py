@@ -13,7 +13,6 @@ inputs and can be run twice, anywhere, with the same result.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
@@ -68,7 +67,7 @@ def scatter_table(
     rng = _random.generator(seed, _random.SCATTER, partition, piece)
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
-    footer = {"daskpile.counts": base64.b64encode(counts.astype("<i8").tobytes()).decode("ascii")}
+    footer = {}
     if input_fingerprint is not None:
         footer["daskpile.fingerprint"] = json.dumps(input_fingerprint.to_json())
     nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition, piece), grouped, counts, footer)
@@ -145,13 +144,13 @@ def _finished_scatter(
 ) -> ScatterResult | None:
     path = scratch.path(partition, piece)
     footer = _scratch.read_footer(scratch.fs, path)
-    if not footer or "daskpile.counts" not in footer:
-        return None
+    if not footer or _scratch.COUNTS_KEY not in footer or _scratch.RUNS_KEY not in footer:
+        return None  # none, or written by a version of daskpile with another scratch layout
     found = footer.get("daskpile.fingerprint")
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
     if fingerprint and input_fingerprint is None:  # none, or of another hash version
         return None
-    counts = np.frombuffer(base64.b64decode(footer["daskpile.counts"]), dtype="<i8").astype(np.int64)
+    counts = _scratch.decode_counts(footer[_scratch.COUNTS_KEY])
     if len(counts) != piles:
         return None
     return ScatterResult(partition, int(counts.sum()), scratch.fs.size(path), counts, input_fingerprint, reused=True)

@@ -1,12 +1,18 @@
 """The scratch format: one Arrow IPC file per input partition (or piece of one).
 
-Pass 1 writes, for input partition ``k``, a single IPC file whose record batch
-``j`` holds the rows that partition sent to pile ``j`` (empty piles are empty
-batches).  The IPC file footer already stores where every batch starts, so it
-is the pile index: pass-2 task ``j`` reads batch ``j`` of every scratch file.
-That makes K + M files in all, never K x M.  An input file too large to hold
-in memory is read in pieces of whole row groups, each with its own scratch
-file (``scatter-00000k-000p.arrow`` for pieces after the first).
+Pass 1 writes, for input partition ``k``, a single IPC file holding its rows
+grouped by pile: pile 0's rows, then pile 1's, and so on.  The rows are stored
+in record batches that each hold a run of whole consecutive piles, about
+``RUN_BYTES`` long (a pile larger than that is a batch of its own; empty piles
+take no room).  The footer lists every pile's row count and every batch's
+number of piles, so pass-2 task ``j`` finds the batch holding pile ``j`` in
+each file and slices the pile out of it.  That makes K + M files in all, never
+K x M, and far fewer batches than piles: reading a batch is one call into
+Arrow whatever its size (it is memory-mapped), and on threads each such call
+hands the GIL over, so one batch per pile made many piles slow (see
+``RUN_BYTES``).  An input file too large to hold in memory is read in pieces of
+whole row groups, each with its own scratch file (``scatter-00000k-000p.arrow``
+for pieces after the first).
 
 Scratch is uncompressed: it is written once and read once, sequentially, and
 compressing it costs more CPU than the bytes it saves on local disk.
@@ -14,6 +20,8 @@ compressing it costs more CPU than the bytes it saves on local disk.
 
 from __future__ import annotations
 
+import base64
+import bisect
 import dataclasses
 import json
 import posixpath
@@ -86,6 +94,16 @@ def scratch_path(directory: str, partition: int, piece: int = 0) -> str:
     return posixpath.join(directory, f"scatter-{partition:06d}{suffix}.arrow")
 
 
+# A batch of scratch holds whole piles up to about this many bytes.  Reading a batch is one call into
+# Arrow, which on the threaded scheduler hands the GIL to the other thread and back: on this project's
+# 2-core VM two threads reading batches of A's 512 piles did 0.7x the work of one thread.  Batches of
+# this size cut the calls of that run tenfold.  Remote scratch keeps the current batch of every file
+# in memory, so this also bounds what a pass-2 task holds beyond its pile (files x RUN_BYTES).
+RUN_BYTES = 256 * 2**10
+COUNTS_KEY = "daskpile.counts"  # rows of each pile
+RUNS_KEY = "daskpile.batch_piles"  # piles of each batch
+
+
 def write_piles(
     fs: fsspec.AbstractFileSystem,
     path: str,
@@ -93,16 +111,47 @@ def write_piles(
     counts: np.ndarray,
     footer: dict[str, str] | None = None,
 ) -> int:
-    """Write the rows of one partition, grouped by pile, as one batch per pile.
+    """Write the rows of one partition, grouped by pile, in batches of whole piles.
 
-    ``footer`` is stored in the IPC footer, so a resumed run can learn what a
-    finished scratch file holds without reading its data.  Returns the number
-    of bytes written.
+    ``counts`` is the row count of each pile.  It goes in the IPC footer with
+    the batches' pile counts and ``footer``, so that a reader finds a pile
+    without reading the data before it, and a resumed run learns what a
+    finished scratch file holds.  Returns the number of bytes written.
     """
-    piles = (
-        grouped.slice(start, length) for start, length in zip(offsets(counts).tolist(), counts.tolist(), strict=True)
+    counts = np.asarray(counts, dtype=np.int64)
+    runs = pile_runs(counts, grouped.get_total_buffer_size() / max(grouped.num_rows, 1), RUN_BYTES)
+    footer = {**(footer or {}), COUNTS_KEY: _encode(counts), RUNS_KEY: _encode(runs)}
+    run_rows = np.add.reduceat(counts, offsets(runs)) if len(counts) else runs
+    batches = (
+        grouped.slice(start, length)
+        for start, length in zip(offsets(run_rows).tolist(), run_rows.tolist(), strict=True)
     )
-    return _write_batches(fs, path, grouped.schema, piles, footer, make_parents=False)
+    return _write_batches(fs, path, grouped.schema, batches, footer, make_parents=False)
+
+
+def pile_runs(counts: np.ndarray, bytes_per_row: float, run_bytes: int) -> np.ndarray:
+    """How many consecutive piles each batch holds: a batch closes once it reaches ``run_bytes``.
+
+    >>> pile_runs(np.array([5, 5, 5, 20, 0, 5]), 1.0, 10).tolist()
+    [2, 2, 2]
+    """
+    ends = np.cumsum(counts * bytes_per_row)
+    runs, start, done = [], 0, 0.0
+    while start < len(counts):
+        # the first pile from which the run is at least run_bytes long (the last pile if none)
+        stop = min(int(np.searchsorted(ends, done + run_bytes - 1e-9, side="left")), len(counts) - 1) + 1
+        runs.append(stop - start)
+        start, done = stop, float(ends[stop - 1])
+    return np.array(runs, dtype=np.int64)
+
+
+def _encode(values: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<i8").tobytes()).decode("ascii")
+
+
+def decode_counts(encoded: str) -> np.ndarray:
+    """The integers ``write_piles`` stored in a footer (counts, or piles per batch)."""
+    return np.frombuffer(base64.b64decode(encoded), dtype="<i8").astype(np.int64)
 
 
 def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> int:
@@ -162,13 +211,53 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str] | No
 RELEASE_BYTES = 64 * 2**20
 
 
+class ScratchFile:
+    """One open scratch file: where each pile is, and the batch last read from it.
+
+    ``pile(j)`` gives the rows that partition sent to pile ``j``, a slice of
+    the batch holding them.
+
+    >>> f = ScratchFile(fs, "/tmp/s/scatter-000000.arrow")  # doctest: +SKIP
+    >>> rows, bytes_read = f.pile(3)  # doctest: +SKIP
+    """
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str):
+        self.path = path
+        self.file = _open_scratch(fs, path)
+        self.reader = ipc.open_file(self.file)
+        footer = self.reader.metadata or {}
+        counts = decode_counts(footer[COUNTS_KEY.encode()])
+        piles_per_batch = decode_counts(footer[RUNS_KEY.encode()])
+        self.pile_start = [0, *np.cumsum(counts).tolist()]  # pile j is rows pile_start[j]:pile_start[j + 1]
+        self.batch_first_pile = offsets(piles_per_batch).tolist()
+        self._batch: tuple[int, pa.RecordBatch] | None = None
+
+    def pile(self, pile: int) -> tuple[pa.RecordBatch, int]:
+        """The rows of ``pile``, and the bytes of the batch that had to be read for them (0 if already read)."""
+        index = bisect.bisect_right(self.batch_first_pile, pile) - 1
+        read = 0
+        if self._batch is None or self._batch[0] != index:
+            self._batch = None  # drop the previous batch before reading the next
+            self._batch = (index, self.reader.get_batch(index))
+            # Not ``nbytes``, which walks every value (24 us a batch):
+            # a batch read from IPC has buffers of exactly its own bytes.
+            read = self._batch[1].get_total_buffer_size()
+        first_row = self.pile_start[self.batch_first_pile[index]]
+        start, stop = self.pile_start[pile], self.pile_start[pile + 1]
+        return self._batch[1].slice(start - first_row, stop - start), read
+
+    def close(self) -> None:
+        self._batch = None
+        self.file.close()
+
+
 class PileReader:
     """Reads piles from all the scratch files of a run, opening each file once.
 
     Local files are memory-mapped, so only the pages of the piles read are
     touched.  Those pages stay mapped, and count in the process's resident
     memory (which Dask's memory monitor watches), until the files are closed:
-    by ``release()``, at exit, or before the next pile once the piles read
+    by ``release()``, at exit, or before the next pile once the batches read
     since the files were opened add up to ``RELEASE_BYTES``.  So a task
     reading many small piles holds a pile and ``RELEASE_BYTES``, not all of
     them (B with 512 piles: 970 MiB a worker before, 427 MiB with this).
@@ -179,30 +268,21 @@ class PileReader:
 
     def __init__(self, scratch: Scratch):
         self.scratch = scratch
-        self._files: list = []
-        self._readers: list[ipc.RecordBatchFileReader] = []
-        self._mapped = 0  # bytes of the batches handed out from memory-mapped files since they were opened
+        self._files: list[ScratchFile] = []
+        self._mapped = 0  # bytes of the batches read from memory-mapped files since they were opened
 
     def __enter__(self) -> PileReader:
         return self
 
-    def _open(self) -> None:
-        for path in self.scratch.paths():
-            f = _open_scratch(self.scratch.fs, path)
-            self._files.append(f)
-            self._readers.append(ipc.open_file(f))
-
     def pile(self, pile: int) -> list[pa.RecordBatch]:
         if self._mapped > RELEASE_BYTES:
             self.release()
-        if not self._readers:
-            self._open()
-        batches = [reader.get_batch(pile) for reader in self._readers]
+        if not self._files:
+            self._files = [ScratchFile(self.scratch.fs, path) for path in self.scratch.paths()]
+        slices = [f.pile(pile) for f in self._files]
         if is_local(self.scratch.fs):
-            # Not ``nbytes``, which walks every value (24 us a batch, 0.8 s of A's pass 2 with 512 piles):
-            # a batch read from IPC has buffers of exactly its own bytes.
-            self._mapped += sum(batch.get_total_buffer_size() for batch in batches)
-        return batches
+            self._mapped += sum(read for _, read in slices)
+        return [batch for batch, _ in slices]
 
     def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
         """The slices of one pile, one at a time, each file closed after its slice.
@@ -211,15 +291,18 @@ class PileReader:
         the caller drops the slice, so memory holds what the caller keeps.
         """
         for path in self.scratch.paths():
-            with _open_scratch(self.scratch.fs, path) as f:
-                batch = ipc.open_file(f).get_batch(pile)
+            f = ScratchFile(self.scratch.fs, path)
+            try:
+                batch, _ = f.pile(pile)
+            finally:
+                f.close()
             yield batch
 
     def release(self) -> None:
         """Close every file; the pages of batches already dropped are unmapped. Reopened on demand."""
         for f in self._files:
             f.close()
-        self._files, self._readers, self._mapped = [], [], 0
+        self._files, self._mapped = [], 0
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -63,6 +63,25 @@ def test_shuffle_parquet_on_s3(client, s3):
     assert fs.find("scratch/tmp") == []  # scratch removed
 
 
+def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkeypatch):
+    """Fewer GETs than one per file and pile: a batch of piles is read once per task, not once per pile."""
+    _, options = s3
+    write_reference_dataset("s3://lake/runs-in", rows=80_000, files=4, storage_options=options)  # 1 MB a file
+    gets = []
+    call_s3 = s3fs.S3FileSystem._call_s3
+
+    async def counting_call_s3(self, method, *args, **kwargs):
+        gets.extend([kwargs.get("Key")] if method == "get_object" else [])
+        return await call_s3(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting_call_s3)
+    source, dest, scratch = "s3://lake/runs-in", "s3://lake/runs-out", "s3://scratch/runs"
+    report = daskpile.shuffle_parquet(source, dest, piles=64, seed=1, scratch=scratch, storage_options=options)
+    assert report.rows == 80_000
+    scratch_gets = [key for key in gets if key and key.endswith(".arrow")]
+    assert 0 < len(scratch_gets) < 4 * 64 / 2
+
+
 def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     fs, options = s3
     frame = pd.DataFrame({"x": np.arange(1000), "s": [f"v{i}" for i in range(1000)]})

@@ -1,11 +1,15 @@
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
 
 from daskpile import _kernels, _random, _scratch
 from daskpile._storage import filesystem
 
 
-def test_one_file_per_partition_one_batch_per_pile(tmp_path):
+@pytest.mark.parametrize("run_bytes", [1, 300, 1 << 30], ids=["a batch per pile", "runs", "one batch"])
+def test_one_file_per_partition_piles_in_runs(tmp_path, monkeypatch, run_bytes):
+    monkeypatch.setattr(_scratch, "RUN_BYTES", run_bytes)
     fs, _ = filesystem(str(tmp_path))
     table = pa.table(
         {
@@ -17,13 +21,23 @@ def test_one_file_per_partition_one_batch_per_pile(tmp_path):
     path = _scratch.scratch_path(str(tmp_path), 0)
     _scratch.write_piles(fs, path, grouped, counts)
     assert [p.name for p in tmp_path.iterdir()] == ["scatter-000000.arrow"]  # no temporary left behind
-    rows = []
+    with pa.memory_map(path) as f:
+        batches = ipc.open_file(f).num_record_batches
+    assert batches == {1: 6, 300: 3, 1 << 30: 1}[run_bytes]
+    starts = _kernels.offsets(counts)
     with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 1)) as reader:
-        for j, n in enumerate(counts):
+        for j in [0, 5, 2, 3, 1, 4]:  # out of order: a reader may go back to an earlier batch
             (batch,) = reader.pile(j)
-            assert batch.num_rows == n and batch.schema == table.schema
-            rows += batch.column("x").to_pylist()
-    assert sorted(rows) == list(range(100))
+            assert batch.schema == table.schema
+            assert batch.equals(grouped.slice(starts[j], counts[j]))
+
+
+def test_pile_runs_close_once_they_reach_the_size():
+    counts = np.array([3, 0, 4, 10, 0, 0, 1, 2, 2])  # a pile over the size is a run of its own
+    runs = _scratch.pile_runs(counts, 2.0, 8)  # bytes of each pile: 6 0 8 20 0 0 2 4 4
+    assert runs.tolist() == [3, 1, 5]  # bytes 6 0 8 | 20 | 0 0 2 4 4
+    assert runs.sum() == len(counts)
+    assert _scratch.pile_runs(np.zeros(5, dtype=np.int64), 0.0, 8).tolist() == [5]
 
 
 def test_empty_piles_are_empty_batches(tmp_path):
