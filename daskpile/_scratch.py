@@ -210,40 +210,49 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str] | No
 RELEASE_BYTES = 64 * 2**20
 
 
+@dataclasses.dataclass(frozen=True)
+class PileIndex:
+    """Where the piles of one scratch file are, from its footer: read once, the file may be reopened many times."""
+
+    pile_start: list[int]  # pile j is rows pile_start[j]:pile_start[j + 1]
+    batch_first_pile: list[int]
+
+    @classmethod
+    def from_footer(cls, footer: dict[bytes, bytes]) -> PileIndex:
+        counts = decode_counts(footer[COUNTS_KEY.encode()])
+        return cls([0, *np.cumsum(counts).tolist()], offsets(decode_counts(footer[RUNS_KEY.encode()])).tolist())
+
+
 class ScratchFile:
-    """One open scratch file: where each pile is, and the batch last read from it.
+    """One open scratch file, and the batch last read from it.
 
     ``pile(j)`` gives the rows that partition sent to pile ``j``, a slice of
     the batch holding them.
 
     >>> f = ScratchFile(fs, "/tmp/s/scatter-000000.arrow")  # doctest: +SKIP
-    >>> rows, bytes_read = f.pile(3)  # doctest: +SKIP
+    >>> rows, row_bytes = f.pile(3)  # doctest: +SKIP
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str):
-        self.path = path
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None):
         self.file = _open_scratch(fs, path)
         self.reader = ipc.open_file(self.file)
-        footer = self.reader.metadata or {}
-        counts = decode_counts(footer[COUNTS_KEY.encode()])
-        piles_per_batch = decode_counts(footer[RUNS_KEY.encode()])
-        self.pile_start = [0, *np.cumsum(counts).tolist()]  # pile j is rows pile_start[j]:pile_start[j + 1]
-        self.batch_first_pile = offsets(piles_per_batch).tolist()
-        self._batch: tuple[int, pa.RecordBatch] | None = None
+        self.index = index or PileIndex.from_footer(self.reader.metadata or {})
+        self._batch: tuple[int, pa.RecordBatch, float] | None = None  # number, batch, bytes per row
 
     def pile(self, pile: int) -> tuple[pa.RecordBatch, int]:
-        """The rows of ``pile``, and the bytes of the batch that had to be read for them (0 if already read)."""
-        index = bisect.bisect_right(self.batch_first_pile, pile) - 1
-        read = 0
-        if self._batch is None or self._batch[0] != index:
+        """The rows of ``pile``, and about how many bytes they take."""
+        first_pile = self.index.batch_first_pile
+        number = bisect.bisect_right(first_pile, pile) - 1
+        if self._batch is None or self._batch[0] != number:
             self._batch = None  # drop the previous batch before reading the next
-            self._batch = (index, self.reader.get_batch(index))
+            batch = self.reader.get_batch(number)
             # Not ``nbytes``, which walks every value (24 us a batch):
             # a batch read from IPC has buffers of exactly its own bytes.
-            read = self._batch[1].get_total_buffer_size()
-        first_row = self.pile_start[self.batch_first_pile[index]]
-        start, stop = self.pile_start[pile], self.pile_start[pile + 1]
-        return self._batch[1].slice(start - first_row, stop - start), read
+            self._batch = (number, batch, batch.get_total_buffer_size() / max(batch.num_rows, 1))
+        _, batch, bytes_per_row = self._batch
+        pile_start = self.index.pile_start
+        start, rows = pile_start[pile] - pile_start[first_pile[number]], pile_start[pile + 1] - pile_start[pile]
+        return batch.slice(start, rows), int(rows * bytes_per_row)
 
     def close(self) -> None:
         self._batch = None
@@ -256,7 +265,7 @@ class PileReader:
     Local files are memory-mapped, so only the pages of the piles read are
     touched.  Those pages stay mapped, and count in the process's resident
     memory (which Dask's memory monitor watches), until the files are closed:
-    by ``release()``, at exit, or before the next pile once the batches read
+    by ``release()``, at exit, or before the next pile once the piles read
     since the files were opened add up to ``RELEASE_BYTES``.  So a task
     reading many small piles holds a pile and ``RELEASE_BYTES``, not all of
     them (B with 512 piles: 970 MiB a worker before, 427 MiB with this).
@@ -268,19 +277,26 @@ class PileReader:
     def __init__(self, scratch: Scratch):
         self.scratch = scratch
         self._files: list[ScratchFile] = []
-        self._mapped = 0  # bytes of the batches read from memory-mapped files since they were opened
+        self._indexes: dict[str, PileIndex] = {}
+        self._mapped = 0  # bytes of the piles read from memory-mapped files since they were opened
 
     def __enter__(self) -> PileReader:
         return self
+
+    def _open(self, path: str) -> ScratchFile:
+        f = ScratchFile(self.scratch.fs, path, self._indexes.get(path))
+        self._indexes[path] = f.index
+        return f
 
     def pile(self, pile: int) -> list[pa.RecordBatch]:
         if self._mapped > RELEASE_BYTES:
             self.release()
         if not self._files:
-            self._files = [ScratchFile(self.scratch.fs, path) for path in self.scratch.paths()]
+            self._files = [self._open(path) for path in self.scratch.paths()]
         slices = [f.pile(pile) for f in self._files]
         if is_local(self.scratch.fs):
-            self._mapped += sum(read for _, read in slices)
+            # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
+            self._mapped += sum(row_bytes for _, row_bytes in slices)
         return [batch for batch, _ in slices]
 
     def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
@@ -290,7 +306,7 @@ class PileReader:
         the caller drops the slice, so memory holds what the caller keeps.
         """
         for path in self.scratch.paths():
-            f = ScratchFile(self.scratch.fs, path)
+            f = self._open(path)
             try:
                 batch, _ = f.pile(pile)
             finally:

@@ -54,3 +54,15 @@ def test_scratch_directory_lifetime(tmp_path):
     assert run.fs.isdir(run.directory) and run.directory.startswith(str(tmp_path))
     run.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_counts_the_pages_of_the_piles_it_read_not_of_their_batches(tmp_path, monkeypatch):
+    """Counting whole batches made a reader of 200 files unmap and reopen them every pile or two."""
+    monkeypatch.setattr(_scratch, "RUN_BYTES", 1 << 30)  # one batch holding every pile
+    fs, _ = filesystem(str(tmp_path))
+    table = pa.table({"x": np.arange(64_000)})
+    grouped, counts = _kernels.scatter(table, 64, _random.generator(0, _random.SCATTER, 0))
+    _scratch.write_piles(fs, _scratch.scratch_path(str(tmp_path), 0), grouped, counts)
+    with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 1)) as reader:
+        reader.pile(5)
+        assert reader._mapped == 8 * counts[5]  # int64: 8 bytes a row
