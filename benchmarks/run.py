@@ -85,10 +85,23 @@ def settle(source: str) -> None:
 
 
 def run_one(system: str, source: str, dest: str, limits: dict | None = None, timeout: float | None = None) -> dict:
-    """Run one system in a fresh process; measure wall, CPU and the tree's peak RSS."""
-    shutil.rmtree(dest, ignore_errors=True)
+    """Run one system in a fresh process; measure wall, CPU and the tree's peak RSS.
+
+    Each run gets an empty dest and its own empty temporary directory (TMPDIR:
+    daskpile's scratch, Dask's worker and p2p directories), so nothing left by
+    an earlier run, even one killed mid-way, is seen or reused.
+    """
+    tmp = dest + "-tmp"
+    for path in (dest, tmp):
+        shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(tmp)
     settle(source)
-    env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""), **(limits or {})}
+    env = {
+        **os.environ,
+        "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TMPDIR": tmp,
+        **(limits or {}),
+    }
     start = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "systems.py"), system, source, dest],
@@ -113,6 +126,7 @@ def run_one(system: str, source: str, dest: str, limits: dict | None = None, tim
         time.sleep(0.05)
     wall = time.perf_counter() - start
     stdout, stderr = process.communicate()
+    shutil.rmtree(tmp, ignore_errors=True)
     if process.returncode:
         return {"system": system, "ok": False, "error": stderr.decode()[-2000:], "wall_s": wall}
     children = psutil.Process().cpu_times()  # includes reaped children and their descendants

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,3 +51,31 @@ def test_profile_stages_compares_pile_counts(tmp_path):
     assert "4 piles" in lines[1] and "16 piles" in lines[1] and "+12 piles" in lines[1]
     assert any(line.lstrip().startswith("pass 2: write Parquet") for line in lines)
     assert lines[-1].startswith("  ratio 16 / 4 piles: ")
+
+
+def test_a_run_never_sees_what_a_killed_run_left(tmp_path):
+    """A benchmark killed mid-run leaves daskpile's unfinished run in its scratch; the next run must start clean."""
+    import tempfile
+
+    import daskpile._run as run_state
+    from daskpile._passes import BLOCKSIZE
+    from daskpile._storage import filesystem, full_url
+
+    sys.path.insert(0, os.path.dirname(RUN))
+    import run as bench
+
+    source = bench.dataset("tiny", str(tmp_path))
+    dest = str(tmp_path / "out")
+    fs, path = filesystem(dest)
+    left = run_state.RunSpec((), (), piles=8, seed=1, dest=full_url(fs, path), blocksize=BLOCKSIZE)
+    name = f"daskpile-{run_state.scratch_name(full_url(fs, path))}"
+    scratches = [os.path.join(tempfile.gettempdir(), name), os.path.join(dest + "-tmp", name)]
+    try:
+        for scratch in scratches:  # where the killed run's scratch was, whichever temporary directory it used
+            os.makedirs(scratch)
+            run_state.write(fs, scratch, left)
+        result = bench.run_one("daskpile 64 piles, threads", source, dest)
+    finally:
+        for scratch in scratches:
+            shutil.rmtree(scratch, ignore_errors=True)
+    assert result["ok"], result.get("error")
