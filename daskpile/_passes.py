@@ -150,7 +150,7 @@ def _finished_scatter(
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
     if fingerprint and input_fingerprint is None:  # none, or of another hash version
         return None
-    counts = _scratch.decode_counts(footer[_scratch.COUNTS_KEY])
+    counts = _scratch.decode_integers(footer[_scratch.COUNTS_KEY])
     if len(counts) != piles:
         return None
     return ScatterResult(partition, int(counts.sum()), scratch.fs.size(path), counts, input_fingerprint, reused=True)

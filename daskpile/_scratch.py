@@ -118,7 +118,8 @@ def write_piles(
     finished scratch file holds.  Returns the number of bytes written.
     """
     counts = np.asarray(counts, dtype=np.int64)
-    runs = pile_runs(counts, grouped.get_total_buffer_size() / max(grouped.num_rows, 1), RUN_BYTES)
+    rows_per_run = max(1, int(RUN_BYTES * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
+    runs = pile_runs(counts, rows_per_run)
     footer = {**(footer or {}), COUNTS_KEY: _encode(counts), RUNS_KEY: _encode(runs)}
     run_rows = np.add.reduceat(counts, offsets(runs)) if len(counts) else runs
     batches = (
@@ -128,19 +129,20 @@ def write_piles(
     return _write_batches(fs, path, grouped.schema, batches, footer, make_parents=False)
 
 
-def pile_runs(counts: np.ndarray, bytes_per_row: float, run_bytes: int) -> np.ndarray:
-    """How many consecutive piles each batch holds: a batch closes once it reaches ``run_bytes``.
+def pile_runs(counts: np.ndarray, rows_per_run: int) -> np.ndarray:
+    """How many consecutive piles each batch holds: a batch closes once it has ``rows_per_run`` rows.
 
-    >>> pile_runs(np.array([5, 5, 5, 20, 0, 5]), 1.0, 10).tolist()
+    >>> pile_runs(np.array([5, 5, 5, 20, 0, 5]), 10).tolist()
     [2, 2, 2]
     """
-    ends = np.cumsum(counts * bytes_per_row)
-    runs, start, done = [], 0, 0.0
+    ends = np.cumsum(counts)
+    runs, start = [], 0
     while start < len(counts):
-        # the first pile from which the run is at least run_bytes long (the last pile if none)
-        stop = min(int(np.searchsorted(ends, done + run_bytes - 1e-9, side="left")), len(counts) - 1) + 1
+        done = int(ends[start - 1]) if start else 0
+        # the first pile at which the run has rows_per_run rows (the last pile if none)
+        stop = min(int(np.searchsorted(ends, done + rows_per_run, side="left")), len(counts) - 1) + 1
         runs.append(stop - start)
-        start, done = stop, float(ends[stop - 1])
+        start = stop
     return np.array(runs, dtype=np.int64)
 
 
@@ -148,7 +150,7 @@ def _encode(values: np.ndarray) -> str:
     return base64.b64encode(np.asarray(values, dtype="<i8").tobytes()).decode("ascii")
 
 
-def decode_counts(encoded: str) -> np.ndarray:
+def decode_integers(encoded: str) -> np.ndarray:
     """The integers ``write_piles`` stored in a footer (counts, or piles per batch)."""
     return np.frombuffer(base64.b64decode(encoded), dtype="<i8").astype(np.int64)
 
@@ -219,8 +221,8 @@ class PileIndex:
 
     @classmethod
     def from_footer(cls, footer: dict[bytes, bytes]) -> PileIndex:
-        counts = decode_counts(footer[COUNTS_KEY.encode()])
-        return cls([0, *np.cumsum(counts).tolist()], offsets(decode_counts(footer[RUNS_KEY.encode()])).tolist())
+        counts = decode_integers(footer[COUNTS_KEY.encode()])
+        return cls([0, *np.cumsum(counts).tolist()], offsets(decode_integers(footer[RUNS_KEY.encode()])).tolist())
 
 
 class ScratchFile:

@@ -34,10 +34,10 @@ def test_one_file_per_partition_piles_in_runs(tmp_path, monkeypatch, run_bytes):
 
 def test_pile_runs_close_once_they_reach_the_size():
     counts = np.array([3, 0, 4, 10, 0, 0, 1, 2, 2])  # a pile over the size is a run of its own
-    runs = _scratch.pile_runs(counts, 2.0, 8)  # bytes of each pile: 6 0 8 20 0 0 2 4 4
-    assert runs.tolist() == [3, 1, 5]  # bytes 6 0 8 | 20 | 0 0 2 4 4
+    runs = _scratch.pile_runs(counts, 4)
+    assert runs.tolist() == [3, 1, 5]  # rows 3 0 4 | 10 | 0 0 1 2 2
     assert runs.sum() == len(counts)
-    assert _scratch.pile_runs(np.zeros(5, dtype=np.int64), 0.0, 8).tolist() == [5]
+    assert _scratch.pile_runs(np.zeros(5, dtype=np.int64), 4).tolist() == [5]
 
 
 def test_empty_piles_are_empty_batches(tmp_path):
