@@ -60,6 +60,9 @@ class SplitResult:
     counts: np.ndarray
 
 
+FINGERPRINT_KEY = "daskpile.fingerprint"  # in a scratch file's footer, beside _scratch's pile index
+
+
 def scatter_table(
     table: pa.Table, partition: int, piles: int, seed: int, scratch: Scratch, fingerprint: bool = False, piece: int = 0
 ) -> ScatterResult:
@@ -67,9 +70,7 @@ def scatter_table(
     rng = _random.generator(seed, _random.SCATTER, partition, piece)
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
-    footer = {}
-    if input_fingerprint is not None:
-        footer["daskpile.fingerprint"] = json.dumps(input_fingerprint.to_json())
+    footer = {FINGERPRINT_KEY: json.dumps(input_fingerprint.to_json())} if input_fingerprint is not None else {}
     nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition, piece), grouped, counts, footer)
     return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint)
 
@@ -146,7 +147,7 @@ def _finished_scatter(
     footer = _scratch.read_footer(scratch.fs, path)
     if not footer or _scratch.COUNTS_KEY not in footer or _scratch.RUNS_KEY not in footer:
         return None  # none, or written by a version of daskpile with another scratch layout
-    found = footer.get("daskpile.fingerprint")
+    found = footer.get(FINGERPRINT_KEY)
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
     if fingerprint and input_fingerprint is None:  # none, or of another hash version
         return None
