@@ -79,13 +79,15 @@ _VIEW_TYPES = {
 def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     """``table.take(indices)``, with long columns of short strings taken as fixed-width views.
 
+    ``indices`` must be in bounds: they are not checked (see ``_take``).
+
     >>> t = pa.table({"s": ["a", None, "ccc"], "x": [1, 2, 3]})
     >>> take(t, np.array([2, 0, 1])).equals(t.take([2, 0, 1]))
     True
     """
     arrow_indices = as_arrow_indices(indices)  # once, not once per column
     if table.num_rows < VIEW_TAKE_MIN_ROWS:
-        return table.take(arrow_indices)  # A pile of 20 k rows: 50 ns a row, against 75 with views
+        return _take(table, arrow_indices)  # A pile of 20 k rows: 50 ns a row, against 75 with views
     columns = [_take_column(table.column(i), arrow_indices) for i in range(table.num_columns)]
     return pa.Table.from_arrays(columns, schema=table.schema)
 
@@ -104,14 +106,21 @@ def as_arrow_indices(indices: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(indices), [None, pa.py_buffer(indices)])
 
 
+def _take(data, indices: pa.Array):
+    # Every caller's indices are a permutation or a stable sort of the rows, so in bounds.  Arrow checks
+    # them again for every column: a tenth of the time of a take of B's numeric columns (6.6 against
+    # 8.0 ns a row for an int64 column of 500 k rows).
+    return pc.take(data, indices, boundscheck=False)
+
+
 def _take_column(column: pa.ChunkedArray, indices: pa.Array) -> pa.ChunkedArray | pa.Array:
     view_type = _VIEW_TYPES.get(column.type)
     if view_type is None or len(column) == 0 or (pc.max(pc.binary_length(column)).as_py() or 0) > INLINE_STRING_BYTES:
-        return column.take(indices)
+        return _take(column, indices)
     # Strings combined, then cast: combining views instead rewrites each one (measured 7x slower).
     views = inline_views(column.combine_chunks())
     fixed = pa.Array.from_buffers(pa.binary(16), len(views), views.buffers()[:2], offset=views.offset)
-    taken = fixed.take(indices)
+    taken = _take(fixed, indices)
     return pa.Array.from_buffers(view_type, len(taken), taken.buffers(), offset=taken.offset).cast(column.type)
 
 

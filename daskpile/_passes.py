@@ -441,7 +441,7 @@ def _read_table_single_threaded(source) -> pa.Table:
     # Parallelism comes from Dask running many of these at once; pyarrow's own
     # reader threads on top oversubscribe the cores (measured: pass 1 on 10 M
     # rows took 3.7 s with them, 2.5 s without, on 2 cores).
-    return pq.read_table(source, use_threads=False)
+    return pq.read_table(source, use_threads=False, memory_map=isinstance(source, str))  # see open_parquet
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=_read_table_single_threaded):
@@ -461,8 +461,12 @@ def open_parquet(fs: fsspec.AbstractFileSystem, path: str):
     """A ``pq.ParquetFile`` (footer read, no data yet), local or through fsspec."""
     with contextlib.ExitStack() as stack:
         with _parquet_errors(full_url(fs, path)):  # only the opening: errors of the caller's block stay theirs
-            source = path if is_local(fs) else stack.enter_context(fs.open(path, "rb"))
-            parquet = pq.ParquetFile(source)
+            local = is_local(fs)
+            source = path if local else stack.enter_context(fs.open(path, "rb"))
+            # Local files are memory-mapped: pyarrow then decodes pages where the page cache holds them,
+            # instead of first reading each column chunk into a buffer of its own.  A file of dataset B
+            # (500 k rows, 7 columns) read on one thread: 96 ns a row mapped, 123 read (CPU, best of 5).
+            parquet = pq.ParquetFile(source, memory_map=local)
             stack.callback(parquet.close)
         yield parquet
 
