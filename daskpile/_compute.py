@@ -10,6 +10,7 @@ line of each pass says what matters.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -83,21 +84,39 @@ def memory_per_thread() -> int:
     return psutil.virtual_memory().total // (os.cpu_count() or 1)
 
 
-def compute(tasks, *, progress: bool = False) -> list:
-    """Compute Dask delayed ``tasks`` and return their results, in order."""
+def compute(tasks, *, progress: bool = False, on_done=None) -> list:
+    """Compute Dask delayed ``tasks`` and return their results, in order.
+
+    ``on_done(i)``, if given, is called as soon as task ``i`` has succeeded,
+    on a thread of Dask's (so it must be quick and thread-safe).
+
+    >>> compute([dask.delayed(abs)(-1), dask.delayed(abs)(-2)], on_done=print)  # doctest: +SKIP
+    0
+    1
+    [1, 2]
+    """
     tasks = list(tasks)
-    if not (progress and _shows_bars()):
-        return list(dask.compute(*tasks, scheduler=_local_scheduler()))
+    bars = progress and _shows_bars()
     client = current_client()
-    if client is not None:
-        from distributed import progress as show_progress
-
+    if client is not None and (bars or on_done is not None):
         futures = client.compute(tasks)
-        show_progress(futures)
-        return client.gather(futures)
-    from dask.diagnostics import ProgressBar
+        for i, future in enumerate(futures if on_done is not None else []):
+            future.add_done_callback(lambda f, i=i: on_done(i) if f.status == "finished" else None)
+        if bars:
+            from distributed import progress as show_progress
 
-    with ProgressBar(out=sys.stdout):
+            show_progress(futures)
+        return client.gather(futures)
+    with contextlib.ExitStack() as callbacks:
+        if on_done is not None:
+            from dask.callbacks import Callback
+
+            index = {task.key: i for i, task in enumerate(tasks)}
+            callbacks.enter_context(Callback(posttask=lambda key, *_: on_done(index[key]) if key in index else None))
+        if bars:
+            from dask.diagnostics import ProgressBar
+
+            callbacks.enter_context(ProgressBar(out=sys.stdout))
         return list(dask.compute(*tasks, scheduler=_local_scheduler()))
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
-from daskpile import _fingerprint, _manifest, _passes, _sizing
+from daskpile import _fingerprint, _manifest, _passes, _scratch, _sizing
 from daskpile import _run as run_state
 from daskpile._compute import Timer, compute, total_threads
 from daskpile._fingerprint import Fingerprint
@@ -187,6 +187,7 @@ def shuffle_parquet(
         if previous is not None:  # resuming: keep the run's count even if the cluster changed
             pile_plan = dataclasses.replace(pile_plan, piles=previous.piles)
     piles = pile_plan.piles if auto else requested_piles
+    scratch_dir = dataclasses.replace(scratch_dir, bands=_scratch.band_bounds(piles))
     if progress and pile_plan is not None:
         print(f"piles=auto: {pile_plan}", flush=True)
     spec = run_state.RunSpec(tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file)
@@ -375,10 +376,13 @@ def _pass_2(
     if rows_per_file is None:
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
         names = [_manifest.part_name(j, piles, sub) for j in range(piles) for sub in subs[j]]
-        tasks = _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key)
-        return names, _in_order(compute(tasks, progress=progress))
+        tasks, groups = _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key)
+        if split:  # a split pile's tasks read its band through its split files: removed at the end
+            return names, _in_order(compute(tasks, progress=progress))
+        with _scratch.BandRemover(scratch_dir, [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]) as bands:
+            return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done))
     # pass 2 writes the permuted piles to scratch, pass 3 cuts their sequence into equal files
-    tasks = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
+    tasks, _ = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
     permuted = _in_order(compute(tasks, progress=progress))
     ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
     names = [_manifest.part_name(f, len(ranges)) for f in range(len(ranges))]
@@ -392,11 +396,12 @@ def _pass_2(
     return names, compute(rechunk, progress=progress)  # in file order already
 
 
-def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> list:
+def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> tuple[list, list]:
     """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
 
     Into Parquet files in ``target``, or with ``target=None`` into permuted
-    Arrow files in scratch (for ``rows_per_file``).
+    Arrow files in scratch (for ``rows_per_file``).  Returns the tasks, and
+    the piles of each of the first tasks (those of piles that are not split).
     """
     piles = len(counts)
     as_arrow = target is None
@@ -407,12 +412,13 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
         return posixpath.join(target, _manifest.part_name(j, piles, sub))
 
     threads = total_threads()
+    groups = _pile_groups([j for j in range(piles) if j not in split], threads)
     tasks = [
         dask.delayed(_passes.gather_to_parquet)(
             scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs, [path(j) for j in group], schema,
             verify, as_arrow=as_arrow, dask_key_name=f"daskpile-gather-{group[0]}-{key}",
         )
-        for group in _pile_groups([j for j in range(piles) if j not in split], threads)
+        for group in groups
     ]  # fmt: skip
     for j, subs in split.items():
         split_result = dask.delayed(_passes.split_pile)(
@@ -425,7 +431,7 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
             )
             for group in _pile_groups(list(range(subs)), threads)
         ]  # fmt: skip
-    return tasks
+    return tasks, groups
 
 
 def _in_order(groups) -> list:

@@ -71,7 +71,7 @@ def scatter_table(
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
     footer = {FINGERPRINT_KEY: json.dumps(input_fingerprint.to_json())} if input_fingerprint is not None else {}
-    nbytes = _scratch.write_piles(scratch.fs, scratch.path(partition, piece), grouped, counts, footer)
+    nbytes = scratch.write(partition, piece, grouped, counts, footer)
     return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint)
 
 
@@ -143,9 +143,10 @@ def row_group_pieces(metadata: pq.FileMetaData, blocksize: int) -> list[list[int
 def _finished_scatter(
     scratch: Scratch, partition: int, piece: int, piles: int, fingerprint: bool
 ) -> ScatterResult | None:
-    path = scratch.path(partition, piece)
+    path = scratch.last_path(partition, piece)
     footer = _scratch.read_footer(scratch.fs, path)
-    if not footer or _scratch.COUNTS_KEY not in footer or _scratch.RUNS_KEY not in footer:
+    last_band_first_pile = str(scratch.bands[-2]) if scratch.bands else "0"
+    if not footer or footer.get(_scratch.FIRST_PILE_KEY) != last_band_first_pile or _scratch.RUNS_KEY not in footer:
         return None  # none, or written by a version of daskpile with another scratch layout
     found = footer.get(FINGERPRINT_KEY)
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
@@ -154,7 +155,8 @@ def _finished_scatter(
     counts = _scratch.decode_integers(footer[_scratch.COUNTS_KEY])
     if len(counts) != piles:
         return None
-    return ScatterResult(partition, int(counts.sum()), scratch.fs.size(path), counts, input_fingerprint, reused=True)
+    size = scratch.size(partition, piece)
+    return ScatterResult(partition, int(counts.sum()), size, counts, input_fingerprint, reused=True)
 
 
 def gather_table(batches: list[pa.RecordBatch], pile: int, seed: int, sub: int | None = None) -> pa.Table:

@@ -12,6 +12,11 @@ reads (see ``RUN_BYTES``).  An input file too large to hold in memory is read
 in pieces of whole row groups, each with its own scratch file
 (``scatter-00000k-000p.arrow`` for pieces after the first).
 
+A run of ``shuffle_parquet`` splits those files further, by bands of
+consecutive piles (``scatter-00000k-b3.arrow`` holds the rows the partition
+sent to the piles of band 3; see ``BANDS``), so that pass 2 can remove each
+band's files as soon as every pile of the band is written.
+
 Scratch is uncompressed: it is written once and read once, sequentially, and
 compressing it costs more CPU than the bytes it saves on local disk.
 """
@@ -20,10 +25,14 @@ from __future__ import annotations
 
 import base64
 import bisect
+import collections
+import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import posixpath
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -48,6 +57,7 @@ class Scratch:
     directory: str
     partitions: int
     pieces: tuple[int, ...] | None = None
+    bands: tuple[int, ...] | None = None  # band b holds piles bands[b]:bands[b + 1]; None: one band, unnamed
 
     @classmethod
     def create(
@@ -70,25 +80,87 @@ class Scratch:
     def name(self) -> str:
         return posixpath.basename(self.directory).removeprefix("daskpile-")
 
-    def path(self, partition: int, piece: int = 0) -> str:
-        return scratch_path(self.directory, partition, piece)
+    def path(self, partition: int, piece: int = 0, band: int = 0) -> str:
+        return scratch_path(self.directory, partition, piece, None if self.bands is None else band)
 
-    def paths(self) -> list[str]:
-        """Every scratch file, in (partition, piece) order."""
+    def paths(self, band: int = 0) -> list[str]:
+        """The scratch files of one band, in (partition, piece) order."""
         pieces = self.pieces or (1,) * self.partitions
-        return [self.path(k, p) for k in range(self.partitions) for p in range(pieces[k])]
+        return [self.path(k, p, band) for k in range(self.partitions) for p in range(pieces[k])]
+
+    def band_of(self, pile: int) -> int:
+        return 0 if self.bands is None else bisect.bisect_right(self.bands, pile) - 1
+
+    @property
+    def band_count(self) -> int:
+        return 1 if self.bands is None else len(self.bands) - 1
+
+    def write(
+        self, partition: int, piece: int, grouped: pa.RecordBatch, counts: np.ndarray, footer: dict | None = None
+    ) -> int:
+        """Write what one partition (or piece) sent to the piles, a file per band; returns the bytes written.
+
+        The last band is written last, so its file is what says the partition is done (``last_path``).
+        """
+        counts = np.asarray(counts, dtype=np.int64)
+        bounds = self.bands or (0, len(counts))
+        pile_start = offsets(np.append(counts, 0))  # and the end, for the last band
+        rows_per_run = _rows_per_run(grouped)
+        written = 0
+        for band in range(len(bounds) - 1):
+            first, stop = bounds[band], bounds[band + 1]
+            rows = grouped.slice(pile_start[first], pile_start[stop] - pile_start[first])
+            path = self.path(partition, piece, band)
+            written += write_piles(self.fs, path, rows, counts, footer, first, stop, rows_per_run)
+        return written
+
+    def last_path(self, partition: int, piece: int = 0) -> str:
+        """The file of the last band: it exists once every band of the partition (or piece) is written."""
+        return self.path(partition, piece, self.band_count - 1)
+
+    def size(self, partition: int, piece: int = 0) -> int:
+        """Bytes of the files of a partition (or piece) still there: pass 2 may have removed bands."""
+        total = 0
+        for band in range(self.band_count):
+            with contextlib.suppress(FileNotFoundError):
+                total += self.fs.size(self.path(partition, piece, band))
+        return total
+
+    def remove_band(self, band: int) -> None:
+        """Remove the files of one band (pass 2 is done with them), ignoring those already gone."""
+        for path in self.paths(band):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
 
     def remove(self) -> None:
         remove_tree(self.fs, self.directory)
 
 
-def scratch_path(directory: str, partition: int, piece: int = 0) -> str:
-    """Name of the scratch file of input partition ``partition`` (or of one of its pieces).
+# Pass 1 of shuffle_parquet splits scratch into this many bands of piles (fewer with fewer piles).  Removing
+# scratch is slow on some disks (B's 5 GB took 2-3 s on this project's VM, whose ext4 is mounted with
+# ``discard``), and it keeps the disk busy, not the CPU: removing each band while pass 2 works on the next hides
+# all but the last band's share.  More bands mean more, smaller files.
+BANDS = 8
 
-    >>> scratch_path("/tmp/s", 3), scratch_path("/tmp/s", 3, piece=2)
-    ('/tmp/s/scatter-000003.arrow', '/tmp/s/scatter-000003-0002.arrow')
+
+def band_bounds(piles: int, bands: int = BANDS) -> tuple[int, ...]:
+    """Where the bands of piles begin, and the end: equal bands of consecutive piles.
+
+    >>> band_bounds(20, 8)
+    (0, 3, 6, 9, 12, 15, 18, 20)
+    """
+    size = -(-piles // bands)
+    return (*range(0, piles, size), piles)
+
+
+def scratch_path(directory: str, partition: int, piece: int = 0, band: int | None = None) -> str:
+    """Name of the scratch file of input partition ``partition`` (or of one of its pieces, or of a band).
+
+    >>> scratch_path("/tmp/s", 3), scratch_path("/tmp/s", 3, piece=2), scratch_path("/tmp/s", 3, band=1)
+    ('/tmp/s/scatter-000003.arrow', '/tmp/s/scatter-000003-0002.arrow', '/tmp/s/scatter-000003-b1.arrow')
     """
     suffix = f"-{piece:04d}" if piece else ""
+    suffix += "" if band is None else f"-b{band}"
     return posixpath.join(directory, f"scatter-{partition:06d}{suffix}.arrow")
 
 
@@ -99,8 +171,9 @@ def scratch_path(directory: str, partition: int, piece: int = 0) -> str:
 # noise.  Remote scratch keeps the current batch of every file in memory, so this also bounds what a
 # pass-2 task holds beyond its pile (files x RUN_BYTES).
 RUN_BYTES = 256 * 2**10
-COUNTS_KEY = "daskpile.counts"  # rows of each pile
+COUNTS_KEY = "daskpile.counts"  # rows the partition sent to each pile (every pile, whatever the band)
 RUNS_KEY = "daskpile.batch_piles"  # piles of each batch
+FIRST_PILE_KEY = "daskpile.first_pile"  # the first pile of the file's band
 
 
 def write_piles(
@@ -109,24 +182,34 @@ def write_piles(
     grouped: pa.RecordBatch,
     counts: np.ndarray,
     footer: dict[str, str] | None = None,
+    first: int = 0,
+    stop: int | None = None,
+    rows_per_run: int | None = None,
 ) -> int:
     """Write the rows of one partition, grouped by pile, in batches of whole piles.
 
-    ``counts`` is the row count of each pile.  It goes in the IPC footer with
+    ``counts`` is the row count of each pile; ``grouped`` holds the rows of
+    piles ``first:stop`` (default: all).  The counts go in the IPC footer with
     the batches' pile counts and ``footer``, so that a reader finds a pile
     without reading the data before it, and a resumed run learns what a
     finished scratch file holds.  Returns the number of bytes written.
     """
     counts = np.asarray(counts, dtype=np.int64)
-    rows_per_run = max(1, int(RUN_BYTES * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
-    runs = pile_runs(counts, rows_per_run)
-    footer = {**(footer or {}), COUNTS_KEY: _encode(counts), RUNS_KEY: _encode(runs)}
-    run_rows = np.add.reduceat(counts, offsets(runs)) if len(counts) else runs
+    band_counts = counts[first:stop]
+    rows_per_run = rows_per_run or _rows_per_run(grouped)
+    runs = pile_runs(band_counts, rows_per_run)
+    footer = {**(footer or {}), COUNTS_KEY: _encode(counts), RUNS_KEY: _encode(runs), FIRST_PILE_KEY: str(first)}
+    run_rows = np.add.reduceat(band_counts, offsets(runs)) if len(band_counts) else runs
     batches = (
         grouped.slice(start, length)
         for start, length in zip(offsets(run_rows).tolist(), run_rows.tolist(), strict=True)
     )
     return _write_batches(fs, path, grouped.schema, batches, footer, make_parents=False)
+
+
+def _rows_per_run(grouped: pa.RecordBatch) -> int:
+    # Of a whole batch: the buffer sizes of a slice are those of the whole (``get_total_buffer_size``).
+    return max(1, int(RUN_BYTES * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
 
 
 def pile_runs(counts: np.ndarray, rows_per_run: int) -> np.ndarray:
@@ -222,7 +305,9 @@ class PileIndex:
     @classmethod
     def from_footer(cls, footer: dict[bytes, bytes]) -> PileIndex:
         counts = decode_integers(footer[COUNTS_KEY.encode()])
-        return cls([0, *np.cumsum(counts).tolist()], offsets(decode_integers(footer[RUNS_KEY.encode()])).tolist())
+        first = int(footer.get(FIRST_PILE_KEY.encode(), 0))
+        batch_first_pile = (first + offsets(decode_integers(footer[RUNS_KEY.encode()]))).tolist()
+        return cls([0, *np.cumsum(counts).tolist()], batch_first_pile)
 
 
 class ScratchFile:
@@ -279,6 +364,7 @@ class PileReader:
     def __init__(self, scratch: Scratch):
         self.scratch = scratch
         self._files: list[ScratchFile] = []
+        self._band = 0  # of the open files
         self._indexes: dict[str, PileIndex] = {}
         self._mapped = 0  # bytes of the piles read from memory-mapped files since they were opened
 
@@ -291,10 +377,11 @@ class PileReader:
         return f
 
     def pile(self, pile: int) -> list[pa.RecordBatch]:
-        if self._mapped > RELEASE_BYTES:
+        band = self.scratch.band_of(pile)
+        if self._mapped > RELEASE_BYTES or band != self._band:
             self.release()
         if not self._files:
-            self._files = [self._open(path) for path in self.scratch.paths()]
+            self._files, self._band = [self._open(path) for path in self.scratch.paths(band)], band
         slices = [f.pile(pile) for f in self._files]
         if is_local(self.scratch.fs):
             # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
@@ -307,7 +394,7 @@ class PileReader:
         For piles too large to hold: a slice's pages are unmapped as soon as
         the caller drops the slice, so memory holds what the caller keeps.
         """
-        for path in self.scratch.paths():
+        for path in self.scratch.paths(self.scratch.band_of(pile)):
             f = self._open(path)
             try:
                 batch, _ = f.pile(pile)
@@ -323,6 +410,41 @@ class PileReader:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class BandRemover:
+    """Removes a band of scratch on a thread of its own as soon as every task that reads it is done.
+
+    ``bands_read[i]`` are the bands task ``i`` reads.  The last band stays: its
+    files tell a resumed run which partitions pass 1 finished, and the run
+    removes what is left at its end.  A band goes only once the piles read
+    from it are written, so a rerun after a failure reuses those piles and
+    never needs the band again.
+
+    >>> with BandRemover(run, [[0], [1], [2]]) as remover:  # doctest: +SKIP
+    ...     compute(tasks, on_done=remover.task_done)
+    """
+
+    def __init__(self, scratch: Scratch, bands_read: list[list[int]]):
+        self.scratch = scratch
+        self._bands_read = bands_read
+        self._readers = collections.Counter(band for bands in bands_read for band in bands)
+        self._lock = threading.Lock()
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskpile-remove-band")
+
+    def __enter__(self) -> BandRemover:
+        return self
+
+    def task_done(self, task: int) -> None:
+        with self._lock:
+            for band in self._bands_read[task]:
+                self._readers[band] -= 1
+                if self._readers[band] == 0 and band != self.scratch.band_count - 1:
+                    # Failures are not reported here: removing the whole directory at the end reports them.
+                    self._thread.submit(self.scratch.remove_band, band)
+
+    def __exit__(self, *exc) -> None:
+        self._thread.shutdown(wait=True)
 
 
 def _open_scratch(fs: fsspec.AbstractFileSystem, path: str):

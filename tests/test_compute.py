@@ -1,9 +1,16 @@
 """Where tasks run: daskpile's own LocalCluster settings, and the local scheduler without distributed."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
+
+import dask
+import pytest
+
+from daskpile._compute import compute
 
 
 def test_the_local_cluster_runs_without_profiler_and_malloc_trimming_and_with_a_slower_tick():
@@ -48,3 +55,26 @@ print(sorted(m for m in ("distributed", "dask.dataframe") if m in sys.modules))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("where", ["threads", "sync", "LocalCluster"])
+def test_compute_reports_each_task_as_it_succeeds(request, where):
+    if where == "LocalCluster":
+        request.getfixturevalue("client")
+    done = []
+    tasks = [dask.delayed(abs)(-i, dask_key_name=f"abs-{i}") for i in range(5)]
+    with dask.config.set(scheduler=where) if where != "LocalCluster" else contextlib.nullcontext():
+        results = compute(tasks, on_done=done.append)
+    assert results == [0, 1, 2, 3, 4]
+    deadline = time.monotonic() + 10  # distributed calls back on a thread of its own
+    while len(done) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+def test_compute_reports_no_failed_task(sync_scheduler):
+    done = []
+    fine = dask.delayed(abs)(-1, dask_key_name="fine")
+    with pytest.raises(ZeroDivisionError):
+        compute([fine, dask.delayed(divmod)(fine, 0)], on_done=done.append)  # runs after `fine`, and fails
+    assert done == [0]

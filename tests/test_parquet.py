@@ -1,6 +1,8 @@
+import contextlib
 import json
 import os
 
+import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -8,7 +10,7 @@ import pytest
 from _util import assert_tables_equal, every_type_table, read_output, run_in_fresh_process, write_parts
 
 import daskpile
-from daskpile import _passes
+from daskpile import _passes, _scratch
 from daskpile.datasets import reference_table
 
 
@@ -187,6 +189,29 @@ def test_dest_inside_source_is_refused(source):
 def test_scratch_is_removed_after_success(sync_scheduler, source, tmp_path):
     (tmp_path / "scratch").mkdir()
     daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3, seed=0, scratch=str(tmp_path / "scratch"))
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["threads", "LocalCluster"])
+def test_pass_2_removes_each_band_of_scratch_once_its_piles_are_written(request, source, tmp_path, monkeypatch, where):
+    """While pass 2 works on the other bands; the last band stays until the end, for a resumed run."""
+    if where == "LocalCluster":
+        request.getfixturevalue("client")
+    dest, piles = tmp_path / "out", 16
+    removed = []
+    remove_band = _scratch.Scratch.remove_band
+
+    def spy(self, band):  # the real removal, noting what dest held when it started
+        removed.append((band, set(os.listdir(dest))))
+        remove_band(self, band)
+
+    monkeypatch.setattr(_scratch.Scratch, "remove_band", spy)
+    with dask.config.set(scheduler="threads") if where == "threads" else contextlib.nullcontext():
+        daskpile.shuffle_parquet(source, str(dest), piles=piles, seed=0, scratch=str(tmp_path / "scratch"))
+    bounds = _scratch.band_bounds(piles)
+    assert sorted(band for band, _ in removed) == list(range(len(bounds) - 2))  # each once, all but the last
+    for band, in_dest in removed:
+        assert {f"part-{j:05d}.parquet" for j in range(bounds[band], bounds[band + 1])} <= in_dest
     assert list((tmp_path / "scratch").iterdir()) == []
 
 

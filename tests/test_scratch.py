@@ -1,9 +1,11 @@
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from daskpile import _kernels, _random, _scratch
+from daskpile import _kernels, _passes, _random, _scratch
 from daskpile._storage import filesystem
 
 
@@ -66,3 +68,38 @@ def test_a_reader_counts_the_pages_of_the_piles_it_read_not_of_their_batches(tmp
     with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 1)) as reader:
         reader.pile(5)
         assert reader._mapped == 8 * counts[5]  # int64: 8 bytes a row
+
+
+def test_a_file_per_band_of_piles_each_read_for_its_own_piles(tmp_path):
+    fs, _ = filesystem(str(tmp_path))
+    table = pa.table({"x": np.arange(1_000), "s": [f"v{i}" for i in range(1_000)]})
+    grouped, counts = _kernels.scatter(table, 10, _random.generator(0, _random.SCATTER, 0))
+    run = _scratch.Scratch(fs, str(tmp_path), 1, bands=_scratch.band_bounds(10, 4))  # piles 0-2, 3-5, 6-8, 9
+    assert run.write(0, 0, grouped, counts) == sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"scatter-000000-b{b}.arrow" for b in range(4)]
+    starts = _kernels.offsets(counts)
+    with _scratch.PileReader(run) as reader:
+        for j in [9, 0, 4, 3, 8, 1]:  # across bands and back
+            (batch,) = reader.pile(j)
+            assert batch.equals(grouped.slice(starts[j], counts[j]))
+            assert reader._band == run.band_of(j)
+    run.remove_band(0)
+    assert not fs.exists(run.path(0, 0, 0)) and fs.exists(run.path(0, 0, 1))
+    run.remove_band(0)  # already gone: nothing to do
+
+
+def test_a_partition_is_finished_once_its_last_band_is_written_whatever_pass_2_removed(tmp_path):
+    fs, _ = filesystem(str(tmp_path))
+    table = pa.table({"x": np.arange(100)})
+    grouped, counts = _kernels.scatter(table, 8, _random.generator(0, _random.SCATTER, 0))
+    run = _scratch.Scratch(fs, str(tmp_path), 1, bands=_scratch.band_bounds(8, 4))
+    run.write(0, 0, grouped, counts)
+    for band in range(3):  # what pass 2 removes before the end
+        run.remove_band(band)
+    finished = _passes._finished_scatter(run, 0, 0, 8, fingerprint=False)
+    assert finished.reused and finished.counts.tolist() == counts.tolist()
+    assert finished.scratch_bytes == fs.size(run.last_path(0))
+    # another band layout, or no last band: the partition is done again
+    assert _passes._finished_scatter(dataclasses.replace(run, bands=(0, 4, 8)), 0, 0, 8, fingerprint=False) is None
+    run.remove_band(3)
+    assert _passes._finished_scatter(run, 0, 0, 8, fingerprint=False) is None
