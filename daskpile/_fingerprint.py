@@ -134,7 +134,8 @@ def row_hashes(data: pa.Table | pa.RecordBatch) -> np.ndarray:
 def _block_row_hashes(data: pa.Table | pa.RecordBatch, ws: _Workspace) -> np.ndarray:
     n = data.num_rows
     h, tmp = ws.h[:n], ws.tmp[:n]
-    h.fill(0)
+    if not data.num_columns:
+        h.fill(0)
     for i, name in enumerate(data.column_names):
         column = data.column(i)
         if isinstance(column, pa.ChunkedArray):
@@ -145,6 +146,9 @@ def _block_row_hashes(data: pa.Table | pa.RecordBatch, ws: _Workspace) -> np.nda
             raise TypeError(f"cannot fingerprint column {name!r}: {e}") from e
         # A cheap combine per column (odd multiply, add: a change in any one column
         # always changes h, since the multiplier is invertible); one strong mix at the end.
+        if i == 0:
+            np.copyto(h, words)  # 0 * _M1 + words
+            continue
         np.multiply(h, _M1, out=h)
         np.add(h, words, out=h)
     _mix_in_place(h, tmp)
@@ -232,15 +236,14 @@ def _inline_string_words_into(array: pa.Array, lengths: np.ndarray, ws: _Workspa
     """
     n = len(array)
     views = _kernels.inline_views(array)  # the views of nulls do not matter: the caller overwrites them
-    fields = np.frombuffer(views.buffers()[1], dtype="<u4")[4 * views.offset :][: 4 * n].reshape(n, 4)
-    # fields: length, bytes 0-3, 4-7, 8-11
+    buffer = views.buffers()[1]
+    fields = np.frombuffer(buffer, dtype="<u4")[4 * views.offset :][: 4 * n].reshape(n, 4)
+    # fields: length, bytes 0-3, 4-7, 8-11; word 0 is bytes 0-7, read in place (unaligned, 16 bytes apart)
+    word_0 = np.ndarray(shape=(n,), dtype="<u8", buffer=buffer, offset=16 * views.offset + 4, strides=(16,))
     value, tmp = ws.value[:n], ws.tmp[:n]
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
-    # word 0 is fields 1 | 2 << 32, so (w ^ w >> 32) is (fields 1 ^ 2) | fields 2 << 32
-    np.bitwise_xor(fields[:, 1], fields[:, 2], out=value, casting="unsafe")
-    np.copyto(tmp, fields[:, 2], casting="unsafe")
-    np.left_shift(tmp, np.uint64(32), out=tmp)
-    np.bitwise_or(value, tmp, out=value)
+    np.right_shift(word_0, np.uint64(32), out=tmp)
+    np.bitwise_xor(word_0, tmp, out=value)
     np.multiply(value, _FIRST_MULTIPLIERS[0], out=value)
     np.add(out, value, out=out)
     # word 1 is field 3, whose upper half is zero
@@ -256,7 +259,8 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
     Fixed-width values of up to 8 bytes are their own bits; everything else
     gets a strong 64-bit hash.  The common types are written into ``ws`` (a
     fresh workspace if none is given) without temporaries; nested types, which
-    recurse, allocate.
+    recurse, allocate.  A column of 8-byte values without nulls (or NaNs) is
+    its own words: the result is then a read-only view of its buffer.
     """
     n, t = len(array), array.type
     ws = ws or _Workspace(n)
@@ -274,13 +278,19 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
     elif pa.types.is_floating(t):
         raw = _fixed_width_bytes(array)
         width = t.bit_width // 8
-        np.copyto(out, raw.view(f"<u{width}"), casting="unsafe")
         is_nan = ws.flags[:n]
         np.isnan(raw.view(f"<f{width}"), out=is_nan)
-        if is_nan.any():
+        has_nan = is_nan.any()
+        if width == 8 and not has_nan and not array.null_count:
+            return raw.view("<u8")  # its own words: no copy
+        np.copyto(out, raw.view(f"<u{width}"), casting="unsafe")
+        if has_nan:
             out[is_nan] = _CANONICAL_NAN  # one NaN, whatever its payload
     elif (pa.types.is_integer(t) or pa.types.is_temporal(t)) and not pa.types.is_interval(t):
-        np.copyto(out, _fixed_width_bytes(array).view(f"<u{t.bit_width // 8}"), casting="unsafe")
+        raw = _fixed_width_bytes(array).view(f"<u{t.bit_width // 8}")
+        if t.bit_width == 64 and not array.null_count:
+            return raw  # its own words: no copy
+        np.copyto(out, raw, casting="unsafe")
     elif pa.types.is_decimal(t):
         out[:] = _wide_words(_fixed_width_bytes(array).reshape(n, t.bit_width // 8))
     elif pa.types.is_fixed_size_binary(t):
