@@ -412,11 +412,13 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
         return posixpath.join(target, _manifest.part_name(j, piles, sub))
 
     threads = total_threads()
+    # Dask starts independent tasks in descending order of their keys (dask.order's tie-break), so with
+    # zero-padded pile numbers the tasks of band 0 run last: the band that stays until the end anyway.
     groups = _pile_groups([j for j in range(piles) if j not in split], threads)
     tasks = [
         dask.delayed(_passes.gather_to_parquet)(
             scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs, [path(j) for j in group], schema,
-            verify, as_arrow=as_arrow, dask_key_name=f"daskpile-gather-{group[0]}-{key}",
+            verify, as_arrow=as_arrow, dask_key_name=f"daskpile-gather-{group[0]:06d}-{key}",
         )
         for group in groups
     ]  # fmt: skip

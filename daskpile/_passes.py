@@ -145,8 +145,8 @@ def _finished_scatter(
 ) -> ScatterResult | None:
     path = scratch.last_path(partition, piece)
     footer = _scratch.read_footer(scratch.fs, path)
-    last_band_first_pile = str(scratch.bands[-2]) if scratch.bands else "0"
-    if not footer or footer.get(_scratch.FIRST_PILE_KEY) != last_band_first_pile or _scratch.RUNS_KEY not in footer:
+    bands = _scratch.encode_integers(scratch.bands or (0, piles))
+    if not footer or footer.get(_scratch.BANDS_KEY) != bands or _scratch.RUNS_KEY not in footer:
         return None  # none, or written by a version of daskpile with another scratch layout
     found = footer.get(FINGERPRINT_KEY)
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None

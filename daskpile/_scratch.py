@@ -100,14 +100,15 @@ class Scratch:
     ) -> int:
         """Write what one partition (or piece) sent to the piles, a file per band; returns the bytes written.
 
-        The last band is written last, so its file is what says the partition is done (``last_path``).
+        Band 0 is written last, so its file is what says the partition is done (``last_path``).
         """
         counts = np.asarray(counts, dtype=np.int64)
         bounds = self.bands or (0, len(counts))
-        pile_start = offsets(np.append(counts, 0))  # and the end, for the last band
+        pile_start = offsets(np.append(counts, 0))  # and the end
+        footer = {**(footer or {}), BANDS_KEY: encode_integers(bounds)}
         rows_per_run = _rows_per_run(grouped)
         written = 0
-        for band in range(len(bounds) - 1):
+        for band in reversed(range(len(bounds) - 1)):
             first, stop = bounds[band], bounds[band + 1]
             rows = grouped.slice(pile_start[first], pile_start[stop] - pile_start[first])
             path = self.path(partition, piece, band)
@@ -115,8 +116,8 @@ class Scratch:
         return written
 
     def last_path(self, partition: int, piece: int = 0) -> str:
-        """The file of the last band: it exists once every band of the partition (or piece) is written."""
-        return self.path(partition, piece, self.band_count - 1)
+        """The file written last, band 0's: it exists once every band of the partition (or piece) is written."""
+        return self.path(partition, piece, 0)
 
     def size(self, partition: int, piece: int = 0) -> int:
         """Bytes of the files of a partition (or piece) still there: pass 2 may have removed bands."""
@@ -138,8 +139,8 @@ class Scratch:
 
 # Pass 1 of shuffle_parquet splits scratch into this many bands of piles (fewer with fewer piles).  Removing
 # scratch is slow on some disks (B's 5 GB took 2-3 s on this project's VM, whose ext4 is mounted with
-# ``discard``), and it keeps the disk busy, not the CPU: removing each band while pass 2 works on the next hides
-# all but the last band's share.  More bands mean more, smaller files.
+# ``discard``), and it keeps the disk busy, not the CPU: removing each band while pass 2 works on the others
+# hides all but the share of the bands finished last.  More bands mean more, smaller files.
 BANDS = 8
 
 
@@ -174,6 +175,7 @@ RUN_BYTES = 256 * 2**10
 COUNTS_KEY = "daskpile.counts"  # rows the partition sent to each pile (every pile, whatever the band)
 RUNS_KEY = "daskpile.batch_piles"  # piles of each batch
 FIRST_PILE_KEY = "daskpile.first_pile"  # the first pile of the file's band
+BANDS_KEY = "daskpile.bands"  # where every band of the run begins, and the end
 
 
 def write_piles(
@@ -198,7 +200,8 @@ def write_piles(
     band_counts = counts[first:stop]
     rows_per_run = rows_per_run or _rows_per_run(grouped)
     runs = pile_runs(band_counts, rows_per_run)
-    footer = {**(footer or {}), COUNTS_KEY: _encode(counts), RUNS_KEY: _encode(runs), FIRST_PILE_KEY: str(first)}
+    index = {COUNTS_KEY: encode_integers(counts), RUNS_KEY: encode_integers(runs), FIRST_PILE_KEY: str(first)}
+    footer = {**(footer or {}), **index}
     run_rows = np.add.reduceat(band_counts, offsets(runs)) if len(band_counts) else runs
     batches = (
         grouped.slice(start, length)
@@ -229,7 +232,7 @@ def pile_runs(counts: np.ndarray, rows_per_run: int) -> np.ndarray:
     return np.array(runs, dtype=np.int64)
 
 
-def _encode(values: np.ndarray) -> str:
+def encode_integers(values) -> str:
     return base64.b64encode(np.asarray(values, dtype="<i8").tobytes()).decode("ascii")
 
 
@@ -415,9 +418,9 @@ class PileReader:
 class BandRemover:
     """Removes a band of scratch on a thread of its own as soon as every task that reads it is done.
 
-    ``bands_read[i]`` are the bands task ``i`` reads.  The last band stays: its
-    files tell a resumed run which partitions pass 1 finished, and the run
-    removes what is left at its end.  A band goes only once the piles read
+    ``bands_read[i]`` are the bands task ``i`` reads.  Band 0 stays: its files,
+    written last, tell a resumed run which partitions pass 1 finished, and the
+    run removes what is left at its end.  A band goes only once the piles read
     from it are written, so a rerun after a failure reuses those piles and
     never needs the band again.
 
@@ -439,7 +442,7 @@ class BandRemover:
         with self._lock:
             for band in self._bands_read[task]:
                 self._readers[band] -= 1
-                if self._readers[band] == 0 and band != self.scratch.band_count - 1:
+                if self._readers[band] == 0 and band != 0:
                     # Failures are not reported here: removing the whole directory at the end reports them.
                     self._thread.submit(self.scratch.remove_band, band)
 

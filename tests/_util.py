@@ -13,8 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _scratch
-
 
 def read_output(dest) -> pa.Table:
     """The shuffled dataset, its part files read in name (= pile) order."""
@@ -109,11 +107,10 @@ def count_files(directory, prefix: str) -> int:
     return sum(name.startswith(prefix) for _, _, names in os.walk(directory) for name in names)
 
 
-def finished_partitions(scratch, piles: int) -> int:
-    """Input files whose scratch pass 1 has written: the file of a partition's last band is written last."""
-    last_band = len(_scratch.band_bounds(piles)) - 2
+def finished_partitions(scratch) -> int:
+    """Input files whose scratch pass 1 has written: a partition's file of band 0 is written last."""
     names = [name for _, _, files in os.walk(scratch) for name in files]
-    return sum(name.startswith("scatter-") and name.endswith(f"-b{last_band}.arrow") for name in names)
+    return sum(name.startswith("scatter-") and name.endswith("-b0.arrow") for name in names)
 
 
 def run_in_fresh_process(script: str, *args: str):

@@ -30,7 +30,7 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     ready = {
-        "pass 1": lambda: finished_partitions(scratch, PILES) >= 15,
+        "pass 1": lambda: finished_partitions(scratch) >= 15,
         "pass 2": lambda: count_files(dest, "part-") >= 8,
     }[during]
     killed = []
@@ -47,7 +47,7 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
                 time.sleep(0.002)
             if not (dest / "_daskpile.json").exists():
                 os.kill(victim, signal.SIGKILL)
-                killed.append((finished_partitions(scratch, PILES), count_files(dest, "part-")))
+                killed.append((finished_partitions(scratch), count_files(dest, "part-")))
 
         thread = threading.Thread(target=killer)
         thread.start()

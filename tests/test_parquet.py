@@ -194,7 +194,7 @@ def test_scratch_is_removed_after_success(sync_scheduler, source, tmp_path):
 
 @pytest.mark.parametrize("where", ["threads", "LocalCluster"])
 def test_pass_2_removes_each_band_of_scratch_once_its_piles_are_written(request, source, tmp_path, monkeypatch, where):
-    """While pass 2 works on the other bands; the last band stays until the end, for a resumed run."""
+    """While pass 2 works on the other bands; band 0 stays until the end, for a resumed run, and its tasks run last."""
     if where == "LocalCluster":
         request.getfixturevalue("client")
     dest, piles = tmp_path / "out", 16
@@ -209,10 +209,24 @@ def test_pass_2_removes_each_band_of_scratch_once_its_piles_are_written(request,
     with dask.config.set(scheduler="threads") if where == "threads" else contextlib.nullcontext():
         daskpile.shuffle_parquet(source, str(dest), piles=piles, seed=0, scratch=str(tmp_path / "scratch"))
     bounds = _scratch.band_bounds(piles)
-    assert sorted(band for band, _ in removed) == list(range(len(bounds) - 2))  # each once, all but the last
+    assert sorted(band for band, _ in removed) == list(range(1, len(bounds) - 1))  # each once, all but band 0
     for band, in_dest in removed:
         assert {f"part-{j:05d}.parquet" for j in range(bounds[band], bounds[band + 1])} <= in_dest
     assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_pass_2_runs_the_tasks_of_band_0_last(sync_scheduler, source, tmp_path, monkeypatch):
+    """Band 0 is removed at the end in any case (it marks finished partitions): its piles go last."""
+    started = []
+    gather = _passes.gather_to_parquet
+
+    def spy(scratch, total_piles, piles, *args, **kwargs):
+        started.append(piles[0])
+        return gather(scratch, total_piles, piles, *args, **kwargs)
+
+    monkeypatch.setattr(_passes, "gather_to_parquet", spy)
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=32, seed=0, scratch=str(tmp_path / "scratch"))
+    assert started == sorted(started, reverse=True) and started[-1] == 0
 
 
 def test_output_is_a_partitioned_dataset_readers_understand(client, source, tmp_path):
