@@ -1,6 +1,7 @@
 """Source, destination and scratch on object storage, against a real S3-compatible
 server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster would."""
 
+import dataclasses
 import gc
 import socket
 
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import daskpile
+from daskpile import _kernels, _random, _scratch
 from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
 
@@ -80,6 +82,20 @@ def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkey
     assert report.rows == 80_000
     scratch_gets = [key for key in gets if key and key.endswith(".arrow")]
     assert 0 < len(scratch_gets) < 4 * 64 / 2
+
+
+def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
+    fs, options = s3
+    run = _scratch.Scratch.create("s3://scratch/bands", options, partitions=3, name="b")
+    run = dataclasses.replace(run, bands=_scratch.band_bounds(6, 3))
+    grouped, counts = _kernels.scatter(pa.table({"x": np.arange(600)}), 6, _random.generator(0, _random.SCATTER, 0))
+    for k in range(3):
+        run.write(k, 0, grouped, counts)
+    run.remove_band(1)
+    run.remove_band(1)  # gone already: nothing to do
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("-", 1)[-1] for p in fs.find("scratch/bands")) == ["b0.arrow"] * 3 + ["b2.arrow"] * 3
+    run.remove()
 
 
 def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
