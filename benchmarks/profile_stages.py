@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import shutil
 import statistics
@@ -41,6 +42,7 @@ def profile(files: list[str], piles: int) -> dict[str, float]:
     work = tempfile.mkdtemp(prefix="daskpile-profile-")
     fs, _ = filesystem(work)
     run = _scratch.Scratch.create(work, None, len(files))
+    run = dataclasses.replace(run, bands=_scratch.band_bounds(piles))  # as shuffle_parquet writes scratch
     seconds: dict[str, float] = collections.defaultdict(float)
 
     def timed(stage, fn, *a):
@@ -55,7 +57,7 @@ def profile(files: list[str], piles: int) -> dict[str, float]:
             timed("pass 1: fingerprint", _fingerprint.of, table)
             rng = _random.generator(1, _random.SCATTER, k)
             grouped, counts = timed("pass 1: assign piles + group (take)", _kernels.scatter, table, piles, rng)
-            timed("pass 1: write scratch IPC", _scratch.write_piles, fs, run.path(k), grouped, counts)
+            timed("pass 1: write scratch IPC", run.write, k, 0, grouped, counts)
         outs = [os.path.join(work, "out", f"part-{j}.parquet") for j in range(piles)]
         timed("pass 2: list finished piles", _existing, fs, outs)  # the tasks list dest, once each
         with _scratch.PileReader(run) as reader:
