@@ -2,9 +2,10 @@
 
 Pass 1 (scatter), one task per input partition ``k``: draw a pile for every row
 from the generator keyed (seed, SCATTER, k), group the rows by pile and write
-one scratch file.  Pass 2 (gather), one task per pile ``j``: read slice ``j``
-of every scratch file, permute the rows with the generator keyed
-(seed, GATHER, j), and hand the pile on (as a Parquet file or a pandas frame).
+them to scratch (a file per band of piles, see ``_scratch``).  Pass 2 (gather),
+one task per pile ``j``: read slice ``j`` of every scratch file, permute the
+rows with the generator keyed (seed, GATHER, j), and hand the pile on (as a
+Parquet file or a pandas frame).
 
 The functions here are what the graphs in ``_parquet`` and ``_dataframe`` call;
 they take everything they need as arguments so a task is a pure function of its
