@@ -377,7 +377,7 @@ def _pass_2(
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
         names = [_manifest.part_name(j, piles, sub) for j in range(piles) for sub in subs[j]]
         tasks, groups = _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key)
-        if split:  # a split pile's tasks read its band through its split files: removed at the end
+        if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
             return names, _in_order(compute(tasks, progress=progress))
         with _scratch.BandRemover(scratch_dir, [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]) as bands:
             return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done))
