@@ -194,7 +194,7 @@ def test_scratch_is_removed_after_success(sync_scheduler, source, tmp_path):
 
 @pytest.mark.parametrize("where", ["threads", "LocalCluster"])
 def test_pass_2_removes_each_band_of_scratch_once_its_piles_are_written(request, source, tmp_path, monkeypatch, where):
-    """While pass 2 works on the other bands; band 0 stays until the end, for a resumed run, and its tasks run last."""
+    """While pass 2 works on the other bands; band 0 stays until the end, for a resumed run."""
     if where == "LocalCluster":
         request.getfixturevalue("client")
     dest, piles = tmp_path / "out", 16
