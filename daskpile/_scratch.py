@@ -6,9 +6,9 @@ in record batches that each hold a run of whole consecutive piles, about
 ``RUN_BYTES`` long (a pile larger than that is a batch of its own; empty piles
 take no room).  The footer lists every pile's row count and every batch's
 number of piles, so pass-2 task ``j`` finds the batch holding pile ``j`` in
-each file and slices the pile out of it.  That makes K + M files in all (K times
-the bands below, + M), never K x M, and with many small piles far fewer batches than piles, so far fewer
-reads (see ``RUN_BYTES``).  An input file too large to hold in memory is read
+each file and slices the pile out of it.  That makes at most BANDS x K + M
+files in all (bands below), never K x M, and with many small piles far fewer
+batches than piles, so far fewer reads (see ``RUN_BYTES``).  An input file too large to hold in memory is read
 in pieces of whole row groups, each with its own scratch file
 (``scatter-00000k-000p.arrow`` for pieces after the first).
 
