@@ -1,8 +1,33 @@
-"""``shuffle``: a Dask DataFrame in, a Dask DataFrame with one partition per pile out."""
+"""``shuffle``: a Dask DataFrame in, a Dask DataFrame with one partition per pile out.
+
+The shuffle is a Dask expression, ``PileShuffle``, like Dask's own shuffles
+(``dask/dataframe/dask_expr/_shuffle.py``), so Dask's optimizer sees through
+it: a column projection after the shuffle is pushed below it, ``len`` and
+other order-free reductions skip it, and ``s.partitions[i]`` computes only
+pile ``i``.  Its graph, built from the input's partitions as they are after
+optimization (Dask fuses the partitions of ``read_parquet`` when few columns
+are read), is:
+
+- ``daskpile-scatter`` (pass 1), one task per input partition: the partition
+  as Arrow (``_pandas``), its rows sent to random piles, one scratch file;
+- ``daskpile-scattered``, one task: how many partitions pass 1 saw, and the
+  rows of every pile, recorded in the scratch directory's run file;
+- ``daskpile-gather`` (pass 2), one task per pile: its rows from every scratch
+  file, permuted, back as pandas with the input's dtypes.
+
+Pass 1 runs once per shuffled collection: once the run file is there, a later
+compute (another pile, another epoch) reads scratch without reading the input.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import os
+import posixpath
+import threading
+import uuid
 import warnings
 import weakref
 
@@ -10,11 +35,19 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-import pyarrow as pa
+from dask._task_spec import DataNode, Task, TaskRef
+from dask.dataframe.dask_expr._expr import Expr, PartitionsFiltered, Projection, determine_column_projection
+from dask.dataframe.dask_expr._reductions import Count, Len, Max, Min, NBytes, Size
+from dask.dataframe.dask_expr._util import _convert_to_list
+from dask.dataframe.dask_expr.io.io import FusedIO
+from dask.tokenize import tokenize
 
 from daskpile import _passes, _sizing
+from daskpile._compute import current_client
+from daskpile._pandas import FrameCodec
 from daskpile._random import resolve_seed
 from daskpile._scratch import PileReader, Scratch
+from daskpile._storage import is_local, write_bytes
 from daskpile._validate import check_piles
 
 logger = logging.getLogger("daskpile")
@@ -34,21 +67,23 @@ def shuffle(
     The result is lazy and has exactly ``piles`` partitions: partition ``j``
     is pile ``j``, already permuted, and reading the partitions in order gives
     a uniformly random permutation of all rows.  Rows keep their index values,
-    as with pandas ``sample(frac=1)``.  The same ``seed`` gives the same result
-    on any scheduler and any number of workers.
+    as with pandas ``sample(frac=1)``, and every column keeps its dtype.  The
+    same ``seed`` gives the same result on any scheduler and any number of
+    workers.
 
-    Pass 1 runs fused with whatever produced the partitions of ``ddf`` and
-    writes one scratch file per partition under ``scratch`` (default: the local
-    temporary directory; give a URL every worker can reach, e.g. ``s3://...``,
-    when workers share no disk).  The scratch files are removed when the
-    returned DataFrame, and everything derived from it, is garbage-collected.
+    Pass 1 writes one scratch file per input partition under ``scratch``
+    (default: the local temporary directory, which the workers of a
+    ``LocalCluster`` share; on a cluster whose workers share no disk, give a
+    URL every worker reaches, e.g. ``s3://bucket/tmp``: without one, the
+    shuffle refuses to run there).  Pass 1 runs once: later computes of the
+    result, or of any of its partitions, read the scratch it wrote.  The
+    scratch goes when the result, and everything derived from it, is
+    garbage-collected (after any persisted pile has been computed).
 
     ``piles="auto"`` computes a few evenly spaced partitions of ``ddf`` (up to
     3) to measure their in-memory size, scales it by the number of partitions,
     and picks the fewest piles (at least 4 per thread) whose largest fits
     ``memory_per_pile`` (default: a quarter of a worker's memory per thread).
-    The result has that many partitions; ``plan_piles(ddf)`` gives the same
-    choice with its estimate, and it is logged (logger ``daskpile``, INFO).
 
     >>> import dask.dataframe as dd, pandas as pd
     >>> ddf = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=2)
@@ -63,29 +98,247 @@ def shuffle(
         logger.info("piles='auto': %s", plan)
         piles = plan.piles
     piles = check_piles(piles, auto_allowed=True)
-    seed = resolve_seed(seed)
-    run = Scratch.create(scratch, storage_options, ddf.npartitions)
-    # The graph holds `run`; once no collection refers to it, its scratch goes.
-    weakref.finalize(run, _remove_quietly, Scratch(run.fs, run.directory, run.partitions))
-    token = run.directory[-16:]
+    FrameCodec.for_meta(ddf._meta)  # unsupported dtypes fail now, not in a task
+    run = ScratchRun(Scratch.create(scratch, storage_options, 0))
+    return dd.DataFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run))
 
-    scattered = ddf.map_partitions(
-        _scatter_frame,
-        piles,
-        seed,
-        run,
-        partition_info=True,
-        meta=pd.DataFrame({"partition": np.array([], dtype=np.int64), "rows": np.array([], dtype=np.int64)}),
-        enforce_metadata=False,
-        align_dataframes=False,
-    )
-    scatter_results = scattered.to_delayed()
-    meta = ddf._meta
-    piles_out = [
-        dask.delayed(_gather_frame)(run, j, seed, meta, scatter_results, dask_key_name=f"daskpile-gather-{j}-{token}")
-        for j in range(piles)
+
+class ScratchRun:
+    """The scratch directory of one ``shuffle`` call, removed when the last expression holding it is gone.
+
+    Every expression derived from the call (a projection pushed below the
+    shuffle, a selection of piles) holds this object and writes in a
+    subdirectory of its own (``variant``).  A pickled copy (the scheduler
+    builds the graph from a pickled expression) removes nothing.
+    """
+
+    def __init__(self, scratch: Scratch, owner: bool = True):
+        self.scratch = scratch
+        self._checked_clients: set[str] = set()
+        if owner:
+            weakref.finalize(self, _remove_when_unused, scratch)
+
+    def __reduce__(self):
+        return ScratchRun, (self.scratch, False)
+
+    def __dask_tokenize__(self):
+        return ("daskpile.ScratchRun", self.scratch.directory)
+
+    def __repr__(self) -> str:
+        return f"ScratchRun({self.scratch.directory!r})"
+
+    @property
+    def name(self) -> str:
+        return self.scratch.name
+
+    def variant(self, token: str) -> Scratch:
+        return Scratch(self.scratch.fs, posixpath.join(self.scratch.directory, token), 0)
+
+    def check_workers_see_it(self) -> None:
+        """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
+        client = current_client()
+        if client is None or not is_local(self.scratch.fs) or client.id in self._checked_clients:
+            return
+        probe = posixpath.join(self.scratch.directory, f"probe-{uuid.uuid4().hex[:8]}")
+        write_bytes(self.scratch.fs, probe, b"")
+        try:
+            seen = client.run(os.path.exists, probe)
+        finally:
+            self.scratch.fs.rm_file(probe)
+        blind = sorted(worker for worker, exists in seen.items() if not exists)
+        if blind:
+            raise ValueError(
+                f"daskpile's scratch directory {self.scratch.directory} is on this machine's disk, which "
+                f"{len(blind)} of the cluster's {len(seen)} workers cannot see ({', '.join(blind[:3])}): pass "
+                "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
+            )
+        self._checked_clients.add(client.id)
+
+
+RUN_FILE = "_scattered.json"  # written once pass 1 has finished: partitions seen and rows per pile
+
+
+class PileShuffle(PartitionsFiltered, Expr):
+    """The two-pass pile shuffle of ``frame`` into ``piles`` partitions, as a Dask expression."""
+
+    _parameters = ["frame", "piles", "seed", "run", "_partitions"]  # noqa: RUF012 (Dask's own convention)
+    _defaults = {"_partitions": None}  # noqa: RUF012
+
+    @property
+    def _name(self) -> str:
+        # The run's name first, so a finished run's pending keys can be found (_remove_when_unused).
+        return f"daskpile-gather-{self.run.name}-{self.deterministic_token}"
+
+    def __str__(self) -> str:
+        return f"PileShuffle(piles={self.piles}, seed={self.seed})"
+
+    def _node_label_args(self):
+        return [self.frame, self.piles, self.seed]
+
+    @functools.cached_property
+    def _meta(self):
+        return self.frame._meta
+
+    def _divisions(self):
+        return (None,) * (self.piles + 1)
+
+    @property
+    def _variant(self) -> str:
+        """What the scratch depends on (not which piles are wanted): its subdirectory and task names."""
+        return tokenize(self.frame._name, self.piles, self.seed)
+
+    def _simplify_up(self, parent, dependents):
+        if isinstance(parent, Projection):
+            # Move the projection below the shuffle: a pile's rows do not depend on the columns.
+            columns = _convert_to_list(determine_column_projection(self, parent, dependents))
+            wanted = [c for c in self.frame.columns if c in columns]
+            if len(wanted) < len(self.frame.columns):
+                return type(self)(self.frame[wanted], *self.operands[1:])[parent.operand("columns")]
+        if isinstance(parent, (Len, Size, Count, NBytes, Min, Max)):
+            return type(parent)(self.frame, *parent.operands[1:])  # the order does not matter to these
+        return None
+
+    def _lower(self):
+        self.run.check_workers_see_it()  # on the client: optimization happens there, graphs may not
+        frame = _unfused(self.frame)
+        return None if frame is self.frame else type(self)(frame, *self.operands[1:])
+
+    def _layer(self) -> dict:
+        scratch = self.run.variant(self._variant)
+        codec = FrameCodec(self.frame._meta)
+        scattered = _read_run_file(scratch)
+        if scattered is not None:  # pass 1 already ran for this shuffle: read its scratch only
+            summary = DataNode(f"daskpile-scattered-{self._variant}", scattered)
+            dsk = {summary.key: summary}
+        else:
+            dsk = self._scatter_layer(scratch, codec)
+            summary = dsk[f"daskpile-scattered-{self._variant}"]
+        for i, pile in enumerate(self._partitions):
+            key = (self._name, i)
+            dsk[key] = Task(key, gather_partition, summary.ref(), scratch, pile, self.seed, codec)
+        return dsk
+
+    def _scatter_layer(self, scratch: Scratch, codec: FrameCodec) -> dict:
+        name = f"daskpile-scatter-{self._variant}"
+        dsk = {}
+        for k in range(self.frame.npartitions):
+            task = Task(
+                (name, k), scatter_partition, TaskRef((self.frame._name, k)), k, self.piles, self.seed, scratch, codec
+            )
+            dsk[task.key] = task
+        summary_key = f"daskpile-scattered-{self._variant}"
+        dsk[summary_key] = Task(summary_key, finish_scatter, scratch, self.piles, *[t.ref() for t in dsk.values()])
+        return dsk
+
+
+def _unfused(expr: Expr) -> Expr:
+    """``expr`` with the input partitions as the user built them, not fused into fewer.
+
+    Dask fuses the partitions of ``read_parquet`` (and other inputs) when few
+    columns are read, so ``s[["a"]]`` would see fewer, larger partitions than
+    ``s``, draw other piles, and give ``a`` in another order than ``s["a"]``.
+    Pass 1 keys its draws by partition, so it must see the same partitions
+    whatever columns are projected.
+    """
+    for node in list(expr.walk()):
+        if isinstance(node, FusedIO):
+            expr = expr.substitute(node, node.operand("_expr"))
+    return expr
+
+
+def scatter_partition(frame: pd.DataFrame, partition: int, piles: int, seed: int, scratch: Scratch, codec) -> dict:
+    """Pass 1 for one partition: its rows to scratch, grouped by pile."""
+    scratch.fs.makedirs(scratch.directory, exist_ok=True)
+    result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
+    return {"partition": partition, "counts": result.counts}
+
+
+def finish_scatter(scratch: Scratch, piles: int, *results: dict) -> dict:
+    """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
+    partitions = [r["partition"] for r in results]
+    if partitions != list(range(len(results))):
+        raise RuntimeError(f"pass 1 saw partitions {partitions}, expected 0 to {len(results) - 1}")
+    rows = np.sum([r["counts"] for r in results], axis=0) if results else np.zeros(piles, dtype=np.int64)
+    scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows]}
+    missing = [p for p in scratch_files(scratch, len(results)) if not scratch.fs.exists(p)]
+    if missing:
+        raise ValueError(
+            f"pass 1 wrote {len(missing)} scratch files this worker cannot see (e.g. {missing[0]}): the workers "
+            "share no disk; pass scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
+        )
+    write_bytes(scratch.fs, posixpath.join(scratch.directory, RUN_FILE), json.dumps(scattered).encode())
+    return scattered
+
+
+def scratch_files(scratch: Scratch, partitions: int) -> list[str]:
+    return Scratch(scratch.fs, scratch.directory, partitions).paths()
+
+
+def _read_run_file(scratch: Scratch) -> dict | None:
+    try:
+        with scratch.fs.open(posixpath.join(scratch.directory, RUN_FILE), "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def gather_partition(scattered: dict, scratch: Scratch, pile: int, seed: int, codec: FrameCodec) -> pd.DataFrame:
+    """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
+    if not scattered["partitions"]:
+        return codec.meta
+    run = Scratch(scratch.fs, scratch.directory, scattered["partitions"])
+    with PileReader(run) as reader:
+        batches = reader.pile(pile)
+    # Empty slices may carry types no other partition has (an empty categorical's null dictionary).
+    batches = [b for b in batches if b.num_rows] or batches[:1]
+    table = _passes.gather_table(batches, pile, seed)
+    expected = scattered["rows_per_pile"][pile]
+    if table.num_rows != expected:
+        raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {expected}")
+    return codec.to_pandas(table)
+
+
+def _remove_when_unused(scratch: Scratch) -> None:
+    """Remove a run's scratch, once the piles of it that a persisted collection still computes are done.
+
+    Runs from the garbage collector or at exit, where an exception would only be printed.
+    """
+    try:
+        client = current_client()
+        prefix = f"daskpile-gather-{scratch.name}-"
+        pending = [] if client is None else _pending_keys(client, prefix)
+        if not pending:
+            scratch.remove()
+            return
+        from distributed import Future, wait
+
+        futures = [Future(key, client) for key in pending]
+
+        def remove_after():
+            try:
+                wait(futures)
+            finally:
+                _remove_quietly(scratch)
+
+        threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
+    except Exception as e:
+        warnings.warn(f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}", stacklevel=1)
+
+
+def _pending_keys(client, prefix: str) -> list:
+    keys = list(client.futures)
+    return [
+        key
+        for key in keys
+        if isinstance(key, tuple) and str(key[0]).startswith(prefix) and client.futures[key].status == "pending"
     ]
-    return dd.from_delayed(piles_out, meta=meta, verify_meta=False)
+
+
+def _remove_quietly(scratch: Scratch) -> None:
+    try:
+        scratch.remove()
+    except Exception as e:
+        warnings.warn(f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}", stacklevel=1)
 
 
 SAMPLED_PARTITIONS = 3
@@ -107,46 +360,3 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
 
 def _frame_size(frame: pd.DataFrame) -> tuple[int, int]:
     return len(frame), int(frame.memory_usage(deep=True, index=True).sum())
-
-
-def _remove_quietly(run: Scratch) -> None:
-    # Runs from the garbage collector or at exit, where an exception would only be printed.
-    try:
-        run.remove()
-    except Exception as e:
-        warnings.warn(f"daskpile could not remove its scratch directory {run.directory!r}: {e}", stacklevel=1)
-
-
-def _scatter_frame(frame: pd.DataFrame, piles: int, seed: int, run: Scratch, partition_info=None) -> pd.DataFrame:
-    partition = partition_info["number"]
-    result = _passes.scatter_table(pandas_to_arrow(frame), partition, piles, seed, run)
-    return pd.DataFrame({"partition": [partition], "rows": [result.rows]})
-
-
-def _gather_frame(run: Scratch, pile: int, seed: int, meta: pd.DataFrame, _after_scatter: list) -> pd.DataFrame:
-    with PileReader(run) as reader:
-        return arrow_to_pandas(_passes.gather_table(reader.pile(pile), pile, seed), meta)
-
-
-def pandas_to_arrow(frame: pd.DataFrame) -> pa.Table:
-    """A pandas partition as Arrow, with its index kept as columns."""
-    try:
-        return pa.Table.from_pandas(frame, preserve_index=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise TypeError(f"daskpile cannot convert this partition to Arrow: {e}") from e
-
-
-def arrow_to_pandas(table: pa.Table, meta: pd.DataFrame) -> pd.DataFrame:
-    """A gathered pile back as pandas, with the dtypes of the input DataFrame."""
-    frame = table.to_pandas()
-    frame = frame[list(meta.columns)] if list(frame.columns) != list(meta.columns) else frame
-    for name, dtype in meta.dtypes.items():
-        # repr, because pandas calls some distinct string dtypes equal (NA vs NaN as missing value).
-        if repr(frame[name].dtype) != repr(dtype) and not _unknown_categories(dtype):
-            frame[name] = frame[name].astype(dtype)
-    return frame
-
-
-def _unknown_categories(dtype) -> bool:
-    # Dask marks categoricals whose categories it does not know with this placeholder.
-    return isinstance(dtype, pd.CategoricalDtype) and "__UNKNOWN_CATEGORIES__" in dtype.categories

@@ -151,9 +151,8 @@ def as_record_batch(table: pa.Table) -> pa.RecordBatch:
     """The whole table as a single record batch (empty tables included)."""
     batches = table.combine_chunks().to_batches()
     if not batches:
-        return pa.RecordBatch.from_arrays(
-            [pa.array([], type=field.type) for field in table.schema], schema=table.schema
-        )
+        # pa.nulls, not pa.array: it makes empty arrays of every type (a dictionary of nulls too)
+        return pa.RecordBatch.from_arrays([pa.nulls(0, field.type) for field in table.schema], schema=table.schema)
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 

@@ -1,5 +1,7 @@
+import contextlib
 import gc
 import os
+import time
 
 import dask
 import dask.dataframe as dd
@@ -92,7 +94,12 @@ def test_scratch_lives_as_long_as_the_result(sync_scheduler, tmp_path):
     gc.collect()
     assert len(derived.compute()) == 100
     (run_dir,) = list(tmp_path.iterdir())
-    assert sorted(p.name for p in run_dir.iterdir()) == ["scatter-000000.arrow", "scatter-000001.arrow"]
+    (variant,) = list(run_dir.iterdir())  # the shuffle of column s alone: the projection went below it
+    assert sorted(p.name for p in variant.iterdir()) == [
+        "_scattered.json",
+        "scatter-000000.arrow",
+        "scatter-000001.arrow",
+    ]
     del derived
     gc.collect()
     assert list(tmp_path.iterdir()) == []
@@ -110,3 +117,167 @@ def test_threaded_scheduler_without_a_client():
     with dask.config.set(scheduler="threads"):
         out = daskpile.shuffle(ddf, piles=4, seed=0).compute()
     pd.testing.assert_frame_equal(out.sort_index(), ddf.compute(scheduler="sync"))
+
+
+# Parquet files of uneven sizes, as a user's directory holds them: one empty, one row, one file of 20 row groups.
+UNEVEN_ROWS = [5000, 0, 20000, 1, 3000]
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = tmp_path_factory.mktemp("uneven")
+    start = 0
+    for k, rows in enumerate(UNEVEN_ROWS):
+        ids = np.arange(start, start + rows)
+        start += rows
+        table = pa.table(
+            {
+                "id": ids,
+                "label": (ids % 2).astype("int8"),
+                "s": [f"s{x}" for x in ids],
+                "cat": pa.array([f"c{x % 3}" for x in ids]).dictionary_encode(),
+                "f": ids / 7,
+            }
+        )
+        pq.write_table(table, directory / f"part-{k}.parquet", row_group_size=1000 if rows == 20000 else None)
+    return str(directory)
+
+
+INPUTS = {
+    "read_parquet": lambda d: dd.read_parquet(d),
+    "columns=": lambda d: dd.read_parquet(d, columns=["id", "label"]),
+    "split_row_groups": lambda d: dd.read_parquet(d, split_row_groups=True),
+    "blocksize": lambda d: dd.read_parquet(d, blocksize="64KiB"),
+    "projection before": lambda d: dd.read_parquet(d)[["id", "s"]],
+    "filter before": lambda d: (lambda x: x[x.label == 1])(dd.read_parquet(d)),
+    "repartition before": lambda d: dd.read_parquet(d).repartition(npartitions=3),
+    "persist before": lambda d: dd.read_parquet(d).persist(),
+}
+
+
+def as_meta_says(computed: pd.DataFrame, ddf: dd.DataFrame) -> pd.DataFrame:
+    """Dask's own compute of a projected read_parquet gives object strings where its meta says string."""
+    return computed.astype({c: t for c, t in ddf.dtypes.items() if computed[c].dtype == object and t != object})
+
+
+@pytest.mark.parametrize("make", INPUTS.values(), ids=INPUTS.keys())
+def test_every_row_once_whatever_the_optimizer_does_and_the_same_order_everywhere(uneven, make, request):
+    """Every row once, dtypes intact, and one order for a seed on sync, threads and a LocalCluster.
+
+    The scratch layout follows the partitions pass 1 sees after Dask's optimizer
+    fused or split them, never a count taken when ``shuffle`` was called.
+    """
+    orders = {}
+    for where in ["sync", "threads", "LocalCluster"]:  # the client last: it stays current once made
+        if where == "LocalCluster":
+            request.getfixturevalue("client")
+        with dask.config.set(scheduler=where) if where != "LocalCluster" else contextlib.nullcontext():
+            ddf = make(uneven)
+            expected = as_meta_says(ddf.compute(), ddf)
+            shuffled = daskpile.shuffle(ddf, piles=16, seed=5)
+            out = shuffled.compute()
+            pd.testing.assert_series_equal(out.dtypes, expected.dtypes)
+            pd.testing.assert_frame_equal(out.sort_values("id"), expected.sort_values("id"), check_index_type=False)
+            assert not out["id"].is_monotonic_increasing
+            # a projection after the shuffle gives the same rows in the same order
+            np.testing.assert_array_equal(shuffled["id"].compute().to_numpy(), out["id"].to_numpy())
+            orders[where] = out["id"].to_numpy()
+    np.testing.assert_array_equal(orders["sync"], orders["threads"])
+    np.testing.assert_array_equal(orders["sync"], orders["LocalCluster"])
+
+
+def test_to_parquet_after_the_shuffle_writes_the_piles_in_order(uneven, tmp_path, sync_scheduler):
+    # Not the categorical column: Dask's meta of it has no categories, so Dask's to_parquet refuses it
+    # (dd.read_parquet(uneven).to_parquet(...) fails the same way, without daskpile).
+    shuffled = daskpile.shuffle(dd.read_parquet(uneven, columns=["id", "label", "s", "f"]), piles=6, seed=2)
+    shuffled.to_parquet(str(tmp_path / "out"))
+    files = sorted((tmp_path / "out").glob("*.parquet"))
+    assert len(files) == 6
+    back = pd.concat([pd.read_parquet(f) for f in files])
+    np.testing.assert_array_equal(back["id"].to_numpy(), shuffled.compute()["id"].to_numpy())
+
+
+def test_a_projection_is_pushed_below_the_shuffle_so_only_its_columns_are_read_and_shuffled(uneven, tmp_path):
+    import pyarrow.ipc as ipc
+
+    shuffled = daskpile.shuffle(dd.read_parquet(uneven), piles=4, seed=1, scratch=str(tmp_path))
+    projected = shuffled[["id", "label"]]
+    (read,) = [e for e in projected.optimize().expr.walk() if type(e).__name__.startswith("ReadParquet")]
+    assert read.operand("columns") == ["id", "label"]
+    with dask.config.set(scheduler="sync"):
+        projected.compute()
+    (variant,) = list(next(tmp_path.iterdir()).iterdir())
+    for scratch_file in variant.glob("scatter-*.arrow"):
+        with ipc.open_file(str(scratch_file)) as reader:
+            assert reader.schema.names == ["0", "1", "2"]  # the index, id and label: nothing else was shuffled
+
+
+def test_the_result_is_a_dask_expression_with_known_partitions_meta_and_named_tasks(uneven):
+    from dask.utils import key_split
+
+    ddf = dd.read_parquet(uneven)
+    shuffled = daskpile.shuffle(ddf, piles=7, seed=1)
+    assert shuffled.npartitions == 7
+    assert shuffled.divisions == (None,) * 8 and not shuffled.known_divisions
+    pd.testing.assert_frame_equal(shuffled._meta, ddf._meta)
+    assert "PileShuffle(piles=7, seed=1)" in repr(shuffled.expr)
+    names = {key_split(k) for k in shuffled.__dask_graph__()}
+    assert {"daskpile-scatter", "daskpile-scattered", "daskpile-gather"} <= names
+    assert len(daskpile.shuffle(ddf, piles=7, seed=1)) == sum(UNEVEN_ROWS)  # len skips the shuffle
+
+
+def test_pass_1_runs_once_for_the_life_of_the_result(uneven, sync_scheduler):
+    """Reading the piles one at a time reads the input once, not once per pile."""
+    from dask.callbacks import Callback
+
+    reads = []
+    source = dd.read_parquet(uneven)
+    ddf = source.map_partitions(lambda frame: reads.append(len(frame)) or frame, meta=source._meta)
+    shuffled = daskpile.shuffle(ddf, piles=8, seed=3)
+    scattered = []
+    with Callback(posttask=lambda key, *_: scattered.append(key)):
+        piles = [shuffled.partitions[j].compute() for j in range(8)]
+        whole = shuffled.compute()
+    assert len(reads) == len(UNEVEN_ROWS)
+    assert sum(str(k[0] if isinstance(k, tuple) else k).startswith("daskpile-scatter-") for k in scattered) == 5
+    pd.testing.assert_frame_equal(pd.concat(piles), whole)
+
+
+def test_scratch_is_removed_after_a_failed_compute_once_the_result_is_gone(sync_scheduler, tmp_path):
+    def fail_on_the_third(frame, partition_info=None):
+        if partition_info["number"] == 2:
+            raise RuntimeError("boom")
+        return frame
+
+    ddf = dd.from_pandas(frame(100), npartitions=4)
+    ddf = ddf.map_partitions(fail_on_the_third, meta=ddf._meta)
+    shuffled = daskpile.shuffle(ddf, piles=3, seed=0, scratch=str(tmp_path))
+    with pytest.raises(RuntimeError, match="boom"):
+        shuffled.compute()
+    assert len(list(tmp_path.iterdir())) == 1
+    del shuffled
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_persisted_result_keeps_its_scratch_until_its_piles_are_computed(client, tmp_path):
+    def slow(frame):
+        time.sleep(0.3)
+        return frame
+
+    ddf = dd.from_pandas(frame(2000), npartitions=6).map_partitions(slow)
+    expected = ddf.compute()
+    shuffled = daskpile.shuffle(ddf, piles=5, seed=4, scratch=str(tmp_path))
+    persisted = shuffled.persist()
+    del shuffled
+    gc.collect()  # the shuffle is gone while its piles are still being computed
+    out = persisted.compute()
+    pd.testing.assert_frame_equal(out.sort_index(), expected)
+    deadline = time.monotonic() + 10
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []

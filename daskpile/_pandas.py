@@ -1,0 +1,116 @@
+"""Pandas partitions as Arrow tables and back, exactly, for ``shuffle(ddf)``.
+
+A partition goes to Arrow column by column: the index first, then every
+column, named by position (``"0"`` is the index, ``"1"`` the first column), so
+that labels of any type or repetition survive, and back to pandas with the
+dtypes of the input's ``_meta``.  Each column takes the conversion its dtype
+owns (``__arrow_array__`` and ``__from_arrow__`` for pandas' extension dtypes,
+Arrow's own for numpy dtypes), so nullable integers never pass through floats
+and Arrow-backed columns are not copied.
+
+Columns of dtype ``object`` hold Python objects of any kind (strings mixed with
+numbers, lists, dicts, bytes, ``datetime.time``; what pandas makes of nested
+Parquet): Arrow would guess a type from each partition's values, differently
+from one partition to the next, and change the values (a list comes back a
+numpy array, NaN and None both come back None).  They are carried as pickles,
+one per value: exact, at the cost of one ``pickle`` call per value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+PICKLED = pa.large_binary()
+OBJECT = np.dtype(object)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameCodec:
+    """How the partitions of one Dask DataFrame go to Arrow and back.
+
+    >>> meta = pd.DataFrame({"x": pd.array([1, None], dtype="Int64"), "o": [[1], {"a": 2}]})
+    >>> codec = FrameCodec.for_meta(meta.iloc[:0])
+    >>> codec.to_pandas(codec.to_arrow(meta)).equals(meta)
+    True
+    """
+
+    meta: pd.DataFrame
+
+    @classmethod
+    def for_meta(cls, meta: pd.DataFrame) -> FrameCodec:
+        """The codec of a frame whose partitions look like ``meta``; unsupported dtypes fail here, by name."""
+        for name, dtype in [(f"index {meta.index.name!r}", meta.index.dtype), *meta.dtypes.items()]:
+            why = _unsupported(dtype)
+            if why:
+                raise TypeError(f"daskpile cannot shuffle column {name!r} of dtype {dtype}: {why}")
+        return cls(meta)
+
+    def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
+        """One partition as an Arrow table: the index, then the columns, named by position."""
+        meta = self.meta
+        if len(frame.columns) != len(meta.columns):
+            raise ValueError(f"a partition has columns {list(frame.columns)}, the DataFrame {list(meta.columns)}")
+        arrays = [_to_arrow(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")]
+        arrays += [
+            _to_arrow(frame.iloc[:, i], dtype, repr(label))
+            for i, (label, dtype) in enumerate(zip(meta.columns, meta.dtypes.tolist(), strict=True))
+        ]
+        return pa.Table.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
+
+    def to_pandas(self, table: pa.Table) -> pd.DataFrame:
+        """A table made by ``to_arrow`` (or the concatenation of several) as pandas, with the dtypes of ``meta``."""
+        meta = self.meta
+        index = pd.Index(
+            _to_pandas(table.column(0), meta.index.dtype), dtype=meta.index.dtype, name=meta.index.name, copy=False
+        )
+        columns = {i: _to_pandas(table.column(i + 1), dtype) for i, dtype in enumerate(meta.dtypes.tolist())}
+        frame = pd.DataFrame(columns, index=index, copy=False)
+        return frame.set_axis(meta.columns, axis=1)
+
+
+def _unsupported(dtype) -> str | None:
+    if isinstance(dtype, pd.SparseDtype):
+        return "Arrow has no sparse arrays; densify it first (.sparse.to_dense())"
+    if isinstance(dtype, np.dtype) and dtype.kind == "c":
+        return "Arrow has no complex numbers; store the real and imaginary parts as two float columns"
+    return None
+
+
+def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.ChunkedArray:
+    """A column as Arrow, converted by the dtype the DataFrame says it has (``dtype``, from ``_meta``)."""
+    if dtype is OBJECT:
+        return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
+    try:
+        if values.dtype != dtype and not isinstance(dtype, pd.CategoricalDtype):
+            # A partition whose dtype differs from the DataFrame's (Dask's fused read_parquet gives object
+            # strings where its meta says string): the meta is what the result promises.
+            values = values.astype(dtype)
+        # numpy arrays without from_pandas, so NaN stays NaN (and costs no null bitmap)
+        return pa.array(values.array if not isinstance(values.dtype, np.dtype) else values.to_numpy())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+        raise TypeError(f"daskpile cannot convert column {name} of dtype {values.dtype} to Arrow: {e}") from e
+
+
+def _to_pandas(column: pa.ChunkedArray, dtype):
+    """A column as a pandas array (or numpy array) of ``dtype``."""
+    if dtype is OBJECT:
+        values = np.fromiter((pickle.loads(v) for v in column.to_pylist()), dtype=object, count=len(column))
+        return pd.arrays.NumpyExtensionArray(values)  # not the bare array, from which pandas would infer strings
+    if isinstance(dtype, pd.ArrowDtype):
+        return pd.arrays.ArrowExtensionArray(column.cast(dtype.pyarrow_dtype))
+    if hasattr(dtype, "__from_arrow__"):  # pandas' own extension dtypes: nullable, string, tz, period, interval
+        return dtype.__from_arrow__(column)
+    values = column.to_pandas()
+    if isinstance(dtype, pd.CategoricalDtype):
+        # Known categories are put back in the input's order (a pile's are in order of appearance);
+        # where the data holds others (Dask's meta may not know them), the data's stand.
+        categories = values.cat.categories
+        if dtype.categories is not None and categories.isin(dtype.categories).all():
+            return pd.Categorical(values, dtype=dtype)
+        return values.array
+    return values.to_numpy(dtype=dtype)
