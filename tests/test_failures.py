@@ -60,3 +60,63 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
     assert scattered < FILES if during == "pass 1" else gathered < PILES
     assert report.rows == ROWS and report.fingerprint.rows == ROWS
     assert file_bytes(dest) == uninterrupted
+
+
+def _shuffle_dataframe_to_parquet(source, dest, scratch):
+    import dask.dataframe as dd
+
+    daskpile.shuffle(dd.read_parquet(source), piles=PILES, seed=SEED, scratch=str(scratch)).to_parquet(str(dest))
+
+
+def _read_in_order(dest):
+    import dask.dataframe as dd
+
+    return dd.read_parquet(str(dest)).compute(scheduler="sync")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_dataframe(source, tmp_path_factory):
+    import dask
+
+    directory = tmp_path_factory.mktemp("failures-dataframe")
+    with dask.config.set(scheduler="sync"):
+        _shuffle_dataframe_to_parquet(source, directory / "out", directory)
+    return _read_in_order(directory / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("during", ["pass 1", "pass 2"])
+def test_a_killed_worker_changes_nothing_in_a_shuffled_dataframe(source, uninterrupted_dataframe, tmp_path, during):
+    """``shuffle(ddf).to_parquet(...)`` with a worker kill -9ed mid-pass: the same rows in the same order."""
+    import pandas as pd
+
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    ready = {
+        "pass 1": lambda: count_files(scratch, "scatter-") >= 15,
+        "pass 2": lambda: count_files(dest, "part") >= 8,
+    }[during]
+    killed = []
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        victim = next(iter(client.run(os.getpid).values()))
+
+        def killer():
+            deadline = time.monotonic() + 60
+            while not ready() and time.monotonic() < deadline:
+                time.sleep(0.002)
+            scattered, written = count_files(scratch, "scatter-"), count_files(dest, "part")
+            if (during == "pass 1" and scattered < FILES) or (during == "pass 2" and written < PILES):
+                os.kill(victim, signal.SIGKILL)
+                killed.append((scattered, written))
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        _shuffle_dataframe_to_parquet(source, dest, scratch)
+        thread.join()
+        assert victim not in client.run(os.getpid).values()
+
+    assert killed, "the run finished before the worker could be killed"
+    pd.testing.assert_frame_equal(_read_in_order(dest), uninterrupted_dataframe)
