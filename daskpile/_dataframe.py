@@ -21,7 +21,6 @@ compute (another pile, another epoch) reads scratch without reading the input.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -98,9 +97,8 @@ def shuffle(
         logger.info("piles='auto': %s", plan)
         piles = plan.piles
     piles = check_piles(piles, auto_allowed=True)
-    FrameCodec.for_meta(ddf._meta)  # unsupported dtypes fail now, not in a task
     run = ScratchRun(Scratch.create(scratch, storage_options, 0))
-    return dd.DataFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run))
+    return dd.DataFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta))
 
 
 class ScratchRun:
@@ -161,8 +159,12 @@ RUN_FILE = "_scattered.json"  # written once pass 1 has finished: partitions see
 class PileShuffle(PartitionsFiltered, Expr):
     """The two-pass pile shuffle of ``frame`` into ``piles`` partitions, as a Dask expression."""
 
-    _parameters = ["frame", "piles", "seed", "run", "_partitions"]  # noqa: RUF012 (Dask's own convention)
-    _defaults = {"_partitions": None}  # noqa: RUF012
+    # ``meta`` is the input's, taken on the client: the scheduler, which builds the graph from a pickled
+    # expression, may infer another (Dask's string conversion is the client's setting).
+    # ``variant`` names the scratch subdirectory, ``scattered`` is what a finished pass 1 recorded: both set
+    # when the expression is lowered, on the client.
+    _parameters = ["frame", "piles", "seed", "run", "meta", "variant", "scattered", "_partitions"]  # noqa: RUF012
+    _defaults = {"variant": None, "scattered": None, "_partitions": None}  # noqa: RUF012
 
     @property
     def _name(self) -> str:
@@ -175,17 +177,12 @@ class PileShuffle(PartitionsFiltered, Expr):
     def _node_label_args(self):
         return [self.frame, self.piles, self.seed]
 
-    @functools.cached_property
+    @property
     def _meta(self):
-        return self.frame._meta
+        return self.operand("meta")
 
     def _divisions(self):
         return (None,) * (self.piles + 1)
-
-    @property
-    def _variant(self) -> str:
-        """What the scratch depends on (not which piles are wanted): its subdirectory and task names."""
-        return tokenize(self.frame._name, self.piles, self.seed)
 
     def _simplify_up(self, parent, dependents):
         if isinstance(parent, Projection):
@@ -193,40 +190,48 @@ class PileShuffle(PartitionsFiltered, Expr):
             columns = _convert_to_list(determine_column_projection(self, parent, dependents))
             wanted = [c for c in self.frame.columns if c in columns]
             if len(wanted) < len(self.frame.columns):
-                return type(self)(self.frame[wanted], *self.operands[1:])[parent.operand("columns")]
+                frame = self.frame[wanted]
+                projected = self.substitute_parameters({"frame": frame, "meta": frame._meta})
+                return projected[parent.operand("columns")]
         if isinstance(parent, (Len, Size, Count, NBytes, Min, Max)):
             return type(parent)(self.frame, *parent.operands[1:])  # the order does not matter to these
         return None
 
     def _lower(self):
-        self.run.check_workers_see_it()  # on the client: optimization happens there, graphs may not
+        """Runs on the client, where Dask optimizes (the scheduler may not see local scratch)."""
+        if self.operand("variant") is not None:
+            return None
+        self.run.check_workers_see_it()
         frame = _unfused(self.frame)
-        return None if frame is self.frame else type(self)(frame, *self.operands[1:])
+        # What the scratch depends on (not which piles are wanted): its subdirectory and task names.
+        variant = tokenize(frame._name, self.piles, self.seed)
+        scattered = _read_run_file(self.run.variant(variant))  # pass 1 already ran for this shuffle
+        return self.substitute_parameters({"frame": frame, "variant": variant, "scattered": scattered})
 
     def _layer(self) -> dict:
-        scratch = self.run.variant(self._variant)
-        codec = FrameCodec(self.frame._meta)
-        scattered = _read_run_file(scratch)
-        if scattered is not None:  # pass 1 already ran for this shuffle: read its scratch only
-            summary = DataNode(f"daskpile-scattered-{self._variant}", scattered)
+        variant = self.operand("variant") or tokenize(self.frame._name, self.piles, self.seed)
+        scratch = self.run.variant(variant)
+        codec = FrameCodec(self._meta)
+        if self.scattered is not None:  # read scratch only; a key of its own, so that no key changes its task
+            summary = DataNode(f"daskpile-scattered-{variant}-read", self.scattered)
             dsk = {summary.key: summary}
         else:
-            dsk = self._scatter_layer(scratch, codec)
-            summary = dsk[f"daskpile-scattered-{self._variant}"]
+            dsk = self._scatter_layer(scratch, codec, variant)
+            summary = dsk[f"daskpile-scattered-{variant}"]
         for i, pile in enumerate(self._partitions):
             key = (self._name, i)
             dsk[key] = Task(key, gather_partition, summary.ref(), scratch, pile, self.seed, codec)
         return dsk
 
-    def _scatter_layer(self, scratch: Scratch, codec: FrameCodec) -> dict:
-        name = f"daskpile-scatter-{self._variant}"
+    def _scatter_layer(self, scratch: Scratch, codec: FrameCodec, variant: str) -> dict:
+        name = f"daskpile-scatter-{variant}"
         dsk = {}
         for k in range(self.frame.npartitions):
             task = Task(
                 (name, k), scatter_partition, TaskRef((self.frame._name, k)), k, self.piles, self.seed, scratch, codec
             )
             dsk[task.key] = task
-        summary_key = f"daskpile-scattered-{self._variant}"
+        summary_key = f"daskpile-scattered-{variant}"
         dsk[summary_key] = Task(summary_key, finish_scatter, scratch, self.piles, *[t.ref() for t in dsk.values()])
         return dsk
 

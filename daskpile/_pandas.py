@@ -13,7 +13,9 @@ numbers, lists, dicts, bytes, ``datetime.time``; what pandas makes of nested
 Parquet): Arrow would guess a type from each partition's values, differently
 from one partition to the next, and change the values (a list comes back a
 numpy array, NaN and None both come back None).  They are carried as pickles,
-one per value: exact, at the cost of one ``pickle`` call per value.
+one per value: exact, at the cost of one ``pickle`` call per value (about a
+microsecond).  So are the dtypes Arrow has no type for (complex, sparse), as
+Dask's own shuffle carries them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import pandas as pd
 import pyarrow as pa
 
 PICKLED = pa.large_binary()
-OBJECT = np.dtype(object)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,21 +35,12 @@ class FrameCodec:
     """How the partitions of one Dask DataFrame go to Arrow and back.
 
     >>> meta = pd.DataFrame({"x": pd.array([1, None], dtype="Int64"), "o": [[1], {"a": 2}]})
-    >>> codec = FrameCodec.for_meta(meta.iloc[:0])
+    >>> codec = FrameCodec(meta.iloc[:0])
     >>> codec.to_pandas(codec.to_arrow(meta)).equals(meta)
     True
     """
 
     meta: pd.DataFrame
-
-    @classmethod
-    def for_meta(cls, meta: pd.DataFrame) -> FrameCodec:
-        """The codec of a frame whose partitions look like ``meta``; unsupported dtypes fail here, by name."""
-        for name, dtype in [(f"index {meta.index.name!r}", meta.index.dtype), *meta.dtypes.items()]:
-            why = _unsupported(dtype)
-            if why:
-                raise TypeError(f"daskpile cannot shuffle column {name!r} of dtype {dtype}: {why}")
-        return cls(meta)
 
     def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
         """One partition as an Arrow table: the index, then the columns, named by position."""
@@ -68,22 +60,20 @@ class FrameCodec:
         index = pd.Index(
             _to_pandas(table.column(0), meta.index.dtype), dtype=meta.index.dtype, name=meta.index.name, copy=False
         )
-        columns = {i: _to_pandas(table.column(i + 1), dtype) for i, dtype in enumerate(meta.dtypes.tolist())}
+        columns = {i: _to_pandas(table.column(i + 1), dtype, index) for i, dtype in enumerate(meta.dtypes.tolist())}
         frame = pd.DataFrame(columns, index=index, copy=False)
         return frame.set_axis(meta.columns, axis=1)
 
 
-def _unsupported(dtype) -> str | None:
-    if isinstance(dtype, pd.SparseDtype):
-        return "Arrow has no sparse arrays; densify it first (.sparse.to_dense())"
-    if isinstance(dtype, np.dtype) and dtype.kind == "c":
-        return "Arrow has no complex numbers; store the real and imaginary parts as two float columns"
-    return None
+def pickled(dtype) -> bool:
+    """Whether a column of ``dtype`` is carried as pickles: Python objects, and what Arrow has no type for."""
+    # dtype.kind, not ``is np.dtype(object)``: an unpickled dtype is not numpy's singleton
+    return isinstance(dtype, pd.SparseDtype) or (isinstance(dtype, np.dtype) and dtype.kind in "Oc")
 
 
 def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.ChunkedArray:
     """A column as Arrow, converted by the dtype the DataFrame says it has (``dtype``, from ``_meta``)."""
-    if dtype is OBJECT:
+    if pickled(dtype):
         return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
     try:
         if values.dtype != dtype and not isinstance(dtype, pd.CategoricalDtype):
@@ -96,11 +86,12 @@ def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.C
         raise TypeError(f"daskpile cannot convert column {name} of dtype {values.dtype} to Arrow: {e}") from e
 
 
-def _to_pandas(column: pa.ChunkedArray, dtype):
+def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None):
     """A column as a pandas array (or numpy array) of ``dtype``."""
-    if dtype is OBJECT:
+    if pickled(dtype):
         values = np.fromiter((pickle.loads(v) for v in column.to_pylist()), dtype=object, count=len(column))
-        return pd.arrays.NumpyExtensionArray(values)  # not the bare array, from which pandas would infer strings
+        # A Series, not the bare array, from which pandas would infer strings.
+        return pd.Series(values, index=index, dtype=object).astype(dtype)
     if isinstance(dtype, pd.ArrowDtype):
         return pd.arrays.ArrowExtensionArray(column.cast(dtype.pyarrow_dtype))
     if hasattr(dtype, "__from_arrow__"):  # pandas' own extension dtypes: nullable, string, tz, period, interval
