@@ -21,6 +21,7 @@ compute (another pile, another epoch) reads scratch without reading the input.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -34,11 +35,17 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-from dask._task_spec import DataNode, Task, TaskRef
-from dask.dataframe.dask_expr._expr import Expr, PartitionsFiltered, Projection, determine_column_projection
+from dask._task_spec import Task, TaskRef
+from dask.dataframe.dask_expr._expr import (
+    Blockwise,
+    Expr,
+    PartitionsFiltered,
+    Projection,
+    determine_column_projection,
+)
 from dask.dataframe.dask_expr._reductions import Count, Len, Max, Min, NBytes, Size
 from dask.dataframe.dask_expr._util import _convert_to_list
-from dask.dataframe.dask_expr.io.io import FusedIO
+from dask.dataframe.dask_expr.io.io import BlockwiseIO, FusedIO
 from dask.tokenize import tokenize
 
 from daskpile import _passes, _sizing
@@ -176,19 +183,24 @@ RUN_FILE = "_scattered.json"  # written once pass 1 has finished: partitions see
 
 
 class PileShuffle(PartitionsFiltered, Expr):
-    """The two-pass pile shuffle of ``frame`` into ``piles`` partitions, as a Dask expression."""
+    """The two-pass pile shuffle of ``frame`` into ``piles`` partitions, as a Dask expression.
+
+    This is the logical expression the optimizer simplifies (projections go
+    below it, reductions that ignore order skip it, a selection of partitions
+    becomes ``_partitions``); lowering turns it into the three physical ones:
+    ``ScatterPartitions`` (Blockwise, so Dask fuses it with the task that makes
+    each partition), ``ScatterSummary`` (one task), and ``GatherPiles``
+    (Blockwise, so Dask fuses what follows a pile, such as ``to_parquet``).
+    """
 
     # ``meta`` is the input's, taken on the client: the scheduler, which builds the graph from a pickled
     # expression, may infer another (Dask's string conversion is the client's setting).
-    # ``variant`` names the scratch subdirectory, ``scattered`` is what a finished pass 1 recorded: both set
-    # when the expression is lowered, on the client.
-    _parameters = ["frame", "piles", "seed", "run", "meta", "variant", "scattered", "_partitions"]  # noqa: RUF012
-    _defaults = {"variant": None, "scattered": None, "_partitions": None}  # noqa: RUF012
+    _parameters = ["frame", "piles", "seed", "run", "meta", "_partitions"]  # noqa: RUF012 (Dask's own convention)
+    _defaults = {"_partitions": None}  # noqa: RUF012
 
     @property
-    def _name(self) -> str:
-        # The run's name first, so a finished run's pending keys can be found (_remove_when_unused).
-        return f"daskpile-gather-{self.run.name}-{self.deterministic_token}"
+    def _funcname(self) -> str:
+        return "daskpile-shuffle"
 
     def __str__(self) -> str:
         return f"PileShuffle(piles={self.piles}, seed={self.seed})"
@@ -217,42 +229,88 @@ class PileShuffle(PartitionsFiltered, Expr):
         return None
 
     def _lower(self):
-        """Runs on the client, where Dask optimizes (the scheduler may not see local scratch)."""
-        if self.operand("variant") is not None:
-            return None
+        """The physical expressions; runs on the client, where Dask optimizes (the scheduler may not see scratch)."""
         self.run.check_workers_see_it()
         frame = _unfused(self.frame)
         # What the scratch depends on (not which piles are wanted): its subdirectory and task names.
         variant = tokenize(frame._name, self.piles, self.seed)
         scattered = _read_run_file(self.run.variant(variant))  # pass 1 already ran for this shuffle
-        return self.substitute_parameters({"frame": frame, "variant": variant, "scattered": scattered})
+        if scattered is None:
+            scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, self._meta)
+            scattered = ScatterSummary(scatter, self.piles, self.run, variant)
+        return GatherPiles(scattered, self.piles, self.seed, self.run, variant, self._meta, self.operand("_partitions"))
+
+
+class ScatterPartitions(Blockwise):
+    """Pass 1: a task per input partition, writing its scratch file; its output is the pile counts."""
+
+    _parameters = ["frame", "piles", "seed", "run", "variant", "meta"]  # noqa: RUF012
+
+    @property
+    def _name(self) -> str:
+        return f"daskpile-scatter-{self.deterministic_token}"
+
+    @functools.cached_property
+    def _meta(self):
+        return {}  # a dict per partition
+
+    def _divisions(self):
+        return (None,) * (self.frame.npartitions + 1)
+
+    def _task(self, name, index: int) -> Task:
+        scratch, codec = self.run.variant(self.variant), FrameCodec(self.meta)
+        frame = TaskRef((self.frame._name, index))
+        return Task(name, scatter_partition, frame, index, self.piles, self.seed, scratch, codec)
+
+
+class ScatterSummary(Expr):
+    """The end of pass 1: which partitions it saw, the rows of every pile, recorded in the run file."""
+
+    _parameters = ["scatter", "piles", "run", "variant"]  # noqa: RUF012
+
+    @property
+    def _name(self) -> str:
+        return f"daskpile-scattered-{self.deterministic_token}"
+
+    @functools.cached_property
+    def _meta(self):
+        return {}  # not a frame: ndim 0, so that GatherPiles broadcasts it to every pile
+
+    def _divisions(self):
+        return (None, None)
 
     def _layer(self) -> dict:
-        variant = self.operand("variant") or tokenize(self.frame._name, self.piles, self.seed)
-        scratch = self.run.variant(variant)
-        codec = FrameCodec(self._meta)
-        if self.scattered is not None:  # read scratch only; a key of its own, so that no key changes its task
-            summary = DataNode(f"daskpile-scattered-{variant}-read", self.scattered)
-            dsk = {summary.key: summary}
-        else:
-            dsk = self._scatter_layer(scratch, codec, variant)
-            summary = dsk[f"daskpile-scattered-{variant}"]
-        for i, pile in enumerate(self._partitions):
-            key = (self._name, i)
-            dsk[key] = Task(key, gather_partition, summary.ref(), scratch, pile, self.seed, codec)
-        return dsk
+        parts = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
+        key = (self._name, 0)
+        return {key: Task(key, finish_scatter, self.run.variant(self.variant), self.piles, *parts)}
 
-    def _scatter_layer(self, scratch: Scratch, codec: FrameCodec, variant: str) -> dict:
-        name = f"daskpile-scatter-{variant}"
-        dsk = {}
-        for k in range(self.frame.npartitions):
-            task = Task(
-                (name, k), scatter_partition, TaskRef((self.frame._name, k)), k, self.piles, self.seed, scratch, codec
-            )
-            dsk[task.key] = task
-        summary_key = f"daskpile-scattered-{variant}"
-        dsk[summary_key] = Task(summary_key, finish_scatter, scratch, self.piles, *[t.ref() for t in dsk.values()])
-        return dsk
+
+class GatherPiles(PartitionsFiltered, BlockwiseIO):
+    """Pass 2: a task per pile, from ``scattered``, a ``ScatterSummary`` or what a finished pass 1 recorded."""
+
+    _parameters = ["scattered", "piles", "seed", "run", "variant", "meta", "_partitions"]  # noqa: RUF012
+    _defaults = {"_partitions": None}  # noqa: RUF012
+
+    @property
+    def _name(self) -> str:
+        # The run's name first, so a finished run's pending keys can be found (_remove_when_unused).
+        return f"daskpile-gather-{self.run.name}-{self.deterministic_token}"
+
+    def __str__(self) -> str:
+        return f"GatherPiles(piles={self.piles}, seed={self.seed})"
+
+    @property
+    def _meta(self):
+        return self.operand("meta")
+
+    def _divisions(self):
+        return (None,) * (self.piles + 1)
+
+    def _filtered_task(self, name, pile: int) -> Task:
+        scattered = self.scattered
+        summary = TaskRef((scattered._name, 0)) if isinstance(scattered, Expr) else scattered
+        scratch, codec = self.run.variant(self.variant), FrameCodec(self.meta)
+        return Task(name, gather_partition, summary, scratch, pile, self.seed, codec)
 
 
 def _unfused(expr: Expr) -> Expr:
