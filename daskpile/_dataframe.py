@@ -293,8 +293,7 @@ class GatherPiles(PartitionsFiltered, BlockwiseIO):
 
     @property
     def _name(self) -> str:
-        # The run's name first, so a finished run's pending keys can be found (_remove_when_unused).
-        return f"daskpile-gather-{self.run.name}-{self.deterministic_token}"
+        return f"daskpile-gather-{self.deterministic_token}"
 
     def __str__(self) -> str:
         return f"GatherPiles(piles={self.piles}, seed={self.seed})"
@@ -381,14 +380,17 @@ def gather_partition(scattered: dict, scratch: Scratch, pile: int, seed: int, co
 
 
 def _remove_when_unused(scratch: Scratch) -> None:
-    """Remove a run's scratch, once the piles of it that a persisted collection still computes are done.
+    """Remove a run's scratch, once what the client is still computing is done.
 
-    Runs from the garbage collector or at exit, where an exception would only be printed.
+    The result may be gone while a ``persist()`` or ``client.compute()`` of it
+    still runs; the futures of those need not name the shuffle (a compute's
+    future is the key of the concatenated result), so every future of the
+    client pending at this moment is waited for.  Runs from the garbage
+    collector or at exit, where an exception would only be printed.
     """
     try:
         client = current_client()
-        prefix = f"daskpile-gather-{scratch.name}-"
-        pending = [] if client is None else _pending_keys(client, prefix)
+        pending = [] if client is None else [k for k, f in list(client.futures.items()) if f.status == "pending"]
         if not pending:
             scratch.remove()
             return
@@ -405,15 +407,6 @@ def _remove_when_unused(scratch: Scratch) -> None:
         threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
     except Exception as e:
         warnings.warn(f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}", stacklevel=1)
-
-
-def _pending_keys(client, prefix: str) -> list:
-    keys = list(client.futures)
-    return [
-        key
-        for key in keys
-        if isinstance(key, tuple) and str(key[0]).startswith(prefix) and client.futures[key].status == "pending"
-    ]
 
 
 def _remove_quietly(scratch: Scratch) -> None:

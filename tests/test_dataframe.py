@@ -282,3 +282,25 @@ def test_a_persisted_result_keeps_its_scratch_until_its_piles_are_computed(clien
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_result_being_computed_keeps_its_scratch_when_it_is_dropped(client, tmp_path):
+    """``client.compute(s)``, then ``s`` dropped mid-run: the future's key is not the shuffle's, yet it completes."""
+
+    def slow(frame):
+        time.sleep(0.3)
+        return frame
+
+    ddf = dd.from_pandas(frame(2000), npartitions=6).map_partitions(slow)
+    expected = ddf.compute()
+    shuffled = daskpile.shuffle(ddf, piles=5, seed=4, scratch=str(tmp_path))
+    future = client.compute(shuffled)
+    del shuffled
+    gc.collect()
+    pd.testing.assert_frame_equal(future.result(timeout=60).sort_index(), expected)
+    del future
+    deadline = time.monotonic() + 10
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,157 @@
+"""daskpile on a real cluster whose workers share no disk: each worker has a private /tmp (tests/_cluster.py).
+
+Without ``scratch``, daskpile's scratch is the client's temporary directory,
+which such workers cannot see: the shuffle must refuse before pass 1, and say
+to pass ``scratch="s3://..."``.  With scratch on an S3-compatible server every
+worker reaches, it works, survives a worker killed mid-run, and leaves nothing
+behind.
+"""
+
+# ruff: noqa: F811 (test arguments named after the fixtures imported from _cluster)
+
+import gc
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from _cluster import (  # noqa: F401 (fixtures)
+    isolated_client,
+    isolated_cluster,
+    open_isolated_cluster,
+    s3_server,
+    slow_partition,
+    touch_partition,
+    touched,
+    wait_until,
+)
+from distributed import Client
+
+import daskpile
+
+SCRATCH_ADVICE = r"(?s)^(?=.*scratch)(?=.*s3://)"  # the message names the scratch argument and an s3:// URL
+
+
+def frame(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"x": np.arange(n), "s": [f"row-{i:06d}" for i in range(n)]})
+
+
+def test_workers_do_not_share_tmp(isolated_cluster, isolated_client):
+    client = isolated_client
+    pids = client.run(os.getpid)
+    assert pids == isolated_cluster.worker_pids() and len(pids) == 2
+    # Each worker is in a mount namespace of its own, with a tmpfs on /tmp where all its temporary files go.
+    namespaces = client.run(os.readlink, "/proc/self/ns/mnt")
+    assert len(set(namespaces.values())) == 2 and os.readlink("/proc/self/ns/mnt") not in namespaces.values()
+    assert set(client.run(tempfile.gettempdir).values()) == {"/tmp"}
+    assert set(client.run(lambda: dask.config.get("temporary-directory")).values()) == {"/tmp"}
+    local_dirs = client.run(lambda dask_worker: dask_worker.local_directory)
+    assert all(d.startswith("/tmp/") for d in local_dirs.values()), local_dirs
+
+    # A file of this process's /tmp: no worker sees it.
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="daskpile-isolation-") as f:
+        assert os.path.exists(f.name)
+        assert client.run(os.path.exists, f.name) == dict.fromkeys(pids, False)
+
+    # A file one worker writes in its /tmp: the other worker (and this process) does not see it.
+    first, second = sorted(pids)
+    path = f"/tmp/daskpile-isolation-{uuid.uuid4().hex}"
+    client.run(Path(path).touch, workers=[first])
+    assert client.run(os.path.exists, path) == {first: True, second: False}
+    assert not os.path.exists(path)
+    client.run(os.remove, path, workers=[first])
+
+
+def test_shuffle_without_scratch_refuses_before_running(isolated_client, monkeypatch):
+    client = isolated_client
+    # daskpile's default scratch is this process's temporary directory: make sure it is under /tmp, the one
+    # directory the workers do not share (TMPDIR may point elsewhere, which the workers would see).
+    host_tmp = tempfile.mkdtemp(dir="/tmp", prefix="daskpile-client-tmp-")
+    monkeypatch.setattr(tempfile, "tempdir", host_tmp)
+    tag = uuid.uuid4().hex
+    ddf = dd.from_pandas(frame(4000), npartitions=4).map_partitions(touch_partition, tag)  # notes each read
+
+    try:
+        with pytest.raises(ValueError, match=SCRATCH_ADVICE):
+            daskpile.shuffle(ddf, piles=8, seed=1).compute()
+    finally:
+        shutil.rmtree(host_tmp, ignore_errors=True)
+    # Before pass 1: no worker computed a single input partition.
+    read = client.run(touched, tag)
+    assert sum(read.values()) == 0, f"the refusal came after pass 1 had read input partitions: {read}"
+
+
+@pytest.mark.slow  # 5 to 7 s: the scheduler and workers import s3fs and daskpile's modules on first use
+def test_shuffle_with_scratch_on_s3_succeeds(isolated_client, s3_server):
+    fs, options = s3_server
+    n = 4000
+    ddf = dd.from_pandas(frame(n), npartitions=4)
+    expected = ddf.compute()  # the input as Dask gives it (strings as Arrow strings)
+
+    shuffled = daskpile.shuffle(ddf, piles=8, seed=1, scratch="s3://scratch/tmp", storage_options=options)
+    result = isolated_client.compute(shuffled).result(timeout=60)  # .compute(), but no hang if the workers die
+    assert len(result) == n
+    assert not result["x"].is_monotonic_increasing  # shuffled, not passed through
+    pd.testing.assert_frame_equal(result.sort_values("x"), expected)
+    fs.invalidate_cache()
+    assert fs.find("scratch/tmp"), "pass 1 wrote no scratch on S3"
+
+    del shuffled, result
+    gc.collect()
+
+    def scratch_gone():
+        fs.invalidate_cache()
+        return fs.find("scratch/tmp") == []
+
+    wait_until(scratch_gone, timeout=10, interval=0.2, what="scratch removed from s3://scratch/tmp")
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_run_same_output(s3_server):
+    """SIGKILL a worker while pass 1 runs: the compute completes, in the order of an undisturbed run."""
+    _, options = s3_server
+    n, partitions, piles, seed, delay = 20_000, 8, 4, 7, 0.5
+    tag = uuid.uuid4().hex
+    ddf = dd.from_pandas(frame(n), npartitions=partitions).map_partitions(slow_partition, delay, tag)
+
+    def shuffle(scratch):
+        return daskpile.shuffle(ddf, piles=piles, seed=seed, scratch=scratch, storage_options=options)
+
+    with open_isolated_cluster(2) as cluster, Client(cluster.address, timeout=30) as client:
+
+        def partitions_read():
+            return sum(client.run(touched, tag).values())
+
+        undisturbed = shuffle("s3://scratch/reference")
+        reference = client.compute(undisturbed).result(timeout=60)
+        del undisturbed
+        assert len(reference) == n
+        before = partitions_read()
+        assert before >= partitions
+
+        shuffled = shuffle("s3://scratch/killed")  # held until the result is in: its scratch goes with it
+        future = client.compute(shuffled)
+
+        def busy_worker():
+            # Pass 1 under way: a few input partitions read, a worker in the middle of another task.
+            if partitions_read() - before < 3:
+                return None
+            return next((w for w, keys in client.processing().items() if keys), None)
+
+        victim = wait_until(busy_worker, timeout=20, what="pass 1 under way")
+        assert not future.done(), "the run finished before a worker could be killed"
+        cluster.kill_worker(cluster.worker_at(victim))
+        replacement = cluster.add_worker()  # a new machine: empty /tmp, nothing of the run
+
+        result = future.result(timeout=60)
+        workers = client.scheduler_info()["workers"]
+        assert victim not in workers and replacement.address in workers
+
+    pd.testing.assert_frame_equal(result, reference)  # the same rows in the same order, index included
+    pd.testing.assert_frame_equal(result.sort_values("x"), dd.from_pandas(frame(n), npartitions=partitions).compute())
