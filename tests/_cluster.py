@@ -383,7 +383,8 @@ def moto_s3(buckets=("scratch",)):
         }
         fs = s3fs.S3FileSystem(**options)
         for bucket in buckets:
-            fs.mkdir(bucket)
+            if not fs.exists(bucket):  # moto's state is the process's: another module's server made it
+                fs.mkdir(bucket)
         yield fs, options
     finally:
         server.stop()
