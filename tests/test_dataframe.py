@@ -264,42 +264,27 @@ def test_scratch_is_removed_after_a_failed_compute_once_the_result_is_gone(sync_
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
-def test_a_persisted_result_keeps_its_scratch_until_its_piles_are_computed(client, tmp_path):
-    def slow(frame):
-        time.sleep(0.3)
-        return frame
-
-    ddf = dd.from_pandas(frame(2000), npartitions=6).map_partitions(slow)
-    expected = ddf.compute()
-    shuffled = daskpile.shuffle(ddf, piles=5, seed=4, scratch=str(tmp_path))
-    persisted = shuffled.persist()
-    del shuffled
-    gc.collect()  # the shuffle is gone while its piles are still being computed
-    out = persisted.compute()
-    pd.testing.assert_frame_equal(out.sort_index(), expected)
-    deadline = time.monotonic() + 10
-    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert list(tmp_path.iterdir()) == []
+def _slow(frame):
+    time.sleep(0.3)
+    return frame
 
 
 @pytest.mark.slow
-def test_a_result_being_computed_keeps_its_scratch_when_it_is_dropped(client, tmp_path):
-    """``client.compute(s)``, then ``s`` dropped mid-run: the future's key is not the shuffle's, yet it completes."""
+@pytest.mark.parametrize("how", ["persist", "client.compute"])
+def test_a_result_still_computing_keeps_its_scratch_when_the_shuffle_is_dropped(client, tmp_path, how):
+    """The shuffle is garbage-collected while its piles are being computed: they complete, then scratch goes.
 
-    def slow(frame):
-        time.sleep(0.3)
-        return frame
-
-    ddf = dd.from_pandas(frame(2000), npartitions=6).map_partitions(slow)
+    A ``client.compute`` future is the key of the concatenated result, not of a pile.
+    """
+    ddf = dd.from_pandas(frame(2000), npartitions=6).map_partitions(_slow)
     expected = ddf.compute()
     shuffled = daskpile.shuffle(ddf, piles=5, seed=4, scratch=str(tmp_path))
-    future = client.compute(shuffled)
+    running = shuffled.persist() if how == "persist" else client.compute(shuffled)
     del shuffled
     gc.collect()
-    pd.testing.assert_frame_equal(future.result(timeout=60).sort_index(), expected)
-    del future
+    out = running.compute() if how == "persist" else running.result(timeout=60)
+    pd.testing.assert_frame_equal(out.sort_index(), expected)
+    del running
     deadline = time.monotonic() + 10
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)

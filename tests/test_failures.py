@@ -24,17 +24,12 @@ def uninterrupted(source, tmp_path_factory):
     return uninterrupted_run(source, tmp_path_factory.mktemp("failures") / "reference", PILES, SEED)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("during", ["pass 1", "pass 2"])
-def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during):
-    dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    scratch.mkdir()
-    ready = {
-        "pass 1": lambda: finished_partitions(scratch) >= 15,
-        "pass 2": lambda: count_files(dest, "part-") >= 8,
-    }[during]
-    killed = []
+def run_killing_a_worker(ready, still_running, progress, run):
+    """``run()`` on a fresh LocalCluster, one worker kill -9ed once ``ready()``, if ``still_running()``.
 
+    Returns the ``progress()`` seen at the kill and what ``run`` returned.
+    """
+    killed = []
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
         Client(cluster) as client,
@@ -45,17 +40,34 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
             deadline = time.monotonic() + 60
             while not ready() and time.monotonic() < deadline:
                 time.sleep(0.002)
-            if not (dest / "_daskpile.json").exists():
+            if still_running():
                 os.kill(victim, signal.SIGKILL)
-                killed.append((finished_partitions(scratch), count_files(dest, "part-")))
+                killed.append(progress())
 
         thread = threading.Thread(target=killer)
         thread.start()
-        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+        result = run()
         thread.join()
         assert victim not in client.run(os.getpid).values()  # the worker really died and was replaced
-
     assert killed, "the run finished before the worker could be killed"
+    return killed, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("during", ["pass 1", "pass 2"])
+def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    ready = {
+        "pass 1": lambda: finished_partitions(scratch) >= 15,
+        "pass 2": lambda: count_files(dest, "part-") >= 8,
+    }[during]
+    killed, report = run_killing_a_worker(
+        ready,
+        still_running=lambda: not (dest / "_daskpile.json").exists(),
+        progress=lambda: (finished_partitions(scratch), count_files(dest, "part-")),
+        run=lambda: daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch)),
+    )
     scattered, gathered = killed[0]
     assert scattered < FILES if during == "pass 1" else gathered < PILES
     assert report.rows == ROWS and report.fingerprint.rows == ROWS
@@ -96,27 +108,11 @@ def test_a_killed_worker_changes_nothing_in_a_shuffled_dataframe(source, uninter
         "pass 1": lambda: count_files(scratch, "scatter-") >= 15,
         "pass 2": lambda: count_files(dest, "part") >= 8,
     }[during]
-    killed = []
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
-        Client(cluster) as client,
-    ):
-        victim = next(iter(client.run(os.getpid).values()))
-
-        def killer():
-            deadline = time.monotonic() + 60
-            while not ready() and time.monotonic() < deadline:
-                time.sleep(0.002)
-            scattered, written = count_files(scratch, "scatter-"), count_files(dest, "part")
-            if (during == "pass 1" and scattered < FILES) or (during == "pass 2" and written < PILES):
-                os.kill(victim, signal.SIGKILL)
-                killed.append((scattered, written))
-
-        thread = threading.Thread(target=killer)
-        thread.start()
-        _shuffle_dataframe_to_parquet(source, dest, scratch)
-        thread.join()
-        assert victim not in client.run(os.getpid).values()
-
-    assert killed, "the run finished before the worker could be killed"
+    progress = lambda: (count_files(scratch, "scatter-"), count_files(dest, "part"))  # noqa: E731
+    run_killing_a_worker(
+        ready,
+        still_running=lambda: progress()[0] < FILES if during == "pass 1" else progress()[1] < PILES,
+        progress=progress,
+        run=lambda: _shuffle_dataframe_to_parquet(source, dest, scratch),
+    )
     pd.testing.assert_frame_equal(_read_in_order(dest), uninterrupted_dataframe)
