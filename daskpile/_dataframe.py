@@ -2,9 +2,9 @@
 
 The shuffle is a Dask expression, ``PileShuffle``, like Dask's own shuffles
 (``dask/dataframe/dask_expr/_shuffle.py``), so Dask's optimizer sees through
-it: a column projection after the shuffle is pushed below it, ``len`` and
-other order-free reductions skip it, and ``s.partitions[i]`` computes only
-pile ``i``.  Its graph, built from the input's partitions as they are after
+it: a column projection after the shuffle is pushed below it, ``count``,
+``min`` and ``max`` of the whole result skip it, and ``s.partitions[i]``
+computes only pile ``i``.  Its graph, built from the input's partitions as they are after
 optimization (Dask fuses the partitions of ``read_parquet`` when few columns
 are read), is:
 
@@ -21,6 +21,7 @@ compute (another pile, another epoch) reads scratch without reading the input.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -43,7 +44,7 @@ from dask.dataframe.dask_expr._expr import (
     Projection,
     determine_column_projection,
 )
-from dask.dataframe.dask_expr._reductions import Count, Len, Max, Min, NBytes, Size
+from dask.dataframe.dask_expr._reductions import Count, Max, Min, NBytes
 from dask.dataframe.dask_expr._util import _convert_to_list
 from dask.dataframe.dask_expr.io.io import BlockwiseIO, FusedIO
 from dask.tokenize import tokenize
@@ -74,8 +75,9 @@ def shuffle(
     is pile ``j``, already permuted, and reading the partitions in order gives
     a uniformly random permutation of all rows.  Rows keep their index values,
     as with pandas ``sample(frac=1)``, and every column keeps its dtype.  The
-    same ``seed`` gives the same result on any scheduler and any number of
-    workers.
+    same ``seed`` and pile count give the same result on any scheduler and any
+    number of workers (``piles="auto"`` chooses the count by the cluster's
+    threads and memory).
 
     Pass 1 writes one scratch file per input partition under ``scratch``
     (default: the local temporary directory, which the workers of a
@@ -130,10 +132,11 @@ class PileFrame(dd.DataFrame):
 class ScratchRun:
     """The scratch directory of one ``shuffle`` call, removed when the last expression holding it is gone.
 
-    Every expression derived from the call (a projection pushed below the
-    shuffle, a selection of piles) holds this object and writes in a
-    subdirectory of its own (``variant``).  A pickled copy (the scheduler
-    builds the graph from a pickled expression) removes nothing.
+    Every expression derived from the call holds this object; its tasks hold a
+    ``borrowed`` copy.  Each set of columns shuffled (a projection pushed below the shuffle
+    is a pass 1 of its own) writes in a subdirectory (``variant``); a selection
+    of piles shares its shuffle's.  A pickled copy (the scheduler builds the
+    graph from a pickled expression; workers run tasks) removes nothing.
     """
 
     def __init__(self, scratch: Scratch, owner: bool = True):
@@ -145,15 +148,15 @@ class ScratchRun:
     def __reduce__(self):
         return ScratchRun, (self.scratch, False)
 
+    def borrowed(self) -> ScratchRun:
+        """The same directory, owned by someone else: what tasks hold."""
+        return ScratchRun(self.scratch, owner=False)
+
     def __dask_tokenize__(self):
         return ("daskpile.ScratchRun", self.scratch.directory)
 
     def __repr__(self) -> str:
         return f"ScratchRun({self.scratch.directory!r})"
-
-    @property
-    def name(self) -> str:
-        return self.scratch.name
 
     def variant(self, token: str) -> Scratch:
         return Scratch(self.scratch.fs, posixpath.join(self.scratch.directory, token), 0)
@@ -224,8 +227,8 @@ class PileShuffle(PartitionsFiltered, Expr):
                 frame = self.frame[wanted]
                 projected = self.substitute_parameters({"frame": frame, "meta": frame._meta})
                 return projected[parent.operand("columns")]
-        if isinstance(parent, (Len, Size, Count, NBytes, Min, Max)):
-            return type(parent)(self.frame, *parent.operands[1:])  # the order does not matter to these
+        if isinstance(parent, (Count, NBytes, Min, Max)) and not self._filtered:
+            return type(parent)(self.frame, *parent.operands[1:])  # the order of all rows does not matter to these
         return None
 
     def _lower(self):
@@ -258,9 +261,8 @@ class ScatterPartitions(Blockwise):
         return (None,) * (self.frame.npartitions + 1)
 
     def _task(self, name, index: int) -> Task:
-        scratch, codec = self.run.variant(self.variant), FrameCodec(self.meta)
-        frame = TaskRef((self.frame._name, index))
-        return Task(name, scatter_partition, frame, index, self.piles, self.seed, scratch, codec)
+        frame, run = TaskRef((self.frame._name, index)), self.run.borrowed()
+        return Task(name, scatter_partition, frame, index, self.piles, self.seed, run, self.variant, self.meta)
 
 
 class ScatterSummary(Expr):
@@ -282,7 +284,7 @@ class ScatterSummary(Expr):
     def _layer(self) -> dict:
         parts = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
         key = (self._name, 0)
-        return {key: Task(key, finish_scatter, self.run.variant(self.variant), self.piles, *parts)}
+        return {key: Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, *parts)}
 
 
 class GatherPiles(PartitionsFiltered, BlockwiseIO):
@@ -308,8 +310,7 @@ class GatherPiles(PartitionsFiltered, BlockwiseIO):
     def _filtered_task(self, name, pile: int) -> Task:
         scattered = self.scattered
         summary = TaskRef((scattered._name, 0)) if isinstance(scattered, Expr) else scattered
-        scratch, codec = self.run.variant(self.variant), FrameCodec(self.meta)
-        return Task(name, gather_partition, summary, scratch, pile, self.seed, codec)
+        return Task(name, gather_partition, summary, self.run.borrowed(), self.variant, pile, self.seed, self.meta)
 
 
 def _unfused(expr: Expr) -> Expr:
@@ -327,21 +328,30 @@ def _unfused(expr: Expr) -> Expr:
     return expr
 
 
-def scatter_partition(frame: pd.DataFrame, partition: int, piles: int, seed: int, scratch: Scratch, codec) -> dict:
+# The tasks take a borrowed ScratchRun, which removes nothing: a scheduler in this process (a LocalCluster's)
+# keeps tasks after they ran, and an owner in them would keep the scratch as long.  So a graph taken out of
+# the collection (``to_delayed()``) needs the collection kept while it runs.
+
+
+def scatter_partition(
+    frame: pd.DataFrame, partition: int, piles: int, seed: int, run: ScratchRun, variant: str, meta: pd.DataFrame
+) -> dict:
     """Pass 1 for one partition: its rows to scratch, grouped by pile."""
-    scratch.fs.makedirs(scratch.directory, exist_ok=True)
-    result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
+    scratch = run.variant(variant)
+    if is_local(scratch.fs):
+        # Not makedirs: a task still running after its run's scratch was removed must not bring it back.
+        with contextlib.suppress(FileExistsError):
+            scratch.fs.mkdir(scratch.directory, create_parents=False)
+    result = _passes.scatter_table(FrameCodec(meta).to_arrow(frame), partition, piles, seed, scratch)
     return {"partition": partition, "counts": result.counts}
 
 
-def finish_scatter(scratch: Scratch, piles: int, *results: dict) -> dict:
+def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) -> dict:
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
-    partitions = [r["partition"] for r in results]
-    if partitions != list(range(len(results))):
-        raise RuntimeError(f"pass 1 saw partitions {partitions}, expected 0 to {len(results) - 1}")
-    rows = np.sum([r["counts"] for r in results], axis=0) if results else np.zeros(piles, dtype=np.int64)
+    scratch = run.variant(variant)
+    rows = np.sum([r["counts"] for r in results], axis=0)
     scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows]}
-    missing = [p for p in scratch_files(scratch, len(results)) if not scratch.fs.exists(p)]
+    missing = [p for p in Scratch(scratch.fs, scratch.directory, len(results)).paths() if not scratch.fs.exists(p)]
     if missing:
         raise ValueError(
             f"pass 1 wrote {len(missing)} scratch files this worker cannot see (e.g. {missing[0]}): the workers "
@@ -349,10 +359,6 @@ def finish_scatter(scratch: Scratch, piles: int, *results: dict) -> dict:
         )
     write_bytes(scratch.fs, posixpath.join(scratch.directory, RUN_FILE), json.dumps(scattered).encode())
     return scattered
-
-
-def scratch_files(scratch: Scratch, partitions: int) -> list[str]:
-    return Scratch(scratch.fs, scratch.directory, partitions).paths()
 
 
 def _read_run_file(scratch: Scratch) -> dict | None:
@@ -363,12 +369,12 @@ def _read_run_file(scratch: Scratch) -> dict | None:
         return None
 
 
-def gather_partition(scattered: dict, scratch: Scratch, pile: int, seed: int, codec: FrameCodec) -> pd.DataFrame:
+def gather_partition(
+    scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, meta: pd.DataFrame
+) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
-    if not scattered["partitions"]:
-        return codec.meta
-    run = Scratch(scratch.fs, scratch.directory, scattered["partitions"])
-    with PileReader(run) as reader:
+    scratch = run.variant(variant)
+    with PileReader(Scratch(scratch.fs, scratch.directory, scattered["partitions"])) as reader:
         batches = reader.pile(pile)
     # Empty slices may carry types no other partition has (an empty categorical's null dictionary).
     batches = [b for b in batches if b.num_rows] or batches[:1]
@@ -376,7 +382,7 @@ def gather_partition(scattered: dict, scratch: Scratch, pile: int, seed: int, co
     expected = scattered["rows_per_pile"][pile]
     if table.num_rows != expected:
         raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {expected}")
-    return codec.to_pandas(table)
+    return FrameCodec(meta).to_pandas(table)
 
 
 def _remove_when_unused(scratch: Scratch) -> None:

@@ -45,8 +45,14 @@ class FrameCodec:
     def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
         """One partition as an Arrow table: the index, then the columns, named by position."""
         meta = self.meta
-        if len(frame.columns) != len(meta.columns):
-            raise ValueError(f"a partition has columns {list(frame.columns)}, the DataFrame {list(meta.columns)}")
+        if not frame.columns.equals(meta.columns):
+            if len(frame.columns) != len(meta.columns) or not frame.columns.sort_values().equals(
+                meta.columns.sort_values()
+            ):
+                raise ValueError(f"a partition has columns {list(frame.columns)}, the DataFrame {list(meta.columns)}")
+            frame = frame[meta.columns]  # the same columns in another order: by label, as Dask aligns them
+        if isinstance(frame.index, pd.MultiIndex):
+            raise TypeError("daskpile cannot shuffle a partition with a MultiIndex (Dask DataFrames have none)")
         arrays = [_to_arrow(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")]
         arrays += [
             _to_arrow(frame.iloc[:, i], dtype, repr(label))
@@ -76,14 +82,33 @@ def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.C
     if pickled(dtype):
         return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
     try:
-        if values.dtype != dtype and not isinstance(dtype, pd.CategoricalDtype):
-            # A partition whose dtype differs from the DataFrame's (Dask's fused read_parquet gives object
-            # strings where its meta says string): the meta is what the result promises.
-            values = values.astype(dtype)
+        if values.dtype != dtype:
+            values = _as_meta_says(values, dtype, name)
         # numpy arrays without from_pandas, so NaN stays NaN (and costs no null bitmap)
         return pa.array(values.array if not isinstance(values.dtype, np.dtype) else values.to_numpy())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
         raise TypeError(f"daskpile cannot convert column {name} of dtype {values.dtype} to Arrow: {e}") from e
+
+
+def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
+    """A partition's column whose dtype differs from the DataFrame's, cast to it where that loses nothing.
+
+    Dask's fused ``read_parquet`` gives object strings where its meta says
+    string: the meta is what the result promises.  A numpy cast that would
+    change values (floats under an int meta) is refused, naming the column,
+    rather than done silently.
+    """
+    if isinstance(dtype, pd.CategoricalDtype):
+        # Categories are the data's (Dask's meta may not know them; an empty partition of
+        # read_parquet comes as object)
+        return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
+    both_numpy = isinstance(values.dtype, np.dtype) and isinstance(dtype, np.dtype)
+    if not both_numpy or values.dtype.kind == "O" or np.can_cast(values.dtype, dtype, casting="same_kind"):
+        return values.astype(dtype)
+    raise TypeError(
+        f"daskpile: column {name} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
+        "give map_partitions or from_delayed a meta= that matches the data"
+    )
 
 
 def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None):

@@ -227,7 +227,12 @@ def test_the_result_is_a_dask_expression_with_known_partitions_meta_and_named_ta
     assert "PileShuffle(piles=7, seed=1)" in repr(shuffled.expr)
     names = {key_split(k) for k in shuffled.__dask_graph__()}
     assert {"daskpile-scatter", "daskpile-scattered", "daskpile-gather"} <= names
-    assert len(daskpile.shuffle(ddf, piles=7, seed=1)) == sum(UNEVEN_ROWS)  # len skips the shuffle
+    # count() of the whole result skips the shuffle; of one pile, it counts that pile
+    walked = shuffled.count().optimize(fuse=False).expr.walk()
+    assert not any(type(e).__name__ in ("PileShuffle", "GatherPiles") for e in walked)
+    assert shuffled.count().compute()["id"] == sum(UNEVEN_ROWS)
+    with dask.config.set(scheduler="sync"):
+        assert shuffled.partitions[2].count().compute()["id"] == len(shuffled.partitions[2].compute())
 
 
 def test_pass_1_runs_once_for_the_life_of_the_result(uneven, sync_scheduler):
@@ -288,4 +293,26 @@ def test_a_result_still_computing_keeps_its_scratch_when_the_shuffle_is_dropped(
     deadline = time.monotonic() + 10
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_partition_that_disagrees_with_the_meta_is_aligned_by_label_or_refused_by_name(sync_scheduler):
+    swapped = dd.from_pandas(pd.DataFrame({"a": [0, 1], "b": [1000, 1001]}), npartitions=1)
+    swapped = swapped.map_partitions(lambda f: f[["b", "a"]], meta=swapped._meta, enforce_metadata=False)
+    out = daskpile.shuffle(swapped, piles=1, seed=0).compute()
+    assert out.sort_index().to_dict("list") == {"a": [0, 1], "b": [1000, 1001]}
+    floats = dd.from_pandas(pd.DataFrame({"a": [0, 1]}), npartitions=1)
+    floats = floats.map_partitions(lambda f: f.assign(a=f.a + 0.5), meta=floats._meta)  # meta says int64
+    with pytest.raises(TypeError, match="column 'a' of a partition is float64, the DataFrame's meta says int64"):
+        daskpile.shuffle(floats, piles=1, seed=0).compute()
+
+
+def test_a_task_that_runs_after_its_scratch_was_removed_does_not_bring_it_back(tmp_path):
+    from daskpile._dataframe import ScratchRun, scatter_partition
+    from daskpile._scratch import Scratch
+
+    run = ScratchRun(Scratch.create(str(tmp_path), None, 0), owner=False)
+    run.scratch.remove()
+    with pytest.raises(FileNotFoundError):
+        scatter_partition(frame(10), 0, 2, 0, run, "variant", frame(0))
     assert list(tmp_path.iterdir()) == []
