@@ -158,8 +158,9 @@ class ScratchRun:
     def __repr__(self) -> str:
         return f"ScratchRun({self.scratch.directory!r})"
 
-    def variant(self, token: str) -> Scratch:
-        return Scratch(self.scratch.fs, posixpath.join(self.scratch.directory, token), 0)
+    def variant(self, token: str, partitions: int = 0) -> Scratch:
+        """The scratch of one set of columns shuffled, with ``partitions`` files once pass 1 is done."""
+        return Scratch(self.scratch.fs, posixpath.join(self.scratch.directory, token), partitions)
 
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
@@ -348,10 +349,11 @@ def scatter_partition(
 
 def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) -> dict:
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
-    scratch = run.variant(variant)
+    scratch = run.variant(variant, len(results))
     rows = np.sum([r["counts"] for r in results], axis=0)
     scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows]}
-    missing = [p for p in Scratch(scratch.fs, scratch.directory, len(results)).paths() if not scratch.fs.exists(p)]
+    # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
+    missing = [p for p in scratch.paths() if not scratch.fs.exists(p)] if is_local(scratch.fs) else []
     if missing:
         raise ValueError(
             f"pass 1 wrote {len(missing)} scratch files this worker cannot see (e.g. {missing[0]}): the workers "
@@ -373,8 +375,7 @@ def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, meta: pd.DataFrame
 ) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
-    scratch = run.variant(variant)
-    with PileReader(Scratch(scratch.fs, scratch.directory, scattered["partitions"])) as reader:
+    with PileReader(run.variant(variant, scattered["partitions"])) as reader:
         batches = reader.pile(pile)
     # Empty slices may carry types no other partition has (an empty categorical's null dictionary).
     batches = [b for b in batches if b.num_rows] or batches[:1]
@@ -394,25 +395,26 @@ def _remove_when_unused(scratch: Scratch) -> None:
     client pending at this moment is waited for.  Runs from the garbage
     collector or at exit, where an exception would only be printed.
     """
+    client = current_client()
     try:
-        client = current_client()
         pending = [] if client is None else [k for k, f in list(client.futures.items()) if f.status == "pending"]
-        if not pending:
-            scratch.remove()
-            return
-        from distributed import Future, wait
+        if pending:
+            from distributed import Future, wait  # with a client, distributed is imported already
 
         futures = [Future(key, client) for key in pending]
+    except Exception:  # a closing client, or the interpreter's exit: nothing can still need scratch
+        futures = []
+    if not futures:
+        _remove_quietly(scratch)
+        return
 
-        def remove_after():
-            try:
-                wait(futures)
-            finally:
-                _remove_quietly(scratch)
+    def remove_after():
+        try:
+            wait(futures)
+        finally:
+            _remove_quietly(scratch)
 
-        threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
-    except Exception as e:
-        warnings.warn(f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}", stacklevel=1)
+    threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
 
 
 def _remove_quietly(scratch: Scratch) -> None:
