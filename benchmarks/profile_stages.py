@@ -33,8 +33,9 @@ sys.path.insert(0, HERE)
 from run import dataset  # noqa: E402
 
 from daskpile import _fingerprint, _kernels, _random, _scratch  # noqa: E402
-from daskpile._passes import _existing, _read_table_single_threaded, write_parquet  # noqa: E402
+from daskpile._passes import _existing, write_parquet  # noqa: E402
 from daskpile._storage import filesystem  # noqa: E402
+from daskpile.sources.parquet import _read_table_single_threaded  # noqa: E402
 
 
 def profile(files: list[str], piles: int) -> dict[str, float]:

@@ -36,7 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from systems import FLOORS, PEER, SYSTEMS  # noqa: E402
 
-SIZES = {"tiny": (100_000, 4), "A": (10_000_000, 40), "B": (100_000_000, 200)}
+# A-2000 is A's rows in 2,000 files of 5,000 rows: a lake of many small files (benchmarks/small_files.py).
+SIZES = {"tiny": (100_000, 4), "A": (10_000_000, 40), "A-2000": (10_000_000, 2000), "B": (100_000_000, 200)}
 NEEDS = {"duckdb": "duckdb", "polars": "polars"}
 
 
@@ -109,21 +110,10 @@ def run_one(system: str, source: str, dest: str, limits: dict | None = None, tim
         stderr=subprocess.PIPE,
         env=env,
     )
-    root = psutil.Process(process.pid)
-    peak = peak_process = 0
-    while process.poll() is None:
-        if timeout and time.perf_counter() - start > timeout:
-            for p in [*root.children(recursive=True), root]:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            process.wait()
-            return {"system": system, "ok": False, "error": f"timed out after {timeout:.0f} s", "wall_s": timeout}
-        try:
-            rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)] if p.is_running()]
-            peak, peak_process = max(peak, sum(rss)), max(peak_process, *rss)
-        except (psutil.Error, ValueError):
-            pass
-        time.sleep(0.05)
+    peaks = peak_rss(process, start, timeout)
+    if peaks is None:
+        return {"system": system, "ok": False, "error": f"timed out after {timeout:.0f} s", "wall_s": timeout}
+    peak, peak_process = peaks
     wall = time.perf_counter() - start
     stdout, stderr = process.communicate()
     shutil.rmtree(tmp, ignore_errors=True)
@@ -140,6 +130,29 @@ def run_one(system: str, source: str, dest: str, limits: dict | None = None, tim
         "cpu_total": children,
         **inner,
     }
+
+
+def peak_rss(process: subprocess.Popen, start: float, timeout: float | None = None) -> tuple[int, int] | None:
+    """Wait for ``process``, polling the resident memory of its whole tree: (peak of the tree, of one process).
+
+    None if it ran past ``timeout`` seconds from ``start`` (it is then killed, with its children).
+    """
+    root = psutil.Process(process.pid)
+    peak = peak_process = 0
+    while process.poll() is None:
+        if timeout and time.perf_counter() - start > timeout:
+            for p in [*root.children(recursive=True), root]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            process.wait()
+            return None
+        try:
+            rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)] if p.is_running()]
+            peak, peak_process = max(peak, sum(rss)), max(peak_process, *rss)
+        except (psutil.Error, ValueError):
+            pass
+        time.sleep(0.05)
+    return peak, peak_process
 
 
 def summarise(runs: list[dict], rows: int) -> dict[str, dict]:

@@ -88,9 +88,10 @@ def shuffle(
     scratch goes when the result, and everything derived from it, is
     garbage-collected (after any persisted pile has been computed).
 
-    ``piles="auto"`` computes a few evenly spaced partitions of ``ddf`` (up to
-    3) to measure their in-memory size, scales it by the number of partitions,
-    and picks the fewest piles (at least 4 per thread) whose largest fits
+    ``piles`` defaults to 512, not "auto" as in ``shuffle_parquet``: a lazy
+    call computes nothing, and "auto" must.  ``piles="auto"`` computes a few
+    evenly spaced partitions of ``ddf`` (up to 3) to measure their in-memory
+    size, scales it by the number of partitions, and picks the fewest piles (at least 4 per thread) whose largest fits
     ``memory_per_pile`` (default: a quarter of a worker's memory per thread).
 
     >>> import dask.dataframe as dd, pandas as pd

@@ -17,7 +17,8 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import dataset_files, filesystem, write_bytes
+from daskpile._storage import filesystem, write_bytes
+from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
 FORMAT = "daskpile/1"
@@ -61,6 +62,7 @@ def build(
     seconds: dict[str, float],
     fingerprint=None,
     pile_plan=None,
+    source: dict | None = None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -73,12 +75,19 @@ def build(
         "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,
+        # how the source was read: schema policy, partition keys, table version, files skipped
+        "source": source or {},
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
         "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,
         "versions": library_versions(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+
+
+def arrow_schema(manifest: dict) -> pa.Schema:
+    """The output's Arrow schema, as the manifest records it."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(manifest["arrow_schema"])))
 
 
 def write(fs: fsspec.AbstractFileSystem, directory: str, manifest: dict) -> str:
@@ -99,7 +108,7 @@ def result_files(dest: str | list[str], storage_options: dict | None = None):
         if fs.exists(posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
-    return (*dataset_files(dest, storage_options, role="dest"), None)
+    return (*data_files(dest, storage_options, role="dest"), None)
 
 
 def read(dest: str, storage_options: dict | None = None) -> dict:
@@ -109,8 +118,12 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
     512
     """
     fs, path = filesystem(dest, storage_options)
-    manifest_path = posixpath.join(path, MANIFEST_NAME)
-    if not fs.exists(manifest_path):
+    if not fs.exists(posixpath.join(path, MANIFEST_NAME)):
         raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
-    with fs.open(manifest_path, "rb") as f:
+    return read_at(fs, path)
+
+
+def read_at(fs: fsspec.AbstractFileSystem, directory: str) -> dict:
+    """The manifest in ``directory`` of ``fs``."""
+    with fs.open(posixpath.join(directory, MANIFEST_NAME), "rb") as f:
         return json.load(f)

@@ -27,7 +27,9 @@ import pyarrow.parquet as pq
 from daskpile import _fingerprint, _kernels, _random, _scratch
 from daskpile._fingerprint import Fingerprint
 from daskpile._scratch import PileReader, Scratch
-from daskpile._storage import atomic_sink, full_url, is_local
+from daskpile._storage import atomic_sink
+from daskpile.sources.parquet import read_parquet
+from daskpile.sources.read import Reading, SourceFile, read_pieces
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,35 +85,35 @@ def scatter_table(
 BLOCKSIZE = 256 * 2**20
 
 
-def scatter_parquet_file(
+def scatter_partition(
     fs: fsspec.AbstractFileSystem,
-    path: str,
+    files: list[SourceFile],
     partition: int,
     piles: int,
     seed: int,
     scratch: Scratch,
-    schema: pa.Schema,
+    reading: Reading,
     fingerprint: bool = False,
-    schema_source: str = "the first file",
     blocksize: int = BLOCKSIZE,
 ) -> ScatterResult:
-    """Pass 1 for one Parquet file: check its schema, then read and scatter it piece by piece.
+    """Pass 1 for one partition of a source plan (consecutive files): read and scatter it piece by piece.
 
-    A scratch file left by an interrupted run of the same spec is reused as is.
+    A scratch file left by an interrupted run of the same spec is reused as
+    is, and its piece not even read.
     """
-    url = full_url(fs, path)
     results = []
-    with open_parquet(fs, path) as parquet:
-        check_schema(parquet.schema_arrow, schema, url, schema_source)
-        for piece, row_groups in enumerate(row_group_pieces(parquet.metadata, blocksize)):
-            finished = _finished_scatter(scratch, partition, piece, piles, fingerprint)
-            if finished is not None:
-                results.append(finished)
-                continue
-            with _parquet_errors(url):
-                table = parquet.read_row_groups(row_groups, use_threads=False) if row_groups else None
-            table = table if table is not None else parquet.schema_arrow.empty_table()
-            results.append(scatter_table(table, partition, piles, seed, scratch, fingerprint, piece))
+    finished: dict[int, ScatterResult | None] = {}
+
+    def done(piece: int) -> bool:
+        finished[piece] = _finished_scatter(scratch, partition, piece, piles, fingerprint)
+        return finished[piece] is not None
+
+    for piece, table in read_pieces(fs, files, reading, blocksize, skip=done):
+        results.append(
+            finished[piece]
+            if table is None
+            else scatter_table(table, partition, piles, seed, scratch, fingerprint, piece)
+        )
     return ScatterResult(
         partition,
         sum(r.rows for r in results),
@@ -121,24 +123,6 @@ def scatter_parquet_file(
         reused=all(r.reused for r in results),
         pieces=len(results),
     )
-
-
-def row_group_pieces(metadata: pq.FileMetaData, blocksize: int) -> list[list[int]]:
-    """Consecutive row groups, grouped so that each piece is at most ``blocksize`` bytes uncompressed.
-
-    A row group larger than ``blocksize`` is a piece of its own; a file without
-    row groups is one empty piece.
-    """
-    pieces: list[list[int]] = [[]]
-    size = 0
-    for g in range(metadata.num_row_groups):
-        group_bytes = metadata.row_group(g).total_byte_size
-        if pieces[-1] and size + group_bytes > blocksize:
-            pieces.append([])
-            size = 0
-        pieces[-1].append(g)
-        size += group_bytes
-    return pieces
 
 
 def _finished_scatter(
@@ -339,13 +323,21 @@ def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
     return found.intersection(paths)
 
 
-def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:
-    """The output file of an interrupted run of the same (pile, piles, seed, rows), if there is one."""
+def pile_stamp(fs, path: str) -> dict | None:
+    """What an output file's footer says it holds (pile, piles, seed, rows...), None if no such file or stamp."""
     try:
         metadata = read_parquet(fs, path, pq.read_metadata).metadata or {}
     except (FileNotFoundError, ValueError):
         return None
-    stamp = json.loads(metadata.get(PILE_METADATA_KEY, b"{}"))
+    found = metadata.get(PILE_METADATA_KEY)
+    return json.loads(found) if found else None
+
+
+def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:
+    """The output file of an interrupted run of the same (pile, piles, seed, rows), if there is one."""
+    stamp = pile_stamp(fs, path)
+    if stamp is None:
+        return None
     found = stamp.get("fingerprint")
     output_fingerprint = Fingerprint.from_json(found) if found else None
     if any(stamp.get(k) != v for k, v in expected.items()) or (fingerprint and output_fingerprint is None):
@@ -438,66 +430,3 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
         return None
     width = t.bit_width // 8 if not pa.types.is_fixed_size_binary(t) else t.byte_width
     return array.buffers()[1].slice(array.offset * width, min(len(array) * width, limit))
-
-
-def _read_table_single_threaded(source) -> pa.Table:
-    # Parallelism comes from Dask running many of these at once; pyarrow's own
-    # reader threads on top oversubscribe the cores (measured: pass 1 on 10 M
-    # rows took 3.7 s with them, 2.5 s without, on 2 cores).
-    return pq.read_table(source, use_threads=False, memory_map=isinstance(source, str))  # see open_parquet
-
-
-def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=_read_table_single_threaded):
-    """Read one Parquet file (or with ``reader=pq.read_schema`` its schema) as Arrow.
-
-    Local files go to pyarrow's native reader; others through fsspec.
-    """
-    with _parquet_errors(full_url(fs, path)):
-        if is_local(fs):
-            return reader(path)
-        with fs.open(path, "rb") as f:
-            return reader(f)
-
-
-@contextlib.contextmanager
-def open_parquet(fs: fsspec.AbstractFileSystem, path: str):
-    """A ``pq.ParquetFile`` (footer read, no data yet), local or through fsspec."""
-    with contextlib.ExitStack() as stack:
-        with _parquet_errors(full_url(fs, path)):  # only the opening: errors of the caller's block stay theirs
-            local = is_local(fs)
-            source = path if local else stack.enter_context(fs.open(path, "rb"))
-            # Local files are memory-mapped: pyarrow then decodes pages where the page cache holds them,
-            # instead of first reading each column chunk into a buffer of its own.  A file of dataset B
-            # (500 k rows, 7 columns) read on one thread: 96 ns a row mapped, 123 read (CPU, best of 5).
-            parquet = pq.ParquetFile(source, memory_map=local)
-            stack.callback(parquet.close)
-        yield parquet
-
-
-@contextlib.contextmanager
-def _parquet_errors(url: str):
-    """Any failure to parse a file becomes a ValueError that names it."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ValueError(f"cannot read {url!r} as Parquet: {e}") from e
-
-
-def check_schema(actual: pa.Schema, expected: pa.Schema, where: str, expected_from: str) -> None:
-    """Fail with the names of the columns that differ from the dataset's schema."""
-    if actual.remove_metadata().equals(expected.remove_metadata()):
-        return
-    expected_types = {f.name: f.type for f in expected}
-    actual_types = {f.name: f.type for f in actual}
-    problems = [f"{name}: missing" for name in expected_types if name not in actual_types]
-    problems += [f"{name}: unexpected column" for name in actual_types if name not in expected_types]
-    problems += [
-        f"{name}: {actual_types[name]} instead of {t}"
-        for name, t in expected_types.items()
-        if name in actual_types and actual_types[name] != t
-    ]
-    if not problems:
-        problems = [f"column order {actual.names} instead of {expected.names}"]
-    raise ValueError(f"schema of {where!r} differs from that of {expected_from!r}: " + "; ".join(problems))

@@ -23,6 +23,7 @@ Each test has a false-positive rate of ``alpha`` on a uniform shuffle.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 
@@ -31,10 +32,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _manifest, _passes
+from daskpile import _manifest
+from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
+from daskpile._words import count
+from daskpile.sources.parquet import open_parquet
 
-HISTOGRAM_BINS = 50
 MAX_LABELS = 100
 
 
@@ -102,7 +105,7 @@ class QualityReport:
     def __str__(self) -> str:
         label = f", label column {self.label_column!r}" if self.label_column else ""
         lines = [
-            f"order of {self.dest} ({self.rows:,} rows in {len(self.files)} files), "
+            f"order of {self.dest} ({count(self.rows, 'row')} in {count(len(self.files), 'file')}), "
             f"order column {self.order_column!r}{label}:"
         ]
         for c in self.checks:
@@ -113,12 +116,15 @@ class QualityReport:
             f"       {'entropy of |consecutive diff|':<30} {self.entropy_bits:.2f} bits "
             f"(input order 0, at most {max_bits:.2f})"
         )
+        lines.append(f"verdict: {self.verdict}")
+        return "\n".join(lines)
+
+    @property
+    def verdict(self) -> str:
         failed = [c.name for c in self.checks if not c.passed]
         if failed:
-            lines.append(f"verdict: NOT uniformly shuffled ({', '.join(failed)} failed at alpha={self.alpha:g})")
-        else:
-            lines.append(f"verdict: consistent with a uniform shuffle (each check at alpha={self.alpha:g})")
-        return "\n".join(lines)
+            return f"NOT uniformly shuffled ({', '.join(failed)} failed at alpha={self.alpha:g})"
+        return f"consistent with a uniform shuffle (each check at alpha={self.alpha:g})"
 
     __repr__ = __str__
 
@@ -189,43 +195,36 @@ def quality(
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     fs, files, _ = _manifest.result_files(dest, storage_options)
     where = _where(dest, storage_options)
-    columns = [order_column] + ([label_column] if label_column else [])
-    parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, columns) for path in files])
-    rows_per_file = np.array([len(p[0]) for p in parts], dtype=np.int64)
-    order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
-    rows = len(order)
-    if order.null_count:
-        raise ValueError(f"order column {order_column!r} has {order.null_count} null values")
-    if rows and pc.count_distinct(order).as_py() != rows:
-        raise ValueError(f"order column {order_column!r} has duplicate values: it must identify each row's position")
-    # rank = position of each row in the input order
-    rank = pc.rank(order, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.int64) - 1
+    (described,) = dask.compute([dask.delayed(_describe)(fs, path, order_column, label_column) for path in files])
+    rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
+    rows = int(rows_per_file.sum())
+    nulls = sum(d.nulls for d in described)
+    if nulls:
+        raise ValueError(f"order column {order_column!r} has {nulls} null values")
+    stats = _order_stats(fs, files, described, order_column, rows_per_file, neighbours)
 
     checks = []
-    rho = _rank_correlation(rank)
+    rho = stats.rank_correlation
     p = math.erfc(abs(rho) * math.sqrt(max(rows - 1, 0)) / math.sqrt(2)) if rows > 2 else 1.0
     checks.append(Check("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
 
     if rows >= 500:  # at least 5 expected rows in each cell of the 10 x 10 table
-        chi2 = _decile_chi_square(rank)
+        chi2 = _chi_square(stats.decile_table)
         p = chi_square_sf(chi2, 81)
         checks.append(Check("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof, p={p:.3g}"))
 
-    steps = np.diff(rank)
-    successions = int(np.count_nonzero(steps == 1))
-    longest = _longest_run(steps == 1, rows)
+    successions, longest = stats.successions, stats.longest
     expected = (rows - 1) / rows if rows else 0.0
     p = poisson_sf(successions, expected)
     checks.append(
         Check(
             "successions", successions, p, p >= alpha,
             f"{successions:,} output neighbours were input neighbours (expected {expected:.1f}), "
-            f"longest run {longest:,} rows, p={p:.3g}",
+            f"longest run {count(longest, 'row')}, p={p:.3g}",
         )
     )  # fmt: skip
 
-    distance = np.abs(steps)
-    near = int(np.count_nonzero(distance <= neighbours))
+    near = stats.near
     k = min(neighbours, rows - 1)
     q = (2 * k * rows - k * (k + 1)) / (rows * (rows - 1)) if rows > 1 else 0.0
     p = poisson_sf(near, (rows - 1) * q)
@@ -239,12 +238,9 @@ def quality(
 
     labels, label_counts = [], None
     if label_column:
-        labels, label_counts, check = _label_balance([p[1] for p in parts], label_column, rows_per_file, alpha)
-        checks.append(check)
+        labels, label_counts = _label_counts([d.labels for d in described], label_column)
+        checks.append(_label_balance(label_counts, rows_per_file, alpha))
 
-    bins = np.minimum(np.arange(rows) * HISTOGRAM_BINS // max(rows, 1), HISTOGRAM_BINS - 1)
-    input_bins = rank * HISTOGRAM_BINS // max(rows, 1)
-    histogram = np.bincount(input_bins * HISTOGRAM_BINS + bins, minlength=HISTOGRAM_BINS**2)
     return QualityReport(
         dest=where,
         rows=rows,
@@ -258,22 +254,74 @@ def quality(
         near_share=near_share,
         near_expected=q,
         neighbours=neighbours,
-        entropy_bits=_difference_entropy(distance),
-        position_histogram=histogram.reshape(HISTOGRAM_BINS, HISTOGRAM_BINS),
+        entropy_bits=stats.entropy_bits,
+        position_histogram=stats.histogram,
         labels=labels,
         label_counts=label_counts,
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Described:
+    """One file's order column in brief, and its label counts: all ``quality`` keeps of it in the first pass."""
+
+    rows: int
+    nulls: int
+    integer: bool
+    low: int | None
+    high: int | None
+    last: int | None
+    labels: dict
+
+
+def _describe(fs, path: str, order_column: str, label_column: str | None) -> _Described:
+    columns = [order_column] + ([label_column] if label_column else [])
+    order, *label = _read_columns(fs, path, columns)
+    integer = pa.types.is_integer(order.type)
+    low, high = (pc.min(order).as_py(), pc.max(order).as_py()) if integer and len(order) else (None, None)
+    last = order[len(order) - 1].as_py() if integer and len(order) else None
+    labels = {}
+    if label:
+        counted = pc.value_counts(label[0].combine_chunks())
+        labels = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
+    return _Described(len(order), order.null_count, integer, low, high, last, labels)
+
+
+def _order_stats(fs, files, described, order_column: str, rows_per_file, neighbours: int) -> _order.OrderStats:
+    """File by file when the order column is a dense range of integers (its values are the ranks, shifted);
+    else from the whole rank array in memory."""
+    rows = int(rows_per_file.sum())
+    lows = [d.low for d in described if d.rows]
+    highs = [d.high for d in described if d.rows]
+    dense = rows and all(d.integer for d in described) and max(highs) - min(lows) + 1 == rows
+    if dense:
+        low = min(lows)
+        offsets = np.concatenate(([0], np.cumsum(rows_per_file)[:-1])).tolist()
+        lasts = [d.last - low if d.rows else -1 for d in described]
+        read_ranks = functools.partial(_read_ranks, fs, order_column, low)
+        return _order.by_file(read_ranks, files, offsets, lasts, rows, neighbours)
+    parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, [order_column]) for path in files])
+    order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
+    if rows and pc.count_distinct(order).as_py() != rows:
+        raise ValueError(f"order column {order_column!r} has duplicate values: it must identify each row's position")
+    rank = pc.rank(order, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.int64) - 1
+    return _order.in_memory(rank, neighbours)
+
+
+def _read_ranks(fs, order_column: str, low: int, path: str) -> np.ndarray:
+    (order,) = _read_columns(fs, path, [order_column])
+    return order.to_numpy().astype(np.int64) - low
+
+
 def _where(dest, storage_options) -> str:
     if isinstance(dest, (list, tuple)):
-        return f"{len(dest)} files"
+        return count(len(dest), "file")
     fs, path = filesystem(dest, storage_options)
     return full_url(fs, path)
 
 
 def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:
-    with _passes.open_parquet(fs, path) as parquet:
+    with open_parquet(fs, path) as parquet:
         names = parquet.schema_arrow.names
         for name in columns:
             if name not in names:
@@ -282,51 +330,21 @@ def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:
     return [table[name] for name in columns]
 
 
-def _rank_correlation(rank: np.ndarray) -> float:
-    """Spearman's rho of input and output positions (both are permutations of 0..n-1)."""
-    n = len(rank)
-    if n < 2:
-        return 0.0
-    d = (rank - np.arange(n)).astype(np.float64)
-    return float(1 - 6 * np.dot(d, d) / (n * (n * n - 1.0)))
-
-
-def _decile_chi_square(rank: np.ndarray) -> float:
-    n = len(rank)
-    table = np.bincount((rank * 10 // n) * 10 + np.arange(n) * 10 // n, minlength=100).reshape(10, 10)
-    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
-    return float(((table - expected) ** 2 / expected).sum())
-
-
-def _longest_run(successions: np.ndarray, rows: int) -> int:
-    """Rows in the longest stretch of the output that was a consecutive stretch of the input."""
-    if rows < 2:
-        return rows
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], successions.astype(np.int8), [0]))))
-    return int((edges[1::2] - edges[::2]).max(initial=0)) + 1
-
-
-def _difference_entropy(distance: np.ndarray) -> float:
-    if not distance.size:
-        return 0.0
-    _, counts = np.unique(distance, return_counts=True)
-    share = counts / distance.size
-    return max(0.0, float(-(share * np.log2(share)).sum()))
-
-
-def _label_balance(arrays, label_column: str, rows_per_file: np.ndarray, alpha: float):
-    labels = pa.chunked_array(arrays).combine_chunks().dictionary_encode()
-    values = labels.dictionary.to_pylist()
+def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.ndarray]:
+    """The label values, and rows by (file, value)."""
+    values = list(dict.fromkeys(v for counts in per_file for v in counts))
     if len(values) > MAX_LABELS:
         raise ValueError(
             f"label column {label_column!r} has {len(values):,} distinct values; "
             f"label balance needs a categorical column (at most {MAX_LABELS})"
         )
-    codes = labels.indices.fill_null(len(values)).to_numpy()
-    values = values + ([None] if labels.null_count else [])
-    n, files, kinds = int(rows_per_file.sum()), len(rows_per_file), len(values)
-    file_of_row = np.repeat(np.arange(files), rows_per_file)
-    counts = np.bincount(file_of_row * kinds + codes, minlength=files * kinds).reshape(files, kinds)
+    values = sorted((v for v in values if v is not None), key=str) + ([None] if None in values else [])
+    counts = np.array([[counts.get(v, 0) for v in values] for counts in per_file], dtype=np.int64)
+    return values, counts.reshape(len(per_file), len(values))
+
+
+def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) -> Check:
+    n, files, kinds = int(rows_per_file.sum()), counts.shape[0], counts.shape[1]
     share = counts.sum(axis=0) / max(n, 1)
     sizes = rows_per_file[:, None].astype(np.float64)
     # Drawing a file's rows without replacement from n rows: hypergeometric variance.
@@ -338,7 +356,13 @@ def _label_balance(arrays, label_column: str, rows_per_file: np.ndarray, alpha: 
     outside = int(np.count_nonzero((np.abs(z) > bound).any(axis=1)))
     p = min(1.0, math.erfc(worst / math.sqrt(2)) * files * kinds)
     detail = f"worst file {worst:.1f} sigma from the overall share (bound {bound:.1f}), {outside} of {files} outside"
-    return values, counts, Check("label balance per file", worst, p, worst <= bound, detail)
+    return Check("label balance per file", worst, p, worst <= bound, detail)
+
+
+def _chi_square(table: np.ndarray) -> float:
+    n = table.sum()
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
+    return float(((table - expected) ** 2 / expected).sum())
 
 
 def chi_square_sf(x: float, dof: int) -> float:

@@ -30,6 +30,7 @@ class RunSpec:
     dest: str
     blocksize: int
     rows_per_file: int | None = None
+    schema_key: str | None = None  # the schema the rows are read into, and the policy that made it
 
     def to_json(self) -> dict:
         return {
@@ -40,6 +41,7 @@ class RunSpec:
             "dest": self.dest,
             "blocksize": self.blocksize,
             "rows_per_file": self.rows_per_file,
+            "schema_key": self.schema_key,
         }
 
     @classmethod
@@ -47,14 +49,28 @@ class RunSpec:
         files, stamps = tuple(data["source_files"]), tuple(data["source_stamps"])
         rows_per_file = data.get("rows_per_file")
         return cls(
-            files, stamps, int(data["piles"]), int(data["seed"]), data["dest"], int(data["blocksize"]), rows_per_file
+            files,
+            stamps,
+            int(data["piles"]),
+            int(data["seed"]),
+            data["dest"],
+            int(data["blocksize"]),
+            rows_per_file,
+            data.get("schema_key"),
         )
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(
-        self, source_files, source_stamps, piles: int | None, seed: int | None, blocksize: int, rows_per_file=None
+        self,
+        source_files,
+        source_stamps,
+        piles: int | None,
+        seed: int | None,
+        blocksize: int,
+        rows_per_file=None,
+        schema_key: str | None = None,
     ) -> list[str]:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
@@ -71,6 +87,8 @@ class RunSpec:
             found.append(f"blocksize {blocksize} instead of {self.blocksize}")
         if rows_per_file != self.rows_per_file:
             found.append(f"rows_per_file {rows_per_file} instead of {self.rows_per_file}")
+        if schema_key != self.schema_key:
+            found.append("another schema (schema= or partitioning=, or the files' schemas changed)")
         return found
 
 

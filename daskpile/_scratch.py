@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import posixpath
+import re
 import tempfile
 import threading
 import uuid
@@ -166,6 +167,22 @@ def scratch_path(directory: str, partition: int, piece: int = 0, band: int | Non
     suffix = f"-{piece:04d}" if piece else ""
     suffix += "" if band is None else f"-b{band}"
     return posixpath.join(directory, f"scatter-{partition:06d}{suffix}.arrow")
+
+
+_SCRATCH_NAME = re.compile(r"^scatter-(\d+)(?:-(\d{4}))?(?:-b(\d+))?\.arrow$")
+
+
+def parse_scratch_name(name: str) -> tuple[int, int, int | None] | None:
+    """(partition, piece, band or None) of a scratch file's name, None for other names.
+
+    >>> parse_scratch_name("scatter-000003-0002-b1.arrow"), parse_scratch_name("scatter-000003.arrow")
+    ((3, 2, 1), (3, 0, None))
+    """
+    match = _SCRATCH_NAME.match(name)
+    if match is None:
+        return None
+    partition, piece, band = match.groups()
+    return int(partition), int(piece or 0), None if band is None else int(band)
 
 
 # A batch of scratch holds whole piles up to about this many bytes.  Reading a batch is one call into

@@ -14,11 +14,13 @@ import math
 
 import pyarrow.parquet as pq
 
-from daskpile import _passes
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
+from daskpile._words import count
+from daskpile.sources.parquet import read_parquet
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
+MIN_ROWS_PER_PILE = 10_000
 SAMPLED_FILES = 8
 # Peak memory of a pass-2 task measured at about 2.5 piles (the pile, its
 # permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
@@ -39,22 +41,27 @@ class PilePlan:
 
     def __str__(self) -> str:
         return (
-            f"{self.piles} piles: about {self.rows:,} rows, {self.bytes / 2**20:,.0f} MiB in memory, "
-            f"piles of at most {self.memory_per_pile / 2**20:,.0f} MiB"
+            f"{count(self.piles, 'pile')}: about {count(self.rows, 'row')}, {self.bytes / 2**20:,.0f} MiB in memory, "
+            f"each pile planned to fit a budget of {self.memory_per_pile / 2**20:,.0f} MiB"
         )
 
 
-def estimate_parquet(fs, files: list[str], sizes: list[int]) -> tuple[int, int]:
+def estimate_parquet(
+    fs, files: list[str], sizes: list[int], metadata: pq.FileMetaData | None = None
+) -> tuple[int, int]:
     """(rows, uncompressed bytes) of a Parquet dataset, from the footers of a few evenly spaced files.
 
     The sampled files' rows and bytes per stored byte are extrapolated by file
-    size, so a dataset of 10,000 files on S3 costs 8 footer reads.
+    size, so a dataset of 10,000 files on S3 costs 8 footer reads.  With the
+    dataset's ``_metadata`` sidecar, it is exact and reads no footer.
     """
+    if metadata is not None:
+        return metadata.num_rows, sum(metadata.row_group(g).total_byte_size for g in range(metadata.num_row_groups))
     step = max(1, len(files) // SAMPLED_FILES)
     sample = list(range(0, len(files), step))[:SAMPLED_FILES]
     rows = data_bytes = stored = 0
     for k in sample:
-        meta = _passes.read_parquet(fs, files[k], pq.read_metadata)
+        meta = read_parquet(fs, files[k], pq.read_metadata)
         rows += meta.num_rows
         data_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
         stored += sizes[k]
@@ -73,6 +80,8 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
 
     >>> plan(rows=10_000_000, data_bytes=10 * 2**30, memory_per_pile=2**30).piles
     11
+    >>> plan(rows=200, data_bytes=2_000, memory_per_pile=2**30, min_piles=8).piles
+    1
     """
     if memory_per_pile <= 0:
         raise ValueError(f"memory_per_pile must be positive, got {memory_per_pile!r}")
@@ -85,7 +94,10 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
             f"a row takes about {bytes_per_row:,.0f} bytes, more than memory_per_pile={memory_per_pile:,} "
             "leaves room for: give the workers more memory or pass a larger memory_per_pile"
         )
-    piles = max(min_piles, math.ceil(rows / mean_rows), 1)
+    # at least min_piles (for parallelism), but never so many that piles get fewer than
+    # MIN_ROWS_PER_PILE rows on average: 200 rows make one pile, not 4 per thread
+    parallel = min(min_piles, max(1, rows // MIN_ROWS_PER_PILE))
+    piles = max(parallel, math.ceil(rows / mean_rows), 1)
     if piles > MAX_PILES:
         raise ValueError(
             f"{rows:,} rows of {data_bytes:,} bytes need {piles:,} piles of {memory_per_pile:,} bytes, "

@@ -17,18 +17,26 @@ import contextlib
 import dataclasses
 import functools
 import json
+import signal
 import sys
+import threading
 import traceback
 
 import click
 
 from daskpile._compute import local_cluster
 from daskpile._parquet import PileTooLargeError, RunMismatchError
+from daskpile._words import count
+
 
 # Errors in what the user asked for: exit status 2, like a usage error.
+class SchedulerUnreachable(ConnectionError):
+    """--scheduler names a cluster this process cannot reach."""
+
+
 _REQUEST_ERRORS = (
-    ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, RunMismatchError,
-    PileTooLargeError,
+    ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
+    IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable,
 )  # fmt: skip
 
 
@@ -91,21 +99,78 @@ def _command(f):
     @click.option("--quiet", "-q", is_flag=True, help="No progress bars or summary lines.")
     @functools.wraps(f)
     def run(*args, debug: bool, **kwargs):
+        # With --json, stdout carries the JSON document alone: every other line goes to stderr.
+        _RESULTS.append(sys.stdout)
+        logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
         try:
-            return f(*args, **kwargs)
+            with logs_elsewhere:
+                return f(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
-        except KeyboardInterrupt:
-            click.echo("daskpile: interrupted; run the same command again to resume", err=True)
+        except KeyboardInterrupt as e:
+            resume = f"; run the same command again to resume{_where(e)}" if _where(e) else ""
+            click.echo(f"daskpile: interrupted{resume}", err=True)
             sys.exit(130)
         except Exception as e:
             if debug:
                 traceback.print_exc()
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            click.echo(f"daskpile: error: {message.splitlines()[0] if message else type(e).__name__}", err=True)
+            line = message.splitlines()[0] if message else type(e).__name__
+            click.echo(f"daskpile: error: {line}{_where(e)}", err=True)
             sys.exit(2 if isinstance(e, _REQUEST_ERRORS) else 1)
+        finally:
+            _RESULTS.pop()
 
     return run
+
+
+def _where(e: BaseException) -> str:
+    """Where an interrupted run's state is, if the run left one to resume."""
+    state = getattr(e, "daskpile_state", None)
+    return f"; its state is in {state}" if state else ""
+
+
+_RESULTS: list = []  # where each running command's result goes: its stdout before any redirection
+
+
+def _result(text: str) -> None:
+    """Print a command's result (its report or JSON document) on its stdout."""
+    click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
+
+
+def _with_options(options: list, f):
+    """``f`` decorated with ``options``, in the order listed (as stacked decorators would show them)."""
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _source_options(f):
+    """How SOURCE is read: partition folders, schema policy, table version, stray files."""
+    options = [
+        click.option(
+            "--partitioning",
+            default="hive",
+            show_default=True,
+            help="Key=value folders: hive (types inferred), none (ignored), or types 'year:int16,region:string'.",
+        ),
+        click.option(
+            "--schema",
+            type=click.Choice(["strict", "unify"]),
+            default="strict",
+            show_default=True,
+            help="strict: every file has the same columns; unify: their union, types promoted, missing as nulls.",
+        ),
+        click.option("--table-version", type=int, help="Delta version or Iceberg snapshot id [the current one]."),
+        click.option(
+            "--stray-files",
+            type=click.Choice(["skip", "error"]),
+            default="skip",
+            show_default=True,
+            help="Files that are not Parquet by their extension (README.txt): skip and list them, or stop.",
+        ),
+    ]
+    return _with_options(options, f)
 
 
 def _cluster_options(f):
@@ -129,9 +194,59 @@ def _cluster_options(f):
             "client_kwargs.endpoint_url=... nests.",
         ),
     ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+    return _with_options(options, f)
+
+
+@contextlib.contextmanager
+def _ignoring_ctrl_c():
+    """SIGINT ignored while processes are started here: they inherit it (Python keeps an ignored SIGINT)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _silence_shutdown_logs() -> None:
+    import logging
+
+    for name in ("distributed", "asyncio", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def _quiet_on_ctrl_c(own_client=None):
+    """Ctrl-C stops the run with one line, not a log line per cancelled task and unretrieved future.
+
+    ``own_client`` is the client of a cluster this command started, whose workers are quieted too
+    (a cluster the user gave by address is left as it is).
+
+    The loggers go quiet in the signal handler itself, before KeyboardInterrupt unwinds: the client's
+    event loop may log an abandoned gather ("Task exception was never retrieved") while it unwinds.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        _silence_shutdown_logs()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        import logging
+
+        with contextlib.suppress(Exception):
+            if own_client is not None:
+                own_client.run(lambda: logging.getLogger("distributed").setLevel(logging.CRITICAL))
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -146,18 +261,23 @@ def _cluster(scheduler, workers, threads_per_worker, memory_limit, quiet: bool):
     from distributed import Client
 
     if scheduler:
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler)
+        except (OSError, TimeoutError) as e:
+            raise SchedulerUnreachable(f"cannot reach the scheduler at {scheduler}: {e}") from e
+        with client, _quiet_on_ctrl_c():
             if not quiet:
-                click.echo(f"cluster {scheduler}: {len(client.nthreads())} workers, dashboard {client.dashboard_link}")
+                workers = count(len(client.nthreads()), "worker")
+                click.echo(f"cluster {scheduler}: {workers}, dashboard {client.dashboard_link}")
             yield
         return
-    with (
-        local_cluster(n_workers=workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit) as cluster,
-        Client(cluster) as client,
-    ):
+    with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them quietly
+        cluster = local_cluster(n_workers=workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit)
+    with cluster, Client(cluster) as client:
         if not quiet:
-            click.echo(f"LocalCluster: {len(cluster.workers)} workers, dashboard {client.dashboard_link}")
-        yield
+            click.echo(f"LocalCluster: {count(len(cluster.workers), 'worker')}, dashboard {client.dashboard_link}")
+        with _quiet_on_ctrl_c(client):
+            yield
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -179,20 +299,31 @@ def cli():
     help="A pile over its memory budget: split it into consecutive files, or stop before pass 2.",
 )
 @click.option("--blocksize", type=_Bytes(), default="256MiB", show_default=True, help="Read larger files in pieces.")
-@click.option("--seed", type=int, help="Same seed, same output, on any cluster [drawn and recorded].")
+@click.option("--seed", type=click.IntRange(min=0), help="Same seed, same output, on any cluster [drawn and recorded].")
+@click.option(
+    "--rows-per-file", type=click.IntRange(min=1), help="Cut the shuffled sequence into files of N rows [one per pile]."
+)
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
-@click.option("--overwrite", is_flag=True, help="Replace a finished result, or discard an unfinished other run.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace daskpile's finished result in DEST (nothing else), or another unfinished run.",
+)
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
+@_source_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
 @_command
 def shuffle(
-    source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, scratch, overwrite, no_verify, as_json, quiet,
-    **cluster,
+    source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, rows_per_file, scratch, overwrite, no_verify,
+    as_json, quiet, partitioning, schema, table_version, stray_files, **cluster,
 ):  # fmt: skip
-    """Shuffle the Parquet dataset SOURCE (directory, glob, files; any fsspec URL) into DEST.
+    """Shuffle the Parquet data in SOURCE... into DEST (any fsspec URLs).
 
-    Run the same command again after an interruption to resume.
+    SOURCE is directories, globs, files, or a Delta or Iceberg table folder.
+
+    Key=value folders become columns.  Run the same command again after an
+    interruption to resume.
     """
     from daskpile import shuffle_parquet
 
@@ -202,26 +333,34 @@ def shuffle(
             list(source) if len(source) > 1 else source[0], dest, piles, seed=seed, scratch=scratch,
             storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
             memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
+            partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
+            rows_per_file=rows_per_file,
         )  # fmt: skip
-    if as_json:
-        click.echo(json.dumps(_report_json(report), indent=1))
-    else:
-        click.echo(str(report))
+    _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 
 
 @cli.command()
-@click.argument("source")
+@click.argument("source", nargs=-1, required=True)
 @click.argument("dest")
+@click.option("--partitioning", help="As the shuffle read SOURCE [what DEST's manifest records].")
+@click.option(
+    "--schema", type=click.Choice(["strict", "unify"]), help="As the shuffle read SOURCE [from the manifest]."
+)
+@click.option("--table-version", type=int, help="Of a Delta or Iceberg SOURCE [from the manifest].")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @_cluster_options
 @_command
-def verify(source, dest, quiet, **cluster):
+def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **cluster):
     """Recompute from the files that DEST holds exactly the rows of SOURCE (exit 1 if not)."""
     from daskpile import verify as verify_result
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
     with _cluster(**cluster, quiet=quiet):
-        result = verify_result(source, dest, storage_options=storage_options, progress=not quiet)
-    click.echo(str(result))
+        result = verify_result(
+            list(source) if len(source) > 1 else source[0], dest, storage_options=storage_options,
+            progress=not quiet, partitioning=partitioning, schema=schema, version=table_version,
+        )  # fmt: skip
+    _result(json.dumps(result.to_json(), indent=1) if as_json else str(result))
     sys.exit(0 if result.ok else 1)
 
 
@@ -259,8 +398,36 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, as_json, 
             if not as_json:
                 click.echo(str(report))
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in reports], indent=1))
+        _result(json.dumps([r.to_json() for r in reports], indent=1))
     sys.exit(0 if all(r.ok for r in reports) else 1)
+
+
+@cli.command()
+@click.option("--scratch", metavar="URL", help="Where runs kept their scratch [the system's temporary directory].")
+@click.option("--older-than", metavar="AGE", help="Keep anything newer (1d, 12h); remove unknown scratch older.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle.")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+@_command
+def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
+    """Remove the scratch of interrupted runs that can no longer be resumed (dest gone, finished or replaced)."""
+    from daskpile._clean import clean as find_and_remove
+
+    found = find_and_remove(
+        scratch, older_than=older_than, dry_run=dry_run, storage_options=parse_storage_options(storage_options)
+    )
+    if as_json:
+        _result(json.dumps([dataclasses.asdict(f) for f in found], indent=1))
+        return
+    if not quiet:
+        for leftover in found:
+            click.echo(str(leftover))
+    removable = [f for f in found if f.removable]
+    verb = "would remove" if dry_run else "removed"
+    freed = sum(f.bytes for f in removable) / 2**20
+    _result(
+        f"{verb} {count(len(removable), 'scratch directory')} ({freed:,.0f} MiB); kept {len(found) - len(removable)}"
+    )
 
 
 @cli.command()
@@ -273,7 +440,8 @@ def demo(directory, rows, piles, workers, quiet):
     """Write a sorted dataset into DIRECTORY, shuffle it on a LocalCluster, prove the result."""
     from daskpile import demo as demo_module
 
-    demo_module.main(["--dir", directory, "--rows", str(rows), "--piles", str(piles), "--workers", str(workers)])
+    args = ["--dir", directory, "--rows", str(rows), "--piles", str(piles), "--workers", str(workers)]
+    demo_module.main(args + (["--quiet"] if quiet else []))
 
 
 def _report_json(report) -> dict:

@@ -39,17 +39,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--dir", default="demo-data", help="where the input and output go (replaced)")
+    parser.add_argument("--quiet", action="store_true", help="print only the verdict")
     args = parser.parse_args(argv)
+    say = (lambda *a: None) if args.quiet else print
 
     from distributed import Client
 
     from daskpile._compute import local_cluster
 
     source, dest = os.path.join(args.dir, "sorted"), os.path.join(args.dir, "shuffled")
-    shutil.rmtree(args.dir, ignore_errors=True)
+    _clear(args.dir)
+    os.makedirs(args.dir)
+    open(os.path.join(args.dir, DEMO_MARKER), "w").close()
     start = time.perf_counter()
     write_reference_dataset(source, args.rows, args.files)
-    print(
+    say(
         f"wrote {args.rows:,} rows sorted by id (label 0 then 1) as {args.files} files in {source}/ "
         f"({time.perf_counter() - start:.1f} s)"
     )
@@ -58,18 +62,35 @@ def main(argv: list[str] | None = None) -> None:
         local_cluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
-        print(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")
+        say(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")
         report = daskpile.shuffle_parquet(source, dest, piles=args.piles, seed=args.seed)
-    print(report)
+    say(report)
 
     out, verdict = check_permutation(report.source_files, report.files)
-    print(f"verified: {verdict}")
-    print(f"first ids in output order: {out['id'].to_numpy()[:8].tolist()} ...")
-    print(daskpile.quality(dest, order_column="id", label_column="label"))
-    print(
+    say(f"verified: {verdict}")
+    say(f"first ids in output order: {out['id'].to_numpy()[:8].tolist()} ...")
+    quality = daskpile.quality(dest, order_column="id", label_column="label")
+    say(quality)
+    if args.quiet:
+        print(f"demo: {verdict}; {quality.verdict}")
+    say(
         f"output: {len(report.files)} files {os.path.basename(report.files[0])} ... "
         f"{os.path.basename(report.files[-1])} and {os.path.basename(report.manifest)} in {dest}/"
     )
+
+
+DEMO_MARKER = ".daskpile-demo"  # written into the demo's directory: only such a directory is ever replaced
+
+
+def _clear(directory: str) -> None:
+    """Remove a previous demo's directory, and nothing else: any other directory or file is refused."""
+    if not os.path.exists(directory):
+        return
+    if not os.path.isdir(directory) or not os.path.exists(os.path.join(directory, DEMO_MARKER)):
+        raise FileExistsError(
+            f"{directory!r} exists and is not a previous demo's directory: give the demo a new directory"
+        )
+    shutil.rmtree(directory)
 
 
 if __name__ == "__main__":

@@ -91,14 +91,14 @@ def sorted_source(directory, rows: int, files: int) -> str:
     return str(directory)
 
 
-def uninterrupted_run(source, dest, piles: int, seed: int) -> dict[str, bytes]:
+def uninterrupted_run(source, dest, piles: int, seed: int, **kwargs) -> dict[str, bytes]:
     """The part files of a plain run on the sync scheduler, to compare interrupted runs with."""
     import dask
 
     import daskpile
 
     with dask.config.set(scheduler="sync"):
-        daskpile.shuffle_parquet(source, str(dest), piles=piles, seed=seed)
+        daskpile.shuffle_parquet(source, str(dest), piles=piles, seed=seed, **kwargs)
     return file_bytes(dest)
 
 

@@ -7,6 +7,7 @@ import pty
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _util import file_bytes
@@ -145,7 +146,11 @@ def test_bad_requests_are_one_line_on_stderr_and_exit_2(sorted_source, tmp_path)
     os.makedirs(dest)
     open(os.path.join(dest, "notes.txt"), "w").close()
     result = CliRunner().invoke(cli, ["shuffle", sorted_source, dest, "--piles", "2", "--scheduler", "sync"])
-    assert result.exit_code == 2 and "holds files" in result.output and "--overwrite" in result.output
+    assert result.exit_code == 2 and "holds files daskpile did not write (notes.txt)" in result.output
+    result = CliRunner().invoke(
+        cli, ["shuffle", sorted_source, dest, "--piles", "2", "--scheduler", "sync", "--overwrite"]
+    )
+    assert result.exit_code == 2 and os.listdir(dest) == ["notes.txt"]
 
 
 def test_verification_failure_exits_1(sorted_source, tmp_path):
@@ -155,3 +160,88 @@ def test_verification_failure_exits_1(sorted_source, tmp_path):
     write_reference_dataset(other, rows=30_001, files=3)
     result = CliRunner().invoke(cli, ["verify", other, dest, "--scheduler", "sync", "-q"])
     assert result.exit_code == 1 and "MISMATCH" in result.output
+
+
+def test_json_alone_on_stdout_and_every_log_line_on_stderr(sorted_source, tmp_path):
+    done = run("shuffle", sorted_source, str(tmp_path / "out"), "--piles", "3", "--seed", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)  # the whole of stdout is one JSON document
+    assert report["rows"] == 30_000
+    assert "LocalCluster: " in done.stderr and "pass 1: " in done.stderr and "pass 2: " in done.stderr
+    done = run("verify", sorted_source, str(tmp_path / "out"), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_one_line_and_leaves_a_resumable_run(tmp_path):
+    """SIGINT to the whole process group, as a terminal sends it, mid-run on a LocalCluster."""
+    import signal
+    import time
+
+    from _util import finished_partitions, uninterrupted_run
+
+    source = tmp_path / "src"
+    write_reference_dataset(source, rows=2_000_000, files=40)
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    args = [DASKPILE, "shuffle", str(source), str(dest), "--piles", "16", "--seed", "3", "--scratch", str(scratch)]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while finished_partitions(scratch) < 4 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(process.pid, signal.SIGINT)
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    # One line from the interruption; a loaded machine may add a worker's warning from before it, nothing else
+    lines = [line for line in stderr.splitlines() if " - distributed." not in line or "WARNING" not in line]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("daskpile: interrupted; run the same command again to resume; its state is in ")
+    assert "Traceback" not in stderr and "Error" not in stderr
+    assert str(scratch) in lines[0]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "resumed" in done.stdout, done.stderr
+    assert file_bytes(dest) == uninterrupted_run(str(source), tmp_path / "reference", 16, 3)
+
+
+def test_every_option_of_every_command_is_in_the_reference():
+    import re
+
+    import click
+
+    reference = Path(__file__).parent.parent.joinpath("docs", "cli.md").read_text()
+    for name, command in cli.commands.items():
+        assert f"daskpile {name}" in reference or (name == "demo" and "daskpile demo" in reference), name
+        for param in command.params:
+            if isinstance(param, click.Option):
+                long_names = [o for o in param.opts if o.startswith("--")]
+                assert any(re.search(re.escape(o) + r"\b", reference) for o in long_names), (name, param.opts)
+
+
+def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
+    assert done.stderr.startswith("daskpile: error: ") and len(done.stderr.splitlines()) == 1
+    os.makedirs(tmp_path / "bad")
+    (tmp_path / "bad" / "x.parquet").write_bytes(b"PAR1 not parquet")
+    done = run("shuffle", str(tmp_path / "bad"), str(tmp_path / "o1"), "--scheduler", "sync", check_status=2)
+    assert "x.parquet" in done.stderr and not (tmp_path / "o1").exists()
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    done = subprocess.run([DASKPILE, "shuffle", sorted_source, str(tmp_path / "o2"), "--scheduler", "tcp://127.0.0.1:9"],
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 2 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
+    done = run("shuffle", sorted_source, str(tmp_path / "o3"), "--seed", "-1", "--scheduler", "sync", check_status=2)
+    assert "'--seed'" in done.stderr and "-1 is not in the range x>=0" in done.stderr
+
+
+def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):
+    done = run("shuffle", sorted_source, str(tmp_path / "out"), "--rows-per-file", "10000", "--seed", "1",
+               "--piles", "3", "--scheduler", "sync", check_status=0)  # fmt: skip
+    assert sorted(daskpile.read_manifest(str(tmp_path / "out"))["rows_per_file"]) == [10_000] * 3
+    one = tmp_path / "one"
+    write_reference_dataset(one, rows=100, files=1)
+    done = run("shuffle", str(one), str(tmp_path / "o1"), "--piles", "1", "--seed", "1", "--scheduler", "sync",
+               check_status=0)  # fmt: skip
+    assert "from 1 file into 1 pile" in done.stdout and "1 files" not in done.stdout + done.stderr
+    done = run("demo", str(tmp_path / "demo"), "--rows", "20000", "-q", check_status=0)
+    assert done.stdout.splitlines() == [done.stdout.strip()] and done.stdout.startswith("demo: all 20,000 rows")

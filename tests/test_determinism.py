@@ -12,9 +12,8 @@ from distributed import Client, LocalCluster
 
 import daskpile
 from daskpile import _passes, _scratch
-from daskpile._parquet import _dataset_schema
-from daskpile._storage import filesystem
 from daskpile.datasets import reference_table
+from daskpile.sources import plan_sources
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +52,15 @@ def test_another_seed_gives_another_permutation(sync_scheduler, source, tmp_path
 
 def test_a_task_run_twice_changes_nothing(source, tmp_path):
     """Dask may run a task twice (lost worker, stolen task): both runs must write the same bytes."""
-    fs, _ = filesystem(source)
-    files = sorted(os.path.join(source, f) for f in os.listdir(source))
-    schema = _dataset_schema(fs, files[0])
+    plan = plan_sources(source)
+    fs, schema, files = plan.fs, plan.schema, plan.files
     run_dir = _scratch.Scratch.create(str(tmp_path / "scratch"), None, len(files))
     counts = sum(
-        _passes.scatter_parquet_file(fs, p, k, 7, 3, run_dir, schema, True).counts for k, p in enumerate(files)
+        _passes.scatter_partition(fs, [f], k, 7, 3, run_dir, plan.reading, True).counts for k, f in enumerate(files)
     )
     first = Path(run_dir.path(2)).read_bytes()
     os.remove(run_dir.path(2))  # else the finished file would be reused, not rewritten
-    _passes.scatter_parquet_file(fs, files[2], 2, 7, 3, run_dir, schema, True)
+    _passes.scatter_partition(fs, [files[2]], 2, 7, 3, run_dir, plan.reading, True)
     assert Path(run_dir.path(2)).read_bytes() == first
 
     out = str(tmp_path / "pile.parquet")

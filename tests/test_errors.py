@@ -82,9 +82,71 @@ def test_dest_that_is_a_file(source, tmp_path):
         daskpile.shuffle_parquet(source, str(tmp_path / "file"), piles=2)
 
 
-def test_dest_with_foreign_files_is_refused(source, tmp_path):
-    (tmp_path / "out").mkdir()
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_dest_with_foreign_files_is_refused_even_with_overwrite(source, tmp_path, overwrite):
+    (tmp_path / "out" / "sub").mkdir(parents=True)
     (tmp_path / "out" / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="holds files; pass overwrite=True"):
+    (tmp_path / "out" / "sub" / "data.csv").write_text("a,b")
+    with pytest.raises(FileExistsError, match=r"holds files daskpile did not write \(notes\.txt, sub\)"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, overwrite=overwrite)
+    assert sorted(os.listdir(tmp_path / "out")) == ["notes.txt", "sub"]
+    assert (tmp_path / "out" / "sub" / "data.csv").read_text() == "a,b"
+
+
+def test_overwrite_removes_exactly_the_old_result(sync_scheduler, source, tmp_path):
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
+    with pytest.raises(FileExistsError, match="holds a finished daskpile result; pass overwrite=True"):
+        daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2)
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2, overwrite=True)  # 5 parts replaced by 3
+    assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]
+    (dest / "notes.txt").write_text("mine")  # a user's file beside a result: the result is no longer only ours
+    with pytest.raises(FileExistsError, match=r"did not write \(notes\.txt\)"):
+        daskpile.shuffle_parquet(source, str(dest), piles=2, seed=3, overwrite=True)
+    assert daskpile.read_manifest(str(dest))["seed"] == 2 and (dest / "notes.txt").exists()
+
+
+def test_many_foreign_files_are_named_up_to_ten(source, tmp_path):
+    (tmp_path / "out").mkdir()
+    for k in range(12):
+        (tmp_path / "out" / f"f{k:02d}.txt").write_text("x")
+    with pytest.raises(FileExistsError, match=r"f00\.txt, .*, f09\.txt and 2 more\)"):
         daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2)
-    assert os.listdir(tmp_path / "out") == ["notes.txt"]
+
+
+def test_a_memory_budget_below_one_row_is_refused_before_pass_1(source, tmp_path):
+    scratch = tmp_path / "scratch"
+    with pytest.raises(ValueError, match=r"a row takes about .* more than memory_per_pile=16 \(--memory-per-pile\)"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=4, memory_per_pile=16, scratch=str(scratch))
+    assert not (tmp_path / "out").exists() and not any(scratch.glob("daskpile-*/scatter-*"))
+
+
+def test_a_dest_that_is_a_link_to_the_source_is_refused(source, tmp_path):
+    os.symlink(source, tmp_path / "link")
+    with pytest.raises(ValueError, match="overlaps the source"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "link"), piles=2, overwrite=True)
+
+
+def test_an_interrupted_commit_is_finished_by_the_next_run(sync_scheduler, source, tmp_path, monkeypatch):
+    """Fault injection: the overwrite's commit stops after its first move; the rerun completes it."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
+    real_mv, moves = LocalFileSystem.mv, []
+
+    def mv_then_stop(self, *args, **kwargs):
+        if moves:
+            raise KeyboardInterrupt
+        moves.append(args)
+        return real_mv(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "mv", mv_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2, overwrite=True)
+    monkeypatch.setattr(LocalFileSystem, "mv", real_mv)
+    assert not (dest / "_daskpile.json").exists()  # no reader takes the mix for a result
+    report = daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2, overwrite=True)
+    assert report.resumed_piles == 3
+    assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]
+    assert daskpile.verify(source, str(dest)).ok

@@ -12,6 +12,9 @@ from distributed import Client, LocalCluster
 import daskpile
 
 FILES, ROWS, PILES, SEED = 60, 300_000, 48, 11
+# Small files are read together up to blocksize / 16 on disk: this blocksize keeps one task (and one
+# scratch file per band) per file, so that a kill or an interruption can land between partitions.
+BLOCKSIZE = 64 * 2**10
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +24,9 @@ def source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted(source, tmp_path_factory):
-    return uninterrupted_run(source, tmp_path_factory.mktemp("failures") / "reference", PILES, SEED)
+    return uninterrupted_run(
+        source, tmp_path_factory.mktemp("failures") / "reference", PILES, SEED, blocksize=BLOCKSIZE
+    )
 
 
 def run_killing_a_worker(ready, still_running, progress, run):
@@ -66,7 +71,9 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
         ready,
         still_running=lambda: not (dest / "_daskpile.json").exists(),
         progress=lambda: (finished_partitions(scratch), count_files(dest, "part-")),
-        run=lambda: daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch)),
+        run=lambda: daskpile.shuffle_parquet(
+            source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), blocksize=BLOCKSIZE
+        ),
     )
     scattered, gathered = killed[0]
     assert scattered < FILES if during == "pass 1" else gathered < PILES

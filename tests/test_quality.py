@@ -122,3 +122,33 @@ def test_tiny_datasets(tmp_path):
     pq.write_table(pa.table({"id": [5]}), tmp_path / "one.parquet")
     report = daskpile.quality(str(tmp_path / "one.parquet"), "id")
     assert report.ok and report.rows == 1 and report.longest_run == 1
+
+
+@pytest.mark.parametrize("case", ["uniform", "within files", "paired"])
+def test_file_by_file_and_in_memory_give_the_same_figures(sync_scheduler, tmp_path, case, monkeypatch):
+    """Integer positions 0..n-1 are measured file by file; the same order as floats (any other key) in memory."""
+    monkeypatch.setattr("daskpile._order_stats.CHUNK_ROWS", 777)  # files of about 2,900 rows: chunks meet too
+    rng = np.random.default_rng(3)
+    ids = {
+        "uniform": rng.permutation(ROWS),
+        "within files": np.concatenate([rng.permutation(p) for p in np.array_split(np.arange(ROWS), 7)]),
+        "paired": np.stack([2 * (p := rng.permutation(ROWS // 2)), 2 * p + 1], axis=1).ravel(),
+    }[case]
+    label = (ids >= ROWS // 2).astype(np.int8)
+    as_ints, as_floats = tmp_path / "ints", tmp_path / "floats"
+    write_parts(pa.table({"id": ids + 1_000, "label": label}), as_ints, 7)  # a dense range, shifted
+    write_parts(pa.table({"id": ids.astype(np.float64), "label": label}), as_floats, 7)
+    by_file = daskpile.quality(str(as_ints), "id", "label")
+    in_memory = daskpile.quality(str(as_floats), "id", "label")
+    assert [(c.name, c.passed) for c in by_file.checks] == [(c.name, c.passed) for c in in_memory.checks]
+    np.testing.assert_allclose([c.statistic for c in by_file.checks], [c.statistic for c in in_memory.checks])
+    assert by_file.longest_run == in_memory.longest_run
+    assert np.isclose(by_file.entropy_bits, in_memory.entropy_bits)
+    assert (by_file.position_histogram == in_memory.position_histogram).all()
+
+
+def test_repeated_positions_are_refused_file_by_file(tmp_path):
+    ids = np.arange(ROWS)
+    ids[5] = ids[ROWS - 5]  # one position twice (and one missing): still a dense range by min and max
+    with pytest.raises(ValueError, match="repeated values"):
+        daskpile.quality(ordered(ids, tmp_path / "twice"), "id")

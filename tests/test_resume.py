@@ -1,6 +1,8 @@
 """Kill -9 the driver at several points; running the same call again resumes the run."""
 
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,10 @@ import daskpile
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
+# Small files are read together up to blocksize / 16 on disk: this blocksize keeps one task (and one
+# scratch file per band) per file, so that a kill or an interruption can land between partitions.
+BLOCKSIZE = 64 * 2**10
+shuffle = functools.partial(daskpile.shuffle_parquet, blocksize=BLOCKSIZE)
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +29,12 @@ def source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted(source, tmp_path_factory):
-    return uninterrupted_run(source, tmp_path_factory.mktemp("resume") / "reference", PILES, SEED)
+    return uninterrupted_run(source, tmp_path_factory.mktemp("resume") / "reference", PILES, SEED, blocksize=BLOCKSIZE)
 
 
 def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False):
     """Start a driver, SIGKILL it as soon as ready() holds; fail if it finished first."""
-    args = [sys.executable, DRIVER, source, str(dest), str(scratch), str(PILES), str(SEED)]
+    args = [sys.executable, DRIVER, source, str(dest), str(scratch), str(PILES), str(SEED), str(BLOCKSIZE)]
     process = subprocess.Popen(args + (["overwrite"] if overwrite else []))
     deadline = time.monotonic() + timeout
     try:
@@ -63,7 +69,7 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
         (dest / ".part-00039.parquet.0123456789abcdef.tmp").write_bytes(b"PAR1 half a file")
 
     with dask.config.set(scheduler="sync"):
-        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+        report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
     assert report.resumed_partitions >= 10
     assert point != "pass 2" or report.resumed_piles >= 8
     assert file_bytes(dest) == uninterrupted
@@ -73,12 +79,24 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
 
 
 @pytest.mark.slow
+def test_an_interrupted_run_whose_dest_was_deleted_starts_pass_1_again(source, uninterrupted, tmp_path):
+    """Pass 2 removed the scratch of bands it had written; with those piles gone, the scratch cannot serve."""
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= PILES // 2)
+    shutil.rmtree(dest)
+    with dask.config.set(scheduler="sync"):
+        report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+    assert report.resumed_partitions == 0 and file_bytes(dest) == uninterrupted
+
+
+@pytest.mark.slow
 def test_seed_none_adopts_the_interrupted_runs_seed(source, uninterrupted, tmp_path):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 4)
     with dask.config.set(scheduler="sync"):
-        report = daskpile.shuffle_parquet(source, str(dest), piles=PILES, scratch=str(scratch))
+        report = shuffle(source, str(dest), piles=PILES, scratch=str(scratch))
     assert report.seed == SEED and file_bytes(dest) == uninterrupted
 
 
@@ -89,10 +107,10 @@ def test_a_mismatching_rerun_is_refused(source, tmp_path):
     kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 4)
     with dask.config.set(scheduler="sync"):
         with pytest.raises(daskpile.RunMismatchError, match=r"seed 8 instead of 7.*overwrite=True"):
-            daskpile.shuffle_parquet(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
+            shuffle(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
         with pytest.raises(daskpile.RunMismatchError, match="piles 12 instead of 40"):
-            daskpile.shuffle_parquet(source, str(dest), piles=12, seed=SEED, scratch=str(scratch))
-        report = daskpile.shuffle_parquet(source, str(dest), piles=12, seed=8, scratch=str(scratch), overwrite=True)
+            shuffle(source, str(dest), piles=12, seed=SEED, scratch=str(scratch))
+        report = shuffle(source, str(dest), piles=12, seed=8, scratch=str(scratch), overwrite=True)
     assert report.resumed_partitions == 0 and report.resumed_piles == 0
     assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(12)]
     assert daskpile.verify(source, str(dest)).ok
@@ -103,14 +121,12 @@ def test_an_old_result_stays_whole_until_its_replacement_is_complete(source, uni
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     with dask.config.set(scheduler="sync"):
-        daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
+        shuffle(source, str(dest), piles=5, seed=1)
     old = file_bytes(dest)
     kill_driver_when(source, dest, scratch, lambda: count_files(dest, "part-") >= 5 + 6, overwrite=True)
     assert file_bytes(dest) == old  # staged parts live in a hidden directory
     assert daskpile.read_manifest(str(dest))["piles"] == 5 and daskpile.verify(source, str(dest)).ok
     with dask.config.set(scheduler="sync"):
-        report = daskpile.shuffle_parquet(
-            source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), overwrite=True
-        )
+        report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), overwrite=True)
     assert report.resumed_piles >= 6 and file_bytes(dest) == uninterrupted
     assert [n for n in os.listdir(dest) if n.startswith(".")] == []

@@ -131,3 +131,25 @@ def test_the_command_on_s3(s3):
     assert "shuffled 5,000 rows from 2 files into 3 piles (seed 2) at s3://lake/cli-out" in result.output
     result = CliRunner().invoke(cli, ["verify", "s3://lake/cli-in", "s3://lake/cli-out", *storage, "--scheduler=sync"])
     assert result.exit_code == 0 and "match" in result.output
+
+
+def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(sync_scheduler, s3):
+    """S3 consoles make "folders" as empty objects named dest/: s3fs lists them; they are not user files."""
+    fs, options = s3
+    write_reference_dataset("s3://lake/marked-src", rows=2_000, files=2, storage_options=options)
+    fs.pipe("lake/marked/", b"")  # the console's "Create folder"
+    fs.invalidate_cache()
+    args = ("s3://lake/marked-src", "s3://lake/marked")
+    daskpile.shuffle_parquet(*args, piles=3, seed=1, storage_options=options)
+    daskpile.shuffle_parquet(*args, piles=2, seed=2, storage_options=options, overwrite=True)
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.find("lake/marked")) == [
+        "",
+        "_daskpile.json",
+        "part-00000.parquet",
+        "part-00001.parquet",
+    ]  # fmt: skip  ("": the marker, kept)
+    fs.pipe("lake/marked/notes.txt", b"mine")
+    with pytest.raises(FileExistsError, match=r"did not write \(notes\.txt\)"):
+        daskpile.shuffle_parquet(*args, piles=2, seed=3, storage_options=options, overwrite=True)
+    assert fs.cat("lake/marked/notes.txt") == b"mine"

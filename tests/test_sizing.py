@@ -30,7 +30,10 @@ def test_the_largest_pile_fits_and_one_pile_fewer_would_not():
 
 
 def test_plan_limits():
-    assert _sizing.plan(100, 1000, 10**9, min_piles=8).piles == 8
+    assert _sizing.plan(10**6, 10**7, 10**9, min_piles=8).piles == 8  # enough rows: 4 piles per thread
+    assert _sizing.plan(100, 1000, 10**9, min_piles=8).piles == 1  # never more piles than the rows need
+    assert _sizing.plan(25_000, 10**5, 10**9, min_piles=8).piles == 2  # piles of at least 10,000 rows
+    assert _sizing.plan(10_001, 10**5, 10**9, min_piles=8).piles == 1
     with pytest.raises(ValueError, match="a row takes about 1,000,000 bytes"):
         _sizing.plan(10, 10**7, 10**5)
     with pytest.raises(ValueError, match="more than the 65,535 daskpile supports"):

@@ -42,7 +42,65 @@ def test_verify_recomputes_from_the_files(client, source, tmp_path):
     damaged = daskpile.verify(source, dest)
     assert not damaged.ok and not damaged
     assert damaged.dest.rows == damaged.source.rows == 5_000
-    assert "MISMATCH" in str(damaged)
+    assert damaged.columns_differing == ("name",)
+    assert "MISMATCH: source 5,000 rows, result 5,000 rows" in str(damaged)
+    assert "columns that differ: name" in str(damaged)
+
+
+def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_scheduler, source, tmp_path):
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=2, seed=0)
+    part = dest / "part-00000.parquet"
+    table = pq.read_table(part)
+    swapped = table["x"].to_pylist()
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    pq.write_table(table.set_column(table.column_names.index("x"), "x", pa.array(swapped)), part)
+    result = daskpile.verify(source, str(dest))
+    assert not result.ok and result.columns_differing == ()
+    assert "every column holds the same values, but not in the same rows" in str(result)
+
+
+def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, source, tmp_path):
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    os.remove(dest / "part-00001.parquet")
+    (dest / "part-00002.parquet").write_bytes(b"PAR1 not really")
+    result = daskpile.verify(source, str(dest))
+    assert not result.ok
+    assert [os.path.basename(m.split(" ")[0]) for m in result.missing_files] == ["part-00001.parquet"]
+    assert len(result.unreadable_files) == 1 and "part-00002.parquet" in result.unreadable_files[0]
+    assert "as Parquet" in result.unreadable_files[0]  # the reason
+    text = str(result)
+    assert "missing: " in text and "the manifest lists it" in text and "unreadable: " in text
+
+
+@pytest.mark.parametrize("write_index", [True, False])
+def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, write_index):
+    """shuffle(dd.read_parquet(src)).to_parquet(out): Dask's own index column is recognised, and named."""
+    import dask.dataframe as dd
+
+    daskpile.shuffle(dd.read_parquet(source), piles=4, seed=5).to_parquet(
+        str(tmp_path / "out"), write_index=write_index
+    )
+    result = daskpile.verify(source, str(tmp_path / "out"))
+    assert result.ok, str(result)
+    assert result.ignored_columns == (("__null_dask_index__",) if write_index else ())
+    assert ("__null_dask_index__" in str(result)) == write_index
+
+
+def test_verify_json_and_exit_status(sync_scheduler, source, tmp_path):
+    from click.testing import CliRunner
+
+    from daskpile.cli import cli
+
+    dest = str(tmp_path / "out")
+    daskpile.shuffle_parquet(source, dest, piles=2, seed=0)
+    done = CliRunner().invoke(cli, ["verify", source, dest, "--json", "--scheduler", "sync"])
+    assert done.exit_code == 0 and json.loads(done.output)["ok"] is True
+    os.remove(os.path.join(dest, "part-00001.parquet"))
+    done = CliRunner().invoke(cli, ["verify", source, dest, "--json", "--scheduler", "sync"])
+    report = json.loads(done.output)
+    assert done.exit_code == 1 and report["ok"] is False and len(report["missing_files"]) == 1
 
 
 def test_verify_every_type(client, tmp_path):

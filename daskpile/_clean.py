@@ -1,0 +1,156 @@
+"""``clean``: find and remove the scratch that interrupted or abandoned runs left behind.
+
+Every run keeps its scratch in a directory ``daskpile-<name>`` under the
+scratch root (the temporary directory by default).  A ``shuffle_parquet`` run
+writes its description (``_daskpile.run.json``, with its dest) there, so its
+scratch can be judged: it is a leftover when its dest is gone, holds a
+finished its run's result, holds another run, its source changed, or pass 2
+had consumed scratch whose piles dest no longer holds.  Anything else may be
+resumed, or be running: it stays, unless ``older_than`` says it is stale.
+Scratch without a description (``shuffle(ddf)``'s, owned by a live Python
+session) goes only when older than ``older_than``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+import tempfile
+import time
+
+from dask.utils import format_bytes, parse_timedelta
+
+from daskpile import _manifest, _parquet
+from daskpile import _run as run_state
+from daskpile._scratch import Scratch, band_bounds, parse_scratch_name
+from daskpile._storage import filesystem, full_url, remove_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Leftover:
+    """A scratch directory, why it can go (or why it stays), its size and age."""
+
+    url: str
+    bytes: int
+    age_seconds: float
+    removable: bool
+    reason: str
+
+    def __str__(self) -> str:
+        verb = "remove" if self.removable else "keep  "
+        return f"{verb} {self.url} ({format_bytes(self.bytes)}, {self.age_seconds / 3600:,.1f} h old): {self.reason}"
+
+
+def clean(
+    scratch: str | None = None,
+    *,
+    older_than: str | float | None = None,
+    dry_run: bool = False,
+    storage_options: dict | None = None,
+) -> list[Leftover]:
+    """List the scratch directories under ``scratch`` and remove those no run can use any more.
+
+    ``older_than`` ("1d", "12h" or seconds) keeps anything more recent, and
+    lets scratch of unknown runs older than that go too.  With ``dry_run``
+    nothing is removed.
+
+    >>> for leftover in clean(older_than="1d", dry_run=True):  # doctest: +SKIP
+    ...     print(leftover)
+    remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 30.2 h old): its dest /data/out is gone
+    """
+    fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
+    min_age = parse_timedelta(older_than) if older_than is not None else None
+    found = []
+    for path in sorted(fs.ls(root, detail=False)):
+        path = path.rstrip("/")
+        if SCRATCH_NAME.match(posixpath.basename(path)) and fs.isdir(path):
+            leftover = _judge(fs, path, min_age, storage_options)
+            if leftover is not None:
+                found.append(leftover)
+    if not dry_run:
+        for leftover in found:
+            if leftover.removable:
+                remove_tree(fs, filesystem(leftover.url, storage_options)[1])
+    return found
+
+
+SCRATCH_NAME = re.compile(r"^daskpile-[0-9a-f]{16}$")  # Scratch.create's names, and nothing else
+
+
+def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | None:
+    """The verdict on one directory named like scratch; None if it holds no daskpile scratch."""
+    files = fs.find(path, detail=True)
+    names = {posixpath.basename(p) for p in files}
+    if not names or not (run_state.RUN_FILE in names or any(parse_scratch_name(n) for n in names)):
+        return None
+    size = sum(int(info.get("size") or 0) for info in files.values())
+    age = max(0.0, time.time() - max(_mtime(info) for info in files.values()))
+    url = full_url(fs, path)
+    if min_age is not None and age < min_age:
+        return Leftover(url, size, age, False, f"newer than {format_seconds(min_age)}")
+    spec = run_state.read(fs, path)
+    if spec is None:
+        if min_age is None:
+            return Leftover(
+                url, size, age, False, "no run description (shuffle(ddf) in a live session?): give --older-than"
+            )
+        return Leftover(url, size, age, True, f"no run description, older than {format_seconds(min_age)}")
+    reason = _why_unused(spec, fs, path, storage_options)
+    if reason is not None:
+        return Leftover(url, size, age, True, reason)
+    if min_age is not None:
+        return Leftover(url, size, age, True, f"a resumable run of {spec.dest} left for {format_seconds(min_age)}")
+    return Leftover(url, size, age, False, f"a resumable run of {spec.dest}: run it again to finish it")
+
+
+def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str | None:
+    """Why no run can use this scratch any more, or None if its run may still be resumed (or be running)."""
+    dest_fs, dest = filesystem(spec.dest, storage_options)
+    there = run_state.read(dest_fs, dest) if dest_fs.exists(dest) else None
+    if there is not None and there.key() != spec.key():
+        return f"its dest {spec.dest} holds another run"
+    manifest_path = posixpath.join(dest, _manifest.MANIFEST_NAME)
+    if there is None and dest_fs.exists(manifest_path):
+        manifest = _manifest.read_at(dest_fs, dest)
+        if (manifest.get("seed"), manifest.get("piles"), manifest.get("source_files")) == (
+            spec.seed, spec.piles, list(spec.source_files)
+        ):  # fmt: skip
+            return f"its run finished: {spec.dest} holds its result"
+    changed = _changed_source(spec, storage_options)
+    if changed:
+        return f"its source changed since ({changed})"
+    scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles))
+    if not _parquet._scratch_serves(scratch, dest_fs, dest, spec.piles, spec.seed):
+        return f"pass 2 had used up part of it, and {spec.dest} no longer holds those piles"
+    return None
+
+
+def _changed_source(spec: run_state.RunSpec, storage_options) -> str | None:
+    """The first source file that is gone or changed since the run began, if any."""
+    for url, stamp in zip(spec.source_files, spec.source_stamps, strict=True):
+        fs, path = filesystem(url, storage_options)
+        try:
+            now = run_state.file_stamps([fs.info(path)])[0]
+        except FileNotFoundError:
+            return f"{url} is gone"
+        if now != stamp:
+            return f"{url} changed"
+    return None
+
+
+def _mtime(info: dict) -> float:
+    value = next((info[k] for k in ("mtime", "LastModified", "last_modified", "created") if k in info), None)
+    if value is None:
+        return time.time()
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def format_seconds(seconds: float) -> str:
+    """
+    >>> format_seconds(86400), format_seconds(5400)
+    ('1 d', '1.5 h')
+    """
+    if seconds >= 86400:
+        return f"{seconds / 86400:g} d"
+    return f"{seconds / 3600:g} h"

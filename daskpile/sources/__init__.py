@@ -1,0 +1,246 @@
+"""What a shuffle reads: the files of a lake, their partition keys, and the schema their rows take.
+
+``plan_sources`` turns what the user gave (directories, globs, files, a Delta
+or Iceberg table) into a ``SourcePlan``: the data files in a fixed order, each
+with its partition values, and one schema.  Pass 1 reads the plan's
+partitions (groups of consecutive files) with ``read.read_pieces``, and so
+does ``verify``, so both see the rows as the shuffle did.
+
+- ``listing``: which files a URL names, sidecars and strays apart;
+- ``hive``: key=value partition folders;
+- ``tables``: Delta Lake and Iceberg tables, through their libraries;
+- ``schemas``: the schema policy (strict or unify) and conforming tables to it;
+- ``read``: a partition as Arrow tables.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from daskpile._run import file_stamps
+from daskpile._storage import filesystem, full_url
+from daskpile.sources import hive, listing, schemas, tables
+from daskpile.sources.parquet import open_parquet, read_parquet
+from daskpile.sources.read import Reading, SourceFile, read_pieces
+
+__all__ = ["Reading", "SourceFile", "SourcePlan", "plan_sources", "read_pieces"]
+
+# Consecutive files are read by one pass-1 task until they hold this fraction of
+# blocksize on disk (16 MiB by default): enough that a task's fixed costs (a
+# scratch file per band, a slice per pile in pass 2) are small against its data,
+# small enough that a file of a typical lake (tens of MiB and up) is a task of
+# its own, as it always was, and that there are many tasks for many cores.
+GROUP_FRACTION = 1 / 16
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePlan:
+    """The files a shuffle reads, in order, and the schema of their rows."""
+
+    fs: object
+    files: tuple[SourceFile, ...]
+    reading: Reading
+    skipped: tuple[str, ...] = ()  # stray files, not read
+    table: str | None = None  # "delta table at version 3", for reports
+    metadata: pq.FileMetaData | None = None  # of a _metadata sidecar
+    version: int | None = None  # of a table
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.reading.schema
+
+    @property
+    def urls(self) -> list[str]:
+        return [full_url(self.fs, f.path) for f in self.files]
+
+    @property
+    def stamps(self) -> list[str]:
+        return [f.stamp for f in self.files]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [f.size for f in self.files]
+
+    def __str__(self) -> str:
+        where = self.table or f"{len(self.files):,} files"
+        schema = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
+        return f"{where}, schema {self.reading.policy} ({schema})"
+
+    def describe(self) -> dict:
+        """How the source was read, for the manifest and the run's report."""
+        keys = [f for f in self.schema if f.name in dict(self.files[0].keys)] if self.files else []
+        return {
+            "schema_policy": self.reading.policy,
+            "schema_from": self.reading.reference,
+            "partition_keys": {f.name: str(f.type) for f in keys},
+            "table": self.table,
+            "table_version": self.version,
+            "skipped_files": list(self.skipped),
+        }
+
+    def partitions(self, blocksize: int) -> list[list[SourceFile]]:
+        """Consecutive files grouped up to ``blocksize * GROUP_FRACTION`` bytes on disk (a larger file alone).
+
+        >>> plan = SourcePlan(None, tuple(SourceFile(str(k), size, "") for k, size in enumerate([5, 5, 20, 1])), None)
+        >>> [[f.path for f in group] for group in plan.partitions(blocksize=160)]
+        [['0', '1'], ['2'], ['3']]
+        """
+        limit = blocksize * GROUP_FRACTION
+        groups: list[list[SourceFile]] = []
+        size = 0
+        for f in self.files:
+            if groups and size + f.size <= limit:
+                groups[-1].append(f)
+                size += f.size
+            else:
+                groups.append([f])
+                size = f.size
+        return groups
+
+
+def plan_sources(
+    source: str | list[str],
+    storage_options: dict | None = None,
+    *,
+    partitioning="hive",
+    schema: str = "strict",
+    version: int | None = None,
+    stray_files: str = "skip",
+) -> SourcePlan:
+    """The plan of what ``source`` names: see ``shuffle_parquet`` for the arguments.
+
+    >>> plan = plan_sources("lake/events/", schema="unify")  # doctest: +SKIP
+    >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
+    (['id', 'v', 'year'], 2000)
+    """
+    schemas.check_policy(schema)
+    if stray_files not in ("skip", "error"):
+        raise ValueError(f"stray_files must be 'skip' or 'error', got {stray_files!r}")
+    urls = list(source) if isinstance(source, (list, tuple)) else [source]
+    if not urls:
+        raise ValueError("source is an empty list")
+    fs = filesystem(urls[0], storage_options)[0]
+    table = _single_table(urls, storage_options, version)
+    if table is not None:
+        return _table_plan(fs, table, urls[0])
+    if version is not None:
+        raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
+    declared = hive.parse_partitioning(partitioning)
+    listed = [listing.list_source(url, storage_options) for url in urls]
+    others = [url for url, item in zip(urls, listed, strict=True) if type(item.fs) is not type(fs)]
+    if others:
+        raise ValueError(f"sources must share one filesystem: {others[0]!r} is not on that of {urls[0]!r}")
+    files, strays, sidecars = _collect(listed)
+    if stray_files == "error" and strays:
+        raise ValueError(f"{strays[0]!r} is not a Parquet file (stray_files='skip', the default, skips such files)")
+    if not files:
+        only = f" (only files that are not Parquet, such as {strays[0]!r})" if strays else ""
+        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no Parquet files{only}")
+    key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
+    infos = [info for info, _ in files]
+    stamps = file_stamps(infos)
+    source_files = [
+        SourceFile(
+            name := info["name"], int(info.get("size") or 0), stamp, _key_tuple(pairs, key_fields, full_url(fs, name))
+        )
+        for (info, pairs), stamp in zip(files, stamps, strict=True)
+    ]
+    metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
+    reading = _reading(fs, source_files, key_fields, schema, metadata)
+    return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
+
+
+def _single_table(urls, storage_options, version) -> tables.TableFiles | None:
+    found = []
+    for url in urls:
+        fs, path = filesystem(url, storage_options)
+        fmt = tables.table_format(fs, path) if fs.isdir(path) else None
+        if fmt is not None:
+            found.append((fmt, url))
+    if not found:
+        return None
+    if len(urls) > 1:
+        raise ValueError(f"{found[0][1]!r} is a {found[0][0]} table: give it as the only source")
+    fmt, url = found[0]
+    return tables.read_table(fmt, url, storage_options, version)
+
+
+def _table_plan(fs, table: tables.TableFiles, url: str) -> SourcePlan:
+    if not table.files:
+        raise FileNotFoundError(f"the {table.description} at {url!r} has no data files")
+    files = tuple(SourceFile(path, size, stamp, tuple(keys.items())) for path, size, stamp, keys in table.files)
+    reading = Reading(table.schema, "table", f"{url} ({table.description})", tuple(table.field_ids.items()))
+    return SourcePlan(fs, files, reading, (), table.description, version=table.version)
+
+
+def _collect(listed: list[listing.Listed]):
+    """(info, partition folder pairs) of every data file, the strays, the sidecars; a table inside is refused."""
+    files, seen, strays, sidecars = [], {}, [], {}
+    for item in listed:
+        if item.nested_table:
+            raise ValueError(
+                f"{full_url(item.fs, item.nested_table)!r} is a table: give it as the source, not a folder above it"
+            )
+        if item.table_above:
+            raise ValueError(
+                f"the source lies inside the table {full_url(item.fs, item.table_above)!r}, whose folder also holds "
+                "files its log has removed: give the table folder as the source"
+            )
+        for info in item.files:
+            name = info["name"]
+            if name in seen:
+                raise ValueError(f"{full_url(item.fs, name)!r} is named by two sources ({seen[name]!r} too)")
+            seen[name] = item.root or name
+            files.append((info, hive.folder_keys(name)))
+        strays += item.strays
+        sidecars = sidecars or item.sidecars
+    return files, strays, sidecars
+
+
+def _key_tuple(pairs, key_fields: pa.Schema, url: str) -> tuple:
+    values = hive.key_values(pairs, key_fields, url)
+    return tuple(zip(key_fields.names, values, strict=True))
+
+
+def _sidecar_metadata(fs, sidecars: dict[str, str]) -> pq.FileMetaData | None:
+    path = sidecars.get("_metadata")
+    return read_parquet(fs, path, pq.read_metadata) if path else None
+
+
+def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, metadata) -> Reading:
+    """The plan's schema: the reference file's (strict) or the union of all (unify), then the partition keys."""
+    if policy == "unify":
+        footers = _schemas(fs, [f.path for f in files])
+        data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
+        reference = "the union of the files' schemas"
+    elif metadata is not None:
+        data, reference = metadata.schema.to_arrow_schema(), "_metadata"
+    else:
+        data, reference = _reference_schema(fs, files)
+    data = schemas.without_range_index(data)
+    clashes = [n for n in key_fields.names if n in data.names]
+    if clashes:
+        raise ValueError(
+            f"column {clashes[0]!r} of {reference!r} is also a partition folder key: pass partitioning='none' "
+            "(--partitioning none) to read the files' column and ignore the folders"
+        )
+    return Reading(pa.schema([*data, *key_fields], metadata=data.metadata), policy, reference)
+
+
+def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
+    """The schema of the first file that has rows (a zero-row file may have written its columns as null)."""
+    for f in files:
+        with open_parquet(fs, f.path) as parquet:  # its schema_arrow maps Parquet's logical types (UUID) as reads do
+            if parquet.metadata.num_rows or f is files[-1]:
+                return parquet.schema_arrow, full_url(fs, f.path)
+    raise AssertionError("unreachable")
+
+
+def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
+    """Every file's schema, read concurrently (on an object store each is a request)."""
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        return list(pool.map(lambda p: read_parquet(fs, p, pq.read_schema), paths))

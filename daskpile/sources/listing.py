@@ -1,0 +1,116 @@
+"""Which files a source names: directories, globs and files, as many as given, on any fsspec filesystem.
+
+A lake holds more than data.  Names starting with ``.`` or ``_`` (``_SUCCESS``,
+``_committed_*``, ``.crc``, ``_delta_log/``) are never data, except the
+``_metadata`` and ``_common_metadata`` sidecars, which are kept apart for
+planning.  A file whose extension says it is something else (``README.txt``)
+is a stray: skipped and listed in the report, or an error with
+``stray_files="error"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+import fsspec
+
+from daskpile._storage import GLOB_CHARS, filesystem, full_url
+from daskpile.sources import tables
+
+SIDECARS = ("_metadata", "_common_metadata")
+# Parquet files are named *.parquet (Spark: *.snappy.parquet), *.parq or *.pq, or have no
+# extension at all (Hive: 000000_0); any other extension is something else.
+PARQUET_EXTENSIONS = (".parquet", ".parq", ".pq")
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """One source's files: ``root`` is the directory partition folders are found under ('' for none)."""
+
+    fs: fsspec.AbstractFileSystem
+    root: str
+    files: list[dict]  # fsspec info dicts (name, size, and a modification stamp)
+    sidecars: dict[str, str]  # sidecar name -> path
+    strays: list[str]
+    nested_table: str | None = None  # a Delta or Iceberg table folder below root
+    table_above: str | None = None  # a table folder the source lies inside
+
+
+def list_source(url: str, storage_options: dict | None = None, role: str = "source") -> Listed:
+    """The data files under one URL (a file, a directory, searched recursively, or a glob), sorted by path."""
+    fs, path = filesystem(url, storage_options)
+    if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
+        found = fs.glob(path, detail=True)
+        root = _literal_prefix(path)
+        above = tables.table_around(fs, root)
+    elif fs.isdir(path):
+        found = fs.find(path, detail=True)
+        root = path.rstrip("/")
+        above = tables.table_around(fs, posixpath.dirname(root))
+    else:
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{role} {url!r} does not exist") from None
+        if _is_stray(posixpath.basename(path)):
+            return Listed(fs, "", [], {}, [full_url(fs, path)])
+        return Listed(fs, "", [info], {}, [], table_above=tables.table_around(fs, posixpath.dirname(path)))
+    files, strays, sidecars = [], [], {}
+    nested = tables.nested_table(list(found), root)
+    for name in sorted(found):
+        info = found[name]
+        if info.get("type") == "directory":
+            continue
+        relative = name[len(root) :] if root and name.startswith(root) else posixpath.basename(name)
+        base = posixpath.basename(name)
+        if base in SIDECARS and posixpath.dirname(name) == root:
+            sidecars[base] = name
+        elif _is_hidden(relative):
+            continue
+        elif _is_stray(base):
+            strays.append(full_url(fs, name))
+        else:
+            files.append(info)
+    return Listed(fs, root, files, sidecars, strays, nested, above)
+
+
+def data_files(
+    source: str | list[str], storage_options: dict | None = None, role: str = "source"
+) -> tuple[fsspec.AbstractFileSystem, list[str]]:
+    """The filesystem and Parquet files of URLs (files, directories, globs), in order, strays left out."""
+    listed = [list_source(url, storage_options, role) for url in ([source] if isinstance(source, str) else source)]
+    if not listed:
+        raise ValueError(f"{role} is an empty list")
+    files = [info["name"] for item in listed for info in item.files]
+    if not files:
+        raise FileNotFoundError(f"{role} {source!r} matches no Parquet files")
+    return listed[0].fs, files
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The directory part of a glob before its first wildcard: where partition folders start."""
+    parts = pattern.split("/")
+    literal = []
+    for part in parts[:-1]:
+        if any(ch in part for ch in GLOB_CHARS):
+            break
+        literal.append(part)
+    return "/".join(literal)
+
+
+def _is_hidden(relative_path: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)
+
+
+def _is_stray(name: str) -> bool:
+    """A file whose extension says it is not Parquet (``B.PARQUET`` is Parquet)."""
+    stem = name.lower()
+    for compression in (".gz", ".snappy", ".zst", ".lz4", ".brotli"):
+        stem = stem.removesuffix(compression)
+    if stem.endswith(PARQUET_EXTENSIONS):
+        return False
+    extension = posixpath.splitext(stem)[1]
+    # Spark and Hive file names have dots that are not extensions (part-0000.c000): only
+    # short alphabetic suffixes are taken for one.
+    return bool(extension) and extension[1:].isalpha() and len(extension) <= 8

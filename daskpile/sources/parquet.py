@@ -1,0 +1,61 @@
+"""Opening and reading Parquet files, local or through fsspec, with errors that name the file."""
+
+from __future__ import annotations
+
+import contextlib
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from daskpile._storage import full_url, is_local
+
+
+def _read_table_single_threaded(source) -> pa.Table:
+    # Parallelism comes from Dask running many of these at once; pyarrow's own
+    # reader threads on top oversubscribe the cores (measured: pass 1 on 10 M
+    # rows took 3.7 s with them, 2.5 s without, on 2 cores).
+    return pq.read_table(source, use_threads=False, pre_buffer=not isinstance(source, str))  # see open_parquet
+
+
+def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=_read_table_single_threaded):
+    """Read one Parquet file (or with ``reader=pq.read_schema`` its schema) as Arrow.
+
+    Local files go to pyarrow's native reader; others through fsspec.
+    """
+    with parquet_errors(full_url(fs, path)):
+        if is_local(fs):
+            return reader(path)
+        with fs.open(path, "rb") as f:
+            return reader(f)
+
+
+@contextlib.contextmanager
+def open_parquet(fs: fsspec.AbstractFileSystem, path: str, footer: pq.FileMetaData | None = None):
+    """A ``pq.ParquetFile`` (footer read, or ``footer`` given; no data yet), local or through fsspec."""
+    with contextlib.ExitStack() as stack:
+        with parquet_errors(full_url(fs, path)):  # only the opening: errors of the caller's block stay theirs
+            local = is_local(fs)
+            source = path if local else stack.enter_context(fs.open(path, "rb"))
+            # Pre-buffering (coalescing a file's reads) pays on object stores; locally it is a fixed cost
+            # per file, as is memory-mapping.  CPU to read every file of a dataset on one thread, pyarrow
+            # 26 (best of 4): A's 40 files 0.58 s mapped and pre-buffered, 0.57 s neither; the same rows as
+            # 2,000 files 1.14 s against 0.81 s; files of 500,000 rows 53 ns a row either way.
+            parquet = pq.ParquetFile(source, metadata=footer, pre_buffer=not local)
+            stack.callback(parquet.close)
+        yield parquet
+
+
+@contextlib.contextmanager
+def parquet_errors(url: str):
+    """Any failure to read or parse a file becomes an error that names it: ValueError, or FileNotFoundError."""
+    try:
+        yield
+    except FileNotFoundError as e:
+        if url in str(e):
+            raise
+        raise FileNotFoundError(f"{url!r} does not exist (any more): {e}") from e
+    except pa.ArrowMemoryError:
+        raise
+    except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowNotImplementedError (unsupported codecs), ...
+        raise ValueError(f"cannot read {url!r} as Parquet: {e}") from e

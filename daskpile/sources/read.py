@@ -1,0 +1,97 @@
+"""Reading one partition of a plan (a group of consecutive files) as Arrow tables in the plan's schema.
+
+A partition is cut into pieces of whole row groups of at most ``blocksize``
+bytes uncompressed, across file boundaries: a piece of many small files is
+one table, scattered at once, so the number of scatter tasks and scratch files
+follows the bytes, not the file count.  A partition of one file is cut as
+that file alone always was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from daskpile._storage import full_url
+from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.sources.schemas import conformer
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    path: str
+    size: int  # bytes stored
+    stamp: str  # size and modification stamp, to tell a rerun whether the file changed
+    keys: tuple[tuple[str, pa.Scalar], ...] = ()  # its partition values
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What a task needs to turn a file's rows into the plan's rows."""
+
+    schema: pa.Schema
+    policy: str  # "strict", "unify", or "table" (a table format's schema: missing columns are nulls)
+    reference: str  # the file (or table) the schema comes from, for messages
+    field_ids: tuple[tuple[int, str], ...] = ()  # Iceberg: (field id, current name), columns matched by id
+
+
+def read_pieces(
+    fs, files: list[SourceFile], reading: Reading, blocksize: int, skip: Callable[[int], bool] = lambda piece: False
+) -> Iterator[tuple[int, pa.Table | None]]:
+    """The pieces of a partition in order, as (piece, table in the plan's schema).
+
+    A piece is whole row groups, across file boundaries, of at most
+    ``blocksize`` bytes uncompressed (a larger row group alone); a partition
+    without rows is one empty piece.  Files are opened one at a time, so a
+    partition of thousands of tiny files never holds them all open.  Pieces
+    ``skip`` says are done come as (piece, None), their rows not read.
+    """
+    piece, size, tables, started = 0, 0, [], False
+    skipped = skip(0)
+    known: list = []  # (schema, keys, conformer): in a lake most files share both (schemas may not hash)
+    for f in files:
+        url = full_url(fs, f.path)
+        with open_parquet(fs, f.path) as parquet:
+            schema, footer = parquet.schema_arrow, parquet.metadata
+            conform = next((c for s, k, c in known if k == f.keys and s.equals(schema)), None)
+            if conform is None:
+                conform = conformer(
+                    schema,
+                    reading.schema,
+                    dict(f.keys),
+                    reading.policy,
+                    url,
+                    reading.reference,
+                    dict(reading.field_ids),
+                )
+                known.append((schema, f.keys, conform))
+            groups: list[int] = []  # of this file, in the current piece
+            for g in range(footer.num_row_groups):
+                nbytes = footer.row_group(g).total_byte_size
+                if started and size + nbytes > blocksize:
+                    if groups and not skipped:
+                        tables.append(_read(parquet, groups, conform, url))
+                    yield piece, None if skipped else _concat(tables, reading.schema)
+                    piece, size, tables, groups = piece + 1, 0, [], []
+                    skipped = skip(piece)
+                groups.append(g)
+                size += nbytes
+                started = True
+            if groups and not skipped:
+                tables.append(_read(parquet, groups, conform, url))
+    yield piece, None if skipped else _concat(tables, reading.schema)
+
+
+def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
+    with parquet_errors(url):
+        table = parquet.read_row_groups(groups, use_threads=False)
+    return conform(table, url)
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    if not tables:
+        return schema.empty_table()
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    return table.replace_schema_metadata(schema.metadata)

@@ -1,0 +1,200 @@
+"""The schema policy: which files may be shuffled together, and the schema their rows take.
+
+``strict`` (the default): every file has the reference file's columns and
+types.  Differences that change no value pass and are conformed to the
+reference: column order, the nullable flag, ``string`` against
+``large_string`` (and binary, list likewise), and a column written as
+``null`` (a zero-row file written by pandas or Polars).
+
+``unify``: the union of the columns by name, types promoted as
+``pyarrow.unify_schemas(promote_options="permissive")`` does (dictionary
+columns take their value type when another file has plain values), missing
+columns as nulls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pyarrow as pa
+
+POLICIES = ("strict", "unify")
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"schema must be 'strict' or 'unify', got {policy!r}")
+    return policy
+
+
+def without_range_index(schema: pa.Schema) -> pa.Schema:
+    """Drop a pandas RangeIndex from the metadata: it numbers the input's rows, meaningless after a shuffle."""
+    pandas_meta = schema.pandas_metadata
+    if pandas_meta and any(isinstance(c, dict) for c in pandas_meta.get("index_columns", [])):
+        pandas_meta["index_columns"] = [c for c in pandas_meta["index_columns"] if not isinstance(c, dict)]
+        schema = schema.with_metadata({**schema.metadata, b"pandas": json.dumps(pandas_meta).encode()})
+    return schema
+
+
+def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
+    """Union by name of the files' schemas, in order of first appearance; the first one's metadata.
+
+    An impossible promotion names the column and the two files.
+    """
+    types: dict[str, pa.DataType] = {}
+    first_seen: dict[str, str] = {}
+    everywhere: dict[str, int] = {}
+    for schema, url in zip(schemas, urls, strict=True):
+        for field in schema:
+            everywhere[field.name] = everywhere.get(field.name, 0) + 1
+            if field.name not in types:
+                types[field.name], first_seen[field.name] = field.type, url
+                continue
+            merged = _merge(types[field.name], field.type)
+            if merged is None:
+                raise ValueError(
+                    f"column {field.name!r} is {types[field.name]} in {first_seen[field.name]!r} and {field.type} "
+                    f"in {url!r}: no type holds both, so the files cannot be unified"
+                )
+            types[field.name] = merged
+    # not null only where every file has the column and says so (as pa.unify_schemas decides)
+    nullable = {
+        n: n in {f.name for s in schemas for f in s if f.nullable} or everywhere[n] < len(schemas) for n in types
+    }
+    fields = [pa.field(n, t, nullable=nullable[n]) for n, t in types.items()]
+    return pa.schema(fields, metadata=schemas[0].metadata if schemas else None)
+
+
+def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    for x, y in [(a, b), (_decoded(a), _decoded(b))]:
+        try:
+            merged = pa.unify_schemas([pa.schema([("c", x)]), pa.schema([("c", y)])], promote_options="permissive")
+            return merged.field("c").type
+        except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return None
+
+
+def _decoded(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+_SAME_VALUES = [
+    (pa.types.is_string, pa.types.is_large_string),
+    (pa.types.is_binary, pa.types.is_large_binary),
+    (pa.types.is_list, pa.types.is_large_list),
+]
+
+
+def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Whether a column of type ``actual`` holds its values unchanged as ``expected`` (strict mode's tolerance)."""
+    if actual.equals(expected) or pa.types.is_null(actual):
+        return True
+    for one, other in _SAME_VALUES:
+        if (one(actual) and other(expected)) or (other(actual) and one(expected)):
+            return same_values(actual.value_type, expected.value_type) if one is pa.types.is_list else True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Conformer:
+    """Turns tables read from one file into the plan's schema: reorder, cast, fill missing columns, add keys."""
+
+    schema: pa.Schema  # the plan's
+    keys: dict  # this file's partition values (pa.Scalar) by column name
+    casts: frozenset  # names of columns whose type changes
+    missing: frozenset  # names of columns this file lacks (nulls)
+    check_nulls: frozenset  # columns the plan says are never null and this file allows nulls in
+    identity: bool
+    renamed: tuple = ()  # (plan name, the file's name) of columns the file holds under another name
+
+    def __call__(self, table: pa.Table, url: str) -> pa.Table:
+        """``table``, read from ``url``, in the plan's schema (metadata aside: the reader sets it once)."""
+        if self.identity:
+            return table
+        n = table.num_rows
+        columns = []
+        for field in self.schema:
+            if field.name in self.keys:
+                columns.append(pa.repeat(self.keys[field.name], n))
+                continue
+            if field.name in self.missing:
+                columns.append(pa.nulls(n, field.type))
+                continue
+            column = table.column(dict(self.renamed).get(field.name, field.name))
+            if field.name in self.check_nulls and column.null_count:
+                raise ValueError(f"column {field.name!r} of {url!r} has nulls, which the dataset's schema forbids")
+            if field.name in self.casts:
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise ValueError(f"column {field.name!r} of {url!r} does not fit {field.type}: {e}") from None
+            columns.append(column)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def conformer(
+    actual: pa.Schema,
+    plan_schema: pa.Schema,
+    keys: dict,
+    policy: str,
+    url: str,
+    reference: str,
+    field_ids: dict[int, str] | None = None,
+):
+    """The ``Conformer`` of a file with schema ``actual``, or ValueError naming its differences from the plan.
+
+    ``policy`` is "strict", "unify" (the plan's schema is the union of the
+    files') or "table" (a table format's schema: files written before a column
+    was added lack it).  With ``field_ids`` (Iceberg: field id -> current
+    name), a file's columns are its field ids, whatever they were called when
+    it was written, and ids the table has dropped are not read.
+    """
+    data_fields = [f for f in plan_schema if f.name not in keys]
+    data_names = {f.name for f in data_fields}
+    names = _current_names(actual, field_ids) if field_ids else {f.name: f.name for f in actual}
+    actual_fields = {names[f.name]: f for f in actual if names[f.name] is not None}
+    renamed = tuple((new, old) for old, new in names.items() if new is not None and new != old)
+    clashes = [n for n in actual_fields if n in keys]
+    if clashes and policy != "table":
+        raise ValueError(
+            f"column {clashes[0]!r} of {url!r} is also a partition folder key: pass partitioning='none' "
+            "(--partitioning none) to read the files' column and ignore the folders"
+        )
+    problems = [f"{n}: unexpected column" for n in actual_fields if n not in data_names and n not in keys]
+    missing = frozenset(f.name for f in data_fields if f.name not in actual_fields)
+    casts, check_nulls = set(), set()
+    for field in data_fields:
+        found = actual_fields.get(field.name)
+        if found is None:
+            continue
+        if not found.type.equals(field.type):
+            if policy == "strict" and not same_values(found.type, field.type):
+                problems.append(f"{field.name}: {found.type} instead of {field.type}")
+            casts.add(field.name)
+        if found.nullable and not field.nullable:
+            check_nulls.add(field.name)
+    if policy == "strict":
+        problems += [f"{n}: missing" for n in sorted(missing)]
+    if problems:
+        hint = (
+            "(schema='unify', --schema unify on the command line, takes the union of the files' columns)"
+            if policy == "strict"
+            else "(a column renamed after the file was written?)"
+        )
+        raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
+    identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
+    return Conformer(plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed)
+
+
+FIELD_ID = b"PARQUET:field_id"
+
+
+def _current_names(actual: pa.Schema, field_ids: dict[int, str]) -> dict[str, str | None]:
+    """Each column's name in the table now, by its field id (None: dropped); a column without an id keeps its name."""
+    names = {}
+    for field in actual:
+        found = (field.metadata or {}).get(FIELD_ID)
+        names[field.name] = field.name if found is None else field_ids.get(int(found))
+    return names

@@ -1,0 +1,201 @@
+"""Table formats: a folder with ``_delta_log/`` (Delta Lake) or ``metadata/*.metadata.json`` (Iceberg).
+
+Such a folder also holds files its log has removed, so it is never read as
+loose Parquet files.  The table's own library (``deltalake``, ``pyiceberg``;
+the ``delta`` and ``iceberg`` extras) says which files are live at the
+current version (or ``version=``), their partition values and the table's
+schema.  Row-level deletes that those files do not show (Delta deletion
+vectors, Iceberg delete files) are refused by name, never ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+import urllib.parse
+
+import pyarrow as pa
+
+from daskpile._storage import filesystem, full_url
+
+DELTA_LOG = "_delta_log"
+ICEBERG_METADATA = "metadata"
+_ICEBERG_VERSION = re.compile(r"^(?:v)?(\d+)[-.].*metadata\.json$")
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFiles:
+    """The live data files of a table at one version, with their partition values."""
+
+    format: str  # "delta" or "iceberg"
+    version: int
+    schema: pa.Schema
+    files: list[tuple[str, int, str, dict]]  # (path, size, stamp, {key: pa.Scalar})
+    field_ids: dict[int, str] = dataclasses.field(default_factory=dict)  # Iceberg: columns are field ids
+
+    @property
+    def description(self) -> str:
+        return f"{self.format} table at version {self.version}"
+
+
+def table_format(fs, directory: str) -> str | None:
+    """ "delta", "iceberg" or None for a plain folder."""
+    if fs.isdir(posixpath.join(directory, DELTA_LOG)):
+        return "delta"
+    metadata = posixpath.join(directory, ICEBERG_METADATA)
+    if fs.isdir(metadata) and any(n.endswith(".metadata.json") for n in fs.ls(metadata, detail=False)):
+        return "iceberg"
+    return None
+
+
+def table_around(fs, directory: str) -> str | None:
+    """The table folder that ``directory`` is, or lies inside, if any: its loose files include removed ones.
+
+    Checks each ancestor up to the top (two listings each on an object store).
+    """
+    current = directory.rstrip("/")
+    while current and current not in ("/", "."):
+        if table_format(fs, current) is not None:
+            return current
+        parent = posixpath.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return None
+
+
+def nested_table(paths: list[str], root: str) -> str | None:
+    """A table folder below ``root`` among the listed ``paths`` (which must then not be read as loose files)."""
+    for path in paths:
+        parts = path[len(root) :].strip("/").split("/")
+        for i, part in enumerate(parts[:-1]):
+            if part == DELTA_LOG or (part == ICEBERG_METADATA and parts[-1].endswith(".metadata.json")):
+                return posixpath.join(root, *parts[:i])
+    return None
+
+
+def read_table(fmt: str, url: str, storage_options: dict | None, version: int | None) -> TableFiles:
+    return _delta(url, storage_options, version) if fmt == "delta" else _iceberg(url, storage_options, version)
+
+
+def _require(module: str, extra: str, url: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise ImportError(
+            f"{url!r} is a {extra.capitalize()} table; reading it needs the {module} package: "
+            f"pip install 'daskpile[{extra}]'"
+        ) from None
+
+
+def _delta(url: str, storage_options: dict | None, version: int | None) -> TableFiles:
+    deltalake = _require("deltalake", "delta", url)
+    import pyarrow.dataset as ds  # (imports pandas, as deltalake does anyway)
+
+    fs, root = filesystem(url, storage_options)
+    try:
+        table = deltalake.DeltaTable(
+            full_url(fs, root), version=version, storage_options=_delta_options(storage_options)
+        )
+        dataset = table.to_pyarrow_dataset()  # refuses the reader features it cannot honour, by name
+    except Exception as e:  # deltalake's errors have no common base class
+        raise ValueError(f"cannot read the Delta table {url!r}: {e}") from None
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if mapping != "none":
+        raise ValueError(f"the Delta table {url!r} uses column mapping ({mapping!r}), which daskpile cannot read")
+    actions = pa.table(table.get_add_actions(flatten=True))
+    # The log's paths are URL-encoded once more than the files' (city=Paris%252Fx for city=Paris%2Fx).
+    paths = [urllib.parse.unquote(p) for p in actions["path"].to_pylist()]
+    sizes = dict(zip(paths, actions["size_bytes"].to_pylist(), strict=True))
+    stamps = dict(zip(paths, actions["modification_time"].to_pylist(), strict=True))
+    keys = tuple(table.metadata().partition_columns)
+    files = []
+    for fragment in dataset.get_fragments():
+        relative = fragment.path
+        if relative not in sizes:
+            raise ValueError(f"the Delta table {url!r} lists {relative!r}, which its add actions do not describe")
+        found = ds.get_partition_keys(fragment.partition_expression)
+        values = {k: pa.scalar(found.get(k), dataset.schema.field(k).type) for k in keys}
+        path = posixpath.join(root, relative)
+        files.append((path, int(sizes[relative]), f"{sizes[relative]}:{stamps[relative]}", values))
+    return TableFiles("delta", table.version(), dataset.schema, sorted(files, key=lambda f: f[0]))
+
+
+def _iceberg(url: str, storage_options: dict | None, version: int | None) -> TableFiles:
+    _require("pyiceberg", "iceberg", url)
+    from pyiceberg.table import StaticTable
+
+    fs, root = filesystem(url, storage_options)
+    metadata_path = _latest_iceberg_metadata(fs, root)
+    try:
+        table = StaticTable.from_metadata(full_url(fs, metadata_path), properties=_iceberg_options(storage_options))
+        snapshot = table.current_snapshot() if version is None else table.snapshot_by_id(version)
+        if version is not None and snapshot is None:
+            raise ValueError(f"the Iceberg table {url!r} has no snapshot {version}")
+        tasks = [] if snapshot is None else list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+        schema = table.schema().as_arrow()
+        field_ids = {f.field_id: f.name for f in table.schema().fields}
+    except ValueError:
+        raise
+    except Exception as e:
+        raise ValueError(f"cannot read the Iceberg table {url!r}: {e}") from None
+    deleted = [t.file.file_path for t in tasks if t.delete_files]
+    if deleted:
+        raise ValueError(
+            f"the Iceberg table {url!r} has row-level delete files for {len(deleted)} data files "
+            f"(the first: {deleted[0]!r}), which daskpile does not apply: compact the table first"
+        )
+    files = []
+    for task in tasks:
+        _, path = filesystem(task.file.file_path, storage_options)
+        files.append((path, int(task.file.file_size_in_bytes), str(task.file.file_size_in_bytes), {}))
+    schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])  # without the field-id metadata
+    snapshot_id = snapshot.snapshot_id if snapshot is not None else 0
+    return TableFiles("iceberg", snapshot_id, schema, sorted(files, key=lambda f: f[0]), field_ids)
+
+
+def _latest_iceberg_metadata(fs, root: str) -> str:
+    """The table's current metadata file: ``version-hint.text`` if there is one, else the highest version."""
+    directory = posixpath.join(root, ICEBERG_METADATA)
+    hint = posixpath.join(directory, "version-hint.text")
+    names = [posixpath.basename(p) for p in fs.ls(directory, detail=False)]
+    if fs.exists(hint):
+        version = fs.cat_file(hint).decode().strip()
+        for name in names:
+            if name in (f"v{version}.metadata.json", f"{version}.metadata.json") or name.startswith(f"{version}-"):
+                return posixpath.join(directory, name)
+    versions = [(int(m.group(1)), n) for n in names if (m := _ICEBERG_VERSION.match(n))]
+    if not versions:
+        raise ValueError(f"{full_url(fs, directory)!r} holds no Iceberg metadata file")
+    return posixpath.join(directory, max(versions)[1])
+
+
+# fsspec's S3 options, and the names delta-rs and pyiceberg give them: only those given are passed on
+# (the environment or a profile supplies the rest, as for fsspec).
+_S3_OPTIONS = [  # (how fsspec's options give it, delta-rs's name, pyiceberg's name)
+    (lambda so, client: so.get("key"), "AWS_ACCESS_KEY_ID", "s3.access-key-id"),
+    (lambda so, client: so.get("secret"), "AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"),
+    (lambda so, client: so.get("token"), "AWS_SESSION_TOKEN", "s3.session-token"),
+    (lambda so, client: client.get("endpoint_url") or so.get("endpoint_url"), "AWS_ENDPOINT_URL", "s3.endpoint"),
+    (lambda so, client: client.get("region_name"), "AWS_REGION", "s3.region"),
+    (lambda so, client: so.get("profile"), "AWS_PROFILE", "s3.profile-name"),
+    (lambda so, client: "true" if so.get("anon") else None, "AWS_SKIP_SIGNATURE", "s3.anonymous"),
+]
+
+
+def _s3_options(storage_options: dict | None, which: int) -> dict:
+    so = storage_options or {}
+    client = so.get("client_kwargs") or {}
+    return {names[which]: str(value) for get, *names in _S3_OPTIONS if (value := get(so, client))}
+
+
+def _delta_options(storage_options: dict | None) -> dict | None:
+    options = _s3_options(storage_options, 0)
+    if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options or None
+
+
+def _iceberg_options(storage_options: dict | None) -> dict:
+    return _s3_options(storage_options, 1)

@@ -1,0 +1,100 @@
+"""`daskpile clean`: the scratch of runs that can no longer be resumed goes; the rest stays."""
+
+import json
+import os
+import time
+
+import pytest
+from _util import sorted_source
+from click.testing import CliRunner
+
+import daskpile
+from daskpile import _run as run_state
+from daskpile._clean import clean
+from daskpile._scratch import band_bounds
+from daskpile._storage import filesystem
+from daskpile.cli import cli
+from daskpile.sources import plan_sources
+
+FS = filesystem("/")[0]
+
+
+def leftover(root, name: str, spec, age_hours: float = 0.0) -> None:
+    """A scratch directory as an interrupted run leaves it: a scratch file, and its run description."""
+    directory = root / f"daskpile-{name}"
+    directory.mkdir()
+    for band in range(len(band_bounds(spec.piles if spec else 2)) - 1):  # one partition, every band written
+        (directory / f"scatter-000000-b{band}.arrow").write_bytes(b"x" * 1000)
+    if spec is not None:
+        run_state.write(FS, str(directory), spec)
+    stamp = time.time() - age_hours * 3600
+    for path in [directory / n for n in os.listdir(directory)] + [directory]:
+        os.utime(path, (stamp, stamp))
+
+
+@pytest.fixture
+def scratch_root(tmp_path, sync_scheduler):
+    """Scratch of runs in every state, named by what they are (16 hex digits, as Scratch names them)."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    source = sorted_source(tmp_path / "src", rows=1_000, files=2)
+    plan = plan_sources(source)
+
+    def spec(dest, piles=2, seed=1, stamps=None):
+        return run_state.RunSpec(tuple(plan.urls), tuple(stamps or plan.stamps), piles, seed, str(dest), 1)
+
+    daskpile.shuffle_parquet(source, str(tmp_path / "finished"), piles=2, seed=1)
+    (tmp_path / "busy").mkdir()
+    run_state.write(FS, str(tmp_path / "busy"), spec(tmp_path / "busy", seed=9))
+    (tmp_path / "resumable").mkdir()
+    run_state.write(FS, str(tmp_path / "resumable"), spec(tmp_path / "resumable"))
+    leftover(root, "f" * 16, spec(tmp_path / "finished"), age_hours=2)  # its result is there: done
+    leftover(root, "a" * 16, spec(tmp_path / "busy"), age_hours=2)  # dest holds another run
+    leftover(root, "c" * 16, spec(tmp_path / "gone", stamps=["1:0", "1:0"]), age_hours=2)  # source changed
+    leftover(root, "b" * 16, spec(tmp_path / "resumable"), age_hours=30)  # resumable
+    leftover(root, "1" * 16, spec(tmp_path / "not-yet"), age_hours=30)  # in pass 1: dest not made yet
+    leftover(root, "2" * 16, None, age_hours=30)  # shuffle(ddf)'s, no description
+    leftover(root, "3" * 16, spec(tmp_path / "not-yet-2"), age_hours=0.1)
+    (root / "daskpile-main").mkdir()  # not scratch: never touched
+    (root / "daskpile-main" / "setup.py").write_text("x")
+    return root
+
+
+def names(found, removable=True):
+    return {os.path.basename(f.url).removeprefix("daskpile-")[0] for f in found if f.removable == removable}
+
+
+def test_clean_removes_only_what_no_run_can_use(scratch_root):
+    found = clean(str(scratch_root))
+    assert names(found) == {"f", "a", "c"} and names(found, False) == {"b", "1", "2", "3"}
+    reasons = {os.path.basename(f.url)[9]: f.reason for f in found}
+    assert "finished" in reasons["f"] and "another run" in reasons["a"] and "changed" in reasons["c"]
+    assert "resumable" in reasons["b"] and "--older-than" in reasons["2"]
+    assert sorted(os.listdir(scratch_root)) == sorted(["daskpile-main"] + [f"daskpile-{c * 16}" for c in "b123"])
+
+
+def test_older_than_takes_stale_runs_and_keeps_recent_ones(scratch_root):
+    found = clean(str(scratch_root), older_than="1d", dry_run=True)
+    assert names(found) == {"b", "1", "2"} and names(found, False) == {"f", "a", "c", "3"}  # f, a, c: 2 h old
+    assert len(os.listdir(scratch_root)) == 8  # a dry run removes nothing
+
+
+def test_the_command(scratch_root):
+    done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--dry-run"])
+    assert done.exit_code == 0, done.output
+    assert "would remove 3 scratch directories" in done.output and "kept 4" in done.output
+    done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--json"])
+    assert sum(f["removable"] for f in json.loads(done.output)) == 3
+    assert len(os.listdir(scratch_root)) == 5
+
+
+def test_scratch_pass_2_used_up_is_removed_when_dest_lacks_its_piles(tmp_path):
+    source = sorted_source(tmp_path / "src", rows=1_000, files=1)
+    plan = plan_sources(source)
+    spec = run_state.RunSpec(tuple(plan.urls), tuple(plan.stamps), 16, 1, str(tmp_path / "deleted"), 1)
+    directory = tmp_path / "scratch" / f"daskpile-{'d' * 16}"
+    directory.mkdir(parents=True)
+    (directory / "scatter-000000-b0.arrow").write_bytes(b"x")  # bands 1... already removed by pass 2
+    run_state.write(FS, str(directory), spec)
+    (found,) = clean(str(tmp_path / "scratch"))
+    assert found.removable and "pass 2 had used up part of it" in found.reason

@@ -1,0 +1,379 @@
+"""Parquet lakes as they are: partition folders, evolved schemas, sidecars and strays, many sources, bad files.
+
+Each output is checked against what the user's other tools read from the
+same lake (``pyarrow.dataset`` with hive partitioning), as a multiset of rows.
+"""
+
+import itertools
+import os
+import shutil
+
+import dask
+import dask.dataframe as dd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from _util import file_bytes, read_output
+
+import daskpile
+from daskpile.cli import main as cli_main
+from daskpile.sources import plan_sources
+
+
+def rows(table: pa.Table) -> list:
+    """A table's rows as a sorted list (a multiset), whatever the column order."""
+    names = sorted(table.column_names)
+    return sorted((tuple(str(r[n]) for n in names) for r in table.to_pylist()), key=str)
+
+
+def shuffle(source, dest, **kwargs):
+    kwargs.setdefault("piles", 3)
+    kwargs.setdefault("seed", 7)
+    return daskpile.shuffle_parquet(source, str(dest), **kwargs)
+
+
+@pytest.fixture
+def hive_lake(tmp_path):
+    """Two levels of key=value folders, URL-encoded values and the default (null) partition."""
+    table = pa.table({
+        "id": pa.array(range(600), pa.int64()),
+        "v": pa.array([i / 7 for i in range(600)]),
+        "year": [2023, 2024, 2025] * 200,
+        "city": ["New York", "a/b", None, "Zürich"] * 150,
+    })  # fmt: skip
+    root = tmp_path / "lake"
+    ds.write_dataset(
+        table, root, format="parquet", partitioning=["year", "city"], partitioning_flavor="hive",
+        max_rows_per_file=40, max_rows_per_group=40,
+    )  # fmt: skip
+    return str(root)
+
+
+def test_partition_folders_become_columns_as_pyarrow_reads_them(sync_scheduler, hive_lake, tmp_path):
+    report = shuffle(hive_lake, tmp_path / "out")
+    out = read_output(tmp_path / "out")
+    expected = ds.dataset(hive_lake, format="parquet", partitioning="hive").to_table()
+    assert out.schema.remove_metadata() == expected.schema.remove_metadata()  # year int32, city string, last
+    assert rows(out) == rows(expected)
+    assert None in out["city"].to_pylist() and "a/b" in out["city"].to_pylist()  # default partition, URL-decoded
+    assert report.source_description["partition_keys"] == {"year": "int32", "city": "string"}
+    # the keys are fingerprinted: the files without their folders are another dataset
+    assert daskpile.verify(hive_lake, str(tmp_path / "out")).ok
+    assert not daskpile.verify(hive_lake, str(tmp_path / "out"), partitioning="none").ok
+
+
+def test_dask_reads_the_same_values(sync_scheduler, tmp_path):
+    table = pa.table({"id": range(300), "year": [2023, 2024, 2025] * 100, "city": ["New York", "a/b", "c"] * 100})
+    lake = str(tmp_path / "lake")  # (no default partition: Dask's reader fails on one, "couldn't infer type")
+    ds.write_dataset(table, lake, format="parquet", partitioning=["year", "city"], partitioning_flavor="hive")
+    shuffle(lake, tmp_path / "out")
+    theirs = dd.read_parquet(lake).compute()
+    ours = read_output(tmp_path / "out").to_pandas()
+    key = ["id", "year", "city"]
+    theirs = theirs.astype({"year": "int64", "city": "string"}).sort_values("id")[key].reset_index(drop=True)
+    ours = ours.astype({"year": "int64", "city": "string"}).sort_values("id")[key].reset_index(drop=True)
+    assert theirs.equals(ours)
+
+
+def test_declared_partition_types_and_none(sync_scheduler, hive_lake, tmp_path):
+    shuffle(hive_lake, tmp_path / "typed", partitioning=pa.schema([("year", pa.int16()), ("city", pa.string())]))
+    assert read_output(tmp_path / "typed").schema.field("year").type == pa.int16()
+    cli_main_exit(["shuffle", hive_lake, str(tmp_path / "cli"), "--piles", "3", "--seed", "7", "--scheduler", "sync",
+                   "--partitioning", "year:int16,city:string", "-q"])  # fmt: skip
+    assert file_bytes(tmp_path / "cli") == file_bytes(tmp_path / "typed")
+    shuffle(hive_lake, tmp_path / "none", partitioning="none")
+    assert read_output(tmp_path / "none").column_names == ["id", "v"]
+
+
+def test_a_value_too_large_for_int32_makes_the_key_a_string(sync_scheduler, tmp_path):
+    for value in ["1", "99999999999"]:
+        os.makedirs(tmp_path / "lake" / f"n={value}")
+        pq.write_table(pa.table({"id": [int(value)]}), tmp_path / "lake" / f"n={value}" / "a.parquet")
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    expected = ds.dataset(str(tmp_path / "lake"), format="parquet", partitioning="hive").schema
+    assert read_output(tmp_path / "out").schema.field("n").type == expected.field("n").type == pa.string()
+
+
+def test_a_key_that_is_also_a_column_is_refused(sync_scheduler, tmp_path):
+    os.makedirs(tmp_path / "lake" / "year=2024")
+    pq.write_table(pa.table({"id": [1], "year": [2023]}), tmp_path / "lake" / "year=2024" / "a.parquet")
+    with pytest.raises(ValueError, match=r"column 'year' of .*a\.parquet.* is also a partition folder key"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", partitioning="none")  # the file's column, as it says
+    assert read_output(tmp_path / "out")["year"].to_pylist() == [2023]
+
+
+def test_partition_folders_at_different_depths_are_refused(sync_scheduler, tmp_path):
+    for sub in ["year=2024/month=1", "year=2024"]:
+        os.makedirs(tmp_path / "lake" / sub, exist_ok=True)
+        pq.write_table(pa.table({"id": [1]}), tmp_path / "lake" / sub / "a.parquet")
+    with pytest.raises(ValueError, match="same depth of key=value folders"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+
+
+# -- evolved schemas ---------------------------------------------------------------------------------------------
+
+
+def write(path, **columns):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table(columns) if not isinstance(columns.get("table"), pa.Table) else columns["table"], path)
+
+
+PROMOTIONS = {
+    "added column": (pa.table({"id": [1, 2]}), pa.table({"id": [3], "w": ["x"]})),
+    "int32 to int64": (pa.table({"id": pa.array([1, 2], pa.int32())}), pa.table({"id": pa.array([2**40], pa.int64())})),
+    "dictionary to string": (
+        pa.table({"id": pa.array(["a", "b"]).dictionary_encode()}),
+        pa.table({"id": pa.array(["c"])}),
+    ),
+    "int to float": (pa.table({"id": [1, 2]}), pa.table({"id": [2.5]})),
+    "timestamp units": (
+        pa.table({"id": pa.array([1, 2], pa.timestamp("ms"))}),
+        pa.table({"id": pa.array([3], pa.timestamp("us"))}),
+    ),
+    "a column dropped": (pa.table({"id": [1, 2], "w": [1.0, 2.0]}), pa.table({"id": [3]})),
+}
+
+
+@pytest.mark.parametrize("case", PROMOTIONS)
+def test_unify_takes_the_union_with_promotions(sync_scheduler, tmp_path, case):
+    first, second = PROMOTIONS[case]
+    os.makedirs(tmp_path / "lake")
+    pq.write_table(first, tmp_path / "lake" / "a.parquet")
+    pq.write_table(second, tmp_path / "lake" / "b.parquet")
+    with pytest.raises(ValueError, match=r"schema of .*b\.parquet.* differs .*--schema unify"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "strict")
+    assert not (tmp_path / "strict").exists()
+    report = shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")
+    expected_schema = pa.unify_schemas(
+        [pa.schema([pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type) for f in s])
+         for s in (first.schema, second.schema)], promote_options="permissive",
+    )  # fmt: skip
+    out = read_output(tmp_path / "out")
+    assert out.schema.remove_metadata() == expected_schema
+    expected = pa.concat_tables(
+        [t.cast(pa.schema([f for f in expected_schema if f.name in t.column_names])) for t in (first, second)],
+        promote_options="permissive",
+    )
+    assert rows(out) == rows(expected)
+    manifest = daskpile.read_manifest(str(tmp_path / "out"))
+    assert manifest["source"]["schema_policy"] == "unify" and manifest["schema"][0]["name"] == "id"
+    assert report.fingerprint is not None
+    assert daskpile.verify(str(tmp_path / "lake"), str(tmp_path / "out")).ok  # reads the source unified too
+
+
+def test_an_impossible_promotion_names_both_files_and_the_column(sync_scheduler, tmp_path):
+    write(str(tmp_path / "lake" / "a.parquet"), v=[1, 2])
+    write(str(tmp_path / "lake" / "b.parquet"), v=["x"])
+    with pytest.raises(ValueError, match=r"column 'v' is int64 in '.*a\.parquet' and string in '.*b\.parquet'"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")
+    assert not (tmp_path / "out").exists()
+
+
+STRICT_TOLERATES = {
+    "column order": (pa.table({"id": [1], "v": ["a"]}), pa.table({"v": ["b"], "id": [2]})),
+    "nullable flag": (
+        pa.table({"id": [1]}, schema=pa.schema([pa.field("id", pa.int64(), nullable=False)])),
+        pa.table({"id": [2]}),
+    ),
+    "string and large_string": (pa.table({"v": pa.array(["a"])}), pa.table({"v": pa.array(["b"], pa.large_string())})),
+    "a zero-row file of null columns": (pa.table({"v": pa.array(["a"])}), pa.table({"v": pa.array([], pa.null())})),
+}
+
+
+@pytest.mark.parametrize("case", STRICT_TOLERATES)
+def test_strict_passes_differences_that_change_no_value(sync_scheduler, tmp_path, case):
+    first, second = STRICT_TOLERATES[case]
+    write(str(tmp_path / "lake" / "a.parquet"), table=first)
+    write(str(tmp_path / "lake" / "b.parquet"), table=second)
+    if case == "a zero-row file of null columns":  # the zero-row file first: the schema comes from one with rows
+        os.rename(tmp_path / "lake" / "b.parquet", tmp_path / "lake" / "0.parquet")
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    out = read_output(tmp_path / "out")
+    assert out.schema.remove_metadata().names == first.column_names  # the first file's order and types
+    assert out.schema.field(0).type == first.schema.field(0).type
+    assert rows(out) == rows(pa.concat_tables([first, second.select(first.column_names).cast(first.schema)]))
+
+
+# -- sidecars, strays, several sources -----------------------------------------------------------------------------
+
+
+def test_sidecars_and_markers_are_not_data_and_strays_are_listed(sync_scheduler, tmp_path, capsys):
+    lake = tmp_path / "lake"
+    table = pa.table({"id": list(range(100))})
+    os.makedirs(lake)
+    collector = []
+    pq.write_to_dataset(table, lake, metadata_collector=collector, basename_template="part-{i}.parquet")
+    for c in collector:
+        c.set_file_path("part-0.parquet")
+    pq.write_metadata(table.schema, lake / "_common_metadata")
+    pq.write_metadata(table.schema, lake / "_metadata", metadata_collector=collector)
+    for name in ["_SUCCESS", "._SUCCESS.crc", ".part-0.parquet.crc", "_committed_123", "_started_123", "README.txt"]:
+        (lake / name).write_text("not data")
+    plan = plan_sources(str(lake))
+    assert [os.path.basename(f.path) for f in plan.files] == ["part-0.parquet"]
+    assert plan.reading.reference == "_metadata" and plan.metadata.num_rows == 100  # planning from the sidecar
+    report = shuffle(str(lake), tmp_path / "out")
+    assert report.rows == 100 and [os.path.basename(f) for f in report.skipped_files] == ["README.txt"]
+    assert "skipped, not Parquet: 1 file (" in str(report)
+    with pytest.raises(ValueError, match=r"README\.txt' is not a Parquet file"):
+        shuffle(str(lake), tmp_path / "strict", stray_files="error")
+
+
+def test_several_directories_and_globs_in_one_command(tmp_path, capsys):
+    for d, start in [("a", 0), ("b", 100), ("c", 200)]:
+        write(str(tmp_path / d / "x.parquet"), id=list(range(start, start + 100)))
+    write(str(tmp_path / "c" / "y.other.parquet"), id=list(range(300, 310)))
+    cli_main_exit(["shuffle", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c" / "*.other.parquet"),
+                   str(tmp_path / "out"), "--piles", "2", "--seed", "1", "--scheduler", "sync", "-q"])  # fmt: skip
+    assert sorted(read_output(tmp_path / "out")["id"].to_pylist()) == list(range(200)) + list(range(300, 310))
+    with pytest.raises(ValueError, match="named by two sources"):
+        shuffle([str(tmp_path / "a"), str(tmp_path / "a" / "*.parquet")], tmp_path / "twice")
+
+
+def cli_main_exit(argv):
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    assert e.value.code in (0, None), e.value.code
+
+
+def test_a_folder_with_data_only_in_sub_folders_is_read_recursively(sync_scheduler, tmp_path):
+    write(str(tmp_path / "lake" / "2024" / "01" / "a.parquet"), id=[1, 2])
+    write(str(tmp_path / "lake" / "2024" / "02" / "b.parquet"), id=[3])
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert sorted(read_output(tmp_path / "out")["id"].to_pylist()) == [1, 2, 3]
+
+
+# -- many small files ----------------------------------------------------------------------------------------------
+
+
+def test_many_small_files_are_read_in_groups_decided_by_bytes(tmp_path, client):
+    table = pa.table({"id": pa.array(range(30_000), pa.int64()), "v": pa.array(range(30_000), pa.float64())})
+    os.makedirs(tmp_path / "small")
+    for k in range(300):
+        pq.write_table(table.slice(100 * k, 100), tmp_path / "small" / f"f-{k:04d}.parquet")
+    plan = plan_sources(str(tmp_path / "small"))
+    size = plan.files[0].size
+    groups = plan.partitions(blocksize=16 * 30 * size)  # about 30 files of `size` bytes a task
+    assert 9 <= len(groups) <= 11 and sum(len(g) for g in groups) == 300
+    for group, following in itertools.pairwise(groups):  # each as full as it can be
+        assert sum(f.size for f in group) <= 30 * size < sum(f.size for f in group) + following[0].size
+    report = shuffle(str(tmp_path / "small"), tmp_path / "out", blocksize=16 * 30 * size)
+    assert report.rows == 30_000 and sorted(read_output(tmp_path / "out")["id"].to_pylist()) == list(range(30_000))
+    with dask.config.set(scheduler="sync"):
+        shuffle(str(tmp_path / "small"), tmp_path / "sync", blocksize=16 * 30 * size)
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "sync")  # a function of the files and blocksize
+
+
+# -- bad lakes -----------------------------------------------------------------------------------------------------
+
+
+def test_a_truncated_file_is_named_and_nothing_is_written(sync_scheduler, tmp_path):
+    for k in range(3):
+        write(str(tmp_path / "lake" / f"{k}.parquet"), id=list(range(k * 10, k * 10 + 10)))
+    data = (tmp_path / "lake" / "1.parquet").read_bytes()
+    (tmp_path / "lake" / "1.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cannot read '.*1\.parquet' as Parquet"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_that_vanishes_after_listing_is_named(sync_scheduler, tmp_path):
+    from daskpile import _passes, _scratch
+
+    for k in range(2):
+        write(str(tmp_path / "lake" / f"{k}.parquet"), id=[k])
+    plan = plan_sources(str(tmp_path / "lake"))
+    os.remove(tmp_path / "lake" / "1.parquet")
+    scratch = _scratch.Scratch.create(str(tmp_path / "scratch"), None, 1)
+    with pytest.raises(FileNotFoundError, match=r"1\.parquet"):
+        _passes.scatter_partition(plan.fs, list(plan.files), 0, 2, 1, scratch, plan.reading)
+
+
+def test_an_empty_lake_and_a_lake_of_strays_say_so(tmp_path):
+    os.makedirs(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="matches no Parquet files"):
+        plan_sources(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "notes.md").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"only files that are not Parquet, such as '.*notes\.md'"):
+        plan_sources(str(tmp_path / "empty"))
+
+
+def test_the_command_prints_the_unified_schema(tmp_path):
+    from click.testing import CliRunner
+
+    from daskpile.cli import cli
+
+    write(str(tmp_path / "lake" / "a.parquet"), id=pa.array([1], pa.int32()))
+    write(str(tmp_path / "lake" / "b.parquet"), id=[2], w=["x"])
+    args = [str(tmp_path / "lake"), str(tmp_path / "out"), "--piles", "2", "--seed", "1", "--scheduler", "sync"]
+    refused = CliRunner().invoke(cli, ["shuffle", *args])
+    assert refused.exit_code == 2 and "--schema unify" in refused.output
+    result = CliRunner().invoke(cli, ["shuffle", *args, "--schema", "unify"])
+    assert result.exit_code == 0, result.output
+    assert "source: 2 files, schema unify (id: int64, w: string)" in result.output
+
+
+def test_a_file_pyarrow_opens_but_cannot_read_is_named(sync_scheduler, tmp_path):
+    os.makedirs(tmp_path / "lake")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "large_string_map.brotli.parquet"), tmp_path / "lake")
+    with pytest.raises(ValueError, match=r"cannot read '.*large_string_map\.brotli\.parquet' as Parquet"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_keys_of_a_glob_a_file_and_a_sub_folder_are_kept(sync_scheduler, tmp_path):
+    """Every key=value folder of a file's path counts, as DuckDB reads them."""
+    for k in ["x", "y"]:
+        write(str(tmp_path / "lake" / f"k={k}" / "p.parquet"), id=[1 if k == "x" else 2])
+    for n, source in enumerate([
+        str(tmp_path / "lake" / "k=x" / "*.parquet"),
+        str(tmp_path / "lake" / "k=x" / "p.parquet"),
+        str(tmp_path / "lake" / "k=x"),
+        [str(tmp_path / "lake" / "k=x" / "p.parquet"), str(tmp_path / "lake" / "k=y" / "p.parquet")],
+    ]):  # fmt: skip
+        plan = plan_sources(source)
+        assert [dict(f.keys)["k"].as_py() for f in plan.files] == (["x"] if n < 3 else ["x", "y"])
+
+
+def test_partition_values_are_ints_only_as_pyarrow_parses_them(tmp_path):
+    for value in ["1_000", "5"]:  # Python's int() takes "1_000"; pyarrow and DuckDB read a string
+        write(str(tmp_path / "lake" / f"n={value}" / "a.parquet"), id=[1])
+    assert plan_sources(str(tmp_path / "lake")).schema.field("n").type == pa.string()
+
+
+def test_upper_case_extensions_are_parquet(tmp_path):
+    write(str(tmp_path / "lake" / "A.PARQUET"), id=[1])
+    write(str(tmp_path / "lake" / "b.Parquet"), id=[2])
+    plan = plan_sources(str(tmp_path / "lake"))
+    assert len(plan.files) == 2 and not plan.skipped
+
+
+def test_unify_keeps_a_column_nullable_if_any_file_has_nulls_in_it(sync_scheduler, tmp_path):
+    not_null = pa.schema([pa.field("x", pa.int64(), nullable=False)])
+    write(str(tmp_path / "lake" / "a.parquet"), table=pa.table({"x": [1]}, schema=not_null))
+    write(str(tmp_path / "lake" / "b.parquet"), x=pa.array([None, 2], pa.int64()))
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")
+    assert sorted(read_output(tmp_path / "out")["x"].to_pylist(), key=str) == [1, 2, None]
+
+
+NOFILE_SCRIPT = """
+import json, resource, sys
+import dask, daskpile
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+with dask.config.set(scheduler="sync"):
+    report = daskpile.shuffle_parquet(sys.argv[1], sys.argv[2], piles=2, seed=1)
+print(json.dumps(report.rows))
+"""
+
+
+def test_a_group_of_more_files_than_may_be_open_at_once(tmp_path):
+    """A task reads hundreds of tiny files one after the other: it never holds them all open."""
+    from _util import run_in_fresh_process
+
+    for k in range(400):
+        write(str(tmp_path / "lake" / f"f{k:03d}.parquet"), id=[k])
+    assert len(plan_sources(str(tmp_path / "lake")).partitions(256 * 2**20)) == 1
+    assert run_in_fresh_process(NOFILE_SCRIPT, str(tmp_path / "lake"), str(tmp_path / "out")) == 400

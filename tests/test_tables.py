@@ -1,0 +1,176 @@
+"""Delta Lake and Iceberg tables, written by their own libraries, read through them: live files only.
+
+Each output is compared with the library's own read of the table, as a
+multiset of rows.
+"""
+
+import os
+
+import pyarrow as pa
+import pytest
+from _util import read_output
+
+import daskpile
+from daskpile.sources import plan_sources
+
+deltalake = pytest.importorskip("deltalake")
+
+
+def rows(table: pa.Table) -> list:
+    names = sorted(table.column_names)
+    return sorted((tuple(str(r[n]) for n in names) for r in table.to_pylist()), key=str)
+
+
+def events(start: int, n: int, **extra) -> pa.Table:
+    columns = {"id": pa.array(range(start, start + n), pa.int64()), "region": ["eu", "us"] * (n // 2)}
+    return pa.table({**columns, **extra})
+
+
+@pytest.fixture
+def delta_table(tmp_path):
+    """Written, overwritten twice, appended to with a new column, partitioned, and deleted from."""
+    path = str(tmp_path / "delta")
+    for _ in range(3):
+        deltalake.write_deltalake(path, events(0, 500), mode="overwrite", partition_by=["region"])
+    deltalake.write_deltalake(path, events(1000, 100, score=pa.array([0.5] * 100)), mode="append", schema_mode="merge")
+    deltalake.DeltaTable(path).delete("id < 10")
+    return path
+
+
+def test_a_delta_table_is_its_live_rows(sync_scheduler, delta_table, tmp_path):
+    report = daskpile.shuffle_parquet(delta_table, str(tmp_path / "out"), piles=3, seed=1)
+    expected = deltalake.DeltaTable(delta_table).to_pyarrow_table()
+    out = read_output(tmp_path / "out")
+    assert report.rows == expected.num_rows == 590  # not the 1,600 rows of every file in the folder
+    assert rows(out) == rows(expected)
+    assert set(out.column_names) == set(expected.column_names)  # the partition column and the merged one
+    assert daskpile.read_manifest(str(tmp_path / "out"))["source"]["table"].startswith("delta table at version")
+    assert daskpile.verify(delta_table, str(tmp_path / "out")).ok
+
+
+def test_an_older_delta_version(sync_scheduler, delta_table, tmp_path):
+    daskpile.shuffle_parquet(delta_table, str(tmp_path / "v0"), piles=2, seed=1, version=0)
+    expected = deltalake.DeltaTable(delta_table, version=0).to_pyarrow_table()
+    assert rows(read_output(tmp_path / "v0")) == rows(expected)
+    # verify reads the version the manifest records, not the table's current one
+    assert daskpile.verify(delta_table, str(tmp_path / "v0")).ok
+
+
+def test_deletion_vectors_are_refused_by_name(tmp_path):
+    path = str(tmp_path / "dv")
+    deltalake.write_deltalake(path, events(0, 10), configuration={"delta.enableDeletionVectors": "true"})
+    with pytest.raises(ValueError, match="deletionVectors"):
+        daskpile.shuffle_parquet(path, str(tmp_path / "out"), piles=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_table_inside_the_source_folder_is_not_read_as_loose_files(delta_table, tmp_path):
+    with pytest.raises(ValueError, match=r"'.*delta' is a table: give it as the source"):
+        plan_sources(str(tmp_path))
+
+
+def test_without_the_library_the_message_names_the_extra(delta_table, tmp_path):
+    from _util import run_in_fresh_process
+
+    script = """
+import sys, json
+sys.modules["deltalake"] = None  # as if the extra were not installed
+from daskpile.sources import plan_sources
+try:
+    plan_sources(sys.argv[1])
+except ImportError as e:
+    print(json.dumps(str(e)))
+"""
+    message = run_in_fresh_process(script, delta_table)
+    assert "pip install 'daskpile[delta]'" in message
+
+
+@pytest.fixture
+def iceberg_catalog(tmp_path):
+    """A real Iceberg catalog (pyiceberg's SQLite one) with a warehouse on local disk."""
+    pytest.importorskip("pyiceberg")
+    pytest.importorskip("sqlalchemy")
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = tmp_path / "warehouse"
+    os.makedirs(warehouse)
+    catalog = SqlCatalog("test", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+    catalog.create_namespace("db")
+    return catalog
+
+
+def test_an_iceberg_table_is_its_current_snapshot(sync_scheduler, tmp_path, iceberg_catalog):
+    catalog = iceberg_catalog
+    table = catalog.create_table("db.events", schema=events(0, 2).schema)
+    table.append(events(0, 500))
+    table.overwrite(events(500, 300))
+    table.append(events(800, 100))
+    table.delete("id < 510")
+    location = table.location().removeprefix("file://")
+    report = daskpile.shuffle_parquet(location, str(tmp_path / "out"), piles=3, seed=1)
+    expected = table.scan().to_arrow()
+    assert report.rows == expected.num_rows == 390
+    assert rows(read_output(tmp_path / "out")) == rows(expected)
+    assert daskpile.verify(location, str(tmp_path / "out")).ok
+    first = table.history()[0].snapshot_id  # an older snapshot: the first append alone
+    daskpile.shuffle_parquet(location, str(tmp_path / "first"), piles=2, seed=1, version=first)
+    assert rows(read_output(tmp_path / "first")) == rows(table.scan(snapshot_id=first).to_arrow())
+
+
+def test_a_glob_or_folder_inside_a_delta_table_is_refused(delta_table):
+    for inside in [os.path.join(delta_table, "region=eu"), os.path.join(delta_table, "*", "*.parquet")]:
+        with pytest.raises(ValueError, match=r"inside the table '.*delta'"):
+            plan_sources(inside)
+
+
+def test_delta_partition_values_that_need_escaping(sync_scheduler, tmp_path):
+    """A timestamp partition: its folder names are URL-encoded, and the log encodes them once more."""
+    import datetime
+
+    path = str(tmp_path / "delta")
+    when = pa.array(
+        [datetime.datetime(2024, 1, 1, 12, 30), datetime.datetime(2024, 1, 2, 0, 0)] * 5, pa.timestamp("us")
+    )
+    deltalake.write_deltalake(path, pa.table({"id": range(10), "at": when, "city": ["a/b", "c d"] * 5}),
+                              partition_by=["at", "city"])  # fmt: skip
+    plan = plan_sources(path)
+    assert all(f.size > 0 for f in plan.files)
+    report = daskpile.shuffle_parquet(path, str(tmp_path / "out"), piles=2, seed=1)
+    assert rows(read_output(tmp_path / "out")) == rows(deltalake.DeltaTable(path).to_pyarrow_table())
+    assert report.rows == 10 and daskpile.verify(path, str(tmp_path / "out")).ok
+
+
+def test_iceberg_columns_are_matched_by_field_id(sync_scheduler, tmp_path, iceberg_catalog):
+    """A column renamed, another added under the old name, a third dropped: as pyiceberg reads them."""
+    from pyiceberg.types import StringType
+
+    catalog = iceberg_catalog
+    first = pa.table({"id": pa.array([1, 2], pa.int64()), "a": ["old-1", "old-2"], "gone": ["x", "y"]})
+    table = catalog.create_table("db.t", schema=first.schema)
+    table.append(first)
+    with table.update_schema() as update:
+        update.rename_column("a", "b")
+        update.delete_column("gone")
+    with table.update_schema() as update:
+        update.add_column("a", StringType())
+    table.append(pa.table({"id": pa.array([3], pa.int64()), "b": ["new-b"], "a": ["new-a"]}))
+    location = table.location().removeprefix("file://")
+    daskpile.shuffle_parquet(location, str(tmp_path / "out"), piles=2, seed=1)
+    expected = table.scan().to_arrow()
+    out = read_output(tmp_path / "out")
+    assert rows(out) == rows(expected)
+    assert {r["id"]: (r["b"], r["a"]) for r in out.to_pylist()}[1] == ("old-1", None)
+
+
+def test_s3_options_reach_the_table_libraries_under_their_names():
+    from daskpile.sources.tables import _delta_options, _iceberg_options
+
+    options = {"key": "k", "secret": "s", "token": "t", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
+    assert _delta_options(options) == {
+        "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
+    }  # fmt: skip
+    assert _iceberg_options({"anon": True, "client_kwargs": {"region_name": "eu-west-1"}}) == {
+        "s3.region": "eu-west-1", "s3.anonymous": "true"
+    }  # fmt: skip
+    assert _delta_options(None) is None  # nothing given, nothing forced (the environment's region stays)
