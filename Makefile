@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench bench-b bench-memory clean
+.PHONY: demo test docs lint format bench bench-b bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify i
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests
 
+docs: $(STAMP)  ## the documentation site, warnings as errors, into docs/_build/html
+	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html
+
 bench: $(STAMP)  ## every system on dataset A (10 M rows), 3 runs each; results in benchmarks/results/
 	$(BIN)/python benchmarks/run.py --size A --reps 3
 
@@ -30,12 +33,12 @@ bench-memory: $(STAMP)  ## dataset B with every worker limited to 2 GiB (DuckDB 
 		--systems "daskpile auto piles" "duckdb ORDER BY random()" "dask p2p + sample"
 
 lint: $(STAMP)
-	$(BIN)/ruff check daskpile tests benchmarks
-	$(BIN)/ruff format --check daskpile tests benchmarks
+	$(BIN)/ruff check daskpile tests benchmarks conftest.py docs/conf.py
+	$(BIN)/ruff format --check daskpile tests benchmarks conftest.py docs/conf.py
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix daskpile tests benchmarks
-	$(BIN)/ruff format daskpile tests benchmarks
+	$(BIN)/ruff check --fix daskpile tests benchmarks conftest.py docs/conf.py
+	$(BIN)/ruff format daskpile tests benchmarks conftest.py docs/conf.py
 
 clean:
-	rm -rf $(VENV) demo-data .pytest_cache
+	rm -rf $(VENV) demo-data .pytest_cache docs/_build

@@ -1,18 +1,25 @@
 """daskpile: uniformly shuffle datasets larger than memory, on Dask.
 
->>> import daskpile
->>> daskpile.shuffle(ddf, piles=512).to_parquet("shuffled/")  # doctest: +SKIP
->>> daskpile.shuffle_parquet("s3://lake/table/", "s3://lake/shuffled/", piles=512)  # doctest: +SKIP
->>> daskpile.quality("s3://lake/shuffled/", order_column="id")  # doctest: +SKIP
+>>> import daskpile, dask.dataframe as dd
+>>> daskpile.shuffle(dd.read_parquet("data/"), piles=8).to_parquet("shuffled-ddf/")
+>>> daskpile.shuffle_parquet("data/", "out/", piles=8).rows
+30000
+>>> daskpile.quality("out/", order_column="id").ok
+True
 """
 
+from daskpile._fingerprint import Fingerprint
 from daskpile._manifest import read as read_manifest
 from daskpile._parquet import PileTooLargeError, RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
-from daskpile._quality import QualityReport, quality
+from daskpile._quality import QualityCheck, QualityReport, quality
+from daskpile._sizing import PilePlan
 from daskpile._verify import Verification, verify
 
 __all__ = [
+    "Fingerprint",
+    "PilePlan",
     "PileTooLargeError",
+    "QualityCheck",
     "QualityReport",
     "RunMismatchError",
     "ShuffleReport",

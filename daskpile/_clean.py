@@ -21,10 +21,10 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile import _manifest, _parquet
+from daskpile import _manifest, _passes
 from daskpile import _run as run_state
 from daskpile._scratch import Scratch, band_bounds, parse_scratch_name
-from daskpile._storage import filesystem, full_url, remove_tree
+from daskpile._storage import file_stamps, filesystem, full_url, remove_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +121,7 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
     if changed:
         return f"its source changed since ({changed})"
     scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles))
-    if not _parquet._scratch_serves(scratch, dest_fs, dest, spec.piles, spec.seed):
+    if not _passes.scratch_can_finish(scratch, dest_fs, dest, spec.piles, spec.seed):
         return f"pass 2 had used up part of it, and {spec.dest} no longer holds those piles"
     return None
 
@@ -131,7 +131,7 @@ def _changed_source(spec: run_state.RunSpec, storage_options) -> str | None:
     for url, stamp in zip(spec.source_files, spec.source_stamps, strict=True):
         fs, path = filesystem(url, storage_options)
         try:
-            now = run_state.file_stamps([fs.info(path)])[0]
+            now = file_stamps([fs.info(path)])[0]
         except FileNotFoundError:
             return f"{url} is gone"
         if now != stamp:

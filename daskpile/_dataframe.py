@@ -76,29 +76,121 @@ def shuffle(
     a uniformly random permutation of all rows.  Rows keep their index values,
     as with pandas ``sample(frac=1)``, and every column keeps its dtype.  The
     same ``seed`` and pile count give the same result on any scheduler and any
-    number of workers (``piles="auto"`` chooses the count by the cluster's
-    threads and memory).
+    number of workers.  Runs on the current Dask client if there is one, else
+    on Dask's default local scheduler (``dask.config.set(scheduler=...)`` is
+    honoured).
 
-    Pass 1 writes one scratch file per input partition under ``scratch``
-    (default: the local temporary directory, which the workers of a
-    ``LocalCluster`` share; on a cluster whose workers share no disk, give a
-    URL every worker reaches, e.g. ``s3://bucket/tmp``: without one, the
-    shuffle refuses to run there).  Pass 1 runs once: later computes of the
-    result, or of any of its partitions, read the scratch it wrote.  The
-    scratch goes when the result, and everything derived from it, is
-    garbage-collected (after any persisted pile has been computed).
+    Parameters
+    ----------
+    ddf
+        Any Dask DataFrame: from ``read_parquet``, ``read_csv`` or
+        ``from_pandas``, after your own transformations.  A partition must fit
+        in a worker's memory: let Dask split a single huge CSV or JSON file
+        (``dd.read_csv(path, blocksize="64MB")``).
+    piles
+        The number of piles, which is the number of partitions of the result
+        (at least 1), or ``"auto"``.  Default 512, not ``"auto"`` as in
+        :func:`shuffle_parquet`: a Dask DataFrame's size is unknown until its
+        partitions are computed, and a lazy call computes nothing.
+        ``"auto"`` computes up to 3 evenly spaced partitions, now, to measure
+        their size in memory, scales it by the number of partitions and picks
+        the count :func:`plan_piles` returns: the fewest piles, at least 4 per
+        thread (but not piles of fewer than 10,000 rows on average), whose
+        largest fits ``memory_per_pile``.
+    seed
+        A non-negative integer; the same seed, pile count and input partitions
+        give the same output.  Default None: a seed drawn from the operating
+        system.
+    scratch
+        Where pass 1 writes its files (about the uncompressed size of the
+        data): a local path or any fsspec URL, under which a fresh
+        ``daskpile-<random>/`` directory is made when ``shuffle`` is called.
+        Default: the local temporary directory, which the workers of a
+        ``LocalCluster`` share.  Every worker must reach it: on a cluster
+        whose workers share no disk, pass an object-store URL such as
+        ``"s3://bucket/tmp"``.  With a local path there, the first compute
+        refuses to run, before reading anything (each worker is asked whether
+        it sees a probe file).  The directory is removed when the result, and
+        every collection derived from it, is garbage-collected (or at exit),
+        after a failed compute too, and not before every future the client had
+        pending then (a running ``persist()`` or ``client.compute()``) is done.
+        A graph taken out of the result (``to_delayed()``) does not keep it:
+        keep the result while such a graph runs.
+    storage_options
+        Passed to fsspec for ``scratch`` (credentials, endpoint).  Default
+        None.
+    memory_per_pile
+        The bytes of memory a pile may take, for ``piles="auto"`` only (it is
+        ignored with a pile count).  Default None: a quarter of a worker's
+        memory limit per thread (of the smallest worker), or of the machine's
+        memory per core without a cluster.
 
-    ``piles`` defaults to 512, not "auto" as in ``shuffle_parquet``: a lazy
-    call computes nothing, and "auto" must.  ``piles="auto"`` computes a few
-    evenly spaced partitions of ``ddf`` (up to 3) to measure their in-memory
-    size, scales it by the number of partitions, and picks the fewest piles (at least 4 per thread) whose largest fits
-    ``memory_per_pile`` (default: a quarter of a worker's memory per thread).
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        A lazy Dask DataFrame with ``npartitions == piles`` and unknown
+        divisions.  Its ``to_parquet`` writes one file per pile, with no
+        min/max statistics and dictionary encoding for categorical columns
+        only, unless you pass those options: a pile spans nearly every value,
+        so statistics let a reader skip nothing, and dictionaries of values in
+        random order cost time and bytes.  Collections derived from it
+        (``s[cols]``, ``s.persist()``) are plain Dask DataFrames with Dask's
+        defaults; pass ``write_statistics=False, use_dictionary=False`` to
+        theirs.
 
+    Raises
+    ------
+    TypeError
+        If ``ddf`` is not a Dask DataFrame (a Series, a pandas DataFrame).
+        At compute time: a partition with a MultiIndex, or whose column cannot
+        take the dtype the DataFrame's meta says without changing its values
+        (floats under an int meta), naming the column.
+    ValueError
+        If ``piles`` or ``seed`` is not valid, or with ``piles="auto"`` if a
+        row takes more than ``memory_per_pile``.  At the first compute: on a
+        cluster whose workers cannot all see a local ``scratch``.
+
+    See Also
+    --------
+    plan_piles : the pile count ``piles="auto"`` would choose.
+    shuffle_parquet : Parquet in, Parquet out, without pandas.
+
+    Notes
+    -----
+    The shuffle is a Dask expression, so Dask's optimizer works through it:
+    ``shuffle(ddf)[["a", "b"]]`` reads and shuffles only ``a`` and ``b``, in
+    the same order as the whole result; ``count()``, ``min()`` and ``max()``
+    of the whole result skip the shuffle; ``s.partitions[j]`` computes pile
+    ``j`` only.  The dashboard shows ``daskpile-scatter`` (pass 1, a task per
+    input partition), ``daskpile-scattered`` and ``daskpile-gather`` (pass 2,
+    a task per pile).
+
+    Pass 1 runs once for the life of the result: later computes of it, or of
+    any of its partitions, read the scratch it wrote, not the input.  To read
+    the piles every epoch, write them once (``to_parquet``) and read the
+    files.  A worker lost in either pass is replaced and its tasks rerun; the
+    output is the same as an undisturbed run's.
+
+    Every dtype pandas and Dask produce is kept, in empty partitions too:
+    numpy numbers, bools, datetimes and timedeltas; nullable ``Int64``,
+    ``boolean`` and ``Float64``; every string dtype; categoricals with known,
+    unknown or no categories; tz-aware datetimes, periods, intervals;
+    ``pd.ArrowDtype`` (decimal, list, struct, map, large_string, timestamp);
+    named, string and range indexes.  Columns of Python objects (lists, dicts,
+    bytes, times, mixed types) and the dtypes Arrow lacks (complex, sparse)
+    are carried as one pickle per value: exact, about a microsecond a value.
+    A partition whose columns are in another order than the meta's is taken
+    by label; a column whose dtype differs from the meta's is cast to it where
+    that changes no value (object strings under a string meta).
+
+    Examples
+    --------
     >>> import dask.dataframe as dd, pandas as pd
     >>> ddf = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=2)
     >>> shuffled = shuffle(ddf, piles=3, seed=0)
     >>> shuffled.npartitions, sorted(shuffled.compute()["x"])
     (3, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    >>> shuffle(dd.read_parquet("data/"), piles=8).to_parquet("shuffled-ddf/")
     """
     if not isinstance(ddf, dd.DataFrame):
         raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
@@ -429,10 +521,44 @@ SAMPLED_PARTITIONS = 3
 
 
 def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing.PilePlan:
-    """The pile count ``shuffle(ddf, piles="auto")`` would choose, from a few computed partitions.
+    """The pile count ``shuffle(ddf, piles="auto")`` would choose, without shuffling.
 
-    >>> plan_piles(ddf, memory_per_pile=2**28).piles  # doctest: +SKIP
-    12
+    Computes up to 3 evenly spaced partitions of ``ddf`` to measure their
+    rows and their size in memory (``memory_usage(deep=True)``, index
+    included), scales both by the number of partitions, and plans the fewest
+    piles, at least 4 per thread of the current client (or of this machine),
+    such that a pile of mean size plus 6 standard deviations fits
+    ``memory_per_pile``.  Piles are never planned at fewer than 10,000 rows
+    on average for the sake of parallelism: 200 rows make one pile.
+
+    Parameters
+    ----------
+    ddf
+        The Dask DataFrame to be shuffled.
+    memory_per_pile
+        The bytes of memory a pile may take.  Default None: a quarter of a
+        worker's memory limit per thread (of the smallest worker), or of the
+        machine's memory per core without a cluster.
+
+    Returns
+    -------
+    ~daskpile._sizing.PilePlan
+        The plan: ``piles``, and the estimated ``rows`` and ``bytes`` and the
+        ``memory_per_pile`` it was made with.
+
+    Raises
+    ------
+    ValueError
+        If a row takes more than ``memory_per_pile``, or the data needs more
+        than 65,535 piles.
+
+    Examples
+    --------
+    >>> import dask.dataframe as dd, pandas as pd
+    >>> ddf = dd.from_pandas(pd.DataFrame({"x": range(10_000)}), npartitions=4)
+    >>> plan = plan_piles(ddf, memory_per_pile=2**14)
+    >>> plan.piles, plan.rows
+    (6, 10000)
     """
     n = ddf.npartitions
     picks = sorted({round(i * (n - 1) / max(SAMPLED_PARTITIONS - 1, 1)) for i in range(min(SAMPLED_PARTITIONS, n))})

@@ -112,10 +112,33 @@ def result_files(dest: str | list[str], storage_options: dict | None = None):
 
 
 def read(dest: str, storage_options: dict | None = None) -> dict:
-    """The manifest of a finished result.
+    """The manifest of a finished result, ``dest/_daskpile.json``.
 
-    >>> read("out/")["piles"]  # doctest: +SKIP
-    512
+    Parameters
+    ----------
+    dest
+        The directory :func:`shuffle_parquet` wrote, local or an fsspec URL.
+    storage_options
+        Passed to fsspec for ``dest``.  Default None.
+
+    Returns
+    -------
+    dict
+        The manifest as parsed JSON: ``piles``, ``seed``, ``rows``,
+        ``rows_per_pile``, ``files`` (in sequence order), the schema,
+        ``source_files``, the row ``fingerprint``, the ``pile_plan``, seconds
+        per pass and library versions; see :doc:`/reference/manifest`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``dest`` holds no manifest: it is not a finished daskpile result.
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> daskpile.read_manifest("shuffled/")["piles"]
+    4
     """
     fs, path = filesystem(dest, storage_options)
     if not fs.exists(posixpath.join(path, MANIFEST_NAME)):

@@ -42,23 +42,87 @@ from daskpile.sources import plan_sources
 
 
 class VerificationError(RuntimeError):
-    """The output is not a permutation of the input: rows were lost, duplicated or changed."""
+    """The output is not a permutation of the input: rows were lost, duplicated or changed.
+
+    Raised by :func:`shuffle_parquet` with ``verify=True`` when the
+    fingerprint of the rows written differs from that of the rows read.  No
+    manifest is written, so ``dest`` is not a finished result.  The message
+    gives both fingerprints.
+    """
 
 
 class RunMismatchError(RuntimeError):
-    """dest or scratch holds an unfinished run with other arguments."""
+    """``dest`` or its scratch holds an unfinished run with other arguments.
+
+    Raised by :func:`shuffle_parquet` instead of mixing two runs, when an
+    interrupted run differs from this call in its source files (or their
+    sizes and modification stamps), ``piles``, ``seed``, ``blocksize``,
+    ``rows_per_file`` or the schema it reads.  The message names the
+    differences.  Run the same call again to resume the run, or pass
+    ``overwrite=True`` to discard it.
+    """
 
 
 class PileTooLargeError(RuntimeError):
-    """A pile is over its memory budget and ``on_oversize="error"`` was asked for."""
+    """A pile is over its memory budget and ``on_oversize="error"`` was asked for.
+
+    Raised by :func:`shuffle_parquet` after pass 1, before pass 2 writes
+    anything; the message names the largest pile, its rows and estimated
+    bytes.  The scratch is removed, since a rerun needs other arguments: more
+    piles, a larger ``memory_per_pile``, or ``on_oversize="split"``.
+    """
 
 
 @dataclasses.dataclass
 class ShuffleReport:
-    """What ``shuffle_parquet`` did.
+    """What :func:`shuffle_parquet` did; ``print`` it for a one-line summary.
 
-    ``files`` are the output URLs in pile order; reading them in that order
-    gives the shuffled dataset.
+    Every parameter below is an attribute of the report.
+
+    Parameters
+    ----------
+    rows
+        The rows shuffled.
+    piles
+        The pile count the run used.  With ``rows_per_file``, or piles split
+        for being over their budget, the number of files differs.
+    seed
+        The seed the run used (drawn, when none was given).
+    dest
+        The URL of the result.
+    files
+        The URLs of the output files, in sequence order: reading them in
+        that order gives the shuffled dataset.
+    manifest
+        The URL of the result's manifest, ``_daskpile.json``.
+    source_files
+        The URLs of the input files, in the order they were read.
+    seconds_scatter
+        Seconds of pass 1, reading the input and writing scratch.
+    seconds_gather
+        Seconds of pass 2 (and of the pass of ``rows_per_file``), writing
+        the output.
+    scratch_bytes
+        Bytes pass 1 wrote to scratch.
+    output_bytes
+        Bytes of the output files.
+    fingerprint
+        The fingerprint of the rows, the same read and written; None with
+        ``verify=False``.
+    resumed_partitions
+        Input partitions whose scratch files an interrupted run had written,
+        reused.
+    resumed_piles
+        Output files an interrupted run had written, reused.
+    pile_plan
+        How ``piles="auto"`` chose the count, and the budget piles were
+        checked against; None with a pile count.
+    skipped_files
+        Files of the source that are not Parquet by their extension, not read.
+    source_description
+        How the source was read, as the manifest records it under
+        ``"source"``: ``schema_policy``, ``schema_from``, ``partition_keys``,
+        ``table``, ``table_version``, ``skipped_files``.
     """
 
     rows: int
@@ -81,6 +145,7 @@ class ShuffleReport:
 
     @property
     def seconds(self) -> float:
+        """Seconds of the two passes together (``seconds_scatter + seconds_gather``)."""
         return self.seconds_scatter + self.seconds_gather
 
     def __str__(self) -> str:
@@ -124,58 +189,188 @@ def shuffle_parquet(
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
-    ``source`` is a file, a directory, a glob, or a list of any of these, as
-    fsspec URLs (``s3://...`` included), or a Delta Lake or Iceberg table
-    folder (its live files at its current version, or ``version=``; needs the
-    ``delta`` or ``iceberg`` extra).  Key=value folders (``year=2024/``) become
-    columns, typed as pyarrow infers them or as ``partitioning=`` declares
-    (a ``pa.Schema``; ``"none"`` ignores the folders).  ``schema="strict"``
-    wants every file to hold the same columns (order, nullability and
-    ``string``/``large_string`` aside); ``schema="unify"`` takes their union,
-    with types promoted as ``pa.unify_schemas(promote_options="permissive")``
-    and missing columns as nulls.  Files that are not Parquet by their
-    extension (``README.txt``) are skipped and listed in the report, or
-    refused with ``stray_files="error"``.  ``dest`` receives ``part-00000.parquet`` ...
-    one file per pile, and ``_daskpile.json``, written last.  Reading the parts
-    in name order gives a uniformly random permutation of the input rows; the
-    same seed and piles give byte-identical files on any cluster (with
-    ``piles="auto"``, give ``memory_per_pile`` too: the default depends on the
-    workers' memory).
+    Arrow end to end, without pandas.  ``dest`` receives ``part-00000.parquet``
+    ... (one file per pile, names zero-padded so that they sort in pile
+    order) and ``_daskpile.json``, the manifest, written last: the result is
+    complete when it exists.  Reading the parts in name order gives a
+    uniformly random permutation of the input rows, every column with its
+    exact Arrow type.  The same seed, pile count and ``blocksize`` give
+    byte-identical files on any cluster.  Runs on the current Dask client if there is one, else on
+    Dask's default local scheduler (``dask.config.set(scheduler=...)`` is
+    honoured).
 
-    With ``verify`` (the default) pass 1 fingerprints the input rows and pass 2
-    the output rows; a difference raises ``VerificationError`` and no manifest
-    is written.  If a run is interrupted, calling again with the same
-    arguments resumes it (``seed=None`` adopts the interrupted run's seed).
+    Memory is bounded by a piece of input and a pile, never by a file or the
+    dataset.  If a run is interrupted, calling again with the same arguments
+    resumes it, reusing every finished scratch and output file.
 
-    ``piles="auto"`` chooses the fewest piles (at least 4 per thread) whose
-    largest fits ``memory_per_pile`` bytes, by default a quarter of a worker's
-    memory per thread; the choice is in ``report.pile_plan`` and the manifest.
-    When a budget is known (``memory_per_pile`` given, or ``piles="auto"``) and
-    pass 1 shows a pile over it, that pile is split by a further random level
-    and written as consecutive files ``part-0000j-0000.parquet``, ...
-    (``on_oversize="split"``), or ``PileTooLargeError`` is raised before pass 2
-    writes anything (``on_oversize="error"``).
+    Parameters
+    ----------
+    source
+        What to shuffle, as local paths or fsspec URLs (``s3://...``): a file,
+        a directory (searched recursively; names starting with ``_`` or ``.``
+        are skipped), a glob, or a list of any of these on one filesystem; or
+        a Delta Lake or Iceberg table folder, of which only the live files of
+        the current version (or ``version``) are read, never those the log
+        removed (needs the ``daskpile[delta]`` or ``daskpile[iceberg]``
+        extra; deletion vectors and Iceberg delete files are refused).  A
+        ``_metadata`` file plans the run without reading any footer;
+        ``_common_metadata``, ``_SUCCESS``, ``.crc``, ``_committed_*`` and
+        ``_started_*`` are ignored.
+    dest
+        The directory to write, local or an fsspec URL: new, empty, or holding
+        a daskpile result (see ``overwrite``).  It must not overlap
+        ``source``.  daskpile never writes among, or removes, files it did not
+        write.
+    piles
+        The number of piles (at least 1), or ``"auto"`` (the default, as on
+        the command line): the fewest piles, at least 4 per thread (but not
+        piles of fewer than 10,000 rows on average), such that a pile of mean
+        size plus 6 standard deviations fits ``memory_per_pile``.  The size
+        comes from the Parquet footers of up to 8 evenly spaced files, scaled
+        by file size (or from ``_metadata``).  The choice and its inputs are
+        ``report.pile_plan`` and the manifest's ``pile_plan``; a resumed run
+        keeps the count it started with.  Give a count (and a seed) for an
+        output that does not depend on the cluster's memory.
+    seed
+        A non-negative integer.  Default None: a seed drawn from the operating
+        system, or the seed of the interrupted run being resumed.  It is
+        recorded in the report and the manifest.
+    scratch
+        Where pass 1 writes (about the uncompressed size of the data): a local
+        path or an fsspec URL, under which the run uses
+        ``daskpile-<hash of dest>/``, so that a rerun finds it.  Default: the
+        local temporary directory.  Every worker must reach it: on a cluster
+        whose workers share no disk, pass an object-store URL such as
+        ``"s3://bucket/tmp"``.  It is removed when the run succeeds or fails
+        on bad input or a full disk, and kept when the run is interrupted: it
+        is the checkpoint a rerun resumes from.
+    storage_options
+        Passed to fsspec for ``source``, ``dest`` and ``scratch``
+        (credentials, endpoint).  Default None.
+    overwrite
+        Replace the daskpile result ``dest`` holds.  The new result is written
+        beside it and takes its place at the end (the old manifest is removed
+        first, so no reader takes the mix as complete); only the old result's
+        files are removed.  Also discards an unfinished run in ``dest`` that
+        was started with other arguments.  Default False: a finished result
+        raises ``FileExistsError``, an unfinished run with other arguments
+        :class:`RunMismatchError`.
+    verify
+        Pass 1 fingerprints the input rows and pass 2 the output rows; if they
+        differ, :class:`VerificationError` is raised and no manifest is
+        written.  About a quarter of the work.  Default True.
+    memory_per_pile
+        The bytes of memory a pile may take.  Default None: with
+        ``piles="auto"``, a quarter of a worker's memory limit per thread (of
+        the smallest worker), or of the machine's memory per core without a
+        cluster; with a pile count, no budget, so that nothing is split and the
+        output never depends on the cluster's memory.  When a budget is known,
+        pile sizes are checked after pass 1 and a pile over it is handled as
+        ``on_oversize`` says.
+    progress
+        Show Dask's progress bar during each pass (distributed's with a
+        client, ``dask.diagnostics.ProgressBar`` without; only in a terminal
+        or a notebook) and print a summary line per pass, and the plan of
+        ``piles="auto"``.  Default False: nothing is printed.
+    blocksize
+        Bytes, as an integer or a string such as ``"128 MiB"``.  Default
+        256 MiB, as in ``dask.dataframe.read_parquet``.  A file larger than
+        this in memory (its row groups' uncompressed size) is read in pieces
+        of whole row groups, each scattered on its own, so a multi-GB file
+        never sits whole in a worker.  Consecutive smaller files are read by
+        one task up to a sixteenth of ``blocksize`` on disk, so tasks and
+        scratch files follow the bytes, not the file count.  Like ``piles``
+        and ``seed``, it decides the output.
+    on_oversize
+        What to do with a pile over its memory budget: ``"split"`` (the
+        default) splits it by a further random level (its own generator, keyed
+        by seed and pile) and writes it as consecutive files
+        ``part-0000j-0000.parquet``, ``part-0000j-0001.parquet``, ...: still a
+        uniform permutation.  ``"error"`` raises :class:`PileTooLargeError`
+        instead, before pass 2 writes anything.
+    rows_per_file
+        Write files of exactly this many rows (the last one the rest) instead
+        of one per pile: pass 2 keeps the permuted piles in scratch and a
+        third pass cuts their sequence into equal files.  It is the same
+        sequence as one file per pile, cut differently, so still uniform; it
+        costs one more write and read of scratch.  Default None.
+    partitioning
+        How ``key=value`` folders in the files' paths (``year=2024/``,
+        anywhere in the path, as DuckDB reads them) become columns, which are
+        fingerprinted like every column.  ``"hive"`` (the default): typed as
+        ``pyarrow.dataset`` infers them (``int32``, else ``string``;
+        URL-decoded; ``__HIVE_DEFAULT_PARTITION__`` is null).  A
+        ``pa.schema(...)`` or a string such as ``"year:int16,city:string"``
+        declares their types; ``"none"`` (or None) ignores the folders.  A
+        table's columns come from the table, not from its folders.
+    schema
+        ``"strict"`` (the default) wants the same columns in every file, but
+        passes what changes no value: column order, the nullable flag,
+        ``string`` against ``large_string``, a zero-row file of ``null``
+        columns.  ``"unify"`` takes the union of the files' columns by name,
+        with types promoted as ``pa.unify_schemas(promote_options="permissive")``
+        does and missing columns as nulls, and records the schema in the
+        manifest.  A table's rows take the table's schema.
+    version
+        The version of a Delta table, or the snapshot id of an Iceberg table,
+        to read.  Default None: the current one.  Only for a table source.
+    stray_files
+        Files that are not Parquet by their extension (``README.txt``):
+        ``"skip"`` (the default) skips them and lists them in
+        ``report.skipped_files``; ``"error"`` refuses them.
 
-    ``rows_per_file=N`` writes files of exactly N rows (the last one the
-    remainder) instead of one per pile: pass 2 keeps the permuted piles in
-    scratch and a third pass cuts their sequence into equal files.  It is the
-    same uniformly random sequence, only cut differently.
+    Returns
+    -------
+    ShuffleReport
+        What the run did: rows, piles, seed, the output files in order, the
+        seconds of each pass, the fingerprint, the pile plan.
 
-    A file larger than ``blocksize`` bytes in memory (its row groups'
-    uncompressed size; default 256 MiB, as in ``dask.dataframe.read_parquet``)
-    is read in pieces of whole row groups, so memory stays bounded by that, not
-    by the size of the file.  Consecutive files smaller than that are read
-    together, up to a sixteenth of ``blocksize`` on disk, so that 2,000 small
-    files make a few dozen tasks.  Like ``piles`` and ``seed``, it decides the
-    output.
+    Raises
+    ------
+    ValueError
+        If an argument is not valid; if ``dest`` overlaps ``source``; if a
+        file's schema does not fit (``schema="strict"``) or a table cannot be
+        read; if a row takes more than ``memory_per_pile``.
+    FileNotFoundError
+        If ``source`` does not exist or holds no Parquet file.
+    FileExistsError
+        If ``dest`` holds a finished result and ``overwrite`` is False, or
+        holds files daskpile did not write.
+    RunMismatchError
+        If ``dest`` or its scratch holds an unfinished run with other
+        arguments, and ``overwrite`` is False.
+    PileTooLargeError
+        If a pile is over its memory budget and ``on_oversize="error"``.
+    VerificationError
+        If ``verify`` finds the output is not a permutation of the input.
+    OSError
+        If ``dest`` or a local ``scratch`` cannot be written (a file where a
+        directory should be, no permission), or lacks the space the run needs
+        (``errno.ENOSPC``, with both numbers): checked before anything is
+        written, from the Parquet footers.
+    ImportError
+        If ``source`` is a Delta or Iceberg table and its library is not
+        installed.
 
-    Runs on the current Dask client if there is one, else on Dask's default
-    local scheduler.  ``progress=True`` shows Dask's progress bar for each pass
-    and prints one summary line per pass.
+    See Also
+    --------
+    verify : recompute the fingerprints of a result from the files.
+    quality : measure how random a result's order is.
+    read_manifest : the manifest of a finished result.
 
-    >>> report = shuffle_parquet("data/", "shuffled/", piles=64, seed=1)  # doctest: +SKIP
-    >>> report.rows, len(report.files)  # doctest: +SKIP
-    (10000000, 64)
+    Notes
+    -----
+    Parts are written with plain encoding, no min/max statistics, and Snappy
+    only on the columns it shrinks; the layout, the manifest and the scratch
+    directory are described in :doc:`/concepts/scratch` and
+    :doc:`/reference/manifest`.
+
+    Examples
+    --------
+    >>> report = shuffle_parquet("data/", "out/", piles=8, seed=1)
+    >>> report.rows, len(report.files)
+    (30000, 8)
+    >>> shuffle_parquet("s3://lake/events/", "s3://lake/shuffled/", scratch="s3://lake/tmp/")  # doctest: +SKIP
     """
     blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
     if blocksize < 1:
@@ -249,7 +444,7 @@ def shuffle_parquet(
             "line) to replace it"
         )
     staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if old_result is not None else None
-    if previous is not None and not _scratch_serves(scratch_dir, dest_fs, staging or dest_path, piles, seed):
+    if previous is not None and not _passes.scratch_can_finish(scratch_dir, dest_fs, staging or dest_path, piles, seed):
         scratch_dir.remove()  # pass 2 consumed bands whose piles are no longer in dest: start pass 1 afresh
         previous = None
     if previous is None:  # a resumed run has part of its scratch already
@@ -639,30 +834,6 @@ def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
         root = real(root).rstrip("/")
         if dest_dir == root + "/" or root.startswith(dest_dir) or dest_dir.startswith(root + "/"):
             raise ValueError(f"dest {dest_path!r} overlaps the source {root!r}: choose a separate directory")
-
-
-def _scratch_serves(scratch_dir: Scratch, dest_fs, target: str, piles: int, seed: int) -> bool:
-    """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest.
-
-    Pass 2 removes a band's scratch once the band's piles are written; if
-    those piles were then deleted from dest (or are not this run's), the
-    scratch can no longer make them, and resuming would fail in pass 2.
-    """
-    if scratch_dir.bands is None or not scratch_dir.fs.exists(scratch_dir.directory):
-        return True
-    present: dict[tuple[int, int], set[int]] = {}
-    for path in scratch_dir.fs.ls(scratch_dir.directory, detail=False):
-        parsed = _scratch.parse_scratch_name(posixpath.basename(path))
-        if parsed is not None and parsed[2] is not None:
-            present.setdefault(parsed[:2], set()).add(parsed[2])
-    bands = range(len(scratch_dir.bands) - 1)
-    removed = {b for found in present.values() if 0 in found for b in bands if b not in found}
-    needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]
-    for j in needed:
-        stamp = _passes.pile_stamp(dest_fs, posixpath.join(target, _manifest.part_name(j, piles)))
-        if stamp is None or (stamp.get("pile"), stamp.get("piles"), stamp.get("seed")) != (j, piles, seed):
-            return False
-    return True
 
 
 def _schema_key(plan) -> str:

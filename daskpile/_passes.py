@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _fingerprint, _kernels, _random, _scratch
+from daskpile import _fingerprint, _kernels, _manifest, _random, _scratch
 from daskpile._fingerprint import Fingerprint
 from daskpile._scratch import PileReader, Scratch
 from daskpile._storage import atomic_sink
@@ -430,3 +430,27 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
         return None
     width = t.bit_width // 8 if not pa.types.is_fixed_size_binary(t) else t.byte_width
     return array.buffers()[1].slice(array.offset * width, min(len(array) * width, limit))
+
+
+def scratch_can_finish(scratch_dir: Scratch, dest_fs, target: str, piles: int, seed: int) -> bool:
+    """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest.
+
+    Pass 2 removes a band's scratch once the band's piles are written; if
+    those piles were then deleted from dest (or are not this run's), the
+    scratch can no longer make them, and resuming would fail in pass 2.
+    """
+    if scratch_dir.bands is None or not scratch_dir.fs.exists(scratch_dir.directory):
+        return True
+    present: dict[tuple[int, int], set[int]] = {}
+    for path in scratch_dir.fs.ls(scratch_dir.directory, detail=False):
+        parsed = _scratch.parse_scratch_name(posixpath.basename(path))
+        if parsed is not None and parsed[2] is not None:
+            present.setdefault(parsed[:2], set()).add(parsed[2])
+    bands = range(len(scratch_dir.bands) - 1)
+    removed = {b for found in present.values() if 0 in found for b in bands if b not in found}
+    needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]
+    for j in needed:
+        stamp = pile_stamp(dest_fs, posixpath.join(target, _manifest.part_name(j, piles)))
+        if stamp is None or (stamp.get("pile"), stamp.get("piles"), stamp.get("seed")) != (j, piles, seed):
+            return False
+    return True

@@ -42,8 +42,26 @@ MAX_LABELS = 100
 
 
 @dataclasses.dataclass(frozen=True)
-class Check:
-    """One statistical test: its statistic, p-value and verdict at the report's alpha."""
+class QualityCheck:
+    """One statistical test of a :class:`~daskpile.QualityReport`: its statistic, p-value and verdict.
+
+    Every parameter below is an attribute.
+
+    Parameters
+    ----------
+    name
+        The test, such as ``"rank correlation"``.
+    statistic
+        Its statistic.
+    p_value
+        The probability of a statistic at least as extreme on a uniform
+        shuffle.
+    passed
+        Whether the p-value is at least the report's ``alpha`` (for label
+        balance: whether every file is within its bounds).
+    detail
+        The statistic, its expectation and p-value in words.
+    """
 
     name: str
     statistic: float
@@ -54,10 +72,55 @@ class Check:
 
 @dataclasses.dataclass(repr=False)
 class QualityReport:
-    """How random the row order of a dataset is; ``ok`` when every check passes.
+    """How random the row order of a dataset is, as :func:`quality` measured it.
 
-    ``position_histogram`` counts rows by (input position bin, output position
-    bin); ``label_counts`` counts rows by (output file, label value).
+    Its truth value is :attr:`ok`; ``print`` it for one line per check and a
+    verdict.  Every parameter below is an attribute.
+
+    Parameters
+    ----------
+    dest
+        The URL measured (or ``"N files"`` for a list of files).
+    rows
+        The rows measured.
+    files
+        The URLs of the files, in the order read.
+    order_column
+        The column holding each row's original position.
+    label_column
+        The label column, or None.
+    alpha
+        The false-positive rate of each check.
+    checks
+        Every statistical test, in order: rank correlation, decile chi-square
+        (from 500 rows), successions, neighbours within ``neighbours``, and
+        with a label column, label balance per file.
+    rank_correlation
+        Spearman's rank correlation of input and output positions: about 0
+        for a uniform shuffle, +1 for the input order.
+    longest_run
+        Rows in the longest stretch of output neighbours that were input
+        neighbours: 1 or 2 for a uniform shuffle, all of them for the input.
+    near_share
+        The share of output neighbours within ``neighbours`` input positions.
+    near_expected
+        That share's expectation for a uniform shuffle (about
+        ``2 * neighbours / rows``).
+    neighbours
+        The distance that counts as near.
+    entropy_bits
+        The entropy, in bits, of the absolute differences of consecutive input
+        positions: close to log2(rows) for a uniform shuffle, 0 for the input
+        order.
+    position_histogram
+        Rows counted by (input position bin, output position bin), 50 by 50:
+        what :meth:`plot` draws.
+    labels
+        The label values, in the order of ``label_counts``'s columns; empty
+        without a label column.
+    label_counts
+        Rows counted by (output file, label value); None without a label
+        column.
     """
 
     dest: str
@@ -66,7 +129,7 @@ class QualityReport:
     order_column: str
     label_column: str | None
     alpha: float
-    checks: list[Check]
+    checks: list[QualityCheck]
     rank_correlation: float
     longest_run: int
     near_share: float
@@ -79,12 +142,22 @@ class QualityReport:
 
     @property
     def ok(self) -> bool:
+        """Whether every check passed, so the order is consistent with a uniform shuffle."""
         return all(c.passed for c in self.checks)
 
     def __bool__(self) -> bool:
         return self.ok
 
     def to_json(self) -> dict:
+        """The report as JSON-ready data, what ``daskpile quality --json`` prints for each result.
+
+        Returns
+        -------
+        dict
+            The attributes, with ``ok`` added, ``files`` as their number, each
+            check as a dict of ``name``, ``statistic``, ``p_value``, ``passed``
+            and ``detail``, and without the histogram, labels and label counts.
+        """
         return {
             "dest": self.dest,
             "rows": self.rows,
@@ -121,6 +194,7 @@ class QualityReport:
 
     @property
     def verdict(self) -> str:
+        """The verdict in one line (consistent with a uniform shuffle, or which checks failed)."""
         failed = [c.name for c in self.checks if not c.passed]
         if failed:
             return f"NOT uniformly shuffled ({', '.join(failed)} failed at alpha={self.alpha:g})"
@@ -129,12 +203,34 @@ class QualityReport:
     __repr__ = __str__
 
     def plot(self, path: str | None = None):
-        """A figure of the input vs output position histogram and, with labels, the label share per file.
+        """Draw the input against output position histogram and, with labels, the label share per file.
 
-        Saved to ``path`` if given; returned as a matplotlib ``Figure`` (which a
-        notebook displays).
+        The first panel is a 2-D histogram of where rows were in the input
+        against where they are in the output: evenly filled for a uniform
+        shuffle, a diagonal for the input order.  With a label column, the second shows
+        the share of each label (up to 10) in every output file, against its
+        overall share.
 
-        >>> quality("shuffled/", order_column="id", label_column="label").plot("quality.png")  # doctest: +SKIP
+        Parameters
+        ----------
+        path
+            Where to save the figure as an image (PNG, or another format
+            matplotlib knows by the extension).  Default None: not saved.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The figure, which a notebook displays.
+
+        Raises
+        ------
+        ImportError
+            If matplotlib is not installed: ``pip install 'daskpile[plot]'``.
+
+        Examples
+        --------
+        >>> quality("shuffled/", order_column="id", label_column="label").plot("quality.png")
+        <Figure size 1100x460 with 3 Axes>
         """
         try:
             from matplotlib.figure import Figure
@@ -179,15 +275,79 @@ def quality(
 ) -> QualityReport:
     """Measure how random the row order of ``dest`` is against an original order.
 
-    ``dest`` is a daskpile result (read in manifest order), any directory or
-    glob of Parquet files (read in name order), or a list of files.
-    ``order_column`` must hold each row's position in the input order, or any
-    unique sortable key of it (an id, a timestamp).  Only the order and label
-    columns are read, in parallel on the current Dask client.
+    Only the order column and the label column are read, in parallel on the
+    current Dask client (else on Dask's default local scheduler).  When the
+    order column holds integers forming a dense range (ids 0..n-1, or any
+    range without gaps), it is measured file by file on the workers, no
+    process holding more than a file or a part of the range; any other key
+    (timestamps, sparse ids) is ranked in memory.
 
-    >>> report = quality("shuffled/", order_column="id", label_column="label")  # doctest: +SKIP
-    >>> report.ok, round(report.rank_correlation, 3)  # doctest: +SKIP
-    (True, 0.0)
+    The checks, each with false-positive rate ``alpha`` on a uniformly
+    shuffled dataset (the report passes when all of them pass):
+
+    - rank correlation of input and output positions (a z-test): about 0 for
+      a uniform shuffle, +1 for the input order;
+    - chi-square of the input-decile by output-decile table, on 81 degrees
+      of freedom (from 500 rows);
+    - successions: output neighbours that were input neighbours too (a
+      Poisson(1) test), with the longest such run;
+    - the share of output neighbours within ``neighbours`` input positions of
+      each other, against its expectation (about ``2 * neighbours / rows``);
+    - with ``label_column``, the label counts of every output file against
+      hypergeometric bounds (Bonferroni over files and labels).
+
+    The entropy of the absolute differences of consecutive input positions
+    (MosaicML Streaming's measure: close to log2(rows) bits for a shuffle, 0
+    for the input order) is reported, not tested.
+
+    Parameters
+    ----------
+    dest
+        A daskpile result, read in manifest order, or any Parquet directory
+        or glob (read in name order), or a list of files (read in that order).
+    order_column
+        The column holding each row's original position, or any unique key
+        that sorts in the original order (an id, a timestamp).  It may hold
+        no nulls and no repeated values.
+    label_column
+        A categorical column (at most 100 distinct values) whose share in
+        every output file is checked.  Default None: no label check.
+    neighbours
+        The distance, in input positions, within which two output neighbours
+        count as near (at least 1).  Default 10.
+    alpha
+        The false-positive rate of each check on a uniform shuffle, between 0
+        and 1.  Default 1e-3.
+    storage_options
+        Passed to fsspec for ``dest``.  Default None.
+
+    Returns
+    -------
+    QualityReport
+        Every check with its statistic, p-value and verdict, and the figures
+        behind them; true when every check passes.  ``print`` it, or draw it
+        with :meth:`QualityReport.plot`.
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` or ``neighbours`` is out of range, the order column has
+        nulls or repeated values, or the label column has more than 100
+        distinct values.
+    KeyError
+        If a file lacks the order or label column.
+    FileNotFoundError
+        If ``dest`` does not exist or holds no Parquet file.
+
+    Examples
+    --------
+    >>> report = quality("shuffled/", order_column="id", label_column="label")
+    >>> report.ok, abs(report.rank_correlation) < 0.05
+    (True, True)
+    >>> quality("data/", order_column="id").ok  # the sorted input
+    False
+    >>> report.plot("quality.png")
+    <Figure size 1100x460 with 3 Axes>
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
@@ -206,18 +366,18 @@ def quality(
     checks = []
     rho = stats.rank_correlation
     p = math.erfc(abs(rho) * math.sqrt(max(rows - 1, 0)) / math.sqrt(2)) if rows > 2 else 1.0
-    checks.append(Check("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
+    checks.append(QualityCheck("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
 
     if rows >= 500:  # at least 5 expected rows in each cell of the 10 x 10 table
         chi2 = _chi_square(stats.decile_table)
         p = chi_square_sf(chi2, 81)
-        checks.append(Check("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof, p={p:.3g}"))
+        checks.append(QualityCheck("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof, p={p:.3g}"))
 
     successions, longest = stats.successions, stats.longest
     expected = (rows - 1) / rows if rows else 0.0
     p = poisson_sf(successions, expected)
     checks.append(
-        Check(
+        QualityCheck(
             "successions", successions, p, p >= alpha,
             f"{successions:,} output neighbours were input neighbours (expected {expected:.1f}), "
             f"longest run {count(longest, 'row')}, p={p:.3g}",
@@ -230,7 +390,7 @@ def quality(
     p = poisson_sf(near, (rows - 1) * q)
     near_share = near / max(rows - 1, 1)
     checks.append(
-        Check(
+        QualityCheck(
             f"neighbours within {neighbours}", near_share, p, p >= alpha,
             f"{near_share:.3g} of output neighbours (expected {q:.3g}), p={p:.3g}",
         )
@@ -343,7 +503,7 @@ def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.nda
     return values, counts.reshape(len(per_file), len(values))
 
 
-def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) -> Check:
+def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) -> QualityCheck:
     n, files, kinds = int(rows_per_file.sum()), counts.shape[0], counts.shape[1]
     share = counts.sum(axis=0) / max(n, 1)
     sizes = rows_per_file[:, None].astype(np.float64)
@@ -356,7 +516,7 @@ def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) 
     outside = int(np.count_nonzero((np.abs(z) > bound).any(axis=1)))
     p = min(1.0, math.erfc(worst / math.sqrt(2)) * files * kinds)
     detail = f"worst file {worst:.1f} sigma from the overall share (bound {bound:.1f}), {outside} of {files} outside"
-    return Check("label balance per file", worst, p, worst <= bound, detail)
+    return QualityCheck("label balance per file", worst, p, worst <= bound, detail)
 
 
 def _chi_square(table: np.ndarray) -> float:

@@ -97,17 +97,6 @@ def scratch_name(dest_url: str) -> str:
     return hashlib.sha256(dest_url.encode()).hexdigest()[:16]
 
 
-def file_stamps(infos: list[dict]) -> list[str]:
-    """Size and modification stamp (mtime, ETag or generation) of each file, from ``fs.info``."""
-    stamps = []
-    for info in infos:
-        version = next(
-            (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
-        )
-        stamps.append(f"{info.get('size')}:{version}")
-    return stamps
-
-
 def read(fs: fsspec.AbstractFileSystem, directory: str) -> RunSpec | None:
     path = posixpath.join(directory, RUN_FILE)
     try:

@@ -29,7 +29,23 @@ MEMORY_PER_PILE_FRACTION = 1 / 4
 
 @dataclasses.dataclass(frozen=True)
 class PilePlan:
-    """The chosen pile count and the estimate it came from."""
+    """The chosen pile count and the estimate it came from.
+
+    What :func:`~daskpile.plan_piles` returns, and ``ShuffleReport.pile_plan``
+    for ``piles="auto"``; ``str`` describes it in one line.  Every parameter
+    below is an attribute.
+
+    Parameters
+    ----------
+    piles
+        The pile count.
+    rows
+        The estimated rows of the data.
+    bytes
+        The estimated size of the data in memory (uncompressed), in bytes.
+    memory_per_pile
+        The bytes a pile was planned to fit (mean plus 6 standard deviations).
+    """
 
     piles: int
     rows: int

@@ -135,3 +135,14 @@ def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+
+def file_stamps(infos: list[dict]) -> list[str]:
+    """Size and modification stamp (mtime, ETag or generation) of each file, from ``fs.info``."""
+    stamps = []
+    for info in infos:
+        version = next(
+            (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
+        )
+        stamps.append(f"{info.get('size')}:{version}")
+    return stamps

@@ -20,12 +20,32 @@ from daskpile.sources.parquet import read_parquet
 class Verification:
     """The fingerprints of the source rows and of the result rows, recomputed from the files.
 
-    On a mismatch, ``columns_differing`` names the columns whose values
-    differ (each column is also fingerprinted on its own), and
-    ``missing_files`` / ``unreadable_files`` the result's files that could not
-    be read, with the reason.  ``ignored_columns`` are columns of the result
-    that pandas or Dask wrote for an index the source does not have (Dask's
-    ``__null_dask_index__``): they are not compared.
+    What :func:`verify` returns.  Its truth value is :attr:`ok`; ``print`` it
+    for ``match: the result is a permutation of the source (10,000,000
+    rows)`` or a list of what differs.  Every parameter below is an attribute.
+
+    Parameters
+    ----------
+    source
+        The fingerprint of the source rows.
+    dest
+        The fingerprint of the result rows.
+    manifest
+        The fingerprint the result's manifest recorded; None for a dataset
+        without a manifest, a result shuffled with ``verify=False``, or one
+        whose fingerprint another version of the row hash computed.
+    columns_differing
+        On a mismatch, the columns whose values differ (each column is also
+        fingerprinted on its own), noting a column that only one side has.
+        Empty when every column holds the same values but not in the same
+        rows.
+    missing_files
+        Files the manifest lists that are not there.
+    unreadable_files
+        Result files that could not be read, as ``"url: reason"``.
+    ignored_columns
+        Columns of the result that pandas or Dask wrote for an index the
+        source does not have (Dask's ``__null_dask_index__``): not compared.
     """
 
     source: Fingerprint
@@ -38,6 +58,11 @@ class Verification:
 
     @property
     def ok(self) -> bool:
+        """Whether the result is a permutation of the source.
+
+        The two fingerprints are equal, the manifest's (if any) is equal to
+        them, and no result file is missing or unreadable.
+        """
         return (
             self.source == self.dest
             and self.manifest in (None, self.dest)
@@ -68,6 +93,17 @@ class Verification:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        """The verification as JSON-ready data, what ``daskpile verify --json`` prints.
+
+        Returns
+        -------
+        dict
+            ``ok``; ``source``, ``result`` and ``manifest`` as fingerprints
+            (``rows``, ``sum`` and ``xor`` in hexadecimal, ``hash`` the version
+            of the row hash; ``manifest`` may be None); ``columns_differing``,
+            ``missing_files``, ``unreadable_files`` and ``ignored_columns`` as
+            lists.
+        """
         return {
             "ok": self.ok,
             "source": self.source.to_json(),
@@ -103,18 +139,63 @@ def verify(
 ) -> Verification:
     """Check that the result at ``dest`` holds exactly the rows of ``source``.
 
-    ``dest`` is a daskpile result (the files its manifest lists) or any
-    Parquet dataset.  Reads every source file and every output file, in
-    parallel on the current Dask client, and compares the order-independent
-    fingerprints (row count, sum and xor of 64-bit row hashes).
+    Reads every source file and every result file, in parallel on the current
+    Dask client (else on Dask's default local scheduler), and compares their
+    order-independent fingerprints: row count, and sum and xor of 64-bit row
+    hashes.  Every column is also fingerprinted alone, to name the columns
+    that differ.  Extension types (uuid, json, tensors, user types) are
+    fingerprinted by their storage.  A mismatch is reported, not raised.
 
-    The source is read as the shuffle read it: partition folders, schema
-    policy and table version are those the result's manifest records, unless
-    given (``partitioning``, ``schema``, ``version``, as in ``shuffle_parquet``).
+    Parameters
+    ----------
+    source
+        The input, as given to :func:`shuffle_parquet` (a file, directory,
+        glob, list of these, or table folder).  It is read as the shuffle read
+        it: partition keys, schema policy and table version are those the
+        result's manifest records, unless given below.
+    dest
+        A daskpile result, of which exactly the files its manifest lists are
+        read; or any other Parquet dataset (a directory, glob or list of
+        files), such as one written by ``shuffle(ddf).to_parquet(...)``, of
+        which all the data files are read.
+    storage_options
+        Passed to fsspec for ``source`` and ``dest``.  Default None.
+    progress
+        Show Dask's progress bar while reading.  Default False.
+    partitioning
+        As in :func:`shuffle_parquet`.  Default None: the partition keys, and
+        their types, the manifest records (``"hive"`` for a dataset without
+        a daskpile manifest).
+    schema
+        ``"strict"`` or ``"unify"``, as in :func:`shuffle_parquet`.  Default
+        None: the policy the manifest records (``"strict"`` without one).
+    version
+        As in :func:`shuffle_parquet`.  Default None: the table version the
+        manifest records (the current one without one).
 
-    >>> result = verify("data/", "shuffled/")  # doctest: +SKIP
-    >>> result.ok, result.source.rows  # doctest: +SKIP
-    (True, 10000000)
+    Returns
+    -------
+    Verification
+        The fingerprints of both sides and what the manifest recorded; true
+        when they match, with what differs otherwise.  An index column pandas
+        or Dask wrote that the source lacks (Dask's ``__null_dask_index__``)
+        is set aside and named in ``ignored_columns``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` or ``dest`` does not exist or holds no Parquet file.
+    ValueError
+        If an argument is not valid, or the source files' schemas do not fit
+        the schema policy.
+
+    Examples
+    --------
+    >>> result = verify("data/", "shuffled/")
+    >>> result.ok, result.source.rows
+    (True, 30000)
+    >>> print(result)
+    match: the result is a permutation of the source (30,000 rows)
     """
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
     recorded = manifest and manifest.get("fingerprint")

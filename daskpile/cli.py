@@ -183,7 +183,13 @@ def _cluster_options(f):
             "operator sets it), or 'threads' / 'sync' for Dask's local schedulers. Default: a new LocalCluster.",
         ),
         click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes [cores]."),
-        click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option(
+            "--threads-per-worker",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Threads of each LocalCluster worker.",
+        ),
         click.option("--memory-limit", default="auto", show_default=True, help="Per LocalCluster worker."),
         click.option(
             "--storage-option",
@@ -368,8 +374,20 @@ def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **
 @click.argument("dest", nargs=-1, required=True)
 @click.option("--order-column", required=True, help="Column holding each row's original position (e.g. an id).")
 @click.option("--label-column", help="A categorical column whose balance per file is checked.")
-@click.option("--neighbours", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-3, show_default=True)
+@click.option(
+    "--neighbours",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Output neighbours closer than this in the input order are counted.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=1e-3,
+    show_default=True,
+    help="False-positive rate of each check on a uniform shuffle.",
+)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the figure as PNG (one DEST), or PATH-N.png.")
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @_cluster_options
@@ -432,9 +450,11 @@ def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
 
 @cli.command()
 @click.argument("directory", default="demo-data")
-@click.option("--rows", type=click.IntRange(min=1), default=3_000_000, show_default=True)
-@click.option("--piles", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--rows", type=click.IntRange(min=1), default=3_000_000, show_default=True, help="Rows to write.")
+@click.option("--piles", type=click.IntRange(min=1), default=32, show_default=True, help="Piles to shuffle into.")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=2, show_default=True, help="LocalCluster worker processes."
+)
 @_command
 def demo(directory, rows, piles, workers, quiet):
     """Write a sorted dataset into DIRECTORY, shuffle it on a LocalCluster, prove the result."""

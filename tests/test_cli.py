@@ -7,7 +7,6 @@ import pty
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from _util import file_bytes
@@ -204,18 +203,15 @@ def test_ctrl_c_prints_one_line_and_leaves_a_resumable_run(tmp_path):
     assert file_bytes(dest) == uninterrupted_run(str(source), tmp_path / "reference", 16, 3)
 
 
-def test_every_option_of_every_command_is_in_the_reference():
-    import re
-
+def test_every_command_and_option_says_what_it_does():
+    """The reference is generated from these (tests/test_docs.py builds it), so each needs its help text."""
     import click
 
-    reference = Path(__file__).parent.parent.joinpath("docs", "cli.md").read_text()
     for name, command in cli.commands.items():
-        assert f"daskpile {name}" in reference or (name == "demo" and "daskpile demo" in reference), name
+        assert command.help, name
         for param in command.params:
-            if isinstance(param, click.Option):
-                long_names = [o for o in param.opts if o.startswith("--")]
-                assert any(re.search(re.escape(o) + r"\b", reference) for o in long_names), (name, param.opts)
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.help, (name, param.opts)
 
 
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):

@@ -21,8 +21,7 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._run import file_stamps
-from daskpile._storage import filesystem, full_url
+from daskpile._storage import file_stamps, filesystem, full_url
 from daskpile.sources import hive, listing, schemas, tables
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces

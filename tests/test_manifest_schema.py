@@ -1,0 +1,76 @@
+"""The manifest of real runs against its published, versioned schema (daskpile/manifest.schema.json)."""
+
+import json
+from importlib.resources import files
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+import daskpile
+from daskpile.datasets import write_reference_dataset
+
+SCHEMA = json.loads(files("daskpile").joinpath("manifest.schema.json").read_text())
+
+
+def check(dest) -> dict:
+    manifest = daskpile.read_manifest(str(dest))
+    jsonschema.validate(manifest, SCHEMA, format_checker=jsonschema.FormatChecker())
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("manifest") / "src"
+    write_reference_dataset(str(root), rows=40_000, files=4)
+    return str(root)
+
+
+def test_the_schema_is_a_valid_json_schema_of_the_current_format():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["properties"]["format"]["const"] == daskpile._manifest.FORMAT
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"piles": 3, "seed": 1},
+        {"piles": "auto", "memory_per_pile": 2**20},
+        {"piles": 2, "seed": 2, "memory_per_pile": 600_000},  # piles over the budget are split
+        {"piles": 3, "seed": 3, "rows_per_file": 7_000},
+        {"piles": 3, "seed": 4, "verify": False},
+    ],
+    ids=["plain", "auto", "split", "rows_per_file", "no_verify"],
+)
+def test_manifests_of_real_runs_follow_the_schema(source, tmp_path, sync_scheduler, options):
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), **options)
+    manifest = check(tmp_path / "out")
+    assert sum(manifest["rows_per_file"]) == manifest["rows"] == 40_000
+
+
+def test_a_partitioned_lake_and_an_empty_source_follow_it(tmp_path, sync_scheduler):
+    table = pa.table({"id": list(range(100)), "year": [2023, 2024] * 50})
+    ds.write_dataset(table, tmp_path / "lake", format="parquet", partitioning=["year"], partitioning_flavor="hive")
+    daskpile.shuffle_parquet(str(tmp_path / "lake"), str(tmp_path / "out"), piles=2, seed=1)
+    assert check(tmp_path / "out")["source"]["partition_keys"] == {"year": "int32"}
+    (tmp_path / "empty").mkdir()
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), tmp_path / "empty" / "a.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "empty"), str(tmp_path / "none"), piles=2, seed=1)
+    assert check(tmp_path / "none")["rows"] == 0
+
+
+def test_a_manifest_off_the_schema_is_refused(source, tmp_path, sync_scheduler):
+    """The variant that must fail: the schema is a contract, not a description that accepts anything."""
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=1)
+    manifest = check(tmp_path / "out")
+    for broken in (
+        {**manifest, "surprise": 1},
+        {k: v for k, v in manifest.items() if k != "fingerprint"},
+        {**manifest, "format": "daskpile/2"},
+        {**manifest, "files": ["../escape.parquet"]},
+        {**manifest, "fingerprint": {**manifest["fingerprint"], "sum": "not hex"}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)
