@@ -63,6 +63,7 @@ def build(
     fingerprint=None,
     pile_plan=None,
     source: dict | None = None,
+    run: dict | None = None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -77,6 +78,8 @@ def build(
         "source_files": source_files,
         # how the source was read: schema policy, partition keys, table version, files skipped
         "source": source or {},
+        # the run that wrote it (RunSpec), so that retrying the same call finds its result done
+        "run": run,
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
         "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,
@@ -147,6 +150,13 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
 
 
 def read_at(fs: fsspec.AbstractFileSystem, directory: str) -> dict:
-    """The manifest in ``directory`` of ``fs``."""
-    with fs.open(posixpath.join(directory, MANIFEST_NAME), "rb") as f:
-        return json.load(f)
+    """The manifest in ``directory`` of ``fs``; one of another format is refused, not misread."""
+    path = posixpath.join(directory, MANIFEST_NAME)
+    with fs.open(path, "rb") as f:
+        manifest = json.load(f)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(
+            f"{path}: manifest format {manifest.get('format')!r}, and this daskpile reads {FORMAT!r}: "
+            "use the daskpile version that wrote it"
+        )
+    return manifest

@@ -123,6 +123,10 @@ class ShuffleReport:
         How the source was read, as the manifest records it under
         ``"source"``: ``schema_policy``, ``schema_from``, ``partition_keys``,
         ``table``, ``table_version``, ``skipped_files``.
+    already_finished
+        ``dest`` already held the finished result of this very call (same
+        source files, unchanged, same piles, seed and options), so nothing was
+        done: the figures are the manifest's.  A retried job succeeds at once.
     """
 
     rows: int
@@ -142,6 +146,7 @@ class ShuffleReport:
     pile_plan: _sizing.PilePlan | None = None
     skipped_files: list[str] = dataclasses.field(default_factory=list)  # not Parquet, so not read
     source_description: dict = dataclasses.field(default_factory=dict)  # see SourcePlan.describe
+    already_finished: bool = False
 
     @property
     def seconds(self) -> float:
@@ -149,6 +154,13 @@ class ShuffleReport:
         return self.seconds_scatter + self.seconds_gather
 
     def __str__(self) -> str:
+        if self.already_finished:
+            verified = ", verified when written" if self.fingerprint is not None else ""
+            return (
+                f"already done: {self.dest} holds this run's finished result, {count(self.rows, 'row')} from "
+                f"{count(len(self.source_files), 'file')} in {count(self.piles, 'pile')} (seed {self.seed}), "
+                f"{self.output_bytes / 2**20:,.0f} MiB{verified}; nothing to do"
+            )
         resumed = ""
         if self.resumed_partitions or self.resumed_piles:
             resumed = (
@@ -401,16 +413,22 @@ def shuffle_parquet(
     scratch_dir = Scratch.create(
         scratch, storage_options, len(partitions), name=run_state.scratch_name(dest_url), make=False
     )
-    previous = run_state.read(dest_fs, dest_path) or run_state.read(scratch_dir.fs, scratch_dir.directory)
+    in_dest = run_state.read(dest_fs, dest_path)
+    previous = in_dest or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
         differences = previous.differences(
             source_urls, stamps, requested_piles, requested_seed, blocksize, rows_per_file, _schema_key(plan)
         )
         if differences and not overwrite:
+            where = (
+                f"{dest_url!r} has"
+                if in_dest is not None
+                else f"scratch {full_url(scratch_dir.fs, scratch_dir.directory)!r} holds, for dest {dest_url!r},"
+            )
             raise RunMismatchError(
-                f"{dest_url!r} has an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
+                f"{where} an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
-                "or pass overwrite=True (--overwrite) to discard it."
+                "pass overwrite=True (--overwrite) to discard it, or remove it with daskpile clean."
             )
         if differences:
             scratch_dir.remove()
@@ -439,9 +457,12 @@ def shuffle_parquet(
         tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file, _schema_key(plan)
     )
     if old_result is not None and not overwrite:
+        differences = _differences_from_result(old_result, spec, requested_piles, requested_seed)
+        if not differences:
+            return _already_finished(old_result, dest_fs, dest_path, scratch_dir, plan)
         raise FileExistsError(
-            f"dest {dest_url!r} holds a finished daskpile result; pass overwrite=True (--overwrite on the command "
-            "line) to replace it"
+            f"dest {dest_url!r} holds a finished daskpile result of another call ({'; '.join(differences)}); "
+            "pass overwrite=True (--overwrite on the command line) to replace it"
         )
     staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if old_result is not None else None
     if previous is not None and not _passes.scratch_can_finish(scratch_dir, dest_fs, staging or dest_path, piles, seed):
@@ -517,6 +538,7 @@ def shuffle_parquet(
         fingerprint=fingerprint,
         pile_plan=pile_plan,
         source=plan.describe(),
+        run=spec.to_json(),
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
     run_state.remove(dest_fs, dest_path)
@@ -539,6 +561,44 @@ def shuffle_parquet(
         pile_plan=pile_plan,
         skipped_files=list(plan.skipped),
         source_description=plan.describe(),
+    )
+
+
+def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_piles, requested_seed) -> list[str]:
+    """How this call differs from the one that wrote a finished result; [] for a retry of the same command."""
+    if manifest.get("run") is None:
+        return ["it records no run: written by an earlier version"]
+    done = run_state.RunSpec.from_json(manifest["run"])
+    moved = [] if done.dest == spec.dest else [f"written as {done.dest}"]
+    return moved + done.differences(
+        spec.source_files, spec.source_stamps, requested_piles, requested_seed, spec.blocksize, spec.rows_per_file,
+        spec.schema_key,
+    )  # fmt: skip
+
+
+def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scratch, plan) -> ShuffleReport:
+    """The report of the finished result, from its manifest; what a run killed after its commit left is removed."""
+    run_state.remove(dest_fs, dest_path)
+    scratch_dir.remove()
+    sizes = {posixpath.basename(i["name"]): i["size"] for i in dest_fs.ls(dest_path, detail=True)}
+    fingerprint = manifest.get("fingerprint")
+    return ShuffleReport(
+        rows=manifest["rows"],
+        piles=manifest["piles"],
+        seed=manifest["seed"],
+        dest=full_url(dest_fs, dest_path),
+        files=[full_url(dest_fs, posixpath.join(dest_path, n)) for n in manifest["files"]],
+        manifest=full_url(dest_fs, posixpath.join(dest_path, _manifest.MANIFEST_NAME)),
+        source_files=list(manifest["source_files"]),
+        seconds_scatter=0.0,
+        seconds_gather=0.0,
+        scratch_bytes=0,
+        output_bytes=sum(sizes.get(n, 0) for n in manifest["files"]),
+        fingerprint=None if fingerprint is None else Fingerprint.from_json(fingerprint),
+        pile_plan=None if manifest.get("pile_plan") is None else _sizing.PilePlan(**manifest["pile_plan"]),
+        skipped_files=list(plan.skipped),
+        source_description=manifest.get("source", {}),
+        already_finished=True,
     )
 
 

@@ -101,9 +101,14 @@ def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """Fail early, naming ``path``, if a local ``path`` could not be created or written.
 
-    Object stores are not probed: they say no at the first write.
+    On an object store, the bucket (or container) must exist: creating one is
+    the user's decision (where, who pays, who may read), never a side effect.
+    Permissions are not probed there: the store says no at the first write.
     """
     if not is_local(fs):
+        bucket = fs._strip_protocol(path).split("/", 1)[0]
+        if not fs.exists(bucket):
+            raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist")
         return
     existing = _existing_ancestor(path)
     if os.path.exists(existing) and not os.path.isdir(existing):

@@ -38,6 +38,17 @@ _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
     IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable,
 )  # fmt: skip
+# A storage endpoint that cannot be reached or signed into is a request that cannot run, like a missing
+# file; these come from the storage libraries (botocore, aiohttp), which the core does not import.
+_STORAGE_REQUEST_ERRORS = {
+    "EndpointConnectionError", "ConnectTimeoutError", "NoCredentialsError", "PartialCredentialsError",
+    "ClientConnectorError", "ServerTimeoutError", "InvalidEndpointError",
+}  # fmt: skip
+
+
+def _cannot_run_as_asked(e: BaseException) -> bool:
+    """Exit status 2: the command could not run as asked (as opposed to 1, a run that failed or a check that did)."""
+    return isinstance(e, _REQUEST_ERRORS) or any(c.__name__ in _STORAGE_REQUEST_ERRORS for c in type(e).__mro__)
 
 
 class _Piles(click.ParamType):
@@ -117,7 +128,7 @@ def _command(f):
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             line = message.splitlines()[0] if message else type(e).__name__
             click.echo(f"daskpile: error: {line}{_where(e)}", err=True)
-            sys.exit(2 if isinstance(e, _REQUEST_ERRORS) else 1)
+            sys.exit(2 if _cannot_run_as_asked(e) else 1)
         finally:
             _RESULTS.pop()
 

@@ -29,14 +29,29 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 OUTSIDE_THE_SITE = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
 PAGES = [*sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts), *OUTSIDE_THE_SITE]
-FENCE = re.compile(r"^(?P<fence>`{3,})(?P<lang>[\w{}-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)\s*$", re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+PYTHON = {"python", "py", "python3", "ipython", "ipython3"}
 SHELLS = {"sh", "bash", "shell", "console"}
+# Blocks that are not examples: output, configuration, and the site's own directives.
+NOT_EXAMPLES = {"text", "json", "yaml", "toml", "{toctree}", "{include}", "{eval-rst}", "{click}", "{literalinclude}"}
 
 
 def code_blocks(page: Path) -> list[tuple[str, str, int]]:
-    """(language, code, line) of every fenced block of a Markdown page."""
+    """(language, code, line) of every fenced block of a Markdown page, indented ones (in lists) included.
+
+    ``{code-block} python`` is a python block; an untagged block is an error (Sphinx would guess).
+    """
     text = page.read_text()
-    return [(m["lang"], m["body"], text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)]
+    blocks = []
+    for m in FENCE.finditer(text):
+        info = m["info"].split()
+        lang = info[1] if info[:1] in (["{code-block}"], ["{code}"]) and len(info) > 1 else (info or [""])[0]
+        body = "\n".join(line.removeprefix(m["indent"]) for line in m["body"].splitlines())
+        blocks.append(("python" if lang in PYTHON else lang, body, text.count("\n", 0, m.start()) + 1))
+    return blocks
 
 
 def daskpile_lines(code: str) -> list[str]:
@@ -56,7 +71,8 @@ def daskpile_lines(code: str) -> list[str]:
 
 def is_synopsis(line: str) -> bool:
     """A usage line (``daskpile shuffle SOURCE... DEST [--piles N]``), not a command to run."""
-    return "[" in line or "..." in line or re.search(r"\b[A-Z]{3,}\b", line.split("#")[0]) is not None
+    words = line.split("#")[0].split()
+    return "[" in line or "..." in line or any(re.fullmatch(r"[A-Z][A-Z_]{2,}", w) for w in words)
 
 
 def parse(args: list[str]):
@@ -104,6 +120,8 @@ def test_every_example_of_the_page_runs(page, in_example_dir):
         elif lang in SHELLS:
             for command in daskpile_lines(code):
                 ran += run_command(command.split(" #")[0], where)
+        else:
+            assert lang in NOT_EXAMPLES, f"{where}: a ```{lang} block is neither checked nor known not to be code"
     if ran == 0:
         pytest.skip("no example on this page")
 
@@ -135,11 +153,24 @@ def test_a_command_that_does_not_parse_fails_the_check():
     assert parse(["shuffle", "a", "b", "--piles", "4"])[1]["piles"] == 4
 
 
+def test_no_example_escapes_the_check(tmp_path):
+    """The variant that must fail: fences the collector once skipped silently are run, or refused."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "~~~py\nraise SystemExit\n~~~\n\n- item\n\n  ```python3\n  x = 1\n  ```\n\n"
+        "```{code-block} python\ny = 2\n```\n\n```\nuntagged\n```\n"
+    )
+    assert [(lang, code) for lang, code, _ in code_blocks(page)] == [
+        ("python", "raise SystemExit"), ("python", "x = 1"), ("python", "y = 2"), ("", "untagged"),
+    ]  # fmt: skip
+
+
 def test_shell_lines_are_read_as_a_terminal_would():
     code = "$ daskpile shuffle a/ b/ \\\n    --piles 4  # four\npip install daskpile\ndaskpile verify a/ b/\n"
     assert daskpile_lines(code) == ["daskpile shuffle a/ b/ --piles 4  # four", "daskpile verify a/ b/"]
     assert is_synopsis("daskpile shuffle SOURCE... DEST [--piles N]")
     assert not is_synopsis("daskpile shuffle data/ out/ --piles 4")
+    assert not is_synopsis("daskpile shuffle data/ out/ --pile 4 --scratch $TMPDIR")  # a variable, not a placeholder
 
 
 @pytest.mark.slow

@@ -96,7 +96,10 @@ def test_dest_with_foreign_files_is_refused_even_with_overwrite(source, tmp_path
 def test_overwrite_removes_exactly_the_old_result(sync_scheduler, source, tmp_path):
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
-    with pytest.raises(FileExistsError, match="holds a finished daskpile result; pass overwrite=True"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"finished daskpile result of another call \(piles 3 instead of 5; seed 2 instead of 1\); pass overwrite",
+    ):
         daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2)
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2, overwrite=True)  # 5 parts replaced by 3
     assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]

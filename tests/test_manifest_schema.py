@@ -74,3 +74,13 @@ def test_a_manifest_off_the_schema_is_refused(source, tmp_path, sync_scheduler):
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, SCHEMA)
+
+
+def test_a_manifest_of_another_format_is_refused_not_misread(source, tmp_path, sync_scheduler):
+    import json
+
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=1)
+    path = tmp_path / "out" / "_daskpile.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "daskpile/2"}))
+    with pytest.raises(ValueError, match=r"manifest format 'daskpile/2', and this daskpile reads 'daskpile/1'"):
+        daskpile.read_manifest(str(tmp_path / "out"))

@@ -15,6 +15,7 @@ from _util import count_files, file_bytes, finished_partitions, sorted_source, u
 import daskpile
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
+DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
 # Small files are read together up to blocksize / 16 on disk: this blocksize keeps one task (and one
 # scratch file per band) per file, so that a kill or an interruption can land between partitions.
@@ -32,14 +33,16 @@ def uninterrupted(source, tmp_path_factory):
     return uninterrupted_run(source, tmp_path_factory.mktemp("resume") / "reference", PILES, SEED, blocksize=BLOCKSIZE)
 
 
-def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False):
-    """Start a driver, SIGKILL it as soon as ready() holds; fail if it finished first."""
+def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False, may_finish=False):
+    """Start a driver, SIGKILL it as soon as ready() holds; fail if it finished first (unless it may)."""
     args = [sys.executable, DRIVER, source, str(dest), str(scratch), str(PILES), str(SEED), str(BLOCKSIZE)]
     process = subprocess.Popen(args + (["overwrite"] if overwrite else []))
     deadline = time.monotonic() + timeout
     try:
         while not ready():
             if process.poll() is not None:
+                if may_finish:
+                    return
                 pytest.fail(f"the driver ended (code {process.returncode}) before it could be killed")
             if time.monotonic() > deadline:
                 pytest.fail("the driver never reached the kill point")
@@ -47,7 +50,7 @@ def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False):
         os.kill(process.pid, signal.SIGKILL)
     finally:
         process.wait()
-    if not overwrite:
+    if not overwrite and not may_finish:
         assert not (dest / "_daskpile.json").exists()
 
 
@@ -88,6 +91,44 @@ def test_an_interrupted_run_whose_dest_was_deleted_starts_pass_1_again(source, u
     with dask.config.set(scheduler="sync"):
         report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
     assert report.resumed_partitions == 0 and file_bytes(dest) == uninterrupted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["pass 1", "pass 2", "after the manifest"])
+def test_a_retried_command_always_ends_with_exit_0_and_the_same_bytes(source, uninterrupted, tmp_path, point):
+    """What Kubernetes does to a failed job pod: the same command again, at any moment, even after the commit."""
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    ready = {
+        "pass 1": lambda: finished_partitions(scratch) >= 10,
+        "pass 2": lambda: count_files(dest, "part-") >= 8,
+        "after the manifest": lambda: (dest / "_daskpile.json").exists(),  # or it ended first: a retry of a success
+    }[point]
+    kill_driver_when(source, dest, scratch, ready, may_finish=point == "after the manifest")
+    command = [DASKPILE, "shuffle", source, str(dest), "--piles", str(PILES), "--seed", str(SEED),
+               "--scratch", str(scratch), "--blocksize", str(BLOCKSIZE), "--scheduler", "sync", "-q"]  # fmt: skip
+    for _retry in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert file_bytes(dest) == uninterrupted
+    assert done.stdout.startswith(f"already done: {dest} holds this run's finished result, 120,000 rows"), done.stdout
+    assert not (dest / "_daskpile.run.json").exists() and os.listdir(scratch) == []
+    other = subprocess.run([*command[:4], "--piles", "12", *command[6:]], capture_output=True, text=True)
+    assert other.returncode == 2 and "of another call (piles 12 instead of 40)" in other.stderr, other.stderr
+
+
+@pytest.mark.slow
+def test_leftover_state_of_a_deleted_dest_is_named_where_it_is(source, tmp_path):
+    """A dest deleted by hand: the refusal names the scratch that holds the run, not the dest that is gone."""
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir()
+    kill_driver_when(source, dest, scratch, lambda: finished_partitions(scratch) >= 10)
+    shutil.rmtree(dest, ignore_errors=True)
+    with dask.config.set(scheduler="sync"), pytest.raises(daskpile.RunMismatchError) as refused:
+        shuffle(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
+    assert str(refused.value).startswith(f"scratch '{scratch}/daskpile-")
+    assert f"holds, for dest '{dest}', an unfinished daskpile run" in str(refused.value)
+    assert "daskpile clean" in str(refused.value)
 
 
 @pytest.mark.slow

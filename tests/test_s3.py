@@ -153,3 +153,56 @@ def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(
     with pytest.raises(FileExistsError, match=r"did not write \(notes\.txt\)"):
         daskpile.shuffle_parquet(*args, piles=2, seed=3, storage_options=options, overwrite=True)
     assert fs.cat("lake/marked/notes.txt") == b"mine"
+
+
+SECRET = "s3cr3t-daskpile-7f3a9c"  # moto takes any key; this one must never be seen again
+
+
+def run_command(*args, env=None):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    daskpile_bin = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
+    return subprocess.run([daskpile_bin, *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_secrets_are_never_printed_logged_or_written(s3):
+    import os
+
+    fs, options = s3
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    write_reference_dataset("s3://lake/secret-in", rows=5_000, files=2, storage_options=options)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET}
+    endpoint_options = [f"--storage-option=client_kwargs.endpoint_url={endpoint}",
+                        "--storage-option=client_kwargs.region_name=eu-west-1"]  # fmt: skip
+    in_options = [*endpoint_options, "--storage-option=key=testing", f"--storage-option=secret={SECRET}"]
+    unreachable = ["--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:9", "--storage-option=key=testing",
+                   f"--storage-option=secret={SECRET}", "--storage-option=config_kwargs.connect_timeout=1",
+                   "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
+    runs = [
+        # credentials from the environment, then as options; a retry; verify
+        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+                    "--scratch=s3://scratch/secret", *endpoint_options, "--scheduler=threads", env=env),
+        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+                    "--scratch=s3://scratch/secret", *in_options, "--scheduler=threads", "--debug"),
+        run_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options, "--scheduler=sync",
+                    "--json"),
+        # failures: a missing bucket as source and as dest, an endpoint that does not answer
+        run_command("shuffle", "s3://no-such-bucket/x", "s3://lake/secret-never", *in_options),
+        run_command("shuffle", "s3://lake/secret-in", "s3://no-such-bucket/out", "--piles=2", *in_options),
+        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable),
+        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable, "--debug"),
+    ]  # fmt: skip
+    assert [r.returncode for r in runs] == [0, 0, 0, 2, 2, 2, 2], [r.stderr for r in runs]
+    for r in runs:
+        assert SECRET not in r.stdout + r.stderr
+    for failed in runs[3:6]:
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert "bucket 'no-such-bucket' does not exist" in runs[4].stderr
+    assert "Traceback" in runs[6].stderr  # --debug: the whole traceback, and still no secret
+    assert "already done" in runs[1].stdout
+    assert not fs.exists("lake/secret-never")
+    for path in fs.find("lake") + fs.find("scratch"):
+        assert SECRET.encode() not in fs.cat_file(path), path
