@@ -161,3 +161,28 @@ class Timer:
     def say(self, message: str) -> None:
         if self.progress:
             print(f"{message}, {self.seconds:.1f} s", flush=True)
+
+
+def workers_blind_to(path: str) -> tuple[list[str], int]:
+    """(workers that cannot see the local ``path``, all workers) of the current client; ([], 0) without one.
+
+    A probe file is written in ``path``, or in its nearest existing parent, and
+    every worker is asked whether it exists: on a cluster whose workers share no
+    disk with this process (Kubernetes), local scratch or a local dest would be
+    written where nobody else reads it.
+    """
+    import uuid
+
+    client = current_client()
+    if client is None:
+        return [], 0
+    directory = path
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    probe = os.path.join(directory, f".daskpile-probe-{uuid.uuid4().hex[:8]}")
+    open(probe, "wb").close()
+    try:
+        seen = client.run(os.path.exists, probe)
+    finally:
+        os.remove(probe)
+    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)

@@ -25,10 +25,8 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import posixpath
 import threading
-import uuid
 import warnings
 import weakref
 
@@ -50,7 +48,7 @@ from dask.dataframe.dask_expr.io.io import BlockwiseIO, FusedIO
 from dask.tokenize import tokenize
 
 from daskpile import _passes, _sizing
-from daskpile._compute import current_client
+from daskpile._compute import current_client, workers_blind_to
 from daskpile._pandas import FrameCodec
 from daskpile._random import resolve_seed
 from daskpile._scratch import PileReader, Scratch
@@ -260,17 +258,11 @@ class ScratchRun:
         client = current_client()
         if client is None or not is_local(self.scratch.fs) or client.id in self._checked_clients:
             return
-        probe = posixpath.join(self.scratch.directory, f"probe-{uuid.uuid4().hex[:8]}")
-        write_bytes(self.scratch.fs, probe, b"")
-        try:
-            seen = client.run(os.path.exists, probe)
-        finally:
-            self.scratch.fs.rm_file(probe)
-        blind = sorted(worker for worker, exists in seen.items() if not exists)
+        blind, workers = workers_blind_to(self.scratch.directory)
         if blind:
             raise ValueError(
                 f"daskpile's scratch directory {self.scratch.directory} is on this machine's disk, which "
-                f"{len(blind)} of the cluster's {len(seen)} workers cannot see ({', '.join(blind[:3])}): pass "
+                f"{len(blind)} of the cluster's {workers} workers cannot see ({', '.join(blind[:3])}): pass "
                 "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
             )
         self._checked_clients.add(client.id)

@@ -23,7 +23,7 @@ from dask.utils import parse_bytes
 
 from daskpile import _fingerprint, _manifest, _passes, _scratch, _sizing
 from daskpile import _run as run_state
-from daskpile._compute import Timer, compute, total_threads
+from daskpile._compute import Timer, compute, total_threads, workers_blind_to
 from daskpile._fingerprint import Fingerprint
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
@@ -406,6 +406,7 @@ def shuffle_parquet(
     stamps = plan.stamps
     check_writable(dest_fs, dest_path, "dest")
     check_writable(*filesystem(scratch or tempfile.gettempdir(), storage_options), "scratch")
+    _check_workers_see(dest_fs, dest_path, *filesystem(scratch or tempfile.gettempdir(), storage_options))
     old_result = _check_dest(dest_fs, dest_path)
     partitions = plan.partitions(blocksize)
 
@@ -562,6 +563,23 @@ def shuffle_parquet(
         skipped_files=list(plan.skipped),
         source_description=plan.describe(),
     )
+
+
+def _check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -> None:
+    """Refuse, before anything is written, local paths that the cluster's workers cannot see."""
+    for role, fs, path, remedy in (
+        ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
+        ("dest", dest_fs, dest_path, "a dest on object storage"),
+    ):
+        if not is_local(fs):
+            continue
+        blind, workers = workers_blind_to(path)
+        if blind:
+            raise ValueError(
+                f"{role} {path!r} is on this machine's disk, which {len(blind)} of the cluster's {workers} workers "
+                f"cannot see ({', '.join(blind[:3])}): they share no disk with it; pass {remedy} or a path every "
+                "worker shares"
+            )
 
 
 def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_piles, requested_seed) -> list[str]:

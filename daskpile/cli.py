@@ -193,15 +193,20 @@ def _cluster_options(f):
             help="An existing cluster's scheduler (tcp://...; $DASK_SCHEDULER_ADDRESS, as the dask-kubernetes "
             "operator sets it), or 'threads' / 'sync' for Dask's local schedulers. Default: a new LocalCluster.",
         ),
-        click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes [cores]."),
+        click.option(
+            "--kubernetes",
+            metavar="NAME",
+            help="Start a Kubernetes cluster NAME with the dask-kubernetes operator (needs daskpile[kubernetes]); "
+            "--image, --workers, --threads-per-worker and --memory-limit shape it.",
+        ),
+        click.option("--image", help="With --kubernetes: the image of deploy/Dockerfile, pushed to your registry."),
+        click.option("--workers", type=click.IntRange(min=1), help="Worker processes or pods [cores; 4 pods]."),
         click.option(
             "--threads-per-worker",
             type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="Threads of each LocalCluster worker.",
+            help="Threads of each worker [1 local; 2 on Kubernetes, its CPUs].",
         ),
-        click.option("--memory-limit", default="auto", show_default=True, help="Per LocalCluster worker."),
+        click.option("--memory-limit", default="auto", show_default=True, help="Per worker [auto: 8GiB pods]."),
         click.option(
             "--storage-option",
             "storage_options",
@@ -266,9 +271,17 @@ def _quiet_on_ctrl_c(own_client=None):
         signal.signal(signal.SIGINT, previous)
 
 
+def kubernetes_shape(workers, threads_per_worker, memory_limit) -> dict:
+    """The arguments of ``daskpile.kubernetes.cluster_spec`` that the cluster options give."""
+    shape = {"workers": workers, "threads_per_worker": threads_per_worker}
+    if memory_limit != "auto":
+        shape["memory_per_worker"] = memory_limit
+    return {k: v for k, v in shape.items() if v is not None}
+
+
 @contextlib.contextmanager
-def _cluster(scheduler, workers, threads_per_worker, memory_limit, quiet: bool):
-    """Where the tasks run: an existing cluster, Dask's local scheduler, or a new LocalCluster."""
+def _cluster(scheduler, kubernetes, image, workers, threads_per_worker, memory_limit, quiet: bool):
+    """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
     import dask
 
     if scheduler in ("threads", "sync"):
@@ -288,11 +301,28 @@ def _cluster(scheduler, workers, threads_per_worker, memory_limit, quiet: bool):
                 click.echo(f"cluster {scheduler}: {workers}, dashboard {client.dashboard_link}")
             yield
         return
-    with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them quietly
-        cluster = local_cluster(n_workers=workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit)
+    if kubernetes:
+        from daskpile.kubernetes import IMAGE, kubernetes_cluster
+
+        shape = kubernetes_shape(workers, threads_per_worker, memory_limit)
+        try:
+            cluster = kubernetes_cluster(kubernetes, image=image or IMAGE, **shape)
+        except ImportError:
+            raise
+        except Exception as e:
+            raise SchedulerUnreachable(f"cannot start the Kubernetes cluster {kubernetes!r}: {e}") from e
+        description = f"Kubernetes cluster {kubernetes}"
+    else:
+        if image:
+            raise click.UsageError("--image applies to --kubernetes")
+        with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them quietly
+            cluster = local_cluster(
+                n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit
+            )
+        description = "LocalCluster"
     with cluster, Client(cluster) as client:
         if not quiet:
-            click.echo(f"LocalCluster: {count(len(cluster.workers), 'worker')}, dashboard {client.dashboard_link}")
+            click.echo(f"{description}: {count(len(cluster.workers), 'worker')}, dashboard {client.dashboard_link}")
         with _quiet_on_ctrl_c(client):
             yield
 

@@ -27,7 +27,12 @@ from daskpile.datasets import write_reference_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-OUTSIDE_THE_SITE = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md"]
+OUTSIDE_THE_SITE = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "deploy" / "README.md",
+]
 PAGES = [*sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts), *OUTSIDE_THE_SITE]
 FENCE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",

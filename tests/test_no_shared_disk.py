@@ -10,8 +10,11 @@ behind.
 # ruff: noqa: F811 (test arguments named after the fixtures imported from _cluster)
 
 import gc
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -20,6 +23,8 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from _cluster import (  # noqa: F401 (fixtures)
     isolated_client,
@@ -34,7 +39,9 @@ from _cluster import (  # noqa: F401 (fixtures)
 from distributed import Client
 
 import daskpile
+from daskpile.datasets import write_reference_dataset
 
+DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 SCRATCH_ADVICE = r"(?s)^(?=.*scratch)(?=.*s3://)"  # the message names the scratch argument and an s3:// URL
 
 
@@ -155,3 +162,97 @@ def test_worker_killed_mid_run_same_output(s3_server):
 
     pd.testing.assert_frame_equal(result, reference)  # the same rows in the same order, index included
     pd.testing.assert_frame_equal(result.sort_values("x"), dd.from_pandas(frame(n), npartitions=partitions).compute())
+
+
+# -- the command line, as a Kubernetes job runs it ------------------------------------------------------
+
+
+def command(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def storage_args(options: dict) -> list[str]:
+    client = options["client_kwargs"]
+    return [
+        f"--storage-option=key={options['key']}",
+        f"--storage-option=secret={options['secret']}",
+        f"--storage-option=client_kwargs.endpoint_url={client['endpoint_url']}",
+        f"--storage-option=client_kwargs.region_name={client['region_name']}",
+    ]
+
+
+def s3_source(fs, options, name: str, rows: int, files: int) -> str:
+    if not fs.exists("lake"):
+        fs.mkdir("lake")
+    url = f"s3://lake/{name}"
+    if not fs.exists(f"lake/{name}"):
+        write_reference_dataset(url, rows=rows, files=files, storage_options=options)
+    return url
+
+
+def read_result(fs, dest: str) -> pa.Table:
+    manifest = json.loads(fs.cat_file(f"{dest}/_daskpile.json"))
+    return pa.concat_tables(pq.read_table(f"{dest}/{name}", filesystem=fs) for name in manifest["files"])
+
+
+@pytest.mark.slow
+def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_server):
+    fs, options = s3_server
+    source = s3_source(fs, options, "isolated-cli-src", rows=40_000, files=8)
+    run = [
+        "shuffle",
+        source,
+        "s3://lake/isolated-cli-out",
+        "--piles=4",
+        "--seed=1",
+        f"--scheduler={isolated_cluster.address}",
+    ]
+
+    refused = command(*run, *storage_args(options))  # scratch: this process's temporary directory
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("daskpile: error: scratch ") and "2 of the cluster's 2 workers cannot see" in (
+        refused.stderr
+    )
+    assert "--scratch" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    fs.invalidate_cache()
+    assert not fs.exists("lake/isolated-cli-out") and not fs.find("scratch/isolated-cli")
+
+    done = command(*run, "--scratch=s3://scratch/isolated-cli", *storage_args(options))
+    assert done.returncode == 0, done.stderr
+    assert "verified" in done.stdout
+    fs.invalidate_cache()
+    assert fs.find("scratch/isolated-cli") == [], "scratch objects left behind"
+    verified = command("verify", source, "s3://lake/isolated-cli-out", "--scheduler=" + isolated_cluster.address,
+                       *storage_args(options))  # fmt: skip
+    assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
+
+
+@pytest.mark.slow
+def test_the_command_survives_a_worker_killed_mid_run(s3_server):
+    fs, options = s3_server
+    source = s3_source(fs, options, "kill-src", rows=400_000, files=24)
+    with open_isolated_cluster(2) as cluster:
+
+        def run(dest: str, scratch: str) -> list[str]:
+            return [DASKPILE, "shuffle", source, dest, "--piles=6", "--seed=3", f"--scratch={scratch}",
+                    f"--scheduler={cluster.address}", "-q", *storage_args(options)]  # fmt: skip
+
+        reference = subprocess.run(run("s3://lake/kill-ref", "s3://scratch/kill-ref"), capture_output=True, text=True)
+        assert reference.returncode == 0, reference.stderr
+
+        process = subprocess.Popen(run("s3://lake/kill-out", "s3://scratch/kill"), stderr=subprocess.PIPE, text=True)
+
+        def scattering():
+            fs.invalidate_cache()
+            return len(fs.find("scratch/kill")) >= 6
+
+        wait_until(scattering, timeout=60, interval=0.05, what="pass 1 under way")
+        assert process.poll() is None, "the run ended before a worker could be killed"
+        cluster.kill_worker(cluster.alive_workers()[0])
+        cluster.add_worker()  # a new machine: empty /tmp, nothing of the run
+        _, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, stderr
+
+    assert read_result(fs, "lake/kill-out").equals(read_result(fs, "lake/kill-ref"))
+    fs.invalidate_cache()
+    assert fs.find("scratch/kill") == []
