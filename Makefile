@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# checkov, the security scanner of deploy/ (tests/test_deploy_scan.py), lives in a venv of its own
+# under the project's: its pins conflict with ours. The test checks it runs this version.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(VENV)/tools/checkov
 
 .PHONY: demo test docs lint format bench bench-b bench-memory clean
 
@@ -11,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify it

@@ -169,7 +169,7 @@ def test_the_python_rendering_is_kustomizes():
 
 def test_every_rendered_object_validates_strictly():
     objects = render()
-    assert [o["kind"] for o in _comparable(objects)] == ["ConfigMap", "DaskJob", "Namespace"]
+    assert [o["kind"] for o in _comparable(objects)] == ["ConfigMap", "DaskJob", "Namespace", "NetworkPolicy"]
     for obj in objects:
         validate(obj)
     job = next(o for o in objects if o["kind"] == "DaskJob")

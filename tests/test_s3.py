@@ -206,3 +206,38 @@ def test_secrets_are_never_printed_logged_or_written(s3):
     assert not fs.exists("lake/secret-never")
     for path in fs.find("lake") + fs.find("scratch"):
         assert SECRET.encode() not in fs.cat_file(path), path
+
+
+def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
+    """A server that checks credentials (moto with authentication on from its first request)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    import os
+    import subprocess
+    import sys
+    import time
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", f"from moto.server import ThreadedMotoServer as S; import time; "
+         f"S(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(120)"],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        done = run_command(
+            "shuffle", "s3://lake/in", str(tmp_path / "out"), "--scheduler=sync", "--storage-option=key=nobody",
+            f"--storage-option=secret={SECRET}", f"--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:{port}",
+            "--storage-option=client_kwargs.region_name=eu-west-1",
+        )  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("daskpile: error: source 's3://lake/in': access denied: The AWS Access Key Id")
+    assert len(done.stderr.splitlines()) == 1 and SECRET not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -116,6 +116,13 @@ def plan_sources(
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
     (['id', 'v', 'year'], 2000)
     """
+    try:
+        return _plan_sources(source, storage_options, partitioning, schema, version, stray_files)
+    except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
+        raise PermissionError(f"source {source!r}: access denied: {e}") from None
+
+
+def _plan_sources(source, storage_options, partitioning, schema, version, stray_files) -> SourcePlan:
     schemas.check_policy(schema)
     if stray_files not in ("skip", "error"):
         raise ValueError(f"stray_files must be 'skip' or 'error', got {stray_files!r}")
