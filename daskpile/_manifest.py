@@ -64,6 +64,7 @@ def build(
     pile_plan=None,
     source: dict | None = None,
     run: dict | None = None,
+    file_stamps: list | None = None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -80,6 +81,8 @@ def build(
         "source": source or {},
         # the run that wrote it (RunSpec), so that retrying the same call finds its result done
         "run": run,
+        # each file's size and modification stamp at the commit, so that a retry knows the result is intact
+        "file_stamps": file_stamps or [],
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
         "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,

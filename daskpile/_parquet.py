@@ -29,6 +29,7 @@ from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
 from daskpile._storage import (
     check_writable,
+    file_stamps,
     filesystem,
     full_url,
     is_local,
@@ -426,10 +427,11 @@ def shuffle_parquet(
                 if in_dest is not None
                 else f"scratch {full_url(scratch_dir.fs, scratch_dir.directory)!r} holds, for dest {dest_url!r},"
             )
+            clean = "" if in_dest is not None else ", or remove it with daskpile clean"
             raise RunMismatchError(
                 f"{where} an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
-                "pass overwrite=True (--overwrite) to discard it, or remove it with daskpile clean."
+                f"pass overwrite=True (--overwrite) to discard it{clean}."
             )
         if differences:
             scratch_dir.remove()
@@ -540,6 +542,7 @@ def shuffle_parquet(
         pile_plan=pile_plan,
         source=plan.describe(),
         run=spec.to_json(),
+        file_stamps=_output_stamps(dest_fs, dest_path, names),
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
     run_state.remove(dest_fs, dest_path)
@@ -594,11 +597,28 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     )  # fmt: skip
 
 
+def _output_stamps(fs, dest_path: str, names: list[str]) -> list[str | None]:
+    """Size and modification stamp of each output file as it is now (None for a file that is gone)."""
+    infos = {posixpath.basename(i["name"]): i for i in fs.ls(dest_path, detail=True)}
+    return [file_stamps([infos[n]])[0] if n in infos else None for n in names]
+
+
 def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scratch, plan) -> ShuffleReport:
     """The report of the finished result, from its manifest; what a run killed after its commit left is removed."""
+    dest_fs.invalidate_cache(dest_path)
+    now = _output_stamps(dest_fs, dest_path, manifest["files"])
+    changed = [
+        n for n, then, later in zip(manifest["files"], manifest["file_stamps"], now, strict=True) if then != later
+    ]
+    if changed:
+        raise FileExistsError(
+            f"dest {full_url(dest_fs, dest_path)!r} holds this call's result, but {count(len(changed), 'file')} of "
+            f"it changed or went since it was written ({', '.join(changed[:3])}): pass overwrite=True "
+            "(--overwrite) to write it again"
+        )
+    sizes = {posixpath.basename(i["name"]): i["size"] for i in dest_fs.ls(dest_path, detail=True)}
     run_state.remove(dest_fs, dest_path)
     scratch_dir.remove()
-    sizes = {posixpath.basename(i["name"]): i["size"] for i in dest_fs.ls(dest_path, detail=True)}
     fingerprint = manifest.get("fingerprint")
     return ShuffleReport(
         rows=manifest["rows"],

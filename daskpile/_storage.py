@@ -107,8 +107,12 @@ def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """
     if not is_local(fs):
         bucket = fs._strip_protocol(path).split("/", 1)[0]
-        if not fs.exists(bucket):
-            raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist")
+        try:
+            fs.info(bucket)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
+        except Exception:  # (``exists`` says False to these too) access scoped to a prefix: let the writes say
+            pass
         return
     existing = _existing_ancestor(path)
     if os.path.exists(existing) and not os.path.isdir(existing):

@@ -200,6 +200,9 @@ def _cluster_options(f):
             "--image, --workers, --threads-per-worker and --memory-limit shape it.",
         ),
         click.option("--image", help="With --kubernetes: the image of deploy/Dockerfile, pushed to your registry."),
+        click.option(
+            "--namespace", help="With --kubernetes: where the cluster goes, with its Secret [the kubeconfig's]."
+        ),
         click.option("--workers", type=click.IntRange(min=1), help="Worker processes or pods [cores; 4 pods]."),
         click.option(
             "--threads-per-worker",
@@ -279,11 +282,17 @@ def kubernetes_shape(workers, threads_per_worker, memory_limit) -> dict:
     return {k: v for k, v in shape.items() if v is not None}
 
 
+# How long a cluster may take to have its first worker: on Kubernetes, a pod scheduled and its image pulled.
+FIRST_WORKER_TIMEOUT = 600
+
+
 @contextlib.contextmanager
-def _cluster(scheduler, kubernetes, image, workers, threads_per_worker, memory_limit, quiet: bool):
+def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool):
     """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
     import dask
 
+    if (image or namespace) and not kubernetes:
+        raise click.UsageError("--image and --namespace apply to --kubernetes")
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             yield
@@ -291,40 +300,49 @@ def _cluster(scheduler, kubernetes, image, workers, threads_per_worker, memory_l
     from distributed import Client
 
     if scheduler:
+        cluster, description = contextlib.nullcontext(), f"cluster {scheduler}"
         try:
             client = Client(scheduler)
         except (OSError, TimeoutError) as e:
             raise SchedulerUnreachable(f"cannot reach the scheduler at {scheduler}: {e}") from e
-        with client, _quiet_on_ctrl_c():
-            if not quiet:
-                workers = count(len(client.nthreads()), "worker")
-                click.echo(f"cluster {scheduler}: {workers}, dashboard {client.dashboard_link}")
-            yield
-        return
-    if kubernetes:
-        from daskpile.kubernetes import IMAGE, kubernetes_cluster
-
-        shape = kubernetes_shape(workers, threads_per_worker, memory_limit)
-        try:
-            cluster = kubernetes_cluster(kubernetes, image=image or IMAGE, **shape)
-        except ImportError:
-            raise
-        except Exception as e:
-            raise SchedulerUnreachable(f"cannot start the Kubernetes cluster {kubernetes!r}: {e}") from e
-        description = f"Kubernetes cluster {kubernetes}"
     else:
-        if image:
-            raise click.UsageError("--image applies to --kubernetes")
-        with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them quietly
-            cluster = local_cluster(
-                n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit
-            )
-        description = "LocalCluster"
-    with cluster, Client(cluster) as client:
+        if kubernetes:
+            cluster = _kubernetes(kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
+            description = f"Kubernetes cluster {kubernetes}"
+        else:
+            with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them
+                cluster = local_cluster(
+                    n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit
+                )
+            description = "LocalCluster"
+        client = Client(cluster)
+    with cluster, client:
+        _wait_for_a_worker(client, description)
         if not quiet:
-            click.echo(f"{description}: {count(len(cluster.workers), 'worker')}, dashboard {client.dashboard_link}")
-        with _quiet_on_ctrl_c(client):
+            click.echo(f"{description}: {count(len(client.nthreads()), 'worker')}, dashboard {client.dashboard_link}")
+        with _quiet_on_ctrl_c(None if scheduler else client):
             yield
+
+
+def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limit):
+    from daskpile.kubernetes import IMAGE, kubernetes_cluster
+
+    shape = kubernetes_shape(workers, threads_per_worker, memory_limit)
+    try:
+        return kubernetes_cluster(name, namespace=namespace, image=image or IMAGE, **shape)
+    except ImportError:
+        raise
+    except Exception as e:
+        raise SchedulerUnreachable(f"cannot start the Kubernetes cluster {name!r}: {e}") from e
+
+
+def _wait_for_a_worker(client, description: str) -> None:
+    """A cluster's workers may still be starting (a DaskJob starts its runner beside them): piles="auto" sizes
+    piles by the workers' memory, and the shared-disk check asks the workers, so neither can run without one."""
+    try:
+        client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT)
+    except TimeoutError as e:
+        raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s") from e
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

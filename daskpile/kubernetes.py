@@ -86,13 +86,16 @@ def _container(name: str, image: str, args: list[str], cpu: str, memory: int, mo
 
 
 def _health(port: str) -> dict:
+    # Liveness is generous: a scheduler taking in hundreds of thousands of tasks, or a worker whose event loop
+    # waits on a long task, answers late without being dead; a restart would cost the run far more.
     return {
         "readinessProbe": {"httpGet": {"port": port, "path": "/health"}, "periodSeconds": 5, "timeoutSeconds": 5},
         "livenessProbe": {
             "httpGet": {"port": port, "path": "/health"},
-            "initialDelaySeconds": 15,
-            "periodSeconds": 20,
-            "timeoutSeconds": 10,
+            "initialDelaySeconds": 30,
+            "periodSeconds": 30,
+            "timeoutSeconds": 30,
+            "failureThreshold": 6,
         },
     }
 
@@ -191,12 +194,17 @@ JOB_COMMAND = ["daskpile", "shuffle", "$(SOURCE)", "$(DEST)", "--scratch", "$(SC
 JOB_SETTINGS = "daskpile-job"  # the ConfigMap holding SOURCE, DEST, SCRATCH, PILES
 
 
-def job_spec(name: str = "daskpile", *, command: list[str] = JOB_COMMAND, **cluster) -> dict:
+def job_spec(
+    name: str = "daskpile", *, command: list[str] = JOB_COMMAND, deadline_hours: float = 48, **cluster
+) -> dict:
     """The ``DaskJob`` of a daskpile run: a runner pod running ``command`` on :func:`cluster_spec`'s cluster.
 
     The operator starts the cluster, then the runner with ``DASK_SCHEDULER_ADDRESS``
     set, which ``daskpile shuffle`` uses. The runner restarts on failure: a retried
-    ``daskpile shuffle`` resumes an interrupted run, or finds its result done.
+    ``daskpile shuffle`` resumes an interrupted run, or finds its result done. An
+    error that no retry mends (a missing bucket, refused credentials) would restart
+    it forever, with the workers held: after ``deadline_hours`` the runner pod fails,
+    and the operator removes the cluster.
 
     >>> job = job_spec("events", workers=16)
     >>> job["kind"], job["spec"]["job"]["spec"]["containers"][0]["args"][:2]
@@ -218,7 +226,12 @@ def job_spec(name: str = "daskpile", *, command: list[str] = JOB_COMMAND, **clus
         "spec": {
             "job": {
                 "metadata": {"annotations": ACCEPTED_RUNNER_FINDINGS},
-                "spec": _pod(runner, [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}], restartPolicy="OnFailure"),
+                "spec": _pod(
+                    runner,
+                    [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    restartPolicy="OnFailure",
+                    activeDeadlineSeconds=int(deadline_hours * 3600),
+                ),
             },
             "cluster": {"spec": cluster_resource["spec"]},
         },

@@ -35,7 +35,7 @@ dask_kubernetes = pytest.importorskip("dask_kubernetes")
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 CRDS = Path(dask_kubernetes.__file__).parent / "operator" / "deployment" / "helm" / "dask-kubernetes-operator" / "crds"
-KUBERNETES_VERSION = "1.32"  # the oldest minor version deploy/README.md supports
+KUBERNETES_VERSION = "1.32"  # the version deploy/README.md says the manifests are validated against
 DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
 
@@ -262,4 +262,40 @@ def test_the_kubernetes_option_starts_the_validated_spec(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("daskpile: error: cannot start the Kubernetes cluster 'nightly': ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_kubernetes_option_runs_on_the_cluster_it_starts(tmp_path, monkeypatch):
+    """kubernetes_cluster stood in for by a LocalCluster: the command waits for a worker, counts them, runs."""
+    from click.testing import CliRunner
+
+    from daskpile.cli import cli
+
+    started = {}
+
+    def stand_in(name, **options):
+        started.update(options, name=name)
+        return LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0")
+
+    monkeypatch.setattr(kubernetes, "kubernetes_cluster", stand_in)
+    write_reference_dataset(str(tmp_path / "src"), rows=2_000, files=2)
+    args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--piles", "2", "--kubernetes", "nightly",
+            "--namespace", "daskpile", "--image", "registry/daskpile:1", "--workers", "3"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "Kubernetes cluster nightly: 1 worker, dashboard " in result.output and "verified" in result.output
+    assert started == {"name": "nightly", "namespace": "daskpile", "image": "registry/daskpile:1", "workers": 3}
+
+
+def test_a_cluster_without_workers_is_refused_after_a_wait(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from daskpile import cli as command_line
+
+    monkeypatch.setattr(command_line, "FIRST_WORKER_TIMEOUT", 1)
+    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty:
+        args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--scheduler", empty.scheduler_address]
+        result = CliRunner().invoke(command_line.cli, args)
+    assert result.exit_code == 2 and f"cluster {empty.scheduler_address} has no worker after 1 s" in result.output
     assert not (tmp_path / "out").exists()

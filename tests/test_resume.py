@@ -117,6 +117,45 @@ def test_a_retried_command_always_ends_with_exit_0_and_the_same_bytes(source, un
     assert other.returncode == 2 and "of another call (piles 12 instead of 40)" in other.stderr, other.stderr
 
 
+def test_a_retry_after_the_commit_removes_what_the_killed_run_left(source, tmp_path):
+    """The state of a driver killed between writing the manifest and removing its run file and scratch."""
+    import fsspec
+
+    from daskpile import _run
+
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    with dask.config.set(scheduler="sync"):
+        shuffle(source, str(dest), piles=4, seed=1, scratch=str(scratch))
+        written = file_bytes(dest)
+        run = _run.RunSpec.from_json(daskpile.read_manifest(str(dest))["run"])
+        _run.write(fsspec.filesystem("file"), str(dest), run)
+        left = scratch / f"daskpile-{_run.scratch_name(run.dest)}"
+        left.mkdir(parents=True)
+        (left / "scatter-000000-0.arrow").write_bytes(b"what pass 1 wrote")
+        report = shuffle(source, str(dest), piles=4, seed=1, scratch=str(scratch))
+    assert report.already_finished and report.rows == ROWS
+    assert file_bytes(dest) == written
+    assert not (dest / "_daskpile.run.json").exists() and not left.exists()
+
+
+def test_a_retry_does_not_call_a_damaged_result_done(source, tmp_path):
+    dest = tmp_path / "out"
+    with dask.config.set(scheduler="sync"):
+        shuffle(source, str(dest), piles=4, seed=1)
+        assert shuffle(source, str(dest), piles=4, seed=1).already_finished
+        (dest / "part-00002.parquet").unlink()
+        with pytest.raises(FileExistsError, match=r"1 file of it changed or went since it was written \(part-00002"):
+            shuffle(source, str(dest), piles=4, seed=1)
+        shuffle(source, str(dest), piles=4, seed=1, overwrite=True)
+        with open(dest / "part-00001.parquet", "r+b") as f:  # the same size, other bytes
+            f.seek(100)
+            f.write(b"damaged!")
+        with pytest.raises(FileExistsError, match=r"1 file of it changed or went since it was written \(part-00001"):
+            shuffle(source, str(dest), piles=4, seed=1)
+        assert not shuffle(source, str(dest), piles=4, seed=1, overwrite=True).already_finished
+    assert daskpile.verify(source, str(dest)).ok
+
+
 @pytest.mark.slow
 def test_leftover_state_of_a_deleted_dest_is_named_where_it_is(source, tmp_path):
     """A dest deleted by hand: the refusal names the scratch that holds the run, not the dest that is gone."""
