@@ -182,9 +182,10 @@ def test_secrets_are_never_printed_logged_or_written(s3):
                    f"--storage-option=secret={SECRET}", "--storage-option=config_kwargs.connect_timeout=1",
                    "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
     runs = [
-        # credentials from the environment, then as options; a retry; verify
+        # credentials from the environment, on a LocalCluster (its workers log to this stderr), then as options;
+        # a retry; verify
         run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
-                    "--scratch=s3://scratch/secret", *endpoint_options, "--scheduler=threads", env=env),
+                    "--scratch=s3://scratch/secret", *endpoint_options, "--debug", env=env),
         run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
                     "--scratch=s3://scratch/secret", *in_options, "--scheduler=threads", "--debug"),
         run_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options, "--scheduler=sync",
