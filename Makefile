@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 # under the project's: its pins conflict with ours. The test checks it runs this version.
 CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := $(VENV)/tools/checkov
+# Azurite, the Azure Storage emulator the abfs:// tests start (tests/test_azure.py): a Node.js program,
+# installed where npm exists; without it those tests skip, saying why.
+AZURITE_VERSION := 3.37.0
 
 .PHONY: demo test docs lint format bench bench-b bench-memory clean
 
@@ -17,6 +20,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
+	if command -v npm >/dev/null; then npm install --silent --no-audit --no-fund --prefix $(VENV)/tools/azurite \
+		"azurite@$(AZURITE_VERSION)"; fi
 	touch $(STAMP)
 
 demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify it

@@ -46,9 +46,14 @@ def local_cluster(**kwargs):
     >>> with local_cluster(n_workers=2, threads_per_worker=1) as cluster:  # doctest: +SKIP
     ...     ...
     """
+    import warnings
+
     from distributed import LocalCluster
 
-    with dask.config.set(LOCAL_CLUSTER_CONFIG):
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), warnings.catch_warnings():
+        # 8787 taken (another cluster's dashboard): distributed picks another port and says so in a
+        # four-line warning; the command prints the dashboard's address anyway.
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         return LocalCluster(processes=True, **kwargs)
 
 

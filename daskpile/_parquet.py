@@ -928,7 +928,7 @@ def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
     real = os.path.realpath if is_local(dest_fs) else (lambda p: p)
     dest_dir = real(dest_path).rstrip("/") + "/"
     roots = source if isinstance(source, (list, tuple)) else [source]
-    for root in [filesystem(r)[1] for r in roots] + source_files:
+    for root in [source_fs._strip_protocol(r) for r in roots] + source_files:  # (paths only: no new connection)
         root = real(root).rstrip("/")
         if dest_dir == root + "/" or root.startswith(dest_dir) or dest_dir.startswith(root + "/"):
             raise ValueError(f"dest {dest_path!r} overlaps the source {root!r}: choose a separate directory")
