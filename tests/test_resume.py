@@ -54,16 +54,22 @@ def kill_driver_when(source, dest, scratch, ready, timeout=60, overwrite=False, 
         assert not (dest / "_daskpile.json").exists()
 
 
+def kill_points(dest, scratch) -> dict:
+    """When to kill the driver: conditions on what the run has written so far."""
+    return {
+        "pass 1": lambda: finished_partitions(scratch) >= 10,
+        "between passes": lambda: (dest / "_daskpile.run.json").exists(),
+        "pass 2": lambda: count_files(dest, "part-") >= 8,
+        "after the manifest": lambda: (dest / "_daskpile.json").exists(),  # or it ended first: a retry of a success
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["pass 1", "between passes", "pass 2"])
 def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, point):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
-    ready = {
-        "pass 1": lambda: finished_partitions(scratch) >= 10,
-        "between passes": lambda: (dest / "_daskpile.run.json").exists(),
-        "pass 2": lambda: count_files(dest, "part-") >= 8,
-    }[point]
+    ready = kill_points(dest, scratch)[point]
     kill_driver_when(source, dest, scratch, ready)
     scattered, gathered = finished_partitions(scratch), count_files(dest, "part-")
     assert scattered > 0 and (point != "pass 1" or scattered < FILES)
@@ -99,11 +105,7 @@ def test_a_retried_command_always_ends_with_exit_0_and_the_same_bytes(source, un
     """What Kubernetes does to a failed job pod: the same command again, at any moment, even after the commit."""
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
-    ready = {
-        "pass 1": lambda: finished_partitions(scratch) >= 10,
-        "pass 2": lambda: count_files(dest, "part-") >= 8,
-        "after the manifest": lambda: (dest / "_daskpile.json").exists(),  # or it ended first: a retry of a success
-    }[point]
+    ready = kill_points(dest, scratch)[point]
     kill_driver_when(source, dest, scratch, ready, may_finish=point == "after the manifest")
     command = [DASKPILE, "shuffle", source, str(dest), "--piles", str(PILES), "--seed", str(SEED),
                "--scratch", str(scratch), "--blocksize", str(BLOCKSIZE), "--scheduler", "sync", "-q"]  # fmt: skip
