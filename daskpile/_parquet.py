@@ -29,7 +29,7 @@ from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
 from daskpile._storage import (
     check_writable,
-    file_stamps,
+    file_stamp,
     filesystem,
     full_url,
     is_local,
@@ -405,9 +405,10 @@ def shuffle_parquet(
     _check_overlap(source_fs, source_files, source, dest_fs, dest_path)
     source_urls = plan.urls
     stamps = plan.stamps
+    scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), storage_options)
     check_writable(dest_fs, dest_path, "dest")
-    check_writable(*filesystem(scratch or tempfile.gettempdir(), storage_options), "scratch")
-    _check_workers_see(dest_fs, dest_path, *filesystem(scratch or tempfile.gettempdir(), storage_options))
+    check_writable(scratch_fs, scratch_path, "scratch")
+    _check_workers_see(dest_fs, dest_path, scratch_fs, scratch_path)
     old_result = _check_dest(dest_fs, dest_path)
     partitions = plan.partitions(blocksize)
 
@@ -542,7 +543,7 @@ def shuffle_parquet(
         pile_plan=pile_plan,
         source=plan.describe(),
         run=spec.to_json(),
-        file_stamps=_output_stamps(dest_fs, dest_path, names),
+        file_stamps=_stamps(_output_files(dest_fs, dest_path, names)),
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
     run_state.remove(dest_fs, dest_path)
@@ -597,16 +598,21 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     )  # fmt: skip
 
 
-def _output_stamps(fs, dest_path: str, names: list[str]) -> list[str | None]:
-    """Size and modification stamp of each output file as it is now (None for a file that is gone)."""
+def _output_files(fs, dest_path: str, names: list[str]) -> list[dict | None]:
+    """``fs.info`` of each output file as it is now, from one listing (None for a file that is gone)."""
     infos = {posixpath.basename(i["name"]): i for i in fs.ls(dest_path, detail=True)}
-    return [file_stamps([infos[n]])[0] if n in infos else None for n in names]
+    return [infos.get(name) for name in names]
+
+
+def _stamps(infos: list[dict | None]) -> list[str | None]:
+    return [None if info is None else file_stamp(info) for info in infos]
 
 
 def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scratch, plan) -> ShuffleReport:
     """The report of the finished result, from its manifest; what a run killed after its commit left is removed."""
     dest_fs.invalidate_cache(dest_path)
-    now = _output_stamps(dest_fs, dest_path, manifest["files"])
+    infos = _output_files(dest_fs, dest_path, manifest["files"])
+    now = _stamps(infos)
     changed = [
         n for n, then, later in zip(manifest["files"], manifest["file_stamps"], now, strict=True) if then != later
     ]
@@ -616,7 +622,6 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
             f"it changed or went since it was written ({', '.join(changed[:3])}): pass overwrite=True "
             "(--overwrite) to write it again"
         )
-    sizes = {posixpath.basename(i["name"]): i["size"] for i in dest_fs.ls(dest_path, detail=True)}
     run_state.remove(dest_fs, dest_path)
     scratch_dir.remove()
     fingerprint = manifest.get("fingerprint")
@@ -631,7 +636,7 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
         seconds_scatter=0.0,
         seconds_gather=0.0,
         scratch_bytes=0,
-        output_bytes=sum(sizes.get(n, 0) for n in manifest["files"]),
+        output_bytes=sum(info["size"] for info in infos),  # every file is there: its stamp is unchanged
         fingerprint=None if fingerprint is None else Fingerprint.from_json(fingerprint),
         pile_plan=None if manifest.get("pile_plan") is None else _sizing.PilePlan(**manifest["pile_plan"]),
         skipped_files=list(plan.skipped),

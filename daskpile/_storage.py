@@ -146,12 +146,14 @@ def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
             fs.rm(path, recursive=True)
 
 
+def file_stamp(info: dict) -> str:
+    """Size and modification stamp (mtime, ETag or generation) of a file, from ``fs.info``."""
+    version = next(
+        (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
+    )
+    return f"{info.get('size')}:{version}"
+
+
 def file_stamps(infos: list[dict]) -> list[str]:
-    """Size and modification stamp (mtime, ETag or generation) of each file, from ``fs.info``."""
-    stamps = []
-    for info in infos:
-        version = next(
-            (info[k] for k in ("mtime", "LastModified", "ETag", "etag", "generation", "last_modified") if k in info), ""
-        )
-        stamps.append(f"{info.get('size')}:{version}")
-    return stamps
+    """:func:`file_stamp` of each file."""
+    return [file_stamp(info) for info in infos]

@@ -4,6 +4,7 @@ import decimal
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
+
+
+def daskpile_command(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The installed ``daskpile`` command, run in a process of its own, with its output captured."""
+    return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def read_output(dest) -> pa.Table:

@@ -6,8 +6,6 @@ refused. Azurite is a Node.js program: make installs it under .venv/tools/azurit
 exists, and the tests skip, saying so, where it does not.
 """
 
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from _util import daskpile_command
 
 from daskpile.datasets import write_reference_dataset
 
 adlfs = pytest.importorskip("adlfs")
 
 AZURITE = Path(sys.prefix) / "tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
-DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 # Azurite's documented development account: public, like moto's "testing"; still never to be printed.
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
@@ -57,27 +55,25 @@ def azure(tmp_path_factory):
         server.wait()
 
 
-def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=300)
-
-
 def test_abfs_source_dest_and_scratch(azure):
     fs, options = azure
     write_reference_dataset("abfs://lake/events", rows=20_000, files=3, storage_options=options)
     storage = [f"--storage-option=connection_string={options['connection_string']}"]
     run = ["shuffle", "abfs://lake/events", "abfs://lake/shuffled", "--piles=4", "--seed=1",
            "--scratch=abfs://lake/tmp", "--scheduler=threads", *storage]  # fmt: skip
-    done = command(*run)
+    done = daskpile_command(*run)
     assert done.returncode == 0, done.stderr
     assert "shuffled 20,000 rows from 3 files into 4 piles (seed 1) at abfs://lake/shuffled" in done.stdout
     assert "verified" in done.stdout
-    verified = command("verify", "abfs://lake/events", "abfs://lake/shuffled", "--scheduler=sync", *storage)
+    verified = daskpile_command("verify", "abfs://lake/events", "abfs://lake/shuffled", "--scheduler=sync", *storage)
     assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
-    retried = command(*run)
+    retried = daskpile_command(*run)
     assert retried.returncode == 0 and retried.stdout.startswith("already done: abfs://lake/shuffled"), retried.stderr
     fs.invalidate_cache()
     assert fs.find("lake/tmp") == []
-    missing = command("shuffle", "abfs://lake/events", "abfs://no-such-container/out", "--scheduler=sync", *storage)
+    missing = daskpile_command(
+        "shuffle", "abfs://lake/events", "abfs://no-such-container/out", "--scheduler=sync", *storage
+    )
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr == (
         "daskpile: error: dest 'abfs://no-such-container/out': bucket 'no-such-container' does not exist\n"

@@ -4,19 +4,15 @@ LocalCluster, and its exit statuses and error lines in-process."""
 import json
 import os
 import pty
-import shutil
 import subprocess
-import sys
 
 import pytest
-from _util import file_bytes
+from _util import DASKPILE, file_bytes
 from click.testing import CliRunner
 
 import daskpile
 from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
-
-DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
 
 @pytest.fixture(scope="module")

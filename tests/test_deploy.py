@@ -17,12 +17,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from _cluster import moto_s3
+from _util import DASKPILE
 from distributed import LocalCluster
 
 from daskpile import kubernetes
@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 CRDS = Path(dask_kubernetes.__file__).parent / "operator" / "deployment" / "helm" / "dask-kubernetes-operator" / "crds"
 KUBERNETES_VERSION = "1.32"  # the version deploy/README.md says the manifests are validated against
-DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
 
 # -- rendering ----------------------------------------------------------------------------------------

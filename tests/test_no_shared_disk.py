@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -36,12 +35,12 @@ from _cluster import (  # noqa: F401 (fixtures)
     touched,
     wait_until,
 )
+from _util import DASKPILE, daskpile_command
 from distributed import Client
 
 import daskpile
 from daskpile.datasets import write_reference_dataset
 
-DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 SCRATCH_ADVICE = r"(?s)^(?=.*scratch)(?=.*s3://)"  # the message names the scratch argument and an s3:// URL
 
 
@@ -167,10 +166,6 @@ def test_worker_killed_mid_run_same_output(s3_server):
 # -- the command line, as a Kubernetes job runs it ------------------------------------------------------
 
 
-def command(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout)
-
-
 def storage_args(options: dict) -> list[str]:
     client = options["client_kwargs"]
     return [
@@ -208,7 +203,7 @@ def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_
         f"--scheduler={isolated_cluster.address}",
     ]
 
-    refused = command(*run, *storage_args(options))  # scratch: this process's temporary directory
+    refused = daskpile_command(*run, *storage_args(options))  # scratch: this process's temporary directory
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.startswith("daskpile: error: scratch ") and "2 of the cluster's 2 workers cannot see" in (
         refused.stderr
@@ -217,13 +212,13 @@ def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_
     fs.invalidate_cache()
     assert not fs.exists("lake/isolated-cli-out") and not fs.find("scratch/isolated-cli")
 
-    done = command(*run, "--scratch=s3://scratch/isolated-cli", *storage_args(options))
+    done = daskpile_command(*run, "--scratch=s3://scratch/isolated-cli", *storage_args(options))
     assert done.returncode == 0, done.stderr
     assert "verified" in done.stdout
     fs.invalidate_cache()
     assert fs.find("scratch/isolated-cli") == [], "scratch objects left behind"
-    verified = command("verify", source, "s3://lake/isolated-cli-out", "--scheduler=" + isolated_cluster.address,
-                       *storage_args(options))  # fmt: skip
+    address = f"--scheduler={isolated_cluster.address}"
+    verified = daskpile_command("verify", source, "s3://lake/isolated-cli-out", address, *storage_args(options))
     assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
 
 

@@ -10,12 +10,11 @@ import time
 
 import dask
 import pytest
-from _util import count_files, file_bytes, finished_partitions, sorted_source, uninterrupted_run
+from _util import DASKPILE, count_files, file_bytes, finished_partitions, sorted_source, uninterrupted_run
 
 import daskpile
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
-DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
 # Small files are read together up to blocksize / 16 on disk: this blocksize keeps one task (and one
 # scratch file per band) per file, so that a kill or an interruption can land between partitions.

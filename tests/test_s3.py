@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _util import daskpile_command
 from click.testing import CliRunner
 
 import daskpile
@@ -158,16 +159,6 @@ def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(
 SECRET = "s3cr3t-daskpile-7f3a9c"  # moto takes any key; this one must never be seen again
 
 
-def run_command(*args, env=None):
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    daskpile_bin = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
-    return subprocess.run([daskpile_bin, *args], capture_output=True, text=True, timeout=300, env=env)
-
-
 def test_secrets_are_never_printed_logged_or_written(s3):
     import os
 
@@ -184,17 +175,18 @@ def test_secrets_are_never_printed_logged_or_written(s3):
     runs = [
         # credentials from the environment, on a LocalCluster (its workers log to this stderr), then as options;
         # a retry; verify
-        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
                     "--scratch=s3://scratch/secret", *endpoint_options, "--debug", env=env),
-        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
                     "--scratch=s3://scratch/secret", *in_options, "--scheduler=threads", "--debug"),
-        run_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options, "--scheduler=sync",
+        daskpile_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options, "--scheduler=sync",
                     "--json"),
         # failures: a missing bucket as source and as dest, an endpoint that does not answer
-        run_command("shuffle", "s3://no-such-bucket/x", "s3://lake/secret-never", *in_options),
-        run_command("shuffle", "s3://lake/secret-in", "s3://no-such-bucket/out", "--piles=2", *in_options),
-        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable),
-        run_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable, "--debug"),
+        daskpile_command("shuffle", "s3://no-such-bucket/x", "s3://lake/secret-never", *in_options),
+        daskpile_command("shuffle", "s3://lake/secret-in", "s3://no-such-bucket/out", "--piles=2", *in_options),
+        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable),
+        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", "--debug",
+                         *unreachable),
     ]  # fmt: skip
     assert [r.returncode for r in runs] == [0, 0, 0, 2, 2, 2, 2], [r.stderr for r in runs]
     for r in runs:
@@ -230,7 +222,7 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
-        done = run_command(
+        done = daskpile_command(
             "shuffle", "s3://lake/in", str(tmp_path / "out"), "--scheduler=sync", "--storage-option=key=nobody",
             f"--storage-option=secret={SECRET}", f"--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:{port}",
             "--storage-option=client_kwargs.region_name=eu-west-1",
