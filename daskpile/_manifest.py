@@ -65,6 +65,7 @@ def build(
     source: dict | None = None,
     run: dict | None = None,
     file_stamps: list | None = None,
+    second_pass: str = "eager",
 ) -> dict:
     return {
         "format": FORMAT,
@@ -74,6 +75,8 @@ def build(
         "rows_per_pile": [int(r) for r in rows_per_pile],
         "files": files,
         "rows_per_file": [int(r) for r in (rows_per_pile if rows_per_file is None else rows_per_file)],
+        # "lazy": each file is a pile in scatter order, for PileLoader to permute when it loads it
+        "second_pass": second_pass,
         "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,

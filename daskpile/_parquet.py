@@ -199,6 +199,7 @@ def shuffle_parquet(
     schema: str = "strict",
     version: int | None = None,
     stray_files: str = "skip",
+    second_pass: str = "eager",
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
 
@@ -327,6 +328,14 @@ def shuffle_parquet(
     version
         The version of a Delta table, or the snapshot id of an Iceberg table,
         to read.  Default None: the current one.  Only for a table source.
+    second_pass
+        ``"eager"`` (the default) permutes each pile in pass 2.  ``"lazy"``
+        writes each pile with its rows in scatter order and leaves the
+        permutation to :class:`daskpile.PileLoader`, which permutes every pile
+        as it loads it, afresh each epoch: pass 2 skips its random ``take``.
+        The manifest says ``"second_pass": "lazy"``; a plain Parquet reader
+        reading such a result in file order gets pile order only (rows of a
+        pile in their input order).  Not with ``rows_per_file``.
     stray_files
         Files that are not Parquet by their extension (``README.txt``):
         ``"skip"`` (the default) skips them and lists them in
@@ -388,6 +397,13 @@ def shuffle_parquet(
     blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
     if blocksize < 1:
         raise ValueError(f"blocksize must be positive, got {blocksize!r}")
+    if second_pass not in ("eager", "lazy"):
+        raise ValueError(f"second_pass must be 'eager' or 'lazy', got {second_pass!r}")
+    if second_pass == "lazy" and rows_per_file is not None:
+        raise ValueError(
+            "second_pass='lazy' (--lazy) writes one file per pile, for PileLoader to permute on load; "
+            "rows_per_file (--rows-per-file) would cut piles apart"
+        )
     if rows_per_file is not None and (isinstance(rows_per_file, bool) or int(rows_per_file) < 1):
         raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
     if on_oversize not in ("split", "error"):
@@ -420,8 +436,9 @@ def shuffle_parquet(
     previous = in_dest or run_state.read(scratch_dir.fs, scratch_dir.directory)
     if previous is not None:
         differences = previous.differences(
-            source_urls, stamps, requested_piles, requested_seed, blocksize, rows_per_file, _schema_key(plan)
-        )
+            source_urls, stamps, requested_piles, requested_seed, blocksize, rows_per_file, _schema_key(plan),
+            second_pass,
+        )  # fmt: skip
         if differences and not overwrite:
             where = (
                 f"{dest_url!r} has"
@@ -458,8 +475,9 @@ def shuffle_parquet(
     if progress and (plan.reading.policy != "strict" or plan.table or plan.files[0].keys):
         print(f"source: {plan}", flush=True)
     spec = run_state.RunSpec(
-        tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file, _schema_key(plan)
-    )
+        tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file, _schema_key(plan),
+        second_pass,
+    )  # fmt: skip
     if old_result is not None and not overwrite:
         differences = _differences_from_result(old_result, spec, requested_piles, requested_seed)
         if not differences:
@@ -515,7 +533,7 @@ def shuffle_parquet(
         timer = Timer(progress)
         names, gathered = _pass_2(
             scratch_dir, counts, split, seed, dest_fs, target, schema, verify,
-            _budget(memory_per_pile, pile_plan), spec.key(), rows_per_file, progress,
+            _budget(memory_per_pile, pile_plan), spec.key(), rows_per_file, progress, second_pass == "eager",
         )  # fmt: skip
         seconds_gather = timer.seconds
         _remove_temporaries(dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
@@ -544,6 +562,7 @@ def shuffle_parquet(
         source=plan.describe(),
         run=spec.to_json(),
         file_stamps=_stamps(_output_files(dest_fs, dest_path, names)),
+        second_pass=second_pass,
     )
     manifest_path = _manifest.write(dest_fs, dest_path, manifest)
     run_state.remove(dest_fs, dest_path)
@@ -594,7 +613,7 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     moved = [] if done.dest == spec.dest else [f"written as {done.dest}"]
     return moved + done.differences(
         spec.source_files, spec.source_stamps, requested_piles, requested_seed, spec.blocksize, spec.rows_per_file,
-        spec.schema_key,
+        spec.schema_key, spec.second_pass,
     )  # fmt: skip
 
 
@@ -804,14 +823,16 @@ def _pile_groups(piles: list[int], threads: int) -> list[list[int]]:
 
 
 def _pass_2(
-    scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, rows_per_file, progress
+    scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, rows_per_file, progress, permute
 ) -> tuple[list[str], list]:
     """Pass 2 (and for ``rows_per_file``, pass 3): the output files' names and their results, in sequence order."""
     piles = len(counts)
     if rows_per_file is None:
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
         names = [_manifest.part_name(j, piles, sub) for j in range(piles) for sub in subs[j]]
-        tasks, groups = _gather_tasks(scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key)
+        tasks, groups = _gather_tasks(
+            scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute
+        )
         if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
             return names, _in_order(compute(tasks, progress=progress))
         with _scratch.BandRemover(scratch_dir, [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]) as bands:
@@ -831,7 +852,9 @@ def _pass_2(
     return names, compute(rechunk, progress=progress)  # in file order already
 
 
-def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key) -> tuple[list, list]:
+def _gather_tasks(
+    scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key, permute=True
+) -> tuple[list, list]:
     """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
 
     Into Parquet files in ``target``, or with ``target=None`` into permuted
@@ -853,7 +876,7 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
     tasks = [
         dask.delayed(_passes.gather_to_parquet)(
             scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs, [path(j) for j in group], schema,
-            verify, as_arrow=as_arrow, dask_key_name=f"daskpile-gather-{group[0]:06d}-{key}",
+            verify, as_arrow=as_arrow, permute=permute, dask_key_name=f"daskpile-gather-{group[0]:06d}-{key}",
         )
         for group in groups
     ]  # fmt: skip
@@ -863,7 +886,7 @@ def _gather_tasks(scratch_dir, counts, split, seed, fs, target, schema, verify, 
         )
         tasks += [
             dask.delayed(_passes.gather_split_to_parquet)(
-                split_result, piles, group, seed, fs, [path(j, s) for s in group], schema, verify, as_arrow,
+                split_result, piles, group, seed, fs, [path(j, s) for s in group], schema, verify, as_arrow, permute,
                 dask_key_name=f"daskpile-gather-{j}-{group[0]}-{key}",
             )
             for group in _pile_groups(list(range(subs)), threads)

@@ -31,6 +31,7 @@ class RunSpec:
     blocksize: int
     rows_per_file: int | None = None
     schema_key: str | None = None  # the schema the rows are read into, and the policy that made it
+    second_pass: str = "eager"  # "lazy": piles written unpermuted, for PileLoader to permute on load
 
     def to_json(self) -> dict:
         return {
@@ -42,6 +43,7 @@ class RunSpec:
             "blocksize": self.blocksize,
             "rows_per_file": self.rows_per_file,
             "schema_key": self.schema_key,
+            "second_pass": self.second_pass,
         }
 
     @classmethod
@@ -57,6 +59,7 @@ class RunSpec:
             int(data["blocksize"]),
             rows_per_file,
             data.get("schema_key"),
+            data.get("second_pass", "eager"),
         )
 
     def key(self) -> str:
@@ -71,6 +74,7 @@ class RunSpec:
         blocksize: int,
         rows_per_file=None,
         schema_key: str | None = None,
+        second_pass: str = "eager",
     ) -> list[str]:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
@@ -89,6 +93,8 @@ class RunSpec:
             found.append(f"rows_per_file {rows_per_file} instead of {self.rows_per_file}")
         if schema_key != self.schema_key:
             found.append("another schema (schema= or partitioning=, or the files' schemas changed)")
+        if second_pass != self.second_pass:
+            found.append(f"second_pass {second_pass!r} instead of {self.second_pass!r}")
         return found
 
 

@@ -368,6 +368,11 @@ def cli():
 @click.option(
     "--rows-per-file", type=click.IntRange(min=1), help="Cut the shuffled sequence into files of N rows [one per pile]."
 )
+@click.option(
+    "--lazy",
+    is_flag=True,
+    help="Leave each pile unpermuted for daskpile.PileLoader to permute on load (plain readers get pile order).",
+)
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option(
     "--overwrite",
@@ -380,8 +385,8 @@ def cli():
 @_cluster_options
 @_command
 def shuffle(
-    source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, rows_per_file, scratch, overwrite, no_verify,
-    as_json, quiet, partitioning, schema, table_version, stray_files, **cluster,
+    source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, rows_per_file, lazy, scratch, overwrite,
+    no_verify, as_json, quiet, partitioning, schema, table_version, stray_files, **cluster,
 ):  # fmt: skip
     """Shuffle the Parquet data in SOURCE... into DEST (any fsspec URLs).
 
@@ -399,7 +404,7 @@ def shuffle(
             storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
             memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
             partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
-            rows_per_file=rows_per_file,
+            rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager",
         )  # fmt: skip
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 
