@@ -14,9 +14,11 @@ from daskpile._parquet import PileTooLargeError, RunMismatchError, ShuffleReport
 from daskpile._quality import QualityCheck, QualityReport, quality
 from daskpile._sizing import PilePlan
 from daskpile._verify import Verification, verify
+from daskpile.loader import PileLoader
 
 __all__ = [
     "Fingerprint",
+    "PileLoader",
     "PilePlan",
     "PileTooLargeError",
     "QualityCheck",

@@ -36,6 +36,7 @@ from daskpile import _manifest
 from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
+from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.sources.parquet import open_parquet
 
 MAX_LABELS = 100
@@ -280,7 +281,10 @@ def quality(
     order column holds integers forming a dense range (ids 0..n-1, or any
     range without gaps), it is measured file by file on the workers, no
     process holding more than a file or a part of the range; any other key
-    (timestamps, sparse ids) is ranked in memory.
+    (timestamps, sparse ids) is ranked in memory.  A lazy result
+    (``second_pass="lazy"``, piles left unpermuted) is measured in the order
+    :class:`daskpile.PileLoader` gives it in epoch 0 with the result's seed,
+    one rank and ``mix=1``: the order its readers get.
 
     The checks, each with false-positive rate ``alpha`` on a uniformly
     shuffled dataset (the report passes when all of them pass):
@@ -353,7 +357,8 @@ def quality(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
-    fs, files, _ = _manifest.result_files(dest, storage_options)
+    fs, files, manifest = _manifest.result_files(dest, storage_options)
+    files = _in_reading_order(files, manifest)
     where = _where(dest, storage_options)
     (described,) = dask.compute([dask.delayed(_describe)(fs, path, order_column, label_column) for path in files])
     rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
@@ -404,7 +409,7 @@ def quality(
     return QualityReport(
         dest=where,
         rows=rows,
-        files=[full_url(fs, f) for f in files],
+        files=[full_url(fs, _path(f)) for f in files],
         order_column=order_column,
         label_column=label_column,
         alpha=alpha,
@@ -480,13 +485,38 @@ def _where(dest, storage_options) -> str:
     return full_url(fs, path)
 
 
-def _read_columns(fs, path: str, columns: list[str]) -> list[pa.ChunkedArray]:
+@dataclasses.dataclass(frozen=True)
+class _LazyPile:
+    """A pile of a lazy result, read in the order ``PileLoader`` gives it in epoch 0."""
+
+    path: str
+    seed: int
+    group: Group
+
+
+def _in_reading_order(files: list[str], manifest: dict | None) -> list:
+    """The files as readers get the rows: a lazy result as PileLoader's epoch 0 (one rank, ``mix=1``)."""
+    if manifest is None or manifest.get("second_pass") != "lazy":
+        return files
+    rows = np.array(manifest["rows_per_file"], dtype=np.int64)
+    (groups,) = EpochPlan.build(rows, seed=manifest["seed"], epoch=0, canonical=1, mix=1).groups
+    return [_LazyPile(files[g.pieces[0].unit], manifest["seed"], g) for g in groups]
+
+
+def _path(file) -> str:
+    return file.path if isinstance(file, _LazyPile) else file
+
+
+def _read_columns(fs, file, columns: list[str]) -> list[pa.ChunkedArray]:
+    path = _path(file)
     with open_parquet(fs, path) as parquet:
         names = parquet.schema_arrow.names
         for name in columns:
             if name not in names:
                 raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(names)})")
         table = parquet.read(columns=columns, use_threads=False)
+    if isinstance(file, _LazyPile):
+        table = table.take(group_permutation(file.seed, 0, file.group))
     return [table[name] for name in columns]
 
 

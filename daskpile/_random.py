@@ -17,6 +17,9 @@ import numpy as np
 SCATTER = 1  # pass 1: which pile each row of a partition goes to
 GATHER = 2  # pass 2: the order of the rows inside a pile (or a sub-pile: piece = sub-pile + 1)
 SPLIT = 3  # pass 2, a pile over its memory budget: which sub-pile each of its rows goes to
+LOAD_ORDER = 4  # the loader, one epoch: the order of the piles
+LOAD_GROUP = 5  # the loader, one epoch: the order of the rows of one group of piles of one canonical stream
+LOAD_PILE = 6  # the loader, one epoch: a lazy pile's own order, before a canonical stream takes part of it
 
 
 def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Generator:
@@ -28,6 +31,15 @@ def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Ge
     # Piece 0 keeps the three-part key, so a file read in one piece draws what it always drew.
     key = np.random.SeedSequence([seed, stage, index] + ([piece] if piece else []))
     return np.random.Generator(np.random.Philox(key))
+
+
+def keyed(seed: int, stage: int, *counters: int) -> np.random.Generator:
+    """A Philox generator keyed by ``(seed, stage, *counters)``: the loader's (epoch, stream, group...).
+
+    >>> keyed(7, LOAD_ORDER, 0).permutation(4).tolist() == keyed(7, LOAD_ORDER, 0).permutation(4).tolist()
+    True
+    """
+    return np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, stage, *counters])))
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -1,0 +1,332 @@
+"""``PileLoader``: batches from a pile dataset for training, every epoch in a fresh order."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+import pyarrow as pa
+
+from daskpile._random import resolve_seed
+from daskpile.loader.plan import EpochPlan, Layout
+from daskpile.loader.reading import Prefetcher, group_row_ids, load_group
+from daskpile.loader.units import Units, discover
+
+STATE_FORMAT = "daskpile.loader/1"
+OUTPUTS = ("arrow", "pandas", "numpy")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadStats:
+    """How one pass over the loader went: seconds waiting for the first group, then for the others."""
+
+    first_wait: float
+    waited: float
+    groups: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CoBatch:
+    """How tied two epochs are: the share of pairs in one batch of the first that are again in one of the second.
+
+    ``ideal`` is that share for two independent uniform permutations with the
+    same batch sizes.
+    """
+
+    rate: float
+    ideal: float
+    pairs: int
+
+    def __str__(self) -> str:
+        return f"co-batch rate {self.rate:.3g} (independent permutations {self.ideal:.3g}) over {self.pairs:,} pairs"
+
+
+class PileLoader:
+    """Batches of a pile dataset, a fresh order every epoch, for each rank of a training job.
+
+    Each epoch puts the files (piles) in a random order keyed by
+    ``(seed, epoch)``, cuts their rows into ``canonical_ranks`` streams of
+    equal length, and loads each stream ``mix`` files at a time, permuting
+    them together as they are loaded.  Rank ``rank`` of ``world_size`` reads
+    its streams only, so every row is read by exactly one rank per epoch, and
+    every rank yields the same number of batches of the same sizes.  The next
+    ``prefetch`` groups are read and permuted in a background thread while
+    the current one is consumed.
+
+    Parameters
+    ----------
+    path
+        A pile dataset: a ``shuffle_parquet`` result (its manifest lists the
+        files and rows; a lazy one, ``second_pass="lazy"``, is permuted here),
+        or any Parquet directory, glob or list of files (``shuffle(ddf)
+        .to_parquet``), local or an fsspec URL (read by row group: no whole
+        file is downloaded).
+    batch_size
+        Rows per batch.
+    seed
+        The seed of the orders, with the epoch.  None draws one (then save
+        ``state_dict()`` to resume).
+    epoch
+        The epoch to start at.  Iterating to the end of an epoch moves to the
+        next; ``set_epoch`` sets it.
+    rank, world_size
+        This process's share.  ``world_size`` must divide ``canonical_ranks``.
+    canonical_ranks
+        The number of streams an epoch is cut into.  Default: ``world_size``.
+        The rows of each stream, and their order, depend on ``(seed, epoch,
+        canonical_ranks, mix)`` only, so a job can be restarted with any world
+        size dividing it and resume where it stopped.  A rank holds
+        ``canonical_ranks / world_size`` groups at once.
+    mix
+        Files loaded and permuted together.  Memory holds ``(prefetch + 1) x
+        mix`` files; pairs of rows batched together in one epoch are batched
+        together again in the next about ``mix**2`` times less often.
+    prefetch
+        Groups of ``mix`` files loaded ahead in a background thread.  0 loads
+        each when it is needed.
+    columns, filters
+        Read only these columns; only the rows passing ``filters`` (pyarrow's
+        DNF lists or a ``pyarrow.dataset`` expression; they are counted once
+        when the loader is made).
+    drop_last
+        Drop each rank's rows beyond the shortest rank's whole batches.
+        Default False: every row is read, and a rank with fewer rows than the
+        longest wraps around to rows of its own from this epoch.
+    output
+        ``"arrow"`` (a ``pyarrow.Table`` per batch), ``"pandas"``, or
+        ``"numpy"`` (a dict of column name to array).
+    storage_options
+        Passed to fsspec.
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> loader = daskpile.PileLoader("shuffled/", batch_size=1000, seed=0)
+    >>> len(loader), sum(batch.num_rows for batch in loader)
+    (30, 30000)
+    >>> loader.epoch  # the next epoch, in another order
+    1
+    >>> state = loader.state_dict()
+    """
+
+    def __init__(
+        self,
+        path: str | list[str],
+        *,
+        batch_size: int,
+        seed: int | None,
+        epoch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        canonical_ranks: int | None = None,
+        mix: int = 1,
+        prefetch: int = 1,
+        columns: list[str] | None = None,
+        filters=None,
+        drop_last: bool = False,
+        output: str = "arrow",
+        storage_options: dict | None = None,
+    ):
+        _positive(batch_size=batch_size, world_size=world_size, mix=mix)
+        _positive(canonical_ranks=canonical_ranks or world_size)
+        _at_least_zero(epoch=epoch, rank=rank, prefetch=prefetch)
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} is not below world_size {world_size}")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+        self.units: Units = discover(path, storage_options, filters)
+        self.seed = resolve_seed(seed)
+        self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
+        self.columns, self.output = columns, output
+        canonical = canonical_ranks or world_size
+        if self.units.total < canonical:
+            raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
+        self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
+        self._epoch, self._batches = epoch, 0
+        self._plans: dict[int, EpochPlan] = {}
+        self.stats: LoadStats | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads (or goes on reading)."""
+        return self._epoch
+
+    @property
+    def world_size(self) -> int:
+        return self._layout.world_size
+
+    @property
+    def canonical_ranks(self) -> int:
+        return self._layout.canonical
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning at the next iteration."""
+        _at_least_zero(epoch=epoch)
+        self._epoch, self._batches = epoch, 0
+        self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the current epoch (all of them, also when resumed mid-epoch)."""
+        return self._layout.batches(self._plan(self._epoch))
+
+    def __iter__(self):
+        plan = self._plan(self._epoch)
+        takes = self._layout.takes(plan, self.rank, skip_batches=self._batches)
+        held = len(range(self.rank, self.canonical_ranks, self.world_size))
+        epoch = self._epoch
+
+        def load(group):
+            return load_group(self.units, group, self.seed, epoch, self.columns)
+
+        loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
+        try:
+            for batch in _batches(loaded, self.batch_size):
+                self._batches += 1
+                yield self._convert(batch)
+        finally:
+            self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
+        self.set_epoch(self._epoch + 1)
+
+    def state_dict(self) -> dict:
+        """Where this loader is: enough for ``load_state_dict`` to resume with the batches not yet yielded.
+
+        Every rank's state says the same (the ranks move in step), so rank 0's
+        is enough to resume all of them, with the same or another world size.
+        """
+        return {
+            "format": STATE_FORMAT,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "canonical_ranks": self.canonical_ranks,
+            "mix": self.mix,
+            "rows": self.units.total,
+            "files": len(self.units.paths),
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "drop_last": self._layout.drop_last,
+            "starts": list(self._layout.starts),
+            "batches": self._batches,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume where ``state`` (from ``state_dict``, on any rank) was taken: the next batch is the next unseen.
+
+        The world size and batch size may differ from the state's when
+        ``canonical_ranks`` is the same: each stream then goes on from the
+        rows it had given.
+        """
+        self._check_state(state)
+        old = Layout(
+            state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
+            tuple(state["starts"]),
+        )  # fmt: skip
+        self.seed, self._epoch = state["seed"], state["epoch"]
+        if (old.world_size, old.batch_size, old.drop_last) == (
+            self.world_size,
+            self.batch_size,
+            self._layout.drop_last,
+        ):
+            self._layout, self._batches = old, state["batches"]
+            return
+        plan = self._plan(self._epoch)
+        if state["batches"] >= old.batches(plan):
+            self.set_epoch(self._epoch + 1)
+            return
+        starts = old.consumed(plan, state["batches"])
+        self._layout = dataclasses.replace(self._layout, starts=tuple(int(s) for s in starts))
+        self._batches = 0
+
+    def co_batch_rate(self, first_epoch: int | None = None, second_epoch: int | None = None) -> CoBatch:
+        """How tied two epochs are (default: this one and the next), over every rank, without reading data.
+
+        Of the pairs of rows in one batch of ``first_epoch``, the share that
+        are again in one batch of ``second_epoch``; beside it the share for
+        two independent uniform permutations.  Computed from the plans alone.
+        """
+        first = self._epoch if first_epoch is None else first_epoch
+        second = first + 1 if second_epoch is None else second_epoch
+        batch_a, batch_b = self._batch_of_rows(first), self._batch_of_rows(second)
+        both = (batch_a >= 0) & (batch_b >= 0)
+        sizes_a = np.bincount(batch_a[batch_a >= 0])
+        sizes_b = np.bincount(batch_b[batch_b >= 0])
+        together = int((sizes_a * (sizes_a - 1) // 2).sum())
+        _, joint = np.unique(batch_a[both] * (batch_b.max() + 1) + batch_b[both], return_counts=True)
+        again = int((joint * (joint - 1) // 2).sum())
+        n = int(both.sum())
+        ideal = float((sizes_b * (sizes_b - 1)).sum()) / (n * (n - 1)) if n > 1 else 0.0
+        return CoBatch(again / together if together else 0.0, ideal, together)
+
+    def _batch_of_rows(self, epoch: int) -> np.ndarray:
+        """Each row's batch number (over all ranks) in ``epoch`` from its start; -1 for a row not read."""
+        plan = self._plan(epoch)
+        layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
+        batch = np.full(self.units.total, -1, dtype=np.int64)
+        batches = layout.batches(plan)
+        for rank in range(self.world_size):
+            position, ids = 0, {}
+            for take in layout.takes(plan, rank):
+                key = (take.group.stream, take.group.index)
+                if key not in ids:
+                    ids = {key: group_row_ids(self.units, take.group, self.seed, epoch)}
+                rows = ids[key][take.start : take.stop]
+                numbers = rank * batches + (position + np.arange(len(rows))) // self.batch_size
+                fresh = batch[rows] < 0  # rows wrapped around to count once
+                batch[rows[fresh]] = numbers[fresh]
+                position += len(rows)
+        return batch
+
+    def _plan(self, epoch: int) -> EpochPlan:
+        if epoch not in self._plans:
+            self._plans = {
+                epoch: EpochPlan.build(
+                    self.units.rows, seed=self.seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix
+                )
+            }
+        return self._plans[epoch]
+
+    def _convert(self, batch: pa.Table):
+        if self.output == "pandas":
+            return batch.to_pandas()
+        if self.output == "numpy":
+            return {name: column.to_numpy() for name, column in zip(batch.column_names, batch.columns, strict=True)}
+        return batch
+
+    def _check_state(self, state: dict) -> None:
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a PileLoader state of format {STATE_FORMAT!r}: {state.get('format')!r}")
+        ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
+                "files": len(self.units.paths)}  # fmt: skip
+        differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
+        if differ:
+            raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}")
+        if self.canonical_ranks % state["world_size"]:
+            raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
+
+
+def _batches(tables, batch_size: int):
+    """Slices regrouped into tables of ``batch_size`` rows (the last one the rest); zero-copy."""
+    pending, rows = [], 0
+    for table in tables:
+        while table.num_rows:
+            take = min(batch_size - rows, table.num_rows)
+            pending.append(table.slice(0, take))
+            rows += take
+            table = table.slice(take)
+            if rows == batch_size:
+                yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+                pending, rows = [], 0
+    if pending:
+        yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+
+
+def _positive(**values) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _at_least_zero(**values) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")

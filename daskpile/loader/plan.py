@@ -1,0 +1,279 @@
+"""The loader's arithmetic: which rows each rank reads in an epoch, in which order.  No I/O.
+
+An epoch of a pile dataset, for a seed, is built in three steps, each keyed
+only by (seed, epoch) and the canonical layout, never by the world size:
+
+1. the piles (any file of the dataset: a *unit*) are put in a random order;
+2. the rows of the units, in that order, are cut into ``canonical`` streams
+   of equal length (a stream boundary may fall inside a unit: the stream then
+   reads a row range of it);
+3. each stream's units are taken ``mix`` at a time (a *group*), and a group's
+   rows are permuted together when it is loaded.
+
+A rank of a world of ``world_size`` (which divides ``canonical``) owns the
+streams ``rank, rank + world_size, ...`` and takes them in turn,
+``batch_size`` rows at a time.  So with one stream per rank (the default),
+a rank reads its own contiguous share of the piles and holds one group at a
+time; resizing the world between restarts keeps every stream's rows and
+order, and a resumed job starts each stream where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+from daskpile import _random
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Rows ``[start, stop)`` of unit ``unit`` (a file of the dataset)."""
+
+    unit: int
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The pieces one stream loads and permutes together: group ``index`` of stream ``stream``."""
+
+    stream: int
+    index: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.pieces)
+
+
+@dataclasses.dataclass(frozen=True)
+class Take:
+    """Rows ``[start, stop)`` of a group, in its permuted order; ``last`` when they end the group."""
+
+    group: Group
+    start: int
+    stop: int
+    last: bool
+
+
+def unit_order(seed: int, epoch: int, units: int) -> np.ndarray:
+    """The order of the units in ``epoch``.
+
+    >>> sorted(unit_order(0, 3, 5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    return _random.keyed(seed, _random.LOAD_ORDER, epoch).permutation(units)
+
+
+def group_permutation(seed: int, epoch: int, group: Group) -> np.ndarray:
+    """The order of a group's rows (its pieces concatenated) in ``epoch``."""
+    return _random.keyed(seed, _random.LOAD_GROUP, epoch, group.stream, group.index).permutation(group.rows)
+
+
+def pile_permutation(seed: int, epoch: int, unit: int, rows: int) -> np.ndarray:
+    """A lazy unit's order in ``epoch``, before a stream takes a row range of it (so a random part of it)."""
+    return _random.keyed(seed, _random.LOAD_PILE, epoch, unit).permutation(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """Every stream's groups in one epoch.
+
+    >>> plan = EpochPlan.build(np.array([5, 5, 5]), seed=0, epoch=0, canonical=2, mix=1)
+    >>> plan.lengths.tolist(), [len(g) for g in plan.groups]
+    ([7, 8], [2, 2])
+    """
+
+    groups: tuple[tuple[Group, ...], ...]  # per stream, in reading order
+    lengths: np.ndarray  # rows per stream
+    group_ends: tuple[np.ndarray, ...]  # per stream, the cumulative rows of its groups
+
+    @classmethod
+    def build(cls, unit_rows: np.ndarray, *, seed: int, epoch: int, canonical: int, mix: int) -> EpochPlan:
+        order = unit_order(seed, epoch, len(unit_rows))
+        rows = np.asarray(unit_rows, dtype=np.int64)[order]
+        ends = np.cumsum(rows)
+        starts = ends - rows
+        total = int(ends[-1]) if len(ends) else 0
+        bounds = np.arange(canonical + 1, dtype=np.int64) * total // canonical
+        streams = []
+        for stream in range(canonical):
+            low, high = int(bounds[stream]), int(bounds[stream + 1])
+            first, stop = np.searchsorted(ends, low, side="right"), np.searchsorted(starts, high, side="left")
+            pieces = [
+                Piece(int(order[k]), int(max(low, starts[k]) - starts[k]), int(min(high, ends[k]) - starts[k]))
+                for k in range(first, stop)
+                if min(high, ends[k]) > max(low, starts[k])
+            ]
+            streams.append(
+                tuple(Group(stream, g, tuple(pieces[i : i + mix])) for g, i in enumerate(range(0, len(pieces), mix)))
+            )
+        return cls(
+            tuple(streams),
+            np.diff(bounds),
+            tuple(np.cumsum([g.rows for g in groups], dtype=np.int64) for groups in streams),
+        )
+
+    def takes(self, stream: int, start: int, stop: int) -> Iterator[Take]:
+        """Rows ``[start, stop)`` of a stream, as ranges of its groups."""
+        ends = self.group_ends[stream]
+        while start < stop:
+            g = int(np.searchsorted(ends, start, side="right"))
+            group_start, group_end = int(ends[g] - self.groups[stream][g].rows), int(ends[g])
+            end = min(stop, group_end)
+            yield Take(self.groups[stream][g], start - group_start, end - group_start, end == group_end)
+            start = end
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRobin:
+    """A rank's rows: its streams ``[first, stop)`` taken in turn, ``item`` rows at a time.
+
+    >>> rr = RoundRobin(np.array([0, 0]), np.array([5, 3]), item=2)
+    >>> list(rr.segments())
+    [(0, 0, 2), (1, 0, 2), (0, 2, 4), (1, 2, 3), (0, 4, 5)]
+    >>> rr.consumed(5).tolist()
+    [3, 2]
+    """
+
+    first: np.ndarray
+    stop: np.ndarray
+    item: int
+
+    @property
+    def rows(self) -> int:
+        return int((self.stop - self.first).sum())
+
+    def _fast_forward(self, rows: int) -> tuple[np.ndarray, int]:
+        # Whole rounds where every stream gives a whole item, by arithmetic: a resumed epoch skips
+        # most of its rows without walking them item by item.
+        position = self.first.copy()
+        if len(position) and rows:
+            whole = int(((self.stop - position) // self.item).min())
+            rounds = min(whole, rows // (self.item * len(position)))
+            position += rounds * self.item
+            rows -= rounds * self.item * len(position)
+        return position, rows
+
+    def segments(self, skip: int = 0) -> Iterator[tuple[int, int, int]]:
+        """(stream, start, stop) in reading order, after the first ``skip`` rows."""
+        position, skip = self._fast_forward(skip)
+        while True:
+            active = False
+            for i in range(len(position)):
+                if position[i] >= self.stop[i]:
+                    continue
+                active = True
+                end = int(min(position[i] + self.item, self.stop[i]))
+                start = int(position[i]) + skip
+                skip = max(0, start - end)
+                position[i] = end
+                if start < end:
+                    yield i, start, end
+            if not active:
+                return
+
+    def consumed(self, rows: int) -> np.ndarray:
+        """Rows taken from each stream by the first ``rows`` rows."""
+        position, rows = self._fast_forward(rows)
+        while rows > 0:
+            active = False
+            for i in range(len(position)):
+                if position[i] >= self.stop[i] or rows == 0:
+                    continue
+                active = True
+                step = int(min(self.item, self.stop[i] - position[i], rows))
+                position[i] += step
+                rows -= step
+            if not active:
+                break
+        return position - self.first
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How ranks share an epoch's streams: the world, the batch size, and where each stream starts.
+
+    ``starts`` are the rows of each stream consumed before this layout began
+    (zeros at the start of an epoch; a job resumed with another world size
+    starts where the old one stopped).
+    """
+
+    canonical: int
+    world_size: int
+    batch_size: int
+    drop_last: bool
+    starts: tuple[int, ...]
+
+    def __post_init__(self):
+        if self.canonical % self.world_size:
+            raise ValueError(
+                f"world_size {self.world_size} does not divide canonical_ranks {self.canonical}: "
+                "the streams cannot be shared equally"
+            )
+
+    def round_robin(self, plan: EpochPlan, rank: int) -> RoundRobin:
+        streams = np.arange(rank, self.canonical, self.world_size)
+        return RoundRobin(np.asarray(self.starts, dtype=np.int64)[streams], plan.lengths[streams], self.batch_size)
+
+    def rank_rows(self, plan: EpochPlan) -> list[int]:
+        return [self.round_robin(plan, r).rows for r in range(self.world_size)]
+
+    def rows_per_rank(self, plan: EpochPlan) -> int:
+        """The rows every rank yields: all of the longest rank's, or whole batches of the shortest's."""
+        rows = self.rank_rows(plan)
+        if self.drop_last:
+            return min(rows) // self.batch_size * self.batch_size
+        return max(rows)
+
+    def batches(self, plan: EpochPlan) -> int:
+        return -(-self.rows_per_rank(plan) // self.batch_size)
+
+    def takes(self, plan: EpochPlan, rank: int, skip_batches: int = 0) -> Iterator[Take]:
+        """The group ranges ``rank`` reads, in order, after its first ``skip_batches`` batches.
+
+        A rank shorter than the longest (without ``drop_last``) then wraps
+        around to the start of its own rows, so that every rank yields the
+        same number of batches of the same sizes.
+        """
+        robin = self.round_robin(plan, rank)
+        streams = range(rank, self.canonical, self.world_size)
+        total, own = self.rows_per_rank(plan), robin.rows
+        skip = min(skip_batches * self.batch_size, total)
+        wanted = total - skip
+        if own == 0 and wanted:
+            raise ValueError(f"rank {rank} has no rows left in this epoch while others do")
+        while wanted > 0:
+            for i, start, stop in robin.segments(skip % own if skip >= own else skip):
+                stop = min(stop, start + wanted)
+                yield from plan.takes(streams[i], start, stop)
+                wanted -= stop - start
+                if wanted == 0:
+                    return
+            skip = 0  # wrapping around: the rank's rows again from its start
+
+    def consumed(self, plan: EpochPlan, batches: int) -> np.ndarray:
+        """Rows of each stream read once every rank has yielded ``batches`` batches (all ranks in step)."""
+        read = np.zeros(self.canonical, dtype=np.int64)
+        rows = min(batches * self.batch_size, self.rows_per_rank(plan))
+        for rank in range(self.world_size):
+            robin = self.round_robin(plan, rank)
+            read[rank :: self.world_size] = robin.consumed(min(rows, robin.rows))
+        return np.asarray(self.starts, dtype=np.int64) + read
+
+
+def worker_share(rank: int, world_size: int, worker: int, workers: int) -> tuple[int, int]:
+    """The (rank, world size) of DataLoader worker ``worker`` of ``workers`` on ``rank``: ranks times workers.
+
+    >>> [worker_share(1, 2, w, 3) for w in range(3)]
+    [(3, 6), (4, 6), (5, 6)]
+    """
+    return rank * workers + worker, world_size * workers

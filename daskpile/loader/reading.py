@@ -1,0 +1,156 @@
+"""Loading a group of piles (reading its row ranges, permuting them), ahead of the consumer, in a thread."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from daskpile import _kernels
+from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
+from daskpile.loader.units import Units
+from daskpile.sources.parquet import open_parquet, parquet_errors
+
+
+def piece_order(units: Units, piece: Piece, seed: int, epoch: int) -> np.ndarray | None:
+    """Which rows of its unit a piece reads, in order; None for the row range itself.
+
+    A lazy pile is in input order, so a row range of it would be a biased
+    part: a piece of one takes a range of the pile's own random order.
+    """
+    rows = int(units.rows[piece.unit])
+    if not units.lazy or piece.rows == rows:
+        return None
+    return pile_permutation(seed, epoch, piece.unit, rows)[piece.start : piece.stop]
+
+
+def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarray:
+    """The dataset-wide row numbers (units in order, rows in file order) of a group, in its permuted order.
+
+    What ``load_group`` reads, without reading it: for measuring the order.
+    """
+    offsets = np.concatenate(([0], np.cumsum(units.rows)))
+    parts = []
+    for piece in group.pieces:
+        chosen = piece_order(units, piece, seed, epoch)
+        local = np.arange(piece.start, piece.stop) if chosen is None else chosen
+        parts.append(offsets[piece.unit] + local)
+    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return ids[group_permutation(seed, epoch, group)]
+
+
+def load_group(units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None) -> pa.Table:
+    """A group's rows, read and permuted: the table its takes slice."""
+    tables = []
+    for piece in group.pieces:
+        chosen = piece_order(units, piece, seed, epoch)
+        if chosen is None:
+            tables.append(read_rows(units, piece.unit, piece.start, piece.stop, columns))
+        else:
+            whole = read_rows(units, piece.unit, 0, int(units.rows[piece.unit]), columns)
+            tables.append(_kernels.take(whole, chosen))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return _kernels.take(table, group_permutation(seed, epoch, group))
+
+
+def read_rows(units: Units, unit: int, start: int, stop: int, columns: list[str] | None) -> pa.Table:
+    """Rows ``[start, stop)`` of a unit: only the row groups holding them (range reads on an object store)."""
+    fs, path, url, expected = units.fs, units.paths[unit], units.url(unit), int(units.rows[unit])
+    if units.filter is not None:
+        with parquet_errors(url):
+            table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=columns, filter=units.filter)
+        _check_rows(url, table.num_rows, expected, "pass the filter")
+        return table.slice(start, stop - start)
+    with open_parquet(fs, path) as parquet, parquet_errors(url):
+        _check_rows(url, parquet.metadata.num_rows, expected, "")
+        ends = np.cumsum([parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)])
+        first, last = int(np.searchsorted(ends, start, side="right")), int(np.searchsorted(ends, stop, side="left"))
+        row_groups = list(range(first, min(last + 1, parquet.num_row_groups)))
+        table = parquet.read_row_groups(row_groups, columns=columns)
+        offset = int(ends[first - 1]) if first else 0
+        return table.slice(start - offset, stop - start)
+
+
+def _check_rows(url: str, found: int, expected: int, what: str) -> None:
+    if found != expected:
+        raise ValueError(
+            f"{url} has {found:,} rows{' that ' + what if what else ''}, the dataset said {expected:,}: "
+            "it changed since the loader was made (or its manifest is wrong)"
+        )
+
+
+class Prefetcher:
+    """A rank's takes with their groups' tables, the groups loaded in a thread ahead of the consumer.
+
+    At most ``held + ahead`` groups are in memory: the ``held`` the consumer
+    is reading (one per stream it interleaves) and ``ahead`` loaded or being
+    loaded.  A group is let go when its last rows are taken.  ``waited``
+    counts the seconds the consumer waited after its first group arrived.
+    """
+
+    def __init__(self, takes: Iterator[Take], load: Callable[[Group], pa.Table], held: int, ahead: int):
+        self._permits = threading.Semaphore(held + ahead)
+        self._events: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
+        self.waited = 0.0
+        self.first_wait = 0.0
+        self.loaded = 0
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        """The rows of each take, in order."""
+        self._thread.start()
+        tables: dict[int, pa.Table] = {}
+        try:
+            while True:
+                started = time.perf_counter()
+                kind, item, payload = self._events.get()
+                waited = time.perf_counter() - started
+                if self.loaded:
+                    self.waited += waited
+                else:
+                    self.first_wait += waited
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise payload
+                if kind == "table":
+                    if item.stream in tables:
+                        self._permits.release()
+                    tables[item.stream] = payload
+                    self.loaded += 1
+                    continue
+                yield tables[item.group.stream].slice(item.start, item.stop - item.start)
+                if item.last:
+                    del tables[item.group.stream]
+                    self._permits.release()
+        finally:
+            self._stop.set()
+            self._permits.release()  # a producer waiting for room sees the stop
+
+    def _produce(self, takes: Iterator[Take], load: Callable[[Group], pa.Table]) -> None:
+        current: dict[int, Group] = {}
+        try:
+            for take in takes:
+                if current.get(take.group.stream) is not take.group:
+                    if not self._acquire():
+                        return
+                    self._events.put(("table", take.group, load(take.group)))
+                    current[take.group.stream] = take.group
+                self._events.put(("take", take, None))
+                if take.last:
+                    current.pop(take.group.stream, None)
+            self._events.put(("end", None, None))
+        except BaseException as error:
+            self._events.put(("error", None, error))
+
+    def _acquire(self) -> bool:
+        while not self._stop.is_set():
+            if self._permits.acquire(timeout=0.1):
+                return not self._stop.is_set()
+        return False

@@ -1,0 +1,77 @@
+"""What a loader reads: the files (units) of a pile dataset, their rows, whether they are lazy piles."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from daskpile import _manifest
+from daskpile._storage import full_url
+from daskpile.sources.parquet import open_parquet, parquet_errors
+
+FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """The files of a pile dataset in a fixed order, the rows the loader takes from each.
+
+    ``lazy``: the files are piles left unpermuted (``second_pass="lazy"``), so
+    a part of one must be a random part, not a row range.  ``rows`` are after
+    ``filter``, when there is one.
+    """
+
+    fs: fsspec.AbstractFileSystem
+    paths: tuple[str, ...]
+    rows: np.ndarray
+    lazy: bool
+    schema: pa.Schema
+    filter: ds.Expression | None
+
+    def url(self, unit: int) -> str:
+        return full_url(self.fs, self.paths[unit])
+
+    @property
+    def total(self) -> int:
+        return int(self.rows.sum())
+
+
+def discover(path: str | list[str], storage_options: dict | None, filters=None) -> Units:
+    """The units of ``path``: a daskpile result's files as its manifest lists them, else Parquet files by name.
+
+    A manifest gives the rows without reading a footer; other datasets have
+    their footers read, in threads.  With ``filters`` (pyarrow DNF or an
+    expression), the rows that pass are counted once, here, so that every
+    rank can plan the epoch.
+    """
+    fs, paths, manifest = _manifest.result_files(path, storage_options)
+    expression = None if filters is None else _expression(filters)
+    if manifest is not None and expression is None:
+        rows = np.array(manifest["rows_per_file"], dtype=np.int64)
+        schema = _manifest.arrow_schema(manifest)
+    else:
+        with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+            counted = list(pool.map(lambda p: _count(fs, p, expression), paths))
+        rows = np.array([n for n, _ in counted], dtype=np.int64)
+        schema = counted[0][1]
+    lazy = manifest is not None and manifest.get("second_pass") == "lazy"
+    return Units(fs, tuple(paths), rows, lazy, schema, expression)
+
+
+def _expression(filters) -> ds.Expression:
+    return filters if isinstance(filters, ds.Expression) else pq.filters_to_expression(filters)
+
+
+def _count(fs, path: str, expression) -> tuple[int, pa.Schema]:
+    if expression is None:
+        with open_parquet(fs, path) as parquet:
+            return parquet.metadata.num_rows, parquet.schema_arrow
+    with parquet_errors(full_url(fs, path)):
+        dataset = ds.dataset(path, filesystem=fs, format="parquet")
+        return dataset.count_rows(filter=expression), dataset.schema
