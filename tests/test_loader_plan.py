@@ -50,13 +50,13 @@ def test_ranks_share_an_epoch(world, streams_per_rank, drop_last):
     per_rank = [rows_of(plan, shared.takes(plan, r)) for r in range(world)]
     assert len({len(rows) for rows in per_rank}) == 1
     assert len(per_rank[0]) == shared.rows_per_rank(plan)
-    own = [rows[:n] for rows, n in zip(per_rank, shared.rank_rows(plan))]
+    own = [rows[:n] for rows, n in zip(per_rank, shared.rank_rows(plan), strict=True)]
     if drop_last:
         flat = list(itertools.chain(*per_rank))
         assert len(flat) == len(set(flat)) and len(flat) > 261 - world * 8
     else:
         assert sorted(itertools.chain(*own)) == [(u, r) for u, n in enumerate(unit_rows) for r in range(n)]
-        for rows, mine in zip(per_rank, own):  # the padding repeats the rank's own rows
+        for rows, mine in zip(per_rank, own, strict=True):  # the padding repeats the rank's own rows
             assert set(rows) == set(mine)
 
 
