@@ -100,7 +100,8 @@ class Prefetcher:
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
         self.waited = 0.0
         self.first_wait = 0.0
-        self.loaded = 0
+        self.loaded = 0  # groups the consumer received
+        self.produced = 0  # groups the thread loaded
 
     def __iter__(self) -> Iterator[pa.Table]:
         """The rows of each take, in order."""
@@ -141,6 +142,7 @@ class Prefetcher:
                     if not self._acquire():
                         return
                     self._events.put(("table", take.group, load(take.group)))
+                    self.produced += 1
                     current[take.group.stream] = take.group
                 self._events.put(("take", take, None))
                 if take.last:
