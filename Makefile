@@ -11,8 +11,11 @@ CHECKOV_VENV := $(VENV)/tools/checkov
 # Azurite, the Azure Storage emulator the abfs:// tests start (tests/test_azure.py): a Node.js program,
 # installed where npm exists; without it those tests skip, saying why.
 AZURITE_VERSION := 3.37.0
+# PyTorch for daskpile.torch's tests (make test-torch), kept out of the test extras: its CPU build is
+# about 700 MB. 2.13.0 is the release this machine has a CPU wheel of.
+TORCH_VERSION := 2.13.0
 
-.PHONY: demo test docs lint format bench bench-b bench-memory clean
+.PHONY: demo test test-torch docs lint format bench bench-b bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +32,10 @@ demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify i
 
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests
+
+test-torch: $(STAMP)  ## install PyTorch into the venv, then test daskpile.torch under a real DataLoader
+	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pytest --doctest-modules daskpile/torch.py tests/test_torch.py
 
 docs: $(STAMP)  ## the documentation site, warnings as errors, into docs/_build/html
 	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html

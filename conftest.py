@@ -6,7 +6,12 @@ Parquet files, with ``label`` 0 then 1) and ``shuffled/`` (``shuffle_parquet("da
 reference run as written; only those that need an object store or a cluster are skipped.
 """
 
+import importlib.util
+
 import pytest
+
+# daskpile.torch imports torch, an optional extra (make test-torch installs it).
+collect_ignore = [] if importlib.util.find_spec("torch") else ["daskpile/torch.py"]
 
 
 @pytest.fixture(autouse=True)

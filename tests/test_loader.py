@@ -227,3 +227,19 @@ def test_mix_cuts_the_pairs_kept_together_from_epoch_to_epoch(datasets):
     assert rates[1].ideal == pytest.approx(99 / (ROWS - 1))
     same = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4).co_batch_rate(0, 0)
     assert same.rate == 1.0 and not abs(same.rate / predicted - 1) < 0.06
+
+
+def test_the_torch_adapters_split_without_torch(datasets):
+    """What daskpile.torch relies on: a loader per (rank, DataLoader worker), as ranks of a finer world."""
+    from daskpile.loader.plan import worker_share
+
+    seen, counts = collections.Counter(), set()
+    for rank in range(2):
+        for worker in range(3):
+            finer_rank, finer_world = worker_share(rank, 2, worker, 3)
+            loader = daskpile.PileLoader(datasets["lazy"], batch_size=500, seed=1, rank=finer_rank,
+                                         world_size=finer_world, columns=["id"])  # fmt: skip
+            batches = ids(loader)
+            counts.add(len(batches))
+            seen.update(np.concatenate(batches).tolist())
+    assert len(counts) == 1 and set(seen) == set(range(ROWS)) and sum(seen.values()) == ROWS

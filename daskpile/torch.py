@@ -1,0 +1,108 @@
+"""PyTorch: ``PileDataset``, the batches of a pile dataset as an ``IterableDataset`` (``daskpile[torch]``).
+
+The core of daskpile never imports torch; this module does, and is imported
+only by those who ask for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from daskpile.loader import PileLoader
+from daskpile.loader.plan import worker_share
+
+
+class PileDataset(IterableDataset):
+    """The batches of a pile dataset for a ``DataLoader``, each worker of each rank reading its own share.
+
+    A ``PileLoader`` per DataLoader worker: worker ``w`` of ``W`` on rank
+    ``r`` of ``R`` reads as rank ``r * W + w`` of ``R * W``, so every row is
+    read once per epoch over all ranks and workers, and all of them yield the
+    same number of batches.  Batches are dicts of column name to tensor
+    (columns that are not numbers stay NumPy arrays); give the DataLoader
+    ``batch_size=None``, since the batches are made here.
+
+    Call ``set_epoch(e)`` before each epoch, as with ``DistributedSampler``:
+    the workers' copies of the dataset cannot tell the main process where
+    they are.  ``state_dict`` / ``load_state_dict`` resume mid-epoch with
+    ``num_workers=0``, and in each worker under torchdata's
+    ``StatefulDataLoader``.
+
+    Parameters
+    ----------
+    path, batch_size, seed, columns, filters, mix, prefetch, drop_last, storage_options
+        As for :class:`daskpile.PileLoader`.
+    rank, world_size
+        This process's rank (``torch.distributed.get_rank()``) and the world size.
+    canonical_ranks
+        Streams an epoch is cut into, over all ranks and workers.  Default:
+        ``world_size`` times the DataLoader's workers.
+
+    Examples
+    --------
+    >>> from torch.utils.data import DataLoader
+    >>> from daskpile.torch import PileDataset
+    >>> data = PileDataset("shuffled/", batch_size=1000, seed=0, columns=["id", "label"])
+    >>> batches = list(DataLoader(data, batch_size=None, num_workers=2))
+    >>> len(batches), batches[0]["id"].dtype
+    (30, torch.int64)
+    """
+
+    def __init__(
+        self,
+        path: str | list[str],
+        *,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        canonical_ranks: int | None = None,
+        epoch: int = 0,
+        **options,
+    ):
+        super().__init__()
+        self.options = dict(path=path, batch_size=batch_size, seed=seed, **options)
+        self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
+        self.epoch = epoch
+        self._state: dict | None = None
+        self._loader: PileLoader | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` from its start at the next iteration."""
+        self.epoch, self._state = epoch, None
+
+    def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
+        """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``."""
+        rank, world_size = worker_share(self.rank, self.world_size, worker, workers)
+        return PileLoader(
+            **self.options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
+            canonical_ranks=self.canonical_ranks or world_size,
+        )  # fmt: skip
+
+    def __iter__(self):
+        info = get_worker_info()
+        loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
+        if self._state is not None:
+            loader.load_state_dict(self._state)
+            self._state = None
+        self._loader = loader
+        for batch in loader:
+            yield {name: _tensor(values) for name, values in batch.items()}
+
+    def state_dict(self) -> dict:
+        """Where this process's loader is (after ``iter``); see ``PileLoader.state_dict``."""
+        if self._loader is None:
+            raise RuntimeError("no iteration has started: there is no position to save")
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at ``state`` at the next iteration."""
+        self._state, self.epoch = state, state["epoch"]
+
+
+def _tensor(values: np.ndarray):
+    if values.dtype.kind in "biuf":
+        return torch.from_numpy(np.array(values))  # a copy: Arrow's arrays are read-only, tensors may be written
+    return values

@@ -1,0 +1,53 @@
+"""daskpile.torch.PileDataset under a real torch DataLoader (runs where torch is installed: make test-torch)."""
+
+import collections
+
+import dask
+import numpy as np
+import pytest
+
+import daskpile
+from tests._util import sorted_source
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+from daskpile.torch import PileDataset  # noqa: E402
+
+ROWS = 12_000
+
+
+@pytest.fixture(scope="module")
+def piles(tmp_path_factory):
+    root = tmp_path_factory.mktemp("torch")
+    source = sorted_source(root / "source", ROWS, files=3)
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(source, str(root / "piles"), piles=6, seed=1, second_pass="lazy")
+    return str(root / "piles")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_row_once_over_ranks_and_workers(piles, workers):
+    counts, seen = [], collections.Counter()
+    for rank in range(2):
+        data = PileDataset(piles, batch_size=500, seed=3, rank=rank, world_size=2, columns=["id", "label"])
+        data.set_epoch(1)
+        batches = list(DataLoader(data, batch_size=None, num_workers=workers))
+        assert all(isinstance(b["id"], torch.Tensor) and b["id"].dtype == torch.int64 for b in batches)
+        counts.append(len(batches))
+        seen.update(torch.cat([b["id"] for b in batches]).tolist())
+    assert counts[0] == counts[1]
+    assert set(seen) == set(range(ROWS)) and sum(seen.values()) == ROWS
+
+
+def test_resume_without_workers(piles):
+    data = PileDataset(piles, batch_size=700, seed=3, columns=["id"])
+    whole = [b["id"].numpy() for b in DataLoader(data, batch_size=None)]
+    data = PileDataset(piles, batch_size=700, seed=3, columns=["id"])
+    iterator = iter(DataLoader(data, batch_size=None))
+    seen = [next(iterator)["id"].numpy() for _ in range(5)]
+    state = data.state_dict()
+    resumed = PileDataset(piles, batch_size=700, seed=3, columns=["id"])
+    resumed.load_state_dict(state)
+    rest = [b["id"].numpy() for b in DataLoader(resumed, batch_size=None)]
+    assert np.array_equal(np.concatenate(seen + rest), np.concatenate(whole))
