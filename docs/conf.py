@@ -28,6 +28,8 @@ nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(pa|pyarrow|pd|pandas|dd|dask|distributed|fsspec|np|numpy|matplotlib)\b.*")]
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
+# daskpile.torch imports torch, an optional extra the docs build does without.
+autodoc_mock_imports = ["torch"]
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 

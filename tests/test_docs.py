@@ -6,12 +6,14 @@
   directory holding ``data/`` (30,000 rows sorted by ``id``, in 3 Parquet files); ``pycon``
   blocks run as doctests. Every ``daskpile ...`` line of a shell block is parsed by the real
   command; those on local paths also run (on the threaded scheduler), those naming a cluster or
-  an object store only parse, since none is reachable from here.
+  an object store only parse, since none is reachable from here. A ``python`` block whose first
+  line is ``# needs torch`` runs where torch is installed (``make test-torch``).
 """
 
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import os
 import re
 import shlex
@@ -112,6 +114,9 @@ def test_every_example_of_the_page_runs(page, in_example_dir):
     ran = 0
     for lang, code, line in code_blocks(page):
         where = f"{page_id(page)}:{line}"
+        needs = re.match(r"# needs (\w+)\n", code)  # an optional extra: run where it is installed
+        if lang == "python" and needs and importlib.util.find_spec(needs[1]) is None:
+            continue
         if lang == "python":
             with dask.config.set(scheduler="threads"):
                 exec(compile(code, where, "exec"), namespace)

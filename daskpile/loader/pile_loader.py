@@ -99,6 +99,11 @@ class PileLoader:
     storage_options
         Passed to fsspec.
 
+    After an iteration (whole or broken off), ``stats`` is a
+    :class:`~daskpile.loader.LoadStats`: the seconds it waited for its first
+    group and then for the others, which are near zero when prefetching keeps
+    up.
+
     Examples
     --------
     >>> import daskpile
