@@ -485,6 +485,47 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, as_json, 
 
 
 @cli.command()
+@click.argument("dest")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True, help="Rows per batch.")
+@click.option(
+    "--mix",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="Piles PileLoader permutes together (repeatable) [1, 2, 4].",
+)
+@click.option("--world-size", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks reading it.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The loader's seed.")
+@click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An fsspec storage option (repeatable), as for shuffle.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rates as JSON.")
+@_command
+def epochs(dest, batch_size, mix, world_size, seed, storage_options, as_json, quiet):
+    """How tied are two epochs of DEST read by daskpile.PileLoader?
+
+    For each --mix, the share of pairs of rows in one batch of an epoch that
+    are again in one batch of the next, beside that share for independent
+    permutations.  Computed from the loader's plans: no data is read.
+    """
+    from daskpile import PileLoader
+
+    options = parse_storage_options(storage_options)
+    rates = {}
+    for k in mix or (1, 2, 4):
+        loader = PileLoader(dest, batch_size=batch_size, seed=seed, mix=k, world_size=world_size,
+                            storage_options=options)  # fmt: skip
+        rates[k] = loader.co_batch_rate()
+        if not as_json:
+            click.echo(f"mix {k}: {rates[k]}")
+    if as_json:
+        _result(json.dumps({k: dataclasses.asdict(r) for k, r in rates.items()}, indent=1))
+
+
+@cli.command()
 @click.option("--scratch", metavar="URL", help="Where runs kept their scratch [the system's temporary directory].")
 @click.option("--older-than", metavar="AGE", help="Keep anything newer (1d, 12h); remove unknown scratch older.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")

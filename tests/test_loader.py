@@ -1,6 +1,7 @@
 """PileLoader on real pile datasets: every row once per epoch per rank, epochs, resume, prefetch, errors."""
 
 import collections
+import json
 import time
 
 import dask
@@ -12,7 +13,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 import daskpile
 from tests._cluster import moto_s3
-from tests._util import sorted_source
+from tests._util import daskpile_command, sorted_source
 
 ROWS = 24_000
 
@@ -243,3 +244,12 @@ def test_the_torch_adapters_split_without_torch(datasets):
             counts.add(len(batches))
             seen.update(np.concatenate(batches).tolist())
     assert len(counts) == 1 and set(seen) == set(range(ROWS)) and sum(seen.values()) == ROWS
+
+
+def test_the_epochs_command_reports_the_loaders_rates(datasets):
+    result = daskpile_command("epochs", datasets["eager"], "--batch-size", "100", "--mix", "1", "--mix", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    rates = json.loads(result.stdout)
+    for k in (1, 2):
+        expected = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=0, mix=k).co_batch_rate()
+        assert rates[str(k)] == {"rate": expected.rate, "ideal": expected.ideal, "pairs": expected.pairs}
