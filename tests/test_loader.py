@@ -135,6 +135,45 @@ class SlowFileSystem(LocalFileSystem):
 fsspec.register_implementation("slowfile", SlowFileSystem, clobber=True)
 
 
+class CountingFileSystem(LocalFileSystem):
+    """Local files whose bytes read are counted: what an object store would be asked for."""
+
+    protocol = "countfile"
+    read = 0
+
+    def _open(self, path, *args, **kwargs):
+        f = super()._open(path, *args, **kwargs)
+        original = f.read
+
+        def counted(*a, **k):
+            data = original(*a, **k)
+            CountingFileSystem.read += len(data)
+            return data
+
+        f.read = counted
+        return f
+
+
+fsspec.register_implementation("countfile", CountingFileSystem, clobber=True)
+
+
+def test_only_the_columns_asked_for_are_read(datasets, tmp_path):
+    """Through fsspec the loader asks for byte ranges: one small column of seven is a fraction of the file.
+
+    One pile, so that the file is large beside its footer (pyarrow reads a file's last 64 KiB first).
+    """
+    with dask.config.set(scheduler="sync"):
+        report = daskpile.shuffle_parquet(datasets["source"], str(tmp_path / "one"), piles=1, seed=1)
+    size = report.output_bytes
+    url = "countfile://" + str(tmp_path / "one")
+    CountingFileSystem.read = 0
+    assert sum(b.num_rows for b in daskpile.PileLoader(url, batch_size=4000, seed=1)) == ROWS
+    everything = CountingFileSystem.read
+    CountingFileSystem.read = 0
+    assert sum(b.num_rows for b in daskpile.PileLoader(url, batch_size=4000, seed=1, columns=["label"])) == ROWS
+    assert everything >= size and CountingFileSystem.read < 0.2 * size
+
+
 @pytest.mark.parametrize("prefetch", [1, 0])
 def test_prefetch_keeps_a_fast_consumer_fed(datasets, prefetch):
     """A consumer slower than the reader waits for the first pile only; without prefetch it waits for every one.

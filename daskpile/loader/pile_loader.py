@@ -172,7 +172,10 @@ class PileLoader:
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
 
     def __len__(self) -> int:
-        """Batches this rank yields in the current epoch (all of them, also when resumed mid-epoch)."""
+        """Batches this rank yields in the current epoch: all of them, also when resumed mid-epoch on the same world.
+
+        After ``load_state_dict`` from another world size, the batches left.
+        """
         return self._layout.batches(self._plan(self._epoch))
 
     def __iter__(self):
