@@ -21,6 +21,8 @@ from daskpile._storage import filesystem, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
+# The key of each output file's footer stamp: the pile it holds, piles, seed, rows (and "lazy": true)
+PILE_METADATA_KEY = b"daskpile.pile"
 FORMAT = "daskpile/1"
 
 

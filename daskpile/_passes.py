@@ -162,7 +162,7 @@ def gather_table(
     return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile, piece))
 
 
-PILE_METADATA_KEY = b"daskpile.pile"
+PILE_METADATA_KEY = _manifest.PILE_METADATA_KEY
 
 
 def gather_to_parquet(

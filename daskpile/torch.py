@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from daskpile._random import resolve_seed
 from daskpile.loader import PileLoader
 from daskpile.loader.plan import worker_share
 
@@ -24,9 +25,9 @@ class PileDataset(IterableDataset):
     (columns that are not numbers stay NumPy arrays); give the DataLoader
     ``batch_size=None``, since the batches are made here.
 
-    Call ``set_epoch(e)`` before each epoch, as with ``DistributedSampler``:
-    the workers' copies of the dataset cannot tell the main process where
-    they are.  ``state_dict`` / ``load_state_dict`` resume mid-epoch with
+    Call ``set_epoch(e)`` before each epoch, as with ``DistributedSampler``
+    (with ``persistent_workers=True``, whose workers never see it, each
+    iteration goes on to the next epoch).  ``state_dict`` / ``load_state_dict`` resume mid-epoch with
     ``num_workers=0``, and in each worker under torchdata's
     ``StatefulDataLoader``.
 
@@ -63,15 +64,19 @@ class PileDataset(IterableDataset):
         **options,
     ):
         super().__init__()
-        self.options = dict(path=path, batch_size=batch_size, seed=seed, **options)
+        # One seed for every worker: drawn here when None, not in each worker
+        self.options = dict(path=path, batch_size=batch_size, seed=resolve_seed(seed), **options)
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
         self.epoch = epoch
+        self._epoch_given = True  # the next iteration starts self.epoch (else its loader goes on)
         self._state: dict | None = None
         self._loader: PileLoader | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` from its start at the next iteration."""
-        self.epoch, self._state = epoch, None
+        """Read ``epoch`` at the next iteration (where a loaded state put it, if it is that state's epoch)."""
+        if self._state is not None and self._state["epoch"] != epoch:
+            self._state = None
+        self.epoch, self._epoch_given = epoch, True
 
     def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
         """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``."""
@@ -83,11 +88,14 @@ class PileDataset(IterableDataset):
 
     def __iter__(self):
         info = get_worker_info()
-        loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
+        loader = self._loader
+        # A persistent worker's copy of the dataset never sees set_epoch: its loader goes on to the next epoch.
+        if loader is None or self._epoch_given or self._state is not None:
+            loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
         if self._state is not None:
             loader.load_state_dict(self._state)
             self._state = None
-        self._loader = loader
+        self._loader, self._epoch_given = loader, False
         for batch in loader:
             yield {name: _tensor(values) for name, values in batch.items()}
 

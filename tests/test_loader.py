@@ -87,6 +87,10 @@ def test_resume_yields_exactly_the_batches_not_seen(datasets, stop_after, world)
         del iterator
         resumed = daskpile.PileLoader(datasets["lazy"], **{**options, "epoch": 0, "seed": 99})
         resumed.load_state_dict(state)
+        if stop == len(whole):  # taken after the last batch: the next unseen batch is the next epoch's first
+            assert resumed.epoch == 4 and len(resumed) == len(whole)
+            continue
+        assert len(resumed) == len(whole) - stop
         rest = ids(resumed)
         assert [b.tolist() for b in seen + rest] == [b.tolist() for b in whole]
         assert resumed.epoch == 4
@@ -292,3 +296,35 @@ def test_the_epochs_command_reports_the_loaders_rates(datasets):
     for k in (1, 2):
         expected = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=0, mix=k).co_batch_rate()
         assert rates[str(k)] == {"rate": expected.rate, "ideal": expected.ideal, "pairs": expected.pairs}
+
+
+def test_set_epoch_after_a_resume_keeps_its_position(datasets):
+    """The guide's loop calls set_epoch(e) before each epoch; after load_state_dict it must not replay the epoch."""
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=None)
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].to_numpy() for _ in range(10)]
+    state = loader.state_dict()
+    resumed = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=None)
+    len(resumed)  # a plan of its own seed, made before the state's seed arrives
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)
+    rest = ids(resumed)
+    assert len(rest) == 14 and sorted(np.concatenate(seen + rest).tolist()) == list(range(ROWS))
+    resumed.set_epoch(0)  # another epoch than the loader's (now 1): from its start
+    assert len(resumed) == 24
+
+
+def test_drop_last_with_ranks_shorter_than_a_batch_is_refused(datasets):
+    with pytest.raises(ValueError, match="fewer than batch_size=5,000 rows"):
+        daskpile.PileLoader(datasets["eager"], batch_size=5000, seed=1, world_size=6, drop_last=True)
+
+
+def test_lazy_piles_named_without_their_manifest_are_still_lazy(datasets):
+    """Files of a lazy result given as a list: their footers say they are lazy, so parts of them are random parts."""
+    import glob
+
+    files = sorted(glob.glob(datasets["lazy"] + "/part-*.parquet"))
+    loader = daskpile.PileLoader(files, batch_size=500, seed=1, world_size=12, rank=0)
+    assert (
+        loader.units.lazy and not daskpile.PileLoader(datasets["eager"] + "/*.parquet", batch_size=1, seed=1).units.lazy
+    )

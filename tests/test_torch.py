@@ -51,3 +51,18 @@ def test_resume_without_workers(piles):
     resumed.load_state_dict(state)
     rest = [b["id"].numpy() for b in DataLoader(resumed, batch_size=None)]
     assert np.array_equal(np.concatenate(seen + rest), np.concatenate(whole))
+
+
+def test_a_drawn_seed_is_shared_by_the_workers(piles):
+    data = PileDataset(piles, batch_size=500, seed=None, columns=["id"])
+    seen = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=2)]).tolist()
+    assert sorted(seen) == list(range(ROWS))
+
+
+def test_persistent_workers_go_on_to_the_next_epoch(piles):
+    data = PileDataset(piles, batch_size=500, seed=1, columns=["id"])
+    loader = DataLoader(data, batch_size=None, num_workers=2, persistent_workers=True)
+    first, second = ([b["id"] for b in loader] for _ in range(2))
+    first, second = torch.cat(list(first)), torch.cat(list(second))
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(ROWS))
+    assert not torch.equal(first, second)

@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 import pyarrow as pa
 
+from daskpile import _kernels
 from daskpile._random import resolve_seed
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Prefetcher, group_row_ids, load_group
@@ -149,8 +150,13 @@ class PileLoader:
             raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0
-        self._plans: dict[int, EpochPlan] = {}
+        self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
         self.stats: LoadStats | None = None
+        if drop_last and self._layout.batches(self._plan(epoch)) == 0:
+            raise ValueError(
+                f"drop_last: each of the {world_size} ranks has fewer than batch_size={batch_size:,} rows, "
+                "so no batch would be yielded"
+            )
 
     @property
     def epoch(self) -> int:
@@ -166,17 +172,22 @@ class PileLoader:
         return self._layout.canonical
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning at the next iteration."""
+        """Read ``epoch`` at the next iteration: from its start, unless it is the epoch the loader is in.
+
+        So a loop that calls ``set_epoch(e)`` before every epoch goes on where
+        ``load_state_dict`` put it.
+        """
         _at_least_zero(epoch=epoch)
+        if epoch != self._epoch:
+            self._start_epoch(epoch)
+
+    def _start_epoch(self, epoch: int) -> None:
         self._epoch, self._batches = epoch, 0
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
 
     def __len__(self) -> int:
-        """Batches this rank yields in the current epoch: all of them, also when resumed mid-epoch on the same world.
-
-        After ``load_state_dict`` from another world size, the batches left.
-        """
-        return self._layout.batches(self._plan(self._epoch))
+        """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""
+        return self._layout.batches(self._plan(self._epoch)) - self._batches
 
     def __iter__(self):
         plan = self._plan(self._epoch)
@@ -194,7 +205,7 @@ class PileLoader:
                 yield self._convert(batch)
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
-        self.set_epoch(self._epoch + 1)
+        self._start_epoch(self._epoch + 1)
 
     def state_dict(self) -> dict:
         """Where this loader is: enough for ``load_state_dict`` to resume with the batches not yet yielded.
@@ -230,16 +241,13 @@ class PileLoader:
             tuple(state["starts"]),
         )  # fmt: skip
         self.seed, self._epoch = state["seed"], state["epoch"]
-        if (old.world_size, old.batch_size, old.drop_last) == (
-            self.world_size,
-            self.batch_size,
-            self._layout.drop_last,
-        ):
-            self._layout, self._batches = old, state["batches"]
-            return
         plan = self._plan(self._epoch)
-        if state["batches"] >= old.batches(plan):
-            self.set_epoch(self._epoch + 1)
+        if state["batches"] >= old.batches(plan):  # taken after the last batch: the next epoch
+            self._start_epoch(self._epoch + 1)
+            return
+        ours = (self.world_size, self.batch_size, self._layout.drop_last)
+        if (old.world_size, old.batch_size, old.drop_last) == ours:
+            self._layout, self._batches = old, state["batches"]
             return
         starts = old.consumed(plan, state["batches"])
         self._layout = dataclasses.replace(self._layout, starts=tuple(int(s) for s in starts))
@@ -285,13 +293,13 @@ class PileLoader:
         return batch
 
     def _plan(self, epoch: int) -> EpochPlan:
-        if epoch not in self._plans:
-            self._plans = {
-                epoch: EpochPlan.build(
-                    self.units.rows, seed=self.seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix
-                )
-            }
-        return self._plans[epoch]
+        key = (self.seed, epoch)
+        if self._cached_plan[0] != key:
+            built = EpochPlan.build(
+                self.units.rows, seed=self.seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix
+            )
+            self._cached_plan = (key, built)
+        return self._cached_plan[1]
 
     def _convert(self, batch: pa.Table):
         if self.output == "pandas":
@@ -313,7 +321,12 @@ class PileLoader:
 
 
 def _batches(tables, batch_size: int):
-    """Slices regrouped into tables of ``batch_size`` rows (the last one the rest); zero-copy."""
+    """Slices regrouped into tables of ``batch_size`` rows (the last one the rest).
+
+    Zero-copy, except the rows left at the end of a slice short of a batch:
+    those are copied, so that the group they are a view of can be let go
+    before the next one is loaded.
+    """
     pending, rows = [], 0
     for table in tables:
         while table.num_rows:
@@ -324,8 +337,14 @@ def _batches(tables, batch_size: int):
             if rows == batch_size:
                 yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
                 pending, rows = [], 0
+        if pending:
+            pending = [_copy(t) for t in pending]
     if pending:
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+
+
+def _copy(table: pa.Table) -> pa.Table:
+    return _kernels.take(table, np.arange(table.num_rows)) if table.num_rows else table
 
 
 def _positive(**values) -> None:

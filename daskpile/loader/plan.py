@@ -241,24 +241,41 @@ class Layout:
         """The group ranges ``rank`` reads, in order, after its first ``skip_batches`` batches.
 
         A rank shorter than the longest (without ``drop_last``) then wraps
-        around to the start of its own rows, so that every rank yields the
-        same number of batches of the same sizes.
+        around to rows of its streams from this epoch (its own since this
+        layout began, or when it has none left, after a resize, its streams'
+        from their start), so that every rank yields the same number of
+        batches of the same sizes.
         """
-        robin = self.round_robin(plan, rank)
         streams = range(rank, self.canonical, self.world_size)
-        total, own = self.rows_per_rank(plan), robin.rows
-        skip = min(skip_batches * self.batch_size, total)
-        wanted = total - skip
-        if own == 0 and wanted:
-            raise ValueError(f"rank {rank} has no rows left in this epoch while others do")
-        while wanted > 0:
-            for i, start, stop in robin.segments(skip % own if skip >= own else skip):
-                stop = min(stop, start + wanted)
-                yield from plan.takes(streams[i], start, stop)
-                wanted -= stop - start
-                if wanted == 0:
-                    return
-            skip = 0  # wrapping around: the rank's rows again from its start
+        robin = self.round_robin(plan, rank)
+        again = (
+            robin
+            if robin.rows
+            else RoundRobin(
+                np.zeros(len(streams), np.int64), plan.lengths[streams.start :: self.world_size], self.batch_size
+            )
+        )
+        skip = min(skip_batches * self.batch_size, self.rows_per_rank(plan))
+        wanted = self.rows_per_rank(plan) - skip
+
+        def segments():
+            if skip < robin.rows:
+                yield from robin.segments(skip)
+                rest = 0
+            else:
+                rest = skip - robin.rows
+            while again.rows:
+                yield from again.segments(rest % again.rows)
+                rest = 0
+
+        for i, start, stop in segments():
+            stop = min(stop, start + wanted)
+            yield from plan.takes(streams[i], start, stop)
+            wanted -= stop - start
+            if wanted == 0:
+                return
+        if wanted:
+            raise ValueError(f"rank {rank} has no rows in this epoch while others do")
 
     def consumed(self, plan: EpochPlan, batches: int) -> np.ndarray:
         """Rows of each stream read once every rank has yielded ``batches`` batches (all ranks in step)."""

@@ -53,9 +53,23 @@ def load_group(units: Units, group: Group, seed: int, epoch: int, columns: list[
             tables.append(read_rows(units, piece.unit, piece.start, piece.stop, columns))
         else:
             whole = read_rows(units, piece.unit, 0, int(units.rows[piece.unit]), columns)
-            tables.append(_kernels.take(whole, chosen))
+            tables.append(_permute_column_by_column(whole, chosen))
+            del whole
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    return _kernels.take(table, group_permutation(seed, epoch, group))
+    del tables
+    return _permute_column_by_column(table, group_permutation(seed, epoch, group))
+
+
+def _permute_column_by_column(table: pa.Table, order: np.ndarray) -> pa.Table:
+    """``take(table, order)``, each column let go once taken: memory holds the group and one column more."""
+    schema, columns = table.schema, table.columns
+    del table
+    taken = []
+    for i in range(len(columns)):
+        column, columns[i] = columns[i], None
+        taken.append(_kernels.take(pa.table([column], names=[schema.field(i).name]), order).column(0))
+        del column
+    return pa.Table.from_arrays(taken, schema=schema)
 
 
 def read_rows(units: Units, unit: int, start: int, stop: int, columns: list[str] | None) -> pa.Table:

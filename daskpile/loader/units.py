@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
@@ -55,12 +56,14 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None) 
     if manifest is not None and expression is None:
         rows = np.array(manifest["rows_per_file"], dtype=np.int64)
         schema = _manifest.arrow_schema(manifest)
+        lazy = manifest.get("second_pass") == "lazy"
     else:
         with ThreadPoolExecutor(FOOTER_THREADS) as pool:
             counted = list(pool.map(lambda p: _count(fs, p, expression), paths))
-        rows = np.array([n for n, _ in counted], dtype=np.int64)
-        schema = counted[0][1]
-    lazy = manifest is not None and manifest.get("second_pass") == "lazy"
+        rows = np.array([c.rows for c in counted], dtype=np.int64)
+        schema = counted[0].schema
+        # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
+        lazy = any(c.lazy for c in counted)
     return Units(fs, tuple(paths), rows, lazy, schema, expression)
 
 
@@ -68,10 +71,19 @@ def _expression(filters) -> ds.Expression:
     return filters if isinstance(filters, ds.Expression) else pq.filters_to_expression(filters)
 
 
-def _count(fs, path: str, expression) -> tuple[int, pa.Schema]:
-    if expression is None:
-        with open_parquet(fs, path) as parquet:
-            return parquet.metadata.num_rows, parquet.schema_arrow
+@dataclasses.dataclass(frozen=True)
+class _Counted:
+    rows: int
+    schema: pa.Schema
+    lazy: bool
+
+
+def _count(fs, path: str, expression) -> _Counted:
+    with open_parquet(fs, path) as parquet:
+        stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
+        lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
+        if expression is None:
+            return _Counted(parquet.metadata.num_rows, parquet.schema_arrow, lazy)
     with parquet_errors(full_url(fs, path)):
         dataset = ds.dataset(path, filesystem=fs, format="parquet")
-        return dataset.count_rows(filter=expression), dataset.schema
+        return _Counted(dataset.count_rows(filter=expression), dataset.schema, lazy)
