@@ -14,6 +14,8 @@ AZURITE_VERSION := 3.37.0
 # PyTorch for daskpile.torch's tests (make test-torch), kept out of the test extras: its CPU build is
 # about 700 MB. 2.13.0 is the release this machine has a CPU wheel of.
 TORCH_VERSION := 2.13.0
+# torchdata: its StatefulDataLoader resumes PileDataset in every DataLoader worker
+TORCHDATA_VERSION := 0.11.0
 
 .PHONY: demo test test-torch docs lint format bench bench-b bench-memory clean
 
@@ -34,7 +36,7 @@ test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests
 
 test-torch: $(STAMP)  ## install PyTorch into the venv, then test daskpile.torch under a real DataLoader
-	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" "torchdata==$(TORCHDATA_VERSION)"
 	$(BIN)/python -m pytest --doctest-modules daskpile/torch.py tests/test_torch.py
 
 docs: $(STAMP)  ## the documentation site, warnings as errors, into docs/_build/html

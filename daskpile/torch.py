@@ -87,23 +87,28 @@ class PileDataset(IterableDataset):
         )  # fmt: skip
 
     def __iter__(self):
-        info = get_worker_info()
-        loader = self._loader
-        # A persistent worker's copy of the dataset never sees set_epoch: its loader goes on to the next epoch.
-        if loader is None or self._epoch_given or self._state is not None:
-            loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
-        if self._state is not None:
-            loader.load_state_dict(self._state)
-            self._state = None
-        self._loader, self._epoch_given = loader, False
-        for batch in loader:
+        for batch in self._process_loader():
             yield {name: _tensor(values) for name, values in batch.items()}
 
+    def _process_loader(self) -> PileLoader:
+        """The loader of this process (a DataLoader worker, or the main one), made or moved as asked."""
+        # A persistent worker's copy of the dataset never sees set_epoch: its loader goes on to the next epoch.
+        if self._loader is None or self._epoch_given or self._state is not None:
+            info = get_worker_info()
+            self._loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
+        if self._state is not None:
+            self._loader.load_state_dict(self._state)
+            self._state = None
+        self._epoch_given = False
+        return self._loader
+
     def state_dict(self) -> dict:
-        """Where this process's loader is (after ``iter``); see ``PileLoader.state_dict``."""
-        if self._loader is None:
-            raise RuntimeError("no iteration has started: there is no position to save")
-        return self._loader.state_dict()
+        """Where this process's loader is; see ``PileLoader.state_dict``.
+
+        With ``num_workers > 0`` the loaders live in the workers: torchdata's
+        ``StatefulDataLoader`` asks each of them.
+        """
+        return self._process_loader().state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state`` at the next iteration."""

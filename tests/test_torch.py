@@ -66,3 +66,23 @@ def test_persistent_workers_go_on_to_the_next_epoch(piles):
     first, second = torch.cat(list(first)), torch.cat(list(second))
     assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(ROWS))
     assert not torch.equal(first, second)
+
+
+def test_resume_with_workers_under_a_stateful_dataloader(piles):
+    """torchdata's StatefulDataLoader saves each worker's loader state and gives it back: exactly the rest."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make():
+        data = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+        return stateful.StatefulDataLoader(data, batch_size=None, num_workers=2)
+
+    whole = [b["id"].tolist() for b in make()]
+    loader = make()
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].tolist() for _ in range(7)]
+    state = loader.state_dict()
+    del iterator
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = [b["id"].tolist() for b in resumed]
+    assert seen + rest == whole
