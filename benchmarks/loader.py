@@ -125,23 +125,30 @@ def child(spec: dict) -> dict:
     if kind == "loader":
         result["waited_s"] = loader.stats.waited + loader.stats.first_wait
         result["groups"] = loader.stats.groups
+        result["daskpile"] = os.path.dirname(daskpile.__file__)
     return result
 
 
 def profile_child(spec: dict) -> dict:
-    """The loader's stages for one epoch, one after the other on this thread: wall and CPU seconds of each.
+    """The loader's work for one epoch, stage after stage on this thread: wall and CPU seconds of each.
 
-    The same calls as ``load_group`` and the loader's batching (eager piles: a
-    piece is a whole pile), plus ``pq.read_table`` of the same files, the plain
-    read's reader, for comparison.
+    The epoch's groups (eager piles, one stream: a piece is a whole pile) as
+    the loader plans them; each read as the loader reads a local file
+    (``ParquetFile(pre_buffer=False).read_row_groups``), permuted by its
+    ``group_permutation`` with ``_kernels.take``, and cut into batches.  Then,
+    for comparison, ``pq.read_table`` of the same files (the plain read's
+    reader) and, where it has the signature ``(units, group, seed, epoch,
+    columns)``, the commit's own ``load_group`` (read and permute as it does
+    them).
     """
+    import inspect
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from daskpile import _kernels
-    from daskpile.loader.pile_loader import _batches
+    from daskpile.loader import reading
     from daskpile.loader.plan import EpochPlan, group_permutation
-    from daskpile.loader.reading import read_rows
     from daskpile.loader.units import discover
 
     units = discover(spec["path"], None)
@@ -156,23 +163,63 @@ def profile_child(spec: dict) -> dict:
         entry[1] += time.process_time() - cpu
         return out
 
+    def read(path):
+        parquet = pq.ParquetFile(path, pre_buffer=False)
+        return parquet.read_row_groups(list(range(parquet.num_row_groups)))
+
     def batch_all(table):
-        return sum(batch.num_rows for batch in _batches([table], spec["batch_size"]))
+        size = spec["batch_size"]
+        return sum(table.slice(start, size).num_rows for start in range(0, table.num_rows, size))
 
     for group in plan.groups[0]:
-        tables = [timed("read (ParquetFile.read_row_groups)", read_rows, units, p.unit, p.start, p.stop, None)
-                  for p in group.pieces]  # fmt: skip
+        tables = [timed("read (ParquetFile.read_row_groups)", read, units.paths[p.unit]) for p in group.pieces]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         order = timed("permutation (Philox)", group_permutation, 0, 0, group)
-        taken = timed("take", _kernels.take, table, order)
+        taken = timed("take (_kernels.take of the group)", _kernels.take, table, order)
         timed("batching (slices)", batch_all, taken)
         del tables, table, taken
     for path in units.paths:
         timed("for comparison: pq.read_table", pq.read_table, path)
+    if list(inspect.signature(reading.load_group).parameters) == ["units", "group", "seed", "epoch", "columns"]:
+        for group in plan.groups[0]:
+            timed("for comparison: the commit's load_group", reading.load_group, units, group, 0, 0, None)
     return seconds
 
 
 # ---------------------------------------------------------------- the parent
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=os.path.dirname(HERE), capture_output=True, text=True, check=True).stdout
+
+
+def use_commit(rev: str) -> dict:
+    """Import daskpile from ``rev`` (here and in every child): its ``daskpile/`` exported to a temporary directory.
+
+    The working tree may be changing while a benchmark runs; a commit does not.
+    """
+    commit = git("rev-parse", "--verify", rev + "^{commit}").strip()
+    root = os.path.join(tempfile.gettempdir(), f"daskpile-{commit[:12]}")
+    if not os.path.exists(os.path.join(root, "daskpile", "__init__.py")):
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        archive = subprocess.run(["git", "archive", commit, "daskpile"], cwd=os.path.dirname(HERE),
+                                 capture_output=True, check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sys.path.insert(0, root)
+    import daskpile
+
+    return {"commit": commit, "dirty": False, "path": os.path.dirname(daskpile.__file__)}
+
+
+def working_tree() -> dict:
+    """The daskpile this run imports from the working tree: HEAD, and whether daskpile/ differs from it."""
+    import daskpile
+
+    commit = git("rev-parse", "HEAD").strip()
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--", "daskpile").strip()),
+            "path": os.path.dirname(daskpile.__file__)}  # fmt: skip
 
 
 def piles_of(size: str, data_dir: str, piles: int, lazy: bool) -> str:
@@ -463,14 +510,26 @@ def mosaic(args, ids_per_file, labels_per_file, file_starts, measure) -> dict:
 
 def markdown(result: dict) -> str:
     meta, summary = result["meta"], result["summary"]
+    meta.setdefault("daskpile", {"commit": "unknown", "dirty": True})
     m, piles = meta["machine"], meta["pile_size"]
     lines = [
         f"{meta['size']}: {meta['rows']:,} rows, {meta['piles']} piles of {piles['rows_median']:,.0f} rows "
         f"(median); batch {meta['batch_size']}; {m['cores']} cores, {m['memory_gib']} GiB ({m['cpu']}); "
         f"pyarrow {m['versions'].get('pyarrow', '?')}; {meta['date']}; {meta['reps']} runs each, alternating, "
-        "warm page cache",
+        "warm page cache"
+        + (
+            f"; load average {meta['load_average']['start'][0]:.2f} before, {meta['load_average']['end'][1]:.2f} "
+            "over the last 5 minutes after"
+            if "load_average" in meta
+            else ""
+        ),
         "",
         f"Command: `{meta['command']}`",
+        "",
+        f"daskpile measured: commit {meta['daskpile']['commit'][:7]}"
+        + (" with uncommitted changes to daskpile/" if meta["daskpile"]["dirty"] else "")
+        + (" (exported with `--commit`)" if "--commit" in meta["command"] else " (the working tree)")
+        + ".",
         "",
         f"A pile in memory (Arrow size of a pile file): {piles['largest_mib']:.1f} MiB the largest, "
         f"{piles['median_mib']:.1f} MiB the median; the eager piles are {piles['files_mib']:,.0f} MiB on disk. "
@@ -597,6 +656,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--render", metavar="JSON", help="only rewrite the .md of a results JSON")
+    parser.add_argument("--commit", help="measure this commit's daskpile (git archive to a temporary directory), "
+                        "not the working tree's")  # fmt: skip
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render) as f:
@@ -604,6 +665,9 @@ def main(argv=None) -> dict:
         write(args.render.removesuffix(".json"), result)
         return result
 
+    measured = use_commit(args.commit) if args.commit else working_tree()
+    print(f"daskpile measured: {measured}", flush=True)
+    load_start = os.getloadavg()
     source = dataset(args.size, args.data_dir)
     eager = piles_of(args.size, args.data_dir, args.piles, lazy=False)
     lazy = piles_of(args.size, args.data_dir, args.piles, lazy=True)
@@ -634,6 +698,8 @@ def main(argv=None) -> dict:
                 out = spawn("--profile-child", {"path": eager, "mix": mix, "batch_size": args.batch_size})
                 if out.pop("ok"):
                     samples.append(out)
+                else:
+                    print(f"stage profile, mix {mix}: FAILED {out['error'][-300:]}", flush=True)
             if samples:
                 medians = {s: [statistics.median(x[s][i] for x in samples) for i in (0, 1)] for s in samples[0]}
                 stages[str(mix)] = medians
@@ -657,7 +723,12 @@ def main(argv=None) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "command": "python benchmarks/loader.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "daskpile": measured,
+        "load_average": {"start": load_start, "end": os.getloadavg()},  # 1, 5, 15 minutes: was anything else busy?
     }
+    elsewhere = {r["daskpile"] for r in runs if r.get("daskpile")} - {measured["path"]}
+    if elsewhere:
+        raise RuntimeError(f"children imported daskpile from {elsewhere}, not {measured['path']}")
     result = {"meta": meta, "summary": summary, "stages": stages, "stages_reps": args.reps, "co_batch": rates,
               "quality": quality_result, "runs": runs}  # fmt: skip
     os.makedirs(args.results_dir, exist_ok=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -151,6 +153,8 @@ class PileLoader:
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
+        # reads and permutes a group's columns on every core (Arrow and numpy let go of the GIL)
+        self._pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="daskpile-column")
         self.stats: LoadStats | None = None
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
@@ -196,7 +200,7 @@ class PileLoader:
         epoch = self._epoch
 
         def load(group):
-            return load_group(self.units, group, self.seed, epoch, self.columns)
+            return load_group(self.units, group, self.seed, epoch, self.columns, self._pool)
 
         loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
         try:

@@ -6,6 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 
 import numpy as np
 import pyarrow as pa
@@ -44,50 +45,67 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
     return ids[group_permutation(seed, epoch, group)]
 
 
-def load_group(units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None) -> pa.Table:
-    """A group's rows, read and permuted: the table its takes slice."""
-    tables = []
-    for piece in group.pieces:
-        chosen = piece_order(units, piece, seed, epoch)
-        if chosen is None:
-            tables.append(read_rows(units, piece.unit, piece.start, piece.stop, columns))
-        else:
-            whole = read_rows(units, piece.unit, 0, int(units.rows[piece.unit]), columns)
-            tables.append(_permute_column_by_column(whole, chosen))
-            del whole
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    del tables
-    return _permute_column_by_column(table, group_permutation(seed, epoch, group))
+def load_group(
+    units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None, pool: Executor
+) -> pa.Table:
+    """A group's rows, read and permuted: the table its takes slice.
+
+    Column by column in ``pool``: each column is read (its pieces' row
+    groups) and taken in the group's order as soon as it is read, so reading
+    one column overlaps permuting another, on every core, and a column's raw
+    copy is let go once taken.
+    """
+    order = pool.submit(group_permutation, seed, epoch, group)
+    readers = [_PieceReader(units, piece, piece_order(units, piece, seed, epoch), columns) for piece in group.pieces]
+    names = list(columns) if columns is not None else units.schema.names
+
+    def column(name: str) -> pa.ChunkedArray:
+        parts = [reader.column(name) for reader in readers]
+        values = parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], parts[0].type)
+        return _take(values, order.result())
+
+    return pa.Table.from_arrays(list(pool.map(column, names)), names=names)
 
 
-def _permute_column_by_column(table: pa.Table, order: np.ndarray) -> pa.Table:
-    """``take(table, order)``, each column let go once taken: memory holds the group and one column more."""
-    schema, columns = table.schema, table.columns
-    del table
-    taken = []
-    for i in range(len(columns)):
-        column, columns[i] = columns[i], None
-        taken.append(_kernels.take(pa.table([column], names=[schema.field(i).name]), order).column(0))
-        del column
-    return pa.Table.from_arrays(taken, schema=schema)
+def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
+    return _kernels.take(pa.table({"values": values}), indices).column(0)
 
 
-def read_rows(units: Units, unit: int, start: int, stop: int, columns: list[str] | None) -> pa.Table:
-    """Rows ``[start, stop)`` of a unit: only the row groups holding them (range reads on an object store)."""
-    fs, path, url, expected = units.fs, units.paths[unit], units.url(unit), int(units.rows[unit])
-    if units.filter is not None:
-        with parquet_errors(url):
-            table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=columns, filter=units.filter)
-        _check_rows(url, table.num_rows, expected, "pass the filter")
-        return table.slice(start, stop - start)
-    with open_parquet(fs, path) as parquet, parquet_errors(url):
-        _check_rows(url, parquet.metadata.num_rows, expected, "")
-        ends = np.cumsum([parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)])
+class _PieceReader:
+    """A piece's rows column by column: its file's footer read once, then each column on its own.
+
+    With ``chosen`` (part of a lazy pile), the whole pile is read and those
+    rows taken.  With a filter, the filtered rows are read once, whole.
+    """
+
+    def __init__(self, units: Units, piece: Piece, chosen: np.ndarray | None, columns: list[str] | None):
+        self.units, self.unit, self.chosen = units, piece.unit, chosen
+        start, stop = (piece.start, piece.stop) if chosen is None else (0, int(units.rows[piece.unit]))
+        self.rows, self.table = stop - start, None
+        fs, path, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
+        if units.filter is not None:
+            with parquet_errors(url):
+                table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=columns, filter=units.filter)
+            _check_rows(url, table.num_rows, expected, "pass the filter")
+            self.table = table.slice(start, stop - start)
+            return
+        with open_parquet(fs, path) as parquet, parquet_errors(url):
+            _check_rows(url, parquet.metadata.num_rows, expected, "")
+            self.footer = parquet.metadata
+        ends = np.cumsum([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)])
         first, last = int(np.searchsorted(ends, start, side="right")), int(np.searchsorted(ends, stop, side="left"))
-        row_groups = list(range(first, min(last + 1, parquet.num_row_groups)))
-        table = parquet.read_row_groups(row_groups, columns=columns)
-        offset = int(ends[first - 1]) if first else 0
-        return table.slice(start - offset, stop - start)
+        self.row_groups = list(range(first, min(last + 1, self.footer.num_row_groups)))
+        self.offset = start - (int(ends[first - 1]) if first else 0)
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        if self.table is not None:
+            values = self.table.column(name)
+        else:
+            fs, path = self.units.fs, self.units.paths[self.unit]
+            with open_parquet(fs, path, self.footer) as parquet, parquet_errors(self.units.url(self.unit)):
+                values = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
+            values = values.slice(self.offset, self.rows)
+        return values if self.chosen is None else _take(values, self.chosen)
 
 
 def _check_rows(url: str, found: int, expected: int, what: str) -> None:
