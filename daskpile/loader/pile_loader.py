@@ -83,11 +83,13 @@ class PileLoader:
         ``canonical_ranks / world_size`` groups at once.
     mix
         Files loaded and permuted together.  Memory holds ``(prefetch + 1) x
-        mix`` files; pairs of rows batched together in one epoch are batched
-        together again in the next about ``mix**2`` times less often.
+        mix`` files, and while a group loads, the columns of it being
+        permuted twice; pairs of rows batched together in one epoch are
+        batched together again in the next about ``mix**2`` times less often.
     prefetch
-        Groups of ``mix`` files loaded ahead in a background thread.  0 loads
-        each when it is needed.
+        Groups of ``mix`` files loaded ahead in a background thread (its
+        columns read and permuted on every core).  0 loads each when it is
+        needed.
     columns, filters
         Read only these columns; only the rows passing ``filters`` (pyarrow's
         DNF lists or a ``pyarrow.dataset`` expression; they are counted once
