@@ -83,8 +83,8 @@ class PileLoader:
         ``canonical_ranks / world_size`` groups at once.
     mix
         Files loaded and permuted together.  Memory holds ``(prefetch + 1) x
-        mix`` files, and while a group loads, the columns of it being
-        permuted twice; pairs of rows batched together in one epoch are
+        mix`` files, and while a group loads, its copy as read too: ``(prefetch
+        + 2) x mix`` at the peak; pairs of rows batched together in one epoch are
         batched together again in the next about ``mix**2`` times less often.
     prefetch
         Groups of ``mix`` files loaded ahead in a background thread (its
