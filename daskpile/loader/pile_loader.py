@@ -57,6 +57,11 @@ class PileLoader:
     ``prefetch`` groups are read and permuted in a background thread while
     the current one is consumed.
 
+    After an iteration (whole or broken off), ``stats`` is a
+    :class:`~daskpile.loader.LoadStats`: the seconds it waited for its first
+    group and then for the others, which are near zero when prefetching keeps
+    up.
+
     Parameters
     ----------
     path
@@ -103,11 +108,6 @@ class PileLoader:
         ``"numpy"`` (a dict of column name to array).
     storage_options
         Passed to fsspec.
-
-    After an iteration (whole or broken off), ``stats`` is a
-    :class:`~daskpile.loader.LoadStats`: the seconds it waited for its first
-    group and then for the others, which are near zero when prefetching keeps
-    up.
 
     Examples
     --------
@@ -156,7 +156,8 @@ class PileLoader:
         self._epoch, self._batches = epoch, 0
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
         # reads and permutes a group's columns on every core (Arrow and numpy let go of the GIL)
-        self._pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="daskpile-column")
+        self._threads = os.cpu_count() or 1
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="daskpile-column")
         self.stats: LoadStats | None = None
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
@@ -202,7 +203,7 @@ class PileLoader:
         epoch = self._epoch
 
         def load(group):
-            return load_group(self.units, group, self.seed, epoch, self.columns, self._pool)
+            return load_group(self.units, group, self.seed, epoch, self.columns, self._pool, self._threads)
 
         loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
         try:

@@ -10,7 +10,6 @@ from concurrent.futures import Executor
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from daskpile import _kernels
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
@@ -46,7 +45,7 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
 
 
 def load_group(
-    units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None, pool: Executor
+    units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None, pool: Executor, threads: int
 ) -> pa.Table:
     """A group's rows, read and permuted: the table its takes slice.
 
@@ -65,7 +64,7 @@ def load_group(
     read_columns = {name: pool.submit(read, name) for name in names}
     # Each column taken in as many parts as there are threads: a column far costlier than the others
     # (strings: 12.5 ns a row against 2 for numbers, on A) does not leave the other threads idle.
-    parts = np.array_split(order.result(), getattr(pool, "_max_workers", 1))
+    parts = np.array_split(order.result(), threads)
     taken = {
         name: [pool.submit(lambda n, p: _take(read_columns[n].result(), p), name, part) for part in parts]
         for name in names
@@ -75,6 +74,12 @@ def load_group(
         chunks = [chunk for future in taken[name] for chunk in future.result().chunks]
         columns_taken.append(pa.chunked_array(chunks, read_columns[name].result().type))
     return pa.Table.from_arrays(columns_taken, names=names)
+
+
+def _dataset(fs, path: str):
+    import pyarrow.dataset as ds  # only with filters: pyarrow.dataset imports pandas (0.3 s, holding the GIL)
+
+    return ds.dataset(path, filesystem=fs, format="parquet")
 
 
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
@@ -95,7 +100,7 @@ class _PieceReader:
         fs, path, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
         if units.filter is not None:
             with parquet_errors(url):
-                table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=columns, filter=units.filter)
+                table = _dataset(fs, path).to_table(columns=columns, filter=units.filter)
             _check_rows(url, table.num_rows, expected, "pass the filter")
             self.table = table.slice(start, stop - start)
             return

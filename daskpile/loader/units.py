@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from daskpile import _manifest
@@ -33,7 +32,7 @@ class Units:
     rows: np.ndarray
     lazy: bool
     schema: pa.Schema
-    filter: ds.Expression | None
+    filter: ds.Expression | None  # noqa: F821 - pyarrow.dataset, imported only with filters
 
     def url(self, unit: int) -> str:
         return full_url(self.fs, self.paths[unit])
@@ -67,7 +66,9 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None) 
     return Units(fs, tuple(paths), rows, lazy, schema, expression)
 
 
-def _expression(filters) -> ds.Expression:
+def _expression(filters) -> ds.Expression:  # noqa: F821
+    import pyarrow.dataset as ds  # only with filters: it imports pandas (0.3 s, holding the GIL)
+
     return filters if isinstance(filters, ds.Expression) else pq.filters_to_expression(filters)
 
 
@@ -85,5 +86,7 @@ def _count(fs, path: str, expression) -> _Counted:
         if expression is None:
             return _Counted(parquet.metadata.num_rows, parquet.schema_arrow, lazy)
     with parquet_errors(full_url(fs, path)):
+        import pyarrow.dataset as ds
+
         dataset = ds.dataset(path, filesystem=fs, format="parquet")
         return _Counted(dataset.count_rows(filter=expression), dataset.schema, lazy)
