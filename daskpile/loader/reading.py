@@ -6,7 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -142,6 +142,9 @@ class Prefetcher:
 
     def __init__(self, takes: Iterator[Take], load: Callable[[Group], pa.Table], held: int, ahead: int):
         self._permits = threading.Semaphore(held + ahead)
+        # Groups load in a pool of their own, so that the next starts as soon as memory allows, not when
+        # the last column of the one before is taken (a core would wait at each group's end otherwise)
+        self._loads = ThreadPoolExecutor(max(1, ahead), thread_name_prefix="daskpile-group")
         self._events: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
@@ -168,9 +171,14 @@ class Prefetcher:
                 if kind == "error":
                     raise payload
                 if kind == "table":
+                    table = payload.result()
+                    if self.loaded:
+                        self.waited += time.perf_counter() - started - waited
+                    else:
+                        self.first_wait += time.perf_counter() - started - waited
                     if item.stream in tables:
                         self._permits.release()
-                    tables[item.stream] = payload
+                    tables[item.stream] = table
                     self.loaded += 1
                     continue
                 yield tables[item.group.stream].slice(item.start, item.stop - item.start)
@@ -180,6 +188,7 @@ class Prefetcher:
         finally:
             self._stop.set()
             self._permits.release()  # a producer waiting for room sees the stop
+            self._loads.shutdown(wait=False, cancel_futures=True)
 
     def _produce(self, takes: Iterator[Take], load: Callable[[Group], pa.Table]) -> None:
         current: dict[int, Group] = {}
@@ -188,7 +197,7 @@ class Prefetcher:
                 if current.get(take.group.stream) is not take.group:
                     if not self._acquire():
                         return
-                    self._events.put(("table", take.group, load(take.group)))
+                    self._events.put(("table", take.group, self._loads.submit(load, take.group)))
                     self.produced += 1
                     current[take.group.stream] = take.group
                 self._events.put(("take", take, None))
