@@ -88,8 +88,9 @@ class PileLoader:
         ``canonical_ranks / world_size`` groups at once.
     mix
         Files loaded and permuted together.  Memory holds ``(prefetch + 1) x
-        mix`` files, and while a group loads, its copy as read too: ``(prefetch
-        + 2) x mix`` at the peak; pairs of rows batched together in one epoch are
+        mix`` files, and a group that is loading its copy as read too: at most
+        twice that at the peak (measured: 3 to 4 files at ``prefetch=1,
+        mix=1``); pairs of rows batched together in one epoch are
         batched together again in the next about ``mix**2`` times less often.
     prefetch
         Groups of ``mix`` files loaded ahead in a background thread (its
