@@ -6,6 +6,8 @@ only by those who ask for it.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -71,6 +73,7 @@ class PileDataset(IterableDataset):
         self._epoch_given = True  # the next iteration starts self.epoch (else its loader goes on)
         self._state: dict | None = None
         self._loader: PileLoader | None = None
+        self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
 
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` at the next iteration (where a loaded state put it, if it is that state's epoch)."""
@@ -93,9 +96,12 @@ class PileDataset(IterableDataset):
     def _process_loader(self) -> PileLoader:
         """The loader of this process (a DataLoader worker, or the main one), made or moved as asked."""
         # A persistent worker's copy of the dataset never sees set_epoch: its loader goes on to the next epoch.
-        if self._loader is None or self._epoch_given or self._state is not None:
-            info = get_worker_info()
+        info = get_worker_info()
+        # A worker forked from a process that had made its loader inherits that loader: not its own share
+        here = (os.getpid(), None if info is None else info.id)
+        if self._loader is None or self._epoch_given or self._state is not None or self._loader_of != here:
             self._loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
+            self._loader_of = here
         if self._state is not None:
             self._loader.load_state_dict(self._state)
             self._state = None

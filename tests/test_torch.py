@@ -86,3 +86,14 @@ def test_resume_with_workers_under_a_stateful_dataloader(piles):
     resumed.load_state_dict(state)
     rest = [b["id"].tolist() for b in resumed]
     assert seen + rest == whole
+
+
+def test_workers_forked_after_the_main_process_read_take_their_own_share(piles):
+    """A worker inherits the main process's loader when it had one: it must make its own, not read everything."""
+    data = PileDataset(piles, batch_size=500, seed=3, columns=["id"])
+    data.state_dict()  # makes the main process's loader
+    seen = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=2, timeout=60)]).tolist()
+    assert sorted(seen) == list(range(ROWS))
+    again = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=0)]).tolist()
+    more = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=2, timeout=60)]).tolist()
+    assert sorted(again) == sorted(more) == list(range(ROWS))

@@ -158,7 +158,7 @@ class PileLoader:
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
         # reads and permutes a group's columns on every core (Arrow and numpy let go of the GIL)
         self._threads = os.cpu_count() or 1
-        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="daskpile-column")
+        self._pools: dict[int, ThreadPoolExecutor] = {}
         self.stats: LoadStats | None = None
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
@@ -203,8 +203,10 @@ class PileLoader:
         held = len(range(self.rank, self.canonical_ranks, self.world_size))
         epoch = self._epoch
 
+        pool = self._column_pool()
+
         def load(group):
-            return load_group(self.units, group, self.seed, epoch, self.columns, self._pool, self._threads)
+            return load_group(self.units, group, self.seed, epoch, self.columns, pool, self._threads)
 
         loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
         try:
@@ -214,6 +216,14 @@ class PileLoader:
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._start_epoch(self._epoch + 1)
+
+    def _column_pool(self) -> ThreadPoolExecutor:
+        # One per process: a process forked from this one (a DataLoader worker) inherits a pool whose
+        # threads it does not have, and that would never run a job
+        pid = os.getpid()
+        if pid not in self._pools:
+            self._pools = {pid: ThreadPoolExecutor(self._threads, thread_name_prefix="daskpile-column")}
+        return self._pools[pid]
 
     def state_dict(self) -> dict:
         """Where this loader is: enough for ``load_state_dict`` to resume with the batches not yet yielded.
