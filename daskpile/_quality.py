@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _manifest
+from daskpile import _kernels, _manifest
 from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
@@ -516,7 +516,7 @@ def _read_columns(fs, file, columns: list[str]) -> list[pa.ChunkedArray]:
                 raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(names)})")
         table = parquet.read(columns=columns, use_threads=False)
     if isinstance(file, _LazyPile):
-        table = table.take(group_permutation(file.seed, 0, file.group))
+        table = _kernels.take(table, group_permutation(file.seed, 0, file.group))
     return [table[name] for name in columns]
 
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from daskpile import _kernels
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
-from daskpile.loader.units import Units
+from daskpile.loader.units import Units, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 
@@ -76,12 +76,6 @@ def load_group(
     return pa.Table.from_arrays(columns_taken, names=names)
 
 
-def _dataset(fs, path: str):
-    import pyarrow.dataset as ds  # only with filters: pyarrow.dataset imports pandas (0.3 s, holding the GIL)
-
-    return ds.dataset(path, filesystem=fs, format="parquet")
-
-
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
     return _kernels.take(pa.table({"values": values}), indices).column(0)
 
@@ -100,7 +94,7 @@ class _PieceReader:
         fs, path, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
         if units.filter is not None:
             with parquet_errors(url):
-                table = _dataset(fs, path).to_table(columns=columns, filter=units.filter)
+                table = parquet_dataset(fs, path).to_table(columns=columns, filter=units.filter)
             _check_rows(url, table.num_rows, expected, "pass the filter")
             self.table = table.slice(start, stop - start)
             return
@@ -161,6 +155,7 @@ class Prefetcher:
             while True:
                 started = time.perf_counter()
                 kind, item, payload = self._events.get()
+                table = payload.result() if kind == "table" else None  # a group's load: waited for here
                 waited = time.perf_counter() - started
                 if self.loaded:
                     self.waited += waited
@@ -171,11 +166,6 @@ class Prefetcher:
                 if kind == "error":
                     raise payload
                 if kind == "table":
-                    table = payload.result()
-                    if self.loaded:
-                        self.waited += time.perf_counter() - started - waited
-                    else:
-                        self.first_wait += time.perf_counter() - started - waited
                     if item.stream in tables:
                         self._permits.release()
                     tables[item.stream] = table

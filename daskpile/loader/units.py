@@ -86,7 +86,15 @@ def _count(fs, path: str, expression) -> _Counted:
         if expression is None:
             return _Counted(parquet.metadata.num_rows, parquet.schema_arrow, lazy)
     with parquet_errors(full_url(fs, path)):
-        import pyarrow.dataset as ds
-
-        dataset = ds.dataset(path, filesystem=fs, format="parquet")
+        dataset = parquet_dataset(fs, path)
         return _Counted(dataset.count_rows(filter=expression), dataset.schema, lazy)
+
+
+def parquet_dataset(fs, path: str):
+    """One file as a ``pyarrow.dataset``, for a filter.
+
+    Imported here, only with filters: ``pyarrow.dataset`` imports pandas (0.3 s, holding the GIL).
+    """
+    import pyarrow.dataset as ds
+
+    return ds.dataset(path, filesystem=fs, format="parquet")
