@@ -15,6 +15,7 @@ from daskpile._quality import QualityCheck, QualityReport, quality
 from daskpile._sizing import PilePlan
 from daskpile._verify import Verification, verify
 from daskpile.loader import PileLoader
+from daskpile.window import WindowBusyError, WindowReport, append, compact, discard, expire
 
 __all__ = [
     "Fingerprint",
@@ -27,6 +28,12 @@ __all__ = [
     "ShuffleReport",
     "Verification",
     "VerificationError",
+    "WindowBusyError",
+    "WindowReport",
+    "append",
+    "compact",
+    "discard",
+    "expire",
     "plan_piles",
     "quality",
     "read_manifest",

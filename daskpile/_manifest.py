@@ -12,15 +12,19 @@ import base64
 import datetime
 import json
 import posixpath
+import re
 from importlib import metadata
 
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import filesystem, write_bytes
+from daskpile._storage import filesystem, full_url, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
+VERSIONS_DIR = "_daskpile_versions"  # a moving window's manifest, version by version
+WINDOW_PENDING = "_daskpile.pending.json"  # a moving window's change under way
+GENERATION_DIR = re.compile(r"^gen-\d{6}$")  # a moving window's generation (generation 0 is at the top)
 # The key of each output file's footer stamp: the pile it holds, piles, seed, rows (and "lazy": true)
 PILE_METADATA_KEY = b"daskpile.pile"
 FORMAT = "daskpile/1"
@@ -120,6 +124,28 @@ def result_files(dest: str | list[str], storage_options: dict | None = None):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
     return (*data_files(dest, storage_options, role="dest"), None)
+
+
+def version_path(directory: str, version: int) -> str:
+    """Where a moving window keeps version ``version`` of its manifest.
+
+    >>> version_path("w", 3)
+    'w/_daskpile_versions/v-00000003.json'
+    """
+    return posixpath.join(directory, VERSIONS_DIR, f"v-{version:08d}.json")
+
+
+def window_version(fs: fsspec.AbstractFileSystem, directory: str, version: int) -> dict:
+    """Version ``version`` of a moving window's manifest, while the grace period keeps it."""
+    where = version_path(directory, version)
+    try:
+        with fs.open(where, "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"version {version} of the window {full_url(fs, directory)!r} is gone ({full_url(fs, where)}): "
+            "its files were removed after their grace period (--retain); read the current version"
+        ) from None
 
 
 def read(dest: str, storage_options: dict | None = None) -> dict:

@@ -408,12 +408,47 @@ def shuffle_parquet(
         raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
     if on_oversize not in ("split", "error"):
         raise ValueError(f"on_oversize must be 'split' or 'error', got {on_oversize!r}")
-    auto = piles == "auto"
-    requested_piles = None if auto else check_piles(piles, auto_allowed=True)
-    requested_seed = None if seed is None else resolve_seed(seed)
+    if piles != "auto":
+        check_piles(piles, auto_allowed=True)
+    if seed is not None:
+        resolve_seed(seed)
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files
     )
+    return shuffle_plan(
+        plan, source, dest, piles, seed=seed, scratch=scratch, storage_options=storage_options, overwrite=overwrite,
+        verify=verify, memory_per_pile=memory_per_pile, progress=progress, blocksize=blocksize,
+        on_oversize=on_oversize, rows_per_file=rows_per_file, second_pass=second_pass,
+    )  # fmt: skip
+
+
+def shuffle_plan(
+    plan,
+    source,
+    dest: str,
+    piles,
+    *,
+    seed,
+    scratch,
+    storage_options,
+    overwrite: bool,
+    verify: bool,
+    memory_per_pile,
+    progress: bool,
+    blocksize: int,
+    on_oversize: str,
+    rows_per_file,
+    second_pass: str,
+) -> ShuffleReport:
+    """``shuffle_parquet`` of a source already planned (its files and the schema their rows take), arguments checked.
+
+    Check the destination, resume or start the run, pass 1, pass 2, commit.
+    ``daskpile.window.append`` plans its source into the window's schema and
+    runs it here.
+    """
+    auto = piles == "auto"
+    requested_piles = None if auto else check_piles(piles, auto_allowed=True)
+    requested_seed = None if seed is None else resolve_seed(seed)
     source_fs = plan.fs
     source_files = [f.path for f in plan.files]
     dest_fs, dest_path = filesystem(dest, storage_options)
@@ -607,6 +642,8 @@ def _check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -
 
 def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_piles, requested_seed) -> list[str]:
     """How this call differs from the one that wrote a finished result; [] for a retry of the same command."""
+    if "window" in manifest:
+        return [f"it is a moving window (version {manifest['window']['version']}): daskpile append adds to it"]
     if manifest.get("run") is None:
         return ["it records no run: written by an earlier version"]
     done = run_state.RunSpec.from_json(manifest["run"])
@@ -710,6 +747,7 @@ def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
     """Whether daskpile wrote ``name`` in dest: its result, its run state, an unfinished run's parts, temporaries."""
     return (
         name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE)
+        or _is_window_state(name, manifest)
         or name in (manifest or {}).get("files", ())
         or name.startswith(STAGING_PREFIX)
         or _is_part_temporary(name)
@@ -744,6 +782,14 @@ def _check_dest(fs, dest_path: str) -> dict | None:
             "choose another dest"
         )
     return manifest
+
+
+def _is_window_state(name: str, manifest: dict | None) -> bool:
+    """A moving window's generations, manifest versions and marker of a change under way."""
+    window_names = (_manifest.VERSIONS_DIR, _manifest.WINDOW_PENDING)
+    return manifest is not None and "window" in manifest and (
+        name in window_names or bool(_manifest.GENERATION_DIR.match(name))
+    )
 
 
 def _is_part_temporary(name: str) -> bool:
@@ -782,6 +828,7 @@ def _commit_staged(fs, dest_path: str, staging: str, names: list[str], old_resul
     next run (``_finish_interrupted_commits``) rather than left half done.
     """
     old_files = {n for n in old_result.get("files", []) if _PART_NAME.match(n)} - set(names)
+    old_files |= {n for n in _dest_entries(fs, dest_path) if _is_window_state(n, old_result)}
     stale = [
         n for n in _dest_entries(fs, dest_path) if n.startswith(STAGING_PREFIX) and n != posixpath.basename(staging)
     ]

@@ -487,37 +487,52 @@ def _where(dest, storage_options) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _LazyPile:
-    """A pile of a lazy result, read in the order ``PileLoader`` gives it in epoch 0."""
+    """A pile of a lazy result or of a moving window (its files, one per generation), in epoch 0's order."""
 
-    path: str
+    paths: tuple[str, ...]
     seed: int
     group: Group
 
 
 def _in_reading_order(files: list[str], manifest: dict | None) -> list:
-    """The files as readers get the rows: a lazy result as PileLoader's epoch 0 (one rank, ``mix=1``)."""
-    if manifest is None or manifest.get("second_pass") != "lazy":
+    """The files as readers get the rows: a lazy result or a window as PileLoader's epoch 0 (one rank, ``mix=1``)."""
+    window = (manifest or {}).get("window")
+    if manifest is None or (manifest.get("second_pass") != "lazy" and window is None):
         return files
-    rows = np.array(manifest["rows_per_file"], dtype=np.int64)
+    if window is None:
+        units = [(f,) for f in files]
+    else:
+        units = [tuple(f for f, p in zip(files, window["file_piles"], strict=True) if p == j)
+                 for j in range(manifest["piles"])]  # fmt: skip
+    if manifest.get("second_pass") != "lazy" and all(len(u) == 1 for u in units):
+        return [u[0] for u in units]  # a compacted window: permuted piles, read in file order
+    rows = np.bincount(
+        np.array(window["file_piles"] if window else range(len(files)), dtype=np.int64),
+        weights=manifest["rows_per_file"], minlength=len(units),
+    ).astype(np.int64)  # fmt: skip
     (groups,) = EpochPlan.build(rows, seed=manifest["seed"], epoch=0, canonical=1, mix=1).groups
-    return [_LazyPile(files[g.pieces[0].unit], manifest["seed"], g) for g in groups]
+    return [_LazyPile(units[g.pieces[0].unit], manifest["seed"], g) for g in groups]
 
 
 def _path(file) -> str:
-    return file.path if isinstance(file, _LazyPile) else file
+    return file.paths[0] if isinstance(file, _LazyPile) else file
 
 
 def _read_columns(fs, file, columns: list[str]) -> list[pa.ChunkedArray]:
-    path = _path(file)
+    tables = [_read_file_columns(fs, path, columns) for path in (file.paths if isinstance(file, _LazyPile) else [file])]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if isinstance(file, _LazyPile):
+        table = _kernels.take(table, group_permutation(file.seed, 0, file.group))
+    return [table[name] for name in columns]
+
+
+def _read_file_columns(fs, path: str, columns: list[str]) -> pa.Table:
     with open_parquet(fs, path) as parquet:
         names = parquet.schema_arrow.names
         for name in columns:
             if name not in names:
                 raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(names)})")
-        table = parquet.read(columns=columns, use_threads=False)
-    if isinstance(file, _LazyPile):
-        table = _kernels.take(table, group_permutation(file.seed, 0, file.group))
-    return [table[name] for name in columns]
+        return parquet.read(columns=columns, use_threads=False)
 
 
 def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.ndarray]:

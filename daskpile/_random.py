@@ -20,6 +20,10 @@ SPLIT = 3  # pass 2, a pile over its memory budget: which sub-pile each of its r
 LOAD_ORDER = 4  # the loader, one epoch: the order of the piles
 LOAD_GROUP = 5  # the loader, one epoch: the order of the rows of one group of piles of one canonical stream
 LOAD_PILE = 6  # the loader, one epoch: a lazy pile's own order, before a canonical stream takes part of it
+WINDOW = 7  # a moving window: the seed of generation g, keyed (seed, WINDOW, g)
+COMPACT = (
+    8  # a moving window's compaction: the order of one pile's merged rows, keyed (seed, COMPACT, generation, pile)
+)
 
 
 def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Generator:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 
 import dask
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pyarrow as pa
 from daskpile import _fingerprint, _manifest, _passes
 from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
-from daskpile._storage import full_url
+from daskpile._storage import filesystem, full_url
 from daskpile._words import count
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet
@@ -46,6 +47,13 @@ class Verification:
     ignored_columns
         Columns of the result that pandas or Dask wrote for an index the
         source does not have (Dask's ``__null_dask_index__``): not compared.
+    generations_differing
+        Checked against the manifest alone (``verify(dest)``): the
+        generations of a window (0 for a plain result) whose files do not hold
+        the rows their sources gave.
+    against_manifest
+        True when ``source`` is the fingerprint the manifest recorded when
+        the rows were read, not one recomputed from the source files.
     """
 
     source: Fingerprint
@@ -55,6 +63,8 @@ class Verification:
     missing_files: tuple[str, ...] = ()
     unreadable_files: tuple[str, ...] = ()  # "path: reason"
     ignored_columns: tuple[str, ...] = ()
+    generations_differing: tuple[int, ...] = ()
+    against_manifest: bool = False
 
     @property
     def ok(self) -> bool:
@@ -68,6 +78,7 @@ class Verification:
             and self.manifest in (None, self.dest)
             and not self.missing_files
             and not self.unreadable_files
+            and not self.generations_differing
         )
 
     def __bool__(self) -> bool:
@@ -79,9 +90,15 @@ class Verification:
             if self.ignored_columns
             else ""
         )
+        source = "the rows its manifest recorded from the sources" if self.against_manifest else "the source"
         if self.ok:
-            return f"match: the result is a permutation of the source ({count(self.source.rows, 'row')}){ignored}"
-        lines = [f"MISMATCH: source {count(self.source.rows, 'row')}, result {count(self.dest.rows, 'row')}{ignored}"]
+            return f"match: the result is a permutation of {source} ({count(self.source.rows, 'row')}){ignored}"
+        lines = [
+            f"MISMATCH: {'recorded' if self.against_manifest else 'source'} {count(self.source.rows, 'row')}, "
+            f"result {count(self.dest.rows, 'row')}{ignored}"
+        ]
+        if self.generations_differing:
+            lines.append(f"  generations that differ: {', '.join(map(str, self.generations_differing))}")
         if self.columns_differing:
             lines.append(f"  columns that differ: {', '.join(self.columns_differing)}")
         elif self.source != self.dest and self.source.rows == self.dest.rows:
@@ -113,6 +130,8 @@ class Verification:
             "missing_files": list(self.missing_files),
             "unreadable_files": list(self.unreadable_files),
             "ignored_columns": list(self.ignored_columns),
+            "generations_differing": list(self.generations_differing),
+            "against_manifest": self.against_manifest,
         }
 
 
@@ -129,7 +148,7 @@ class _Side:
 
 def verify(
     source: str | list[str],
-    dest: str,
+    dest: str | None = None,
     *,
     storage_options: dict | None = None,
     progress: bool = False,
@@ -146,6 +165,12 @@ def verify(
     that differ.  Extension types (uuid, json, tensors, user types) are
     fingerprinted by their storage.  A mismatch is reported, not raised.
 
+    With one argument, ``verify(dest)``, the result's files are checked
+    against the fingerprints its manifest recorded when the rows were read
+    from their sources: for a moving window, generation by generation (the
+    rows of the appended sources minus what was expired), naming a generation
+    that differs.  The sources themselves are not read.
+
     Parameters
     ----------
     source
@@ -154,6 +179,7 @@ def verify(
         it: partition keys, schema policy and table version are those the
         result's manifest records, unless given below.
     dest
+        Default None: ``source`` is the result, checked against its manifest.
         A daskpile result, of which exactly the files its manifest lists are
         read; or any other Parquet dataset (a directory, glob or list of
         files), such as one written by ``shuffle(ddf).to_parquet(...)``, of
@@ -197,6 +223,8 @@ def verify(
     >>> print(result)
     match: the result is a permutation of the source (30,000 rows)
     """
+    if dest is None:
+        return _against_manifest(source, storage_options, progress)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
     recorded = manifest and manifest.get("fingerprint")
     read_as = (manifest or {}).get("source") or {}
@@ -230,6 +258,50 @@ def verify(
         missing_files=result.missing,
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
+    )
+
+
+def _against_manifest(dest: str, storage_options, progress: bool) -> Verification:
+    """A result's files, generation by generation, against the fingerprints its manifest recorded."""
+    if not isinstance(dest, str):
+        raise ValueError("verify(dest) with one argument needs a daskpile result's directory, with its manifest")
+    fs, _, manifest = _manifest.result_files(dest, storage_options)
+    if manifest is None:
+        raise ValueError(f"{dest!r} has no daskpile manifest: give the source too, verify(source, dest)")
+    window = manifest.get("window")
+    generations = (
+        [(g["number"], g["files"], g["fingerprint"]) for g in window["generations"]]
+        if window
+        else [(0, manifest["files"], manifest.get("fingerprint"))]
+    )
+    if any(recorded is None for _, _, recorded in generations):
+        raise ValueError(f"{dest!r} was written with verify=False: no fingerprint to check against; give the source")
+    base = filesystem(dest, storage_options)[1]
+    names = _manifest.arrow_schema(manifest).names
+    tasks = [
+        [dask.delayed(_fingerprint_file)(fs, posixpath.join(base, name), names) for name in names_]
+        for _, names_, _ in generations
+    ]
+    sides = compute([t for group in tasks for t in group], progress=progress)
+    per_generation, start = [], 0
+    for group in tasks:
+        per_generation.append(_total(sides[start : start + len(group)]))
+        start += len(group)
+    recorded = [Fingerprint.from_json(f) for _, _, f in generations]
+    result = _total(per_generation)
+    return Verification(
+        source=_fingerprint.total(recorded),
+        dest=result.rows,
+        manifest=Fingerprint.from_json(manifest["fingerprint"]) if manifest.get("fingerprint") else None,
+        missing_files=result.missing,
+        unreadable_files=result.unreadable,
+        ignored_columns=result.ignored,
+        generations_differing=tuple(
+            number
+            for (number, _, _), side, want in zip(generations, per_generation, recorded, strict=True)
+            if side.rows != want
+        ),
+        against_manifest=True,
     )
 
 

@@ -3,6 +3,8 @@
     daskpile shuffle s3://lake/table/ s3://lake/shuffled/ --piles auto
     daskpile verify s3://lake/table/ s3://lake/shuffled/
     daskpile quality s3://lake/shuffled/ --order-column id --label-column label --plot quality.png
+    daskpile append s3://lake/day-2026-11-23/ s3://lake/shuffled/
+    daskpile expire s3://lake/shuffled/ --keep 30
     daskpile demo
 
 Exit status: 0 on success; 1 when verification or a quality check fails, or
@@ -27,6 +29,7 @@ import click
 from daskpile._compute import local_cluster
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._words import count
+from daskpile.window.snapshot import WindowBusyError
 
 
 # Errors in what the user asked for: exit status 2, like a usage error.
@@ -36,7 +39,7 @@ class SchedulerUnreachable(ConnectionError):
 
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
-    IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable,
+    IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable, WindowBusyError,
 )  # fmt: skip
 # A storage endpoint that cannot be reached or signed into is a request that cannot run, like a missing
 # file; these come from the storage libraries (botocore, aiohttp), which the core does not import.
@@ -410,7 +413,7 @@ def shuffle(
 
 
 @cli.command()
-@click.argument("source", nargs=-1, required=True)
+@click.argument("source", nargs=-1)
 @click.argument("dest")
 @click.option("--partitioning", help="As the shuffle read SOURCE [what DEST's manifest records].")
 @click.option(
@@ -421,15 +424,22 @@ def shuffle(
 @_cluster_options
 @_command
 def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **cluster):
-    """Recompute from the files that DEST holds exactly the rows of SOURCE (exit 1 if not)."""
+    """Recompute from the files that DEST holds exactly the rows of SOURCE (exit 1 if not).
+
+    Without SOURCE, check DEST against the fingerprints its manifest recorded
+    from its sources: a moving window generation by generation.
+    """
     from daskpile import verify as verify_result
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
     with _cluster(**cluster, quiet=quiet):
-        result = verify_result(
+        if not source:
+            result = verify_result(dest, storage_options=storage_options, progress=not quiet)
+        else:
+            result = verify_result(
             list(source) if len(source) > 1 else source[0], dest, storage_options=storage_options,
             progress=not quiet, partitioning=partitioning, schema=schema, version=table_version,
-        )  # fmt: skip
+            )  # fmt: skip
     _result(json.dumps(result.to_json(), indent=1) if as_json else str(result))
     sys.exit(0 if result.ok else 1)
 
@@ -551,6 +561,100 @@ def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
     _result(
         f"{verb} {count(len(removable), 'scratch directory')} ({freed:,.0f} MiB); kept {len(found) - len(removable)}"
     )
+
+
+_RETAIN = click.option(
+    "--retain",
+    metavar="AGE",
+    help="Keep files a new version no longer lists this long, for readers of older versions (12h, 7d, 0) [1d].",
+)
+
+
+@cli.command()
+@click.argument("source", nargs=-1, required=True)
+@click.argument("dest")
+@click.option("--seed", type=click.IntRange(min=0), help="This generation's scatter seed [the window's].")
+@click.option("--blocksize", type=_Bytes(), default="256MiB", show_default=True, help="Read larger files in pieces.")
+@click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
+@click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
+@click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")
+@_RETAIN
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_cluster_options
+@_command
+def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, retain, as_json, quiet, **cluster):
+    """Scatter the rows of SOURCE... into the piles of the window DEST, as a new generation.
+
+    DEST is a shuffle result (generation 0) or a window appended to before.
+    Costs a shuffle of SOURCE alone; readers of DEST see the new generation
+    when its manifest version is written.  Run again after an interruption
+    to finish it; appending the same files again does nothing.
+    """
+    from daskpile import append as append_to
+
+    storage_options = parse_storage_options(cluster.pop("storage_options"))
+    with _cluster(**cluster, quiet=quiet):
+        report = append_to(
+            dest, list(source) if len(source) > 1 else source[0], seed=seed, scratch=scratch,
+            storage_options=storage_options, verify=not no_verify, progress=not quiet, retain=retain,
+            blocksize=blocksize, partitioning=partitioning,
+        )  # fmt: skip
+    _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
+
+
+@cli.command()
+@click.argument("dest")
+@click.option("--keep", type=click.IntRange(min=1), help="Keep the newest N generations.")
+@click.option("--before", metavar="VALUE", help="Drop generations whose rows all have --column below VALUE.")
+@click.option("--column", help="The column --before compares (a time, a day number...).")
+@_RETAIN
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_command
+def expire(dest, keep, before, column, retain, storage_options, as_json, quiet):
+    """Drop the oldest generations of the window DEST: --keep N, or --before VALUE --column C.
+
+    Writes a new manifest version only.  A generation with rows on both
+    sides of VALUE stays; its rows before VALUE go at the next compact.
+    """
+    from daskpile import expire as expire_window
+
+    if (keep is None) == (before is None):
+        raise click.UsageError("give --keep N, or --before VALUE with --column C")
+    report = expire_window(
+        dest, keep_generations=keep, before=before, column=column,
+        storage_options=parse_storage_options(storage_options), retain=retain,
+    )  # fmt: skip
+    _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
+
+
+@cli.command()
+@click.argument("dest")
+@_RETAIN
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_cluster_options
+@_command
+def compact(dest, retain, as_json, quiet, **cluster):
+    """Merge each pile's generations of the window DEST into one permuted file, applying --before cuts."""
+    from daskpile import compact as compact_window
+
+    storage_options = parse_storage_options(cluster.pop("storage_options"))
+    with _cluster(**cluster, quiet=quiet):
+        report = compact_window(dest, storage_options=storage_options, progress=not quiet, retain=retain)
+    _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
+
+
+@cli.command()
+@click.argument("dest")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_command
+def discard(dest, storage_options, as_json, quiet):
+    """Drop the unfinished append, expire or compact of the window DEST (its current version stays)."""
+    from daskpile import discard as discard_change
+
+    report = discard_change(dest, storage_options=parse_storage_options(storage_options))
+    _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
 
 
 @cli.command()

@@ -109,6 +109,14 @@ class PileLoader:
         ``"numpy"`` (a dict of column name to array).
     storage_options
         Passed to fsspec.
+    version
+        For a moving window (``daskpile.append``): read this version of its
+        manifest.  Default None: the current version when the loader is
+        made, and at the start of every later epoch the version current then,
+        so that appended data joins at the next epoch; an epoch always reads
+        one version from its first batch to its last (``state_dict`` records
+        it, so a resumed epoch reads it too).  A window's pile is all its
+        generations, loaded and permuted together.
 
     Examples
     --------
@@ -138,6 +146,7 @@ class PileLoader:
         drop_last: bool = False,
         output: str = "arrow",
         storage_options: dict | None = None,
+        version: int | None = None,
     ):
         _positive(batch_size=batch_size, world_size=world_size, mix=mix)
         _positive(canonical_ranks=canonical_ranks or world_size)
@@ -146,7 +155,9 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        self.units: Units = discover(path, storage_options, filters)
+        self._source = (path, storage_options, filters)
+        self._follow = version is None  # a window: the current version at each epoch's start
+        self.units: Units = discover(path, storage_options, filters, version)
         self.seed = resolve_seed(seed)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = columns, output
@@ -192,6 +203,16 @@ class PileLoader:
     def _start_epoch(self, epoch: int) -> None:
         self._epoch, self._batches = epoch, 0
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
+        if self._follow and self.units.version is not None:
+            self._read_version(None)
+
+    def _read_version(self, version: int | None) -> None:
+        """A window's units at ``version`` (None: the current one), if they are not those read already."""
+        path, storage_options, filters = self._source
+        if version is None or version != self.units.version:
+            units = discover(path, storage_options, filters, version)
+            if units.version != self.units.version:
+                self.units = units
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""
@@ -201,12 +222,12 @@ class PileLoader:
         plan = self._plan(self._epoch)
         takes = self._layout.takes(plan, self.rank, skip_batches=self._batches)
         held = len(range(self.rank, self.canonical_ranks, self.world_size))
-        epoch = self._epoch
+        epoch, units = self._epoch, self.units  # one version of a window for the whole epoch
 
         pool = self._column_pool()
 
         def load(group):
-            return load_group(self.units, group, self.seed, epoch, self.columns, pool, self._threads)
+            return load_group(units, group, self.seed, epoch, self.columns, pool, self._threads)
 
         loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
         try:
@@ -239,6 +260,7 @@ class PileLoader:
             "mix": self.mix,
             "rows": self.units.total,
             "files": len(self.units.paths),
+            "version": self.units.version,
             "world_size": self.world_size,
             "batch_size": self.batch_size,
             "drop_last": self._layout.drop_last,
@@ -253,6 +275,8 @@ class PileLoader:
         ``canonical_ranks`` is the same: each stream then goes on from the
         rows it had given.
         """
+        if state.get("version") is not None:
+            self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
         old = Layout(
             state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
@@ -311,7 +335,7 @@ class PileLoader:
         return batch
 
     def _plan(self, epoch: int) -> EpochPlan:
-        key = (self.seed, epoch)
+        key = (self.seed, epoch, self.units.version)
         if self._cached_plan[0] != key:
             built = EpochPlan.build(
                 self.units.rows, seed=self.seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile import _kernels
+from daskpile._storage import full_url
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
 from daskpile.loader.units import Units, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -84,21 +85,20 @@ class _PieceReader:
     """A piece's rows column by column: its file's footer read once, then each column on its own.
 
     With ``chosen`` (part of a lazy pile), the whole pile is read and those
-    rows taken.  With a filter, the filtered rows are read once, whole.
+    rows taken.  With a filter, the filtered rows are read once, whole.  A
+    window's pile (several files) is always read whole: its files' columns
+    concatenated.
     """
 
     def __init__(self, units: Units, piece: Piece, chosen: np.ndarray | None, columns: list[str] | None):
         self.units, self.unit, self.chosen = units, piece.unit, chosen
         start, stop = (piece.start, piece.stop) if chosen is None else (0, int(units.rows[piece.unit]))
         self.rows, self.table = stop - start, None
-        fs, path, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
-        if units.filter is not None:
-            with parquet_errors(url):
-                table = parquet_dataset(fs, path).to_table(columns=columns, filter=units.filter)
-            _check_rows(url, table.num_rows, expected, "pass the filter")
-            self.table = table.slice(start, stop - start)
+        fs, paths, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
+        if units.filter is not None or len(paths) != 1:
+            self.table = _whole_unit(units, self.unit, columns).slice(start, stop - start)
             return
-        with open_parquet(fs, path) as parquet, parquet_errors(url):
+        with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
             _check_rows(url, parquet.metadata.num_rows, expected, "")
             self.footer = parquet.metadata
         ends = np.cumsum([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)])
@@ -110,11 +110,29 @@ class _PieceReader:
         if self.table is not None:
             values = self.table.column(name)
         else:
-            fs, path = self.units.fs, self.units.paths[self.unit]
+            fs, (path,) = self.units.fs, self.units.paths[self.unit]
             with open_parquet(fs, path, self.footer) as parquet, parquet_errors(self.units.url(self.unit)):
                 values = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
             values = values.slice(self.offset, self.rows)
         return values if self.chosen is None else _take(values, self.chosen)
+
+
+def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
+    """Every row of a unit (its files in order) that passes the filter, in the units' schema."""
+    fs, url, expected = units.fs, units.url(unit), int(units.rows[unit])
+    names = list(columns) if columns is not None else units.schema.names
+    parts = []
+    for path in units.paths[unit]:
+        with parquet_errors(full_url(fs, path)):
+            if units.filter is not None:
+                table = parquet_dataset(fs, path).to_table(columns=names, filter=units.filter)
+            else:
+                with open_parquet(fs, path) as parquet:
+                    table = parquet.read(columns=names, use_threads=False)
+        parts.append(table.select(names))
+    table = pa.concat_tables(parts, promote_options="permissive") if parts else units.schema.empty_table()
+    _check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
+    return table
 
 
 def _check_rows(url: str, found: int, expected: int, what: str) -> None:

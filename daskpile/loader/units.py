@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile import _manifest
-from daskpile._storage import full_url
+from daskpile._storage import filesystem, full_url
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
@@ -22,48 +23,68 @@ FOOTER_THREADS = 16  # footers are small reads, so on an object store their late
 class Units:
     """The files of a pile dataset in a fixed order, the rows the loader takes from each.
 
-    ``lazy``: the files are piles left unpermuted (``second_pass="lazy"``), so
+    A unit is one file, or for a moving window a pile: its files, one per
+    generation, loaded and permuted together.  ``lazy``: the units are piles
+    not permuted as a whole (``second_pass="lazy"``, or a window's piles), so
     a part of one must be a random part, not a row range.  ``rows`` are after
-    ``filter``, when there is one.
+    ``filter``, when there is one.  ``version``: of a window's manifest.
     """
 
     fs: fsspec.AbstractFileSystem
-    paths: tuple[str, ...]
+    paths: tuple[tuple[str, ...], ...]  # the files of each unit
     rows: np.ndarray
     lazy: bool
     schema: pa.Schema
     filter: ds.Expression | None  # noqa: F821 - pyarrow.dataset, imported only with filters
+    version: int | None = None
 
     def url(self, unit: int) -> str:
-        return full_url(self.fs, self.paths[unit])
+        files = self.paths[unit]
+        more = f" (and {len(files) - 1} more files of its pile)" if len(files) > 1 else ""
+        return full_url(self.fs, files[0]) + more
 
     @property
     def total(self) -> int:
         return int(self.rows.sum())
 
 
-def discover(path: str | list[str], storage_options: dict | None, filters=None) -> Units:
+def discover(path: str | list[str], storage_options: dict | None, filters=None, version: int | None = None) -> Units:
     """The units of ``path``: a daskpile result's files as its manifest lists them, else Parquet files by name.
 
     A manifest gives the rows without reading a footer; other datasets have
     their footers read, in threads.  With ``filters`` (pyarrow DNF or an
     expression), the rows that pass are counted once, here, so that every
-    rank can plan the epoch.
+    rank can plan the epoch.  A window's units are its piles, as the version
+    ``_daskpile.json`` holds (or ``version``) lists them.
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options)
+    if version is not None:
+        if manifest is None or "window" not in manifest:
+            raise ValueError(f"version={version}: {path!r} is not a moving window")
+        directory = filesystem(path, storage_options)[1]
+        manifest = _manifest.window_version(fs, directory, version)
+        paths = [posixpath.join(directory, name) for name in manifest["files"]]
     expression = None if filters is None else _expression(filters)
+    window = (manifest or {}).get("window")
     if manifest is not None and expression is None:
-        rows = np.array(manifest["rows_per_file"], dtype=np.int64)
+        file_rows = np.array(manifest["rows_per_file"], dtype=np.int64)
         schema = _manifest.arrow_schema(manifest)
         lazy = manifest.get("second_pass") == "lazy"
     else:
         with ThreadPoolExecutor(FOOTER_THREADS) as pool:
             counted = list(pool.map(lambda p: _count(fs, p, expression), paths))
-        rows = np.array([c.rows for c in counted], dtype=np.int64)
+        file_rows = np.array([c.rows for c in counted], dtype=np.int64)
         schema = counted[0].schema
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
-    return Units(fs, tuple(paths), rows, lazy, schema, expression)
+    if window is None:
+        return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression)
+    piles = np.array(window["file_piles"], dtype=np.int64)
+    units = tuple(tuple(p for p, pile in zip(paths, piles, strict=True) if pile == j) for j in range(manifest["piles"]))
+    rows = np.bincount(piles, weights=file_rows, minlength=manifest["piles"]).astype(np.int64)
+    # a pile of several generations is in generation order, so it is read whole and permuted as a lazy pile is
+    lazy = lazy or any(len(u) > 1 for u in units)
+    return Units(fs, units, rows, lazy, schema, expression, window["version"])
 
 
 def _expression(filters) -> ds.Expression:  # noqa: F821

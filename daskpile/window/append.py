@@ -1,0 +1,199 @@
+"""``append``: scatter new rows into the piles of a window, as a new generation."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import posixpath
+
+from daskpile import _manifest, _passes
+from daskpile._parquet import ShuffleReport, shuffle_plan
+from daskpile._storage import full_url, remove_tree
+from daskpile._words import count
+from daskpile.sources import plan_sources
+from daskpile.sources.read import Reading
+from daskpile.sources.schemas import conformer
+from daskpile.window import snapshot
+from daskpile.window.snapshot import Generation, Window
+
+
+@dataclasses.dataclass
+class WindowReport:
+    """What a window command did; ``print`` it for one line.
+
+    Parameters
+    ----------
+    dest
+        The window's URL.
+    version
+        The version of the manifest the command left current.
+    generations
+        The generations the window holds now.
+    rows
+        The rows of the window now.
+    changed
+        False when there was nothing to do (the same append already in the
+        window, nothing to expire or compact).
+    summary
+        What was done, in words.
+    generation
+        The generation the command wrote (append, compact), else None.
+    shuffle
+        For an append, the report of the new generation's shuffle.
+    removed
+        Retired files removed because their grace period had passed.
+    """
+
+    dest: str
+    version: int
+    generations: list[int]
+    rows: int
+    changed: bool
+    summary: str
+    generation: int | None = None
+    shuffle: ShuffleReport | None = None
+    removed: list[str] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
+        return (
+            f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
+            f"{count(self.rows, 'row')}{removed}"
+        )
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["shuffle"] = None if self.shuffle is None else str(self.shuffle)
+        return data
+
+
+def report(window: Window, changed: bool, summary: str, **extra) -> WindowReport:
+    return WindowReport(
+        window.url, window.version, [g.number for g in window.generations], window.rows, changed, summary, **extra
+    )
+
+
+def append(
+    dest: str,
+    source: str | list[str],
+    *,
+    seed: int | None = None,
+    scratch: str | None = None,
+    storage_options: dict | None = None,
+    verify: bool = True,
+    progress: bool = False,
+    retain: str | float | None = None,
+    blocksize: int | str = _passes.BLOCKSIZE,
+    partitioning="hive",
+    stray_files: str = "skip",
+) -> WindowReport:
+    """Scatter the rows of ``source`` into the piles of the window ``dest``, as a new generation.
+
+    Costs what ``shuffle_parquet`` of ``source`` alone costs: the window's
+    rows are not read.  The generation is one file per pile in
+    ``dest/gen-NNNNNN/``, scattered with the generator keyed by (seed,
+    generation, partition); then a new version of the manifest lists it.
+    Readers of the previous version are not disturbed.  Appending the same
+    files again (unchanged) does nothing; an interrupted append is finished by
+    running it again.
+
+    Parameters
+    ----------
+    dest
+        A result of ``shuffle_parquet`` (generation 0) or a window already
+        appended to: one file per pile (not ``rows_per_file``).
+    source
+        As for ``shuffle_parquet``.  Its rows must have the window's columns
+        and types (column order, nullability and ``string`` against
+        ``large_string`` may differ); a mismatch is refused naming the column,
+        before anything is written.
+    seed
+        The seed of this generation's scatter, with the generation number.
+        Default None: the window's seed.
+    scratch, storage_options, verify, progress, blocksize, partitioning, stray_files
+        As for ``shuffle_parquet``.
+    retain
+        How long files that a version no longer lists are kept for readers
+        still on it ("1d", "12h", seconds): those retired longer ago than this
+        are removed now.  Default ``"1d"``.
+
+    Returns
+    -------
+    WindowReport
+
+    Raises
+    ------
+    WindowBusyError
+        If another change (an interrupted ``expire`` or ``compact``, or an
+        append of other files) is under way: finish it or ``discard`` it.
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> daskpile.shuffle_parquet("day-0/", "window/", piles=8, seed=1).rows
+    30000
+    >>> print(daskpile.append("window/", "day-1/"))
+    appended generation 1 (10,000 rows): ... is at version 1, 2 generations, 40,000 rows
+    """
+    window = Window.load(dest, storage_options)
+    removed = snapshot.collect(window, retain)
+    plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
+    existing = window.with_sources(plan.urls, plan.stamps)
+    pending = snapshot.read_pending(window.fs, window.path)
+    if existing is not None and pending is None:
+        summary = f"already appended as generation {existing.number}: nothing to do"
+        return report(window, False, summary, generation=existing.number, removed=removed)
+    key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
+    description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
+    pending = snapshot.begin(window.fs, window.path, "append", key, description, window.next_generation)
+    generation = pending["generation"]
+    if existing is not None:  # committed before the marker could be removed
+        snapshot.finish(window.fs, window.path)
+        return report(window, False, f"already appended as generation {generation}", generation=generation)
+    generation_path = posixpath.join(window.path, snapshot.generation_dir(generation))
+    generation_seed = snapshot.generation_seed(window.seed if seed is None else seed, generation)
+    try:
+        shuffled = shuffle_plan(
+            plan, source, full_url(window.fs, generation_path), window.piles, seed=generation_seed,
+            scratch=scratch, storage_options=storage_options, overwrite=False, verify=verify, memory_per_pile=None,
+            progress=progress, blocksize=blocksize, on_oversize="split", rows_per_file=None,
+            second_pass=window.base.get("second_pass", "eager"),
+        )  # fmt: skip
+    except (ValueError, TypeError):  # bad input: nothing to resume
+        remove_tree(window.fs, generation_path)
+        snapshot.finish(window.fs, window.path)
+        raise
+    new = _generation(generation, shuffled, window)
+    window = window.commit([*window.generations, new], next_generation=generation + 1)
+    snapshot.finish(window.fs, window.path)
+    removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
+    summary = f"appended generation {generation} ({count(new.rows, 'row')})"
+    return report(window, True, summary, generation=generation, shuffle=shuffled, removed=removed)
+
+
+def _plan_into_window(window: Window, source, storage_options, partitioning, stray_files):
+    """The source planned into the window's schema; a first file that does not fit is refused at once."""
+    plan = plan_sources(source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files)
+    schema = _manifest.arrow_schema(window.base)
+    reference = f"the window {window.url}"
+    first = plan.files[0]
+    conformer(plan.schema, schema, dict(first.keys), "strict", full_url(plan.fs, first.path), reference)
+    return dataclasses.replace(plan, reading=Reading(schema, "strict", reference))
+
+
+def _generation(number: int, shuffled: ShuffleReport, window: Window) -> Generation:
+    """The record of a generation, from its shuffle's manifest."""
+    prefix = snapshot.generation_dir(number)
+    written = _manifest.read_at(window.fs, posixpath.join(window.path, prefix))
+    names = [posixpath.join(prefix, name) for name in written["files"]]
+    return Generation(
+        number=number,
+        files=tuple(names),
+        file_piles=tuple(snapshot.pile_of_name(n) for n in names),
+        rows_per_file=tuple(written["rows_per_file"]),
+        fingerprint=written.get("fingerprint"),
+        source_files=tuple(written["source_files"]),
+        source_stamps=tuple((written.get("run") or {}).get("source_stamps", ())),
+        seed=int(written["seed"]),
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )

@@ -1,0 +1,180 @@
+"""``compact``: merge each pile's generations into one permuted file, applying the cuts ``expire`` marked."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import posixpath
+
+import dask
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskpile import _fingerprint, _kernels, _manifest, _passes, _random
+from daskpile._compute import compute, total_threads
+from daskpile._fingerprint import Fingerprint
+from daskpile._parquet import VerificationError, _pile_groups
+from daskpile._words import count
+from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.window import snapshot
+from daskpile.window.append import WindowReport, report
+from daskpile.window.snapshot import Generation, Window
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compacted:
+    pile: int
+    name: str
+    rows: int
+    fingerprint: Fingerprint
+    cut: Fingerprint  # of the rows removed by the cuts
+
+
+def compact(
+    dest: str,
+    *,
+    storage_options: dict | None = None,
+    progress: bool = False,
+    retain: str | float | None = None,
+) -> WindowReport:
+    """Merge every pile's generations of the window ``dest`` into one permuted file: a full second pass.
+
+    For readers that want plain files: after it, the window is one
+    generation, each pile one file in a uniformly random order (keyed by
+    seed, the new generation and the pile), read in file order like any
+    ``shuffle_parquet`` result.  Rows ``expire`` marked (before a value, in a
+    generation that straddled it) are removed here.  The rows written plus
+    those removed are checked against the generations' fingerprints.  A
+    window of one generation and no cut has nothing to compact.  Interrupted,
+    it resumes from the piles it finished.
+
+    Parameters
+    ----------
+    dest
+        A window.
+    storage_options, progress
+        As for ``shuffle_parquet``.
+    retain
+        As for :func:`append`.  Default ``"1d"``.
+
+    Returns
+    -------
+    WindowReport
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> print(daskpile.compact("window/"))
+    compacted generations 0, 1 into generation 2 (40,000 rows): ... is at version 2, 1 generation, 40,000 rows
+    """
+    window = Window.load(dest, storage_options)
+    removed = snapshot.collect(window, retain)
+    if len(window.generations) == 1 and window.generations[0].cut is None:
+        return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
+    key = {"version": window.version}
+    numbers = [g.number for g in window.generations]
+    description = f"compaction of generations {', '.join(map(str, numbers))}"
+    pending = snapshot.begin(window.fs, window.path, "compact", key, description, window.next_generation)
+    generation = pending["generation"]
+    compacted = _merge_piles(window, generation, progress)
+    new = _generation(window, generation, compacted)
+    window = window.commit([new], next_generation=generation + 1)
+    snapshot.finish(window.fs, window.path)
+    removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
+    cut = _fingerprint.total(c.cut for c in compacted)
+    removed_rows = f", {count(cut.rows, 'row')} cut" if cut.rows else ""
+    summary = (
+        f"compacted generations {', '.join(map(str, numbers))} into generation {generation} "
+        f"({count(new.rows, 'row')}{removed_rows})"
+    )
+    return report(window, True, summary, generation=generation, removed=removed)
+
+
+def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compacted]:
+    """Every pile merged, in Dask tasks of a few piles each; checked against the generations' fingerprints."""
+    files_of_pile: list[list[tuple[str, dict | None]]] = [[] for _ in range(window.piles)]
+    for g in window.generations:
+        for name, pile in zip(g.files, g.file_piles, strict=True):
+            files_of_pile[pile].append((name, g.cut))
+    directory = snapshot.generation_dir(generation)
+    schema = _manifest.arrow_schema(window.base)
+    tasks = [
+        dask.delayed(_merge_group)(
+            window.fs, window.path, [(j, files_of_pile[j]) for j in group], window.seed, generation, window.piles,
+            directory, schema, dask_key_name=f"daskpile-compact-{group[0]:06d}-{window.seed}-{generation}",
+        )
+        for group in _pile_groups(list(range(window.piles)), total_threads())
+    ]  # fmt: skip
+    compacted = sorted((c for group in compute(tasks, progress=progress) for c in group), key=lambda c: c.pile)
+    recorded = [Fingerprint.from_json(g.fingerprint) if g.fingerprint else None for g in window.generations]
+    if all(r is not None for r in recorded):
+        before = _fingerprint.total(recorded)
+        after = _fingerprint.total(c.fingerprint for c in compacted) + _fingerprint.total(c.cut for c in compacted)
+        if before != after:
+            raise VerificationError(
+                f"compacting {window.url}: the generations recorded {before}, the rows written and cut add up to "
+                f"{after}; the window's manifest is unchanged"
+            )
+    return compacted
+
+
+def _merge_group(fs, path, piles, seed, generation, total_piles, directory, schema) -> list[_Compacted]:
+    """A few piles, one after the other (memory holds one pile): read, cut, permute, write."""
+    results = []
+    for pile, files in piles:
+        name = posixpath.join(directory, _manifest.part_name(pile, total_piles))
+        target = posixpath.join(path, name)
+        stamp = {"pile": pile, "piles": total_piles, "seed": seed, "compacted_into": generation,
+                 "from": [f for f, _ in files]}  # fmt: skip
+        found = _passes.pile_stamp(fs, target)
+        if found is not None and all(found.get(k) == v for k, v in stamp.items()):
+            results.append(_Compacted(pile, name, found["rows"], *_fingerprints(found)))
+            continue
+        kept, cut = [], Fingerprint()
+        for file_name, rule in files:
+            table = _read(fs, path, file_name)
+            if rule is not None:
+                keep = _at_or_after(table, rule)
+                cut = cut + _fingerprint.of(table.filter(pc.invert(keep)))
+                table = table.filter(keep)
+            kept.append(table.cast(schema) if not table.schema.equals(schema) else table)
+        merged = pa.concat_tables(kept) if kept else schema.empty_table()
+        rng = _random.keyed(seed, _random.COMPACT, generation, pile)
+        merged = _kernels.permute(merged, rng)
+        stamp.update(rows=merged.num_rows, cut=cut.to_json())
+        _, written = _passes._write_stamped(merged, fs, target, schema, stamp, True)
+        results.append(_Compacted(pile, name, merged.num_rows, written, cut))
+        del merged, kept
+    return results
+
+
+def _fingerprints(stamp: dict) -> tuple[Fingerprint, Fingerprint]:
+    return Fingerprint.from_json(stamp["fingerprint"]), Fingerprint.from_json(stamp["cut"])
+
+
+def _read(fs, path: str, name: str) -> pa.Table:
+    with open_parquet(fs, posixpath.join(path, name)) as parquet, parquet_errors(name):
+        return parquet.read(use_threads=False)
+
+
+def _at_or_after(table: pa.Table, rule: dict) -> pa.ChunkedArray:
+    """Which rows stay: ``column`` at or after ``before`` (nulls count as before)."""
+    values = table.column(rule["column"])
+    value = pa.scalar(rule["before"]).cast(values.type)
+    return pc.fill_null(pc.greater_equal(values, value), False)
+
+
+def _generation(window: Window, number: int, compacted: list[_Compacted]) -> Generation:
+    merged = window.generations
+    return Generation(
+        number=number,
+        files=tuple(c.name for c in compacted),
+        file_piles=tuple(c.pile for c in compacted),
+        rows_per_file=tuple(c.rows for c in compacted),
+        fingerprint=_fingerprint.total(c.fingerprint for c in compacted).to_json(),
+        source_files=tuple(s for g in merged for s in g.source_files),
+        source_stamps=tuple(s for g in merged for s in g.source_stamps),
+        seed=window.seed,
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        compacted=tuple(n for g in merged for n in (g.compacted or (g.number,))),
+    )

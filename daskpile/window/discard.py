@@ -1,0 +1,34 @@
+"""``discard``: drop a window's unfinished change, leaving the current version as it is."""
+
+from __future__ import annotations
+
+import posixpath
+
+from daskpile._storage import remove_tree
+from daskpile.window import snapshot
+from daskpile.window.append import WindowReport, report
+from daskpile.window.snapshot import Window
+
+
+def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
+    """Drop the change under way in the window ``dest`` (an interrupted append, expire or compact).
+
+    The files it was writing (a generation the current version does not
+    list) are removed; the current version is untouched.  Its scratch, if
+    any, goes with ``daskpile clean``.
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> print(daskpile.discard("window/"))
+    nothing under way: ... is at version 2, 1 generation, 10,000 rows
+    """
+    window = Window.load(dest, storage_options)
+    pending = snapshot.read_pending(window.fs, window.path)
+    if pending is None:
+        return report(window, False, "nothing under way")
+    generation = pending.get("generation")
+    if generation is not None and generation not in {g.number for g in window.generations}:
+        remove_tree(window.fs, posixpath.join(window.path, snapshot.generation_dir(generation)))
+    snapshot.finish(window.fs, window.path)
+    return report(window, True, f"discarded the unfinished {pending['description']}")

@@ -1,0 +1,152 @@
+"""``expire``: drop the oldest generations of a window, by count or by the values of a column."""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daskpile import _manifest
+from daskpile._words import count
+from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.window import snapshot
+from daskpile.window.append import WindowReport, report
+from daskpile.window.snapshot import Generation, Window
+
+READ_THREADS = 16  # one column of each file: small reads, bound by latency on an object store
+
+
+def expire(
+    dest: str,
+    *,
+    keep_generations: int | None = None,
+    before=None,
+    column: str | None = None,
+    storage_options: dict | None = None,
+    retain: str | float | None = None,
+) -> WindowReport:
+    """Drop generations from the window ``dest``: all but the newest ``keep_generations``, or those before a value.
+
+    Only a new version of the manifest is written: no data file is read for
+    ``keep_generations``, and only ``column`` for ``before``.  The files
+    dropped stay for readers of older versions until ``retain`` has passed,
+    and are removed by a later command.  A generation whose rows straddle
+    ``before`` stays, marked so that :func:`compact` removes just its rows
+    before the value.  Expiring what is already expired does nothing.
+
+    Parameters
+    ----------
+    dest
+        A window (or a ``shuffle_parquet`` result, its generation 0).
+    keep_generations
+        Keep the newest this many generations (at least 1).
+    before, column
+        Drop the generations all of whose rows have ``column`` below
+        ``before`` (a value of the column's type, or a string cast to it, such
+        as ``"2026-11-01"`` for a timestamp).  Nulls count as below.
+    storage_options
+        Passed to fsspec.
+    retain
+        As for :func:`append`.  Default ``"1d"``.
+
+    Returns
+    -------
+    WindowReport
+
+    Examples
+    --------
+    >>> import daskpile
+    >>> print(daskpile.expire("window/", keep_generations=1))
+    expired generation 0 (30,000 rows): ... is at version 2, 1 generation, 10,000 rows
+    """
+    if (keep_generations is None) == (before is None):
+        raise ValueError("give keep_generations (--keep N), or before and column (--before VALUE --column C)")
+    if before is not None and not column:
+        raise ValueError("before (--before) needs the column (--column) whose values it is compared with")
+    if keep_generations is not None and (isinstance(keep_generations, bool) or int(keep_generations) < 1):
+        raise ValueError(f"keep_generations must be a positive integer, got {keep_generations!r}")
+    window = Window.load(dest, storage_options)
+    removed = snapshot.collect(window, retain)
+    key = {"keep_generations": keep_generations, "before": None if before is None else str(before), "column": column}
+    snapshot.begin(window.fs, window.path, "expire", key, _describe(key), None)
+    if keep_generations is not None:
+        kept = list(window.generations[-int(keep_generations) :])
+    else:
+        kept = _cut(window, column, before)
+    if kept == list(window.generations):
+        snapshot.finish(window.fs, window.path)
+        return report(window, False, "nothing to expire", removed=removed)
+    numbers = {g.number for g in kept}
+    dropped = [g for g in window.generations if g.number not in numbers]
+    marked = [g.number for g in kept if g.cut is not None and g not in window.generations]
+    window = window.commit(kept)
+    snapshot.finish(window.fs, window.path)
+    removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
+    done = []
+    if dropped:
+        listed = ", ".join(str(g.number) for g in dropped)
+        done.append(f"expired generation{'s' if len(dropped) > 1 else ''} {listed} "
+                    f"({count(sum(g.rows for g in dropped), 'row')})")  # fmt: skip
+    if marked:
+        listed = ", ".join(str(n) for n in marked)
+        done.append(f"the rows of generation{'s' if len(marked) > 1 else ''} {listed} with {column} before "
+                    f"{before} go at the next compact")  # fmt: skip
+    return report(window, True, "; ".join(done), removed=removed)
+
+
+def _describe(key: dict) -> str:
+    if key["keep_generations"] is not None:
+        return f"keep the newest {key['keep_generations']}"
+    return f"drop rows with {key['column']} before {key['before']}"
+
+
+def _cut(window: Window, column: str, before) -> list[Generation]:
+    """The generations with a row at or after ``before`` in ``column``; those with rows on both sides marked."""
+    schema = _manifest.arrow_schema(window.base)
+    if column not in schema.names:
+        raise KeyError(f"column {column!r} is not in the window {window.url} (columns: {', '.join(schema.names)})")
+    value = _as_type(before, schema.field(column).type, column)
+    kept = []
+    for g in window.generations:
+        low, high, nulls = _range(window, g, column)
+        if high is None or pc.less(high, value).as_py():
+            continue  # every row before the cut (or null)
+        if nulls or pc.less(low, value).as_py():
+            g = dataclasses.replace(g, cut={"column": column, "before": _json_value(value)})
+        kept.append(g)
+    return kept
+
+
+def _as_type(value, type_: pa.DataType, column: str) -> pa.Scalar:
+    try:
+        return pa.scalar(value).cast(type_) if not isinstance(value, pa.Scalar) else value.cast(type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise ValueError(f"before={value!r} cannot be compared with column {column!r} of type {type_}: {e}") from None
+
+
+def _json_value(value: pa.Scalar):
+    python = value.as_py()
+    return python.isoformat() if hasattr(python, "isoformat") else python
+
+
+def _range(window: Window, generation: Generation, column: str):
+    """The least and greatest value of ``column`` in a generation, and whether it has nulls: its files, one column."""
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        parts = list(pool.map(lambda name: _min_max(window, name, column), generation.files))
+    lows = [low for low, _, _ in parts if low is not None]
+    highs = [high for _, high, _ in parts if high is not None]
+    low = min(lows, key=lambda s: s.as_py()) if lows else None
+    high = max(highs, key=lambda s: s.as_py()) if highs else None
+    return low, high, any(nulls for _, _, nulls in parts)
+
+
+def _min_max(window: Window, name: str, column: str):
+    path = posixpath.join(window.path, name)
+    with open_parquet(window.fs, path) as parquet, parquet_errors(f"{window.url}/{name}"):
+        values = parquet.read(columns=[column], use_threads=False).column(0)
+    found = pc.min_max(values)
+    low, high = found["min"], found["max"]
+    return (low if low.is_valid else None), (high if high.is_valid else None), values.null_count > 0

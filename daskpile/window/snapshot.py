@@ -1,0 +1,346 @@
+"""A moving window's state: its generations, the versions of its manifest, the change under way, retired files.
+
+A window is a pile dataset written by ``shuffle_parquet`` (generation 0, its
+files at the top of ``dest``) to which ``append`` adds generations (each in
+``dest/gen-NNNNNN/``, one file per pile) and from which ``expire`` drops
+them.  Every change writes its files first, then a new version of the
+manifest: ``_daskpile_versions/v-NNNNNNNN.json``, then the same document as
+``_daskpile.json``, the one readers open.  A reader reads one version and the
+files it lists; files a version no longer lists are *retired* (recorded in
+``_daskpile_versions/retired.json``) and removed only after a grace period,
+so that a reader still on an older version finishes.
+
+A change under way is marked by ``_daskpile.pending.json``: running the same
+command again finishes it, any other change is refused until it is finished
+or discarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import posixpath
+import re
+import time
+
+import numpy as np
+from dask.utils import parse_timedelta
+
+from daskpile import _manifest, _random
+from daskpile._fingerprint import Fingerprint
+from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
+from daskpile._words import count
+
+RETIRED = posixpath.join(_manifest.VERSIONS_DIR, "retired.json")
+PENDING = _manifest.WINDOW_PENDING
+GENERATION_DIR = _manifest.GENERATION_DIR
+DEFAULT_RETAIN = "1d"
+_PILE_OF_NAME = re.compile(r"part-(\d+)(?:-\d{4})?\.parquet$")
+
+
+class WindowBusyError(RuntimeError):
+    """The window has a change under way (an ``append``, ``expire`` or ``compact`` that was interrupted).
+
+    Run the same command again to finish it, or :func:`daskpile.discard` to
+    drop it; any other change is refused until then.
+    """
+
+
+def generation_dir(generation: int) -> str:
+    """>>> generation_dir(3)
+    'gen-000003'
+    """
+    return f"gen-{generation:06d}"
+
+
+def generation_seed(seed: int, generation: int) -> int:
+    """The seed of a generation's shuffle: the window's for generation 0, else keyed by (seed, generation).
+
+    So a generation's scatter is keyed by (seed, generation, partition) and
+    its permutation by (seed, generation, pile).
+
+    >>> generation_seed(5, 0), generation_seed(5, 1) == generation_seed(5, 1) != generation_seed(5, 2)
+    (5, True)
+    """
+    if generation == 0:
+        return seed
+    return int(_random.keyed(seed, _random.WINDOW, generation).integers(0, 2**63 - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """One append (or generation 0, the first shuffle; or a compaction of several): its files, per pile."""
+
+    number: int
+    files: tuple[str, ...]  # relative to the window, in pile order
+    file_piles: tuple[int, ...]
+    rows_per_file: tuple[int, ...]
+    fingerprint: dict | None  # of the rows read from its sources (minus those a compaction cut)
+    source_files: tuple[str, ...]
+    source_stamps: tuple[str, ...]
+    seed: int
+    created: str
+    cut: dict | None = None  # {"column", "before"}: its rows before the value go at the next compact
+    compacted: tuple[int, ...] = ()  # the generations a compaction merged
+
+    @property
+    def rows(self) -> int:
+        return int(sum(self.rows_per_file))
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Generation:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in fields}
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """The version of a window ``_daskpile.json`` holds (a plain shuffle result is version 0 of a window)."""
+
+    fs: object
+    path: str
+    base: dict  # the manifest, for what every generation shares: piles, seed, schema, second pass
+    version: int
+    generations: tuple[Generation, ...]
+    next_generation: int
+
+    @property
+    def url(self) -> str:
+        return full_url(self.fs, self.path)
+
+    @property
+    def piles(self) -> int:
+        return int(self.base["piles"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.base["seed"])
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.generations)
+
+    @classmethod
+    def load(cls, dest: str, storage_options: dict | None = None, version: int | None = None) -> Window:
+        """The window at ``dest``: the current version, or ``version`` (kept for the grace period)."""
+        fs, path = filesystem(dest, storage_options)
+        manifest = _manifest.read(dest, storage_options) if version is None else read_version(fs, path, version)
+        return cls.from_manifest(fs, path, manifest)
+
+    @classmethod
+    def from_manifest(cls, fs, path: str, manifest: dict) -> Window:
+        window = manifest.get("window")
+        if window is not None:
+            generations = tuple(Generation.from_json(g) for g in window["generations"])
+            return cls(fs, path, manifest, window["version"], generations, window["next_generation"])
+        run = manifest.get("run") or {}
+        if run.get("rows_per_file") is not None:
+            raise ValueError(
+                f"{full_url(fs, path)!r} was cut into files of {run['rows_per_file']:,} rows (rows_per_file), "
+                "not one file per pile: it cannot take appends; shuffle it again without rows_per_file"
+            )
+        first = Generation(
+            number=0,
+            files=tuple(manifest["files"]),
+            file_piles=tuple(pile_of_name(name) for name in manifest["files"]),
+            rows_per_file=tuple(manifest["rows_per_file"]),
+            fingerprint=manifest.get("fingerprint"),
+            source_files=tuple(manifest["source_files"]),
+            source_stamps=tuple(run.get("source_stamps", ())),
+            seed=int(manifest["seed"]),
+            created=manifest.get("created", ""),
+        )
+        return cls(fs, path, manifest, 0, (first,), 1)
+
+    def manifest(self, version: int, generations: list[Generation], next_generation: int) -> dict:
+        """The manifest of a new version holding ``generations``: files in pile order, generations within."""
+        order = sorted(
+            ((pile, position, g, f) for position, g in enumerate(generations) for f, pile in enumerate(g.file_piles)),
+            key=lambda item: item[:2],
+        )
+        rows_per_pile = np.zeros(self.piles, dtype=np.int64)
+        for g in generations:
+            np.add.at(rows_per_pile, np.array(g.file_piles, dtype=np.int64), np.array(g.rows_per_file, np.int64))
+        fingerprints = [Fingerprint.from_json(g.fingerprint) if g.fingerprint else None for g in generations]
+        total = None
+        if all(f is not None for f in fingerprints):
+            total = Fingerprint()
+            for f in fingerprints:
+                total = total + f
+        manifest = _manifest.build(
+            piles=self.piles,
+            seed=self.seed,
+            rows_per_pile=rows_per_pile.tolist(),
+            files=[g.files[f] for _, _, g, f in order],
+            rows_per_file=[g.rows_per_file[f] for _, _, g, f in order],
+            schema=_manifest.arrow_schema(self.base),
+            source_files=[s for g in generations for s in g.source_files],
+            seconds={},
+            fingerprint=total,
+            source=self.base.get("source"),
+            second_pass=self.base.get("second_pass", "eager"),
+        )
+        manifest["pile_plan"] = self.base.get("pile_plan")
+        manifest["window"] = {
+            "version": version,
+            "next_generation": next_generation,
+            "file_piles": [pile for pile, _, _, _ in order],
+            "generations": [g.to_json() for g in generations],
+        }
+        return manifest
+
+    def commit(self, generations: list[Generation], next_generation: int | None = None) -> Window:
+        """Write the next version holding ``generations``; the files it no longer lists are retired."""
+        version = self.version + 1
+        manifest = self.manifest(version, generations, next_generation or self.next_generation)
+        listed = set(manifest["files"])
+        gone = [f for g in self.generations for f in g.files if f not in listed]
+        if self.version == 0 and not self.fs.exists(version_path(self.path, 0)):
+            write_bytes(self.fs, version_path(self.path, 0), json.dumps(self.base, indent=1).encode())
+        superseded = posixpath.relpath(version_path(self.path, self.version), self.path)
+        retire(self.fs, self.path, [*_directories_of(gone, listed), superseded])
+        write_bytes(self.fs, version_path(self.path, version), json.dumps(manifest, indent=1).encode())
+        _manifest.write(self.fs, self.path, manifest)  # the switch: readers opening it now read this version
+        return Window.from_manifest(self.fs, self.path, manifest)
+
+    def with_sources(self, urls: list[str], stamps: list[str]) -> Generation | None:
+        """The generation appended from exactly these files, unchanged since, if the window holds one."""
+        for g in self.generations:
+            if g.source_files == tuple(urls) and g.source_stamps == tuple(stamps):
+                return g
+        return None
+
+    def describe(self) -> str:
+        return (
+            f"{self.url}: version {self.version}, {count(len(self.generations), 'generation')} "
+            f"({', '.join(str(g.number) for g in self.generations)}), {count(self.rows, 'row')} in "
+            f"{count(self.piles, 'pile')}"
+        )
+
+
+def pile_of_name(name: str) -> int:
+    """>>> pile_of_name("gen-000002/part-00007-0001.parquet")
+    7
+    """
+    found = _PILE_OF_NAME.search(name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a pile file (part-NNNNN.parquet)")
+    return int(found.group(1))
+
+
+def _directories_of(files: list[str], listed: set[str]) -> list[str]:
+    """Files to retire, a generation directory whole when none of its files stays listed."""
+    listed_dirs = {posixpath.dirname(f) for f in listed}
+    result, whole = [], set()
+    for f in files:
+        directory = posixpath.dirname(f)
+        if directory and GENERATION_DIR.match(directory) and directory not in listed_dirs:
+            if directory not in whole:
+                whole.add(directory)
+                result.append(directory)
+        else:
+            result.append(f)
+    return result
+
+
+def version_path(path: str, version: int) -> str:
+    return _manifest.version_path(path, version)
+
+
+def read_version(fs, path: str, version: int) -> dict:
+    return _manifest.window_version(fs, path, version)
+
+
+# ---- the change under way ----
+
+
+def begin(fs, path: str, command: str, key: dict, description: str, generation: int | None) -> dict:
+    """Mark ``command`` as under way (or find it under way already: its record, to resume it); refuse another."""
+    pending = read_pending(fs, path)
+    if pending is not None:
+        if pending["command"] == command and pending["key"] == key:
+            return pending
+        raise WindowBusyError(
+            f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
+            f"started {pending['started']}): run it again to finish it, or `daskpile discard` to drop it"
+        )
+    record = {
+        "command": command,
+        "key": key,
+        "description": description,
+        "generation": generation,
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    write_bytes(fs, posixpath.join(path, PENDING), json.dumps(record, indent=1).encode())
+    return record
+
+
+def read_pending(fs, path: str) -> dict | None:
+    try:
+        with fs.open(posixpath.join(path, PENDING), "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def finish(fs, path: str) -> None:
+    target = posixpath.join(path, PENDING)
+    if fs.exists(target):
+        fs.rm(target)
+
+
+# ---- retired files ----
+
+
+def retire(fs, path: str, names: list[str]) -> None:
+    """Record ``names`` (relative to the window) as no longer listed from now: removable after the grace period.
+
+    Written before the manifest that stops listing them, so that nothing is
+    ever unlisted without being recorded; ``collect`` never removes what the
+    current version lists.
+    """
+    if not names:
+        return
+    entries = read_retired(fs, path)
+    known = {n for e in entries for n in e["names"]}
+    fresh = [n for n in names if n not in known]
+    if fresh:
+        entries.append({"names": fresh, "since": time.time()})
+        write_bytes(fs, posixpath.join(path, RETIRED), json.dumps(entries, indent=1).encode())
+
+
+def read_retired(fs, path: str) -> list[dict]:
+    try:
+        with fs.open(posixpath.join(path, RETIRED), "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return []
+
+
+def collect(window: Window, retain: str | float | None) -> list[str]:
+    """Remove the retired files whose grace period ``retain`` has passed; the names removed."""
+    seconds = parse_timedelta(DEFAULT_RETAIN if retain is None else retain)
+    entries = read_retired(window.fs, window.path)
+    if not entries:
+        return []
+    listed = {f for g in window.generations for f in g.files}
+    listed |= {posixpath.dirname(f) for f in listed}
+    listed.add(posixpath.relpath(version_path(window.path, window.version), window.path))
+    now, kept, removed = time.time(), [], []
+    for entry in entries:
+        if now - entry["since"] < seconds:
+            kept.append(entry)
+            continue
+        for name in entry["names"]:
+            if name not in listed:
+                remove_tree(window.fs, posixpath.join(window.path, name))
+                removed.append(name)
+    if removed or len(kept) != len(entries):
+        write_bytes(window.fs, posixpath.join(window.path, RETIRED), json.dumps(kept, indent=1).encode())
+    return removed
