@@ -2,7 +2,9 @@
 
 Each example runs in a fresh directory holding ``data/`` (30,000 rows sorted by ``id``, in 3
 Parquet files, with ``label`` 0 then 1) and ``shuffled/`` (``shuffle_parquet("data/",
-"shuffled/", piles=4, seed=1)``), on Dask's threaded scheduler. So the examples of the API
+"shuffled/", piles=4, seed=1)``), on Dask's threaded scheduler.  The examples of
+``daskpile.window`` have ``day-1/`` and ``day-2/`` (10,000 rows each, ids going on) and ``window/``:
+``data/`` shuffled, then ``day-1/`` appended (generations 0 and 1). So the examples of the API
 reference run as written; only those that need an object store or a cluster are skipped.
 """
 
@@ -28,4 +30,20 @@ def _docstring_example_directory(request, tmp_path, monkeypatch, doctest_namespa
     monkeypatch.chdir(tmp_path)
     with dask.config.set(scheduler="threads"):
         shuffle_parquet("data/", "shuffled/", piles=4, seed=1)
+        if request.node.name.startswith("daskpile.window"):
+            _window_examples(tmp_path)
         yield
+
+
+def _window_examples(directory) -> None:
+    import pyarrow.parquet as pq
+
+    import daskpile
+    from daskpile.datasets import reference_table
+
+    for day in (1, 2):
+        (directory / f"day-{day}").mkdir()
+        pq.write_table(reference_table(20_000 + 10_000 * day, 30_000 + 10_000 * day, 10**9),
+                       directory / f"day-{day}" / "part.parquet")  # fmt: skip
+    daskpile.shuffle_parquet("data/", "window/", piles=4, seed=1)
+    daskpile.append("window/", "day-1/")

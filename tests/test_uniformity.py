@@ -6,6 +6,7 @@ drawn at random.  Each test is run against a deliberately biased shuffle too,
 which must fail it: a test that cannot fail proves nothing.
 """
 
+import contextlib
 import itertools
 import math
 
@@ -13,6 +14,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from _util import read_output, write_parts
 from scipy import stats
@@ -174,3 +176,48 @@ def test_the_scale_checks_have_teeth(client, sorted_source, tmp_path):
     assert any("chi-square" in f for f in failures)
     assert any("rank correlation" in f for f in failures)
     assert any("labels are 1" in f for f in failures)
+
+
+# -- a moving window: generations appended and expired, read through the loader -------------------
+
+
+def window_orders(tmp_path, trials: int, biased: bool = False) -> list[tuple]:
+    """The loader's epoch-0 order of a window: generation 0 (rows 10, 11), appends of [0, 1] and [2, 3],
+    generation 0 expired; window seed and loader seed both the trial's.
+
+    ``biased``: the appends send their rows to piles in turn (row k to pile k mod 3) instead of drawing
+    them: new rows go to the end of fixed piles, without a random pile draw.
+    """
+    import unittest.mock
+
+    for name, rows in [("g0", [10, 11]), ("g1", [0, 1]), ("g2", [2, 3])]:
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"x": pa.array(rows, pa.int64())}), tmp_path / name / "a.parquet")
+    in_turn = unittest.mock.patch.object(
+        _kernels, "random_piles", lambda rng, rows, piles: (np.arange(rows) % piles).astype(np.uint16)
+    )
+    orders = []
+    for seed in range(trials):
+        dest = str(tmp_path / f"w{seed}")
+        daskpile.shuffle_parquet(str(tmp_path / "g0"), dest, piles=3, seed=seed, verify=False)
+        with in_turn if biased else contextlib.nullcontext():
+            daskpile.append(dest, str(tmp_path / "g1"), verify=False)
+            daskpile.append(dest, str(tmp_path / "g2"), verify=False)
+        daskpile.expire(dest, keep_generations=2, retain=0)
+        loader = daskpile.PileLoader(dest, batch_size=4, seed=seed, prefetch=0)
+        orders.append(tuple(np.concatenate([batch["x"].to_numpy() for batch in loader]).tolist()))
+    return orders
+
+
+@pytest.mark.slow
+def test_all_24_orders_of_a_window_equally_likely_through_append_expire_and_the_loader(sync_scheduler, tmp_path):
+    """720 seeds through the real append, expire and loader code (30 per order): chi-square, 23 dof, alpha 1e-3."""
+    counts = order_counts(window_orders(tmp_path, 720))
+    assert (counts > 0).all()
+    assert uniformity_pvalue(counts) > ALPHA
+
+
+def test_the_window_test_has_teeth(sync_scheduler, tmp_path):
+    """Appends without a random pile draw fail it: rows 0 and 2 always share a pile, so do 1 and 3."""
+    counts = order_counts(window_orders(tmp_path, 240, biased=True))
+    assert uniformity_pvalue(counts) < ALPHA

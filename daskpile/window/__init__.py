@@ -7,10 +7,10 @@
 - ``discard``: dropping an unfinished change.
 """
 
-from daskpile.window.append import WindowReport, append
+from daskpile.window.append import append
 from daskpile.window.compact import compact
 from daskpile.window.discard import discard
 from daskpile.window.expire import expire
-from daskpile.window.snapshot import WindowBusyError
+from daskpile.window.snapshot import WindowBusyError, WindowReport
 
 __all__ = ["WindowBusyError", "WindowReport", "append", "compact", "discard", "expire"]

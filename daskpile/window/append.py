@@ -14,63 +14,7 @@ from daskpile.sources import plan_sources
 from daskpile.sources.read import Reading
 from daskpile.sources.schemas import conformer
 from daskpile.window import snapshot
-from daskpile.window.snapshot import Generation, Window
-
-
-@dataclasses.dataclass
-class WindowReport:
-    """What a window command did; ``print`` it for one line.
-
-    Parameters
-    ----------
-    dest
-        The window's URL.
-    version
-        The version of the manifest the command left current.
-    generations
-        The generations the window holds now.
-    rows
-        The rows of the window now.
-    changed
-        False when there was nothing to do (the same append already in the
-        window, nothing to expire or compact).
-    summary
-        What was done, in words.
-    generation
-        The generation the command wrote (append, compact), else None.
-    shuffle
-        For an append, the report of the new generation's shuffle.
-    removed
-        Retired files removed because their grace period had passed.
-    """
-
-    dest: str
-    version: int
-    generations: list[int]
-    rows: int
-    changed: bool
-    summary: str
-    generation: int | None = None
-    shuffle: ShuffleReport | None = None
-    removed: list[str] = dataclasses.field(default_factory=list)
-
-    def __str__(self) -> str:
-        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
-        return (
-            f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
-            f"{count(self.rows, 'row')}{removed}"
-        )
-
-    def to_json(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["shuffle"] = None if self.shuffle is None else str(self.shuffle)
-        return data
-
-
-def report(window: Window, changed: bool, summary: str, **extra) -> WindowReport:
-    return WindowReport(
-        window.url, window.version, [g.number for g in window.generations], window.rows, changed, summary, **extra
-    )
+from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
 
 def append(
@@ -130,10 +74,11 @@ def append(
     Examples
     --------
     >>> import daskpile
-    >>> daskpile.shuffle_parquet("day-0/", "window/", piles=8, seed=1).rows
-    30000
-    >>> print(daskpile.append("window/", "day-1/"))
-    appended generation 1 (10,000 rows): ... is at version 1, 2 generations, 40,000 rows
+    >>> report = daskpile.append("window/", "day-2/")  # window/: generations 0 and 1, 40,000 rows
+    >>> report.generation, report.generations, report.rows
+    (2, [0, 1, 2], 50000)
+    >>> daskpile.append("window/", "day-2/").changed  # the same files again: nothing to do
+    False
     """
     window = Window.load(dest, storage_options)
     removed = snapshot.collect(window, retain)

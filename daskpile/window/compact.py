@@ -17,8 +17,7 @@ from daskpile._parquet import VerificationError, _pile_groups
 from daskpile._words import count
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
-from daskpile.window.append import WindowReport, report
-from daskpile.window.snapshot import Generation, Window
+from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +63,9 @@ def compact(
     Examples
     --------
     >>> import daskpile
-    >>> print(daskpile.compact("window/"))
-    compacted generations 0, 1 into generation 2 (40,000 rows): ... is at version 2, 1 generation, 40,000 rows
+    >>> report = daskpile.compact("window/")  # window/: generations 0 and 1
+    >>> report.generations, report.rows, len(daskpile.read_manifest("window/")["files"])
+    ([2], 40000, 4)
     """
     window = Window.load(dest, storage_options)
     removed = snapshot.collect(window, retain)

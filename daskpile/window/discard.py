@@ -6,8 +6,7 @@ import posixpath
 
 from daskpile._storage import remove_tree
 from daskpile.window import snapshot
-from daskpile.window.append import WindowReport, report
-from daskpile.window.snapshot import Window
+from daskpile.window.snapshot import Window, WindowReport, report
 
 
 def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
@@ -20,8 +19,8 @@ def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
     Examples
     --------
     >>> import daskpile
-    >>> print(daskpile.discard("window/"))
-    nothing under way: ... is at version 2, 1 generation, 10,000 rows
+    >>> daskpile.discard("window/").summary
+    'nothing under way'
     """
     window = Window.load(dest, storage_options)
     pending = snapshot.read_pending(window.fs, window.path)

@@ -13,8 +13,7 @@ from daskpile import _manifest
 from daskpile._words import count
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
-from daskpile.window.append import WindowReport, report
-from daskpile.window.snapshot import Generation, Window
+from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
 READ_THREADS = 16  # one column of each file: small reads, bound by latency on an object store
 
@@ -59,8 +58,9 @@ def expire(
     Examples
     --------
     >>> import daskpile
-    >>> print(daskpile.expire("window/", keep_generations=1))
-    expired generation 0 (30,000 rows): ... is at version 2, 1 generation, 10,000 rows
+    >>> report = daskpile.expire("window/", keep_generations=1)  # window/: generations 0 and 1
+    >>> report.generations, report.rows
+    ([1], 10000)
     """
     if (keep_generations is None) == (before is None):
         raise ValueError("give keep_generations (--keep N), or before and column (--before VALUE --column C)")
@@ -70,20 +70,18 @@ def expire(
         raise ValueError(f"keep_generations must be a positive integer, got {keep_generations!r}")
     window = Window.load(dest, storage_options)
     removed = snapshot.collect(window, retain)
-    key = {"keep_generations": keep_generations, "before": None if before is None else str(before), "column": column}
-    snapshot.begin(window.fs, window.path, "expire", key, _describe(key), None)
+    # one manifest write: nothing to mark as under way, but nothing to do while another change is
+    snapshot.check_idle(window.fs, window.path, "expire", {})
     if keep_generations is not None:
         kept = list(window.generations[-int(keep_generations) :])
     else:
         kept = _cut(window, column, before)
     if kept == list(window.generations):
-        snapshot.finish(window.fs, window.path)
         return report(window, False, "nothing to expire", removed=removed)
     numbers = {g.number for g in kept}
     dropped = [g for g in window.generations if g.number not in numbers]
     marked = [g.number for g in kept if g.cut is not None and g not in window.generations]
     window = window.commit(kept)
-    snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     done = []
     if dropped:
@@ -95,12 +93,6 @@ def expire(
         done.append(f"the rows of generation{'s' if len(marked) > 1 else ''} {listed} with {column} before "
                     f"{before} go at the next compact")  # fmt: skip
     return report(window, True, "; ".join(done), removed=removed)
-
-
-def _describe(key: dict) -> str:
-    if key["keep_generations"] is not None:
-        return f"keep the newest {key['keep_generations']}"
-    return f"drop rows with {key['column']} before {key['before']}"
 
 
 def _cut(window: Window, column: str, before) -> list[Generation]:

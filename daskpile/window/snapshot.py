@@ -48,7 +48,9 @@ class WindowBusyError(RuntimeError):
 
 
 def generation_dir(generation: int) -> str:
-    """>>> generation_dir(3)
+    """The directory of a generation's files (generation 0's are at the top of the window).
+
+    >>> generation_dir(3)
     'gen-000003'
     """
     return f"gen-{generation:06d}"
@@ -225,7 +227,9 @@ class Window:
 
 
 def pile_of_name(name: str) -> int:
-    """>>> pile_of_name("gen-000002/part-00007-0001.parquet")
+    """The pile a file holds, from its name.
+
+    >>> pile_of_name("gen-000002/part-00007-0001.parquet")
     7
     """
     found = _PILE_OF_NAME.search(name)
@@ -257,19 +261,70 @@ def read_version(fs, path: str, version: int) -> dict:
     return _manifest.window_version(fs, path, version)
 
 
+@dataclasses.dataclass
+class WindowReport:
+    """What a window command did; ``print`` it for one line.
+
+    Parameters
+    ----------
+    dest
+        The window's URL.
+    version
+        The version of the manifest the command left current.
+    generations
+        The generations the window holds now.
+    rows
+        The rows of the window now.
+    changed
+        False when there was nothing to do (the same append already in the
+        window, nothing to expire or compact).
+    summary
+        What was done, in words.
+    generation
+        The generation the command wrote (append, compact), else None.
+    shuffle
+        For an append, the report of the new generation's shuffle.
+    removed
+        Retired files removed because their grace period had passed.
+    """
+
+    dest: str
+    version: int
+    generations: list[int]
+    rows: int
+    changed: bool
+    summary: str
+    generation: int | None = None
+    shuffle: object | None = None  # a ShuffleReport
+    removed: list[str] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
+        return (
+            f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
+            f"{count(self.rows, 'row')}{removed}"
+        )
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["shuffle"] = None if self.shuffle is None else str(self.shuffle)
+        return data
+
+
+def report(window: Window, changed: bool, summary: str, **extra) -> WindowReport:
+    return WindowReport(
+        window.url, window.version, [g.number for g in window.generations], window.rows, changed, summary, **extra
+    )
+
+
 # ---- the change under way ----
 
 
 def begin(fs, path: str, command: str, key: dict, description: str, generation: int | None) -> dict:
     """Mark ``command`` as under way (or find it under way already: its record, to resume it); refuse another."""
-    pending = read_pending(fs, path)
+    pending = check_idle(fs, path, command, key)
     if pending is not None:
-        if pending["command"] == command and pending["key"] == key:
-            return pending
-        raise WindowBusyError(
-            f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
-            f"started {pending['started']}): run it again to finish it, or `daskpile discard` to drop it"
-        )
+        return pending
     record = {
         "command": command,
         "key": key,
@@ -279,6 +334,17 @@ def begin(fs, path: str, command: str, key: dict, description: str, generation: 
     }
     write_bytes(fs, posixpath.join(path, PENDING), json.dumps(record, indent=1).encode())
     return record
+
+
+def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
+    """The record of this very command under way (None if none is); WindowBusyError if another is."""
+    pending = read_pending(fs, path)
+    if pending is None or (pending["command"] == command and pending["key"] == key):
+        return pending
+    raise WindowBusyError(
+        f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
+        f"started {pending['started']}): run it again to finish it, or `daskpile discard` to drop it"
+    )
 
 
 def read_pending(fs, path: str) -> dict | None:

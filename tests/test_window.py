@@ -1,0 +1,366 @@
+"""Moving windows: append, expire, compact, discard; snapshots, resume, retention, verify, the loader."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from _util import DASKPILE, daskpile_command, write_parts
+
+import daskpile
+from daskpile.datasets import reference_table
+from daskpile.window import snapshot
+
+PILES, SEED = 4, 11
+DAY_ROWS = 2_000
+
+
+def day(directory: Path, number: int, rows: int = DAY_ROWS, files: int = 2) -> str:
+    """The rows that arrive on day ``number``: ids ``number * rows ...``, with the day as a column."""
+    table = reference_table(number * rows, (number + 1) * rows, 10**9)
+    table = table.append_column("day", pa.array(np.full(rows, number, dtype=np.int32)))
+    path = directory / f"day-{number}"
+    write_parts(table, path, parts=files)
+    return str(path)
+
+
+@pytest.fixture
+def days(tmp_path):
+    return [day(tmp_path / "in", d) for d in range(4)]
+
+
+def window_ids(dest) -> np.ndarray:
+    """The ids the current version lists, read as a plain reader would (the listed files)."""
+    manifest = daskpile.read_manifest(str(dest))
+    return np.concatenate([pq.read_table(os.path.join(dest, f), columns=["id"])["id"].to_numpy()
+                           for f in manifest["files"]])  # fmt: skip
+
+
+def ids_of(*day_numbers) -> list[int]:
+    return sorted(i for d in day_numbers for i in range(d * DAY_ROWS, (d + 1) * DAY_ROWS))
+
+
+def loader_ids(dest, **kwargs) -> np.ndarray:
+    loader = daskpile.PileLoader(str(dest), batch_size=500, seed=0, **kwargs)
+    return np.concatenate([b["id"].to_numpy() for b in loader])
+
+
+def test_append_expire_compact_keep_the_window_exact(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    first = daskpile.append(str(dest), days[1])
+    assert (first.generation, first.version, first.generations, first.rows) == (1, 1, [0, 1], 2 * DAY_ROWS)
+    assert len(list((dest / "gen-000001").glob("part-*.parquet"))) == PILES  # one new file per pile
+    daskpile.append(str(dest), days[2])
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
+    expired = daskpile.expire(str(dest), keep_generations=2)
+    assert expired.generations == [1, 2] and sorted(window_ids(dest)) == ids_of(1, 2)
+    assert daskpile.verify(str(dest)).ok
+    manifest = daskpile.read_manifest(str(dest))
+    assert manifest["rows"] == 2 * DAY_ROWS and sum(manifest["rows_per_pile"]) == 2 * DAY_ROWS
+    assert [g["number"] for g in manifest["window"]["generations"]] == [1, 2]
+    assert [g["fingerprint"]["rows"] for g in manifest["window"]["generations"]] == [DAY_ROWS, DAY_ROWS]
+    # every row of the window once per epoch through the loader: each pile's generations loaded together
+    assert sorted(loader_ids(dest)) == ids_of(1, 2)
+    compacted = daskpile.compact(str(dest))
+    assert compacted.generations == [3]
+    manifest = daskpile.read_manifest(str(dest))
+    assert manifest["files"] == [f"gen-000003/part-{j:05d}.parquet" for j in range(PILES)]
+    assert sorted(window_ids(dest)) == ids_of(1, 2) and daskpile.verify(str(dest)).ok
+    # a compacted pile is permuted: the days are mixed inside each file, not one after the other
+    first_pile = pq.read_table(dest / manifest["files"][0], columns=["day"])["day"].to_numpy()
+    assert (np.diff(first_pile) != 0).sum() > 10
+
+
+def test_the_same_append_twice_does_nothing(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    assert daskpile.append(str(dest), days[1]).changed
+    again = daskpile.append(str(dest), days[1])
+    assert not again.changed and "already appended as generation 1" in str(again)
+    assert again.version == 1 and sorted(window_ids(dest)) == ids_of(0, 1)
+
+
+def test_an_append_of_another_schema_is_refused_naming_the_column_and_writes_nothing(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    before = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    other = tmp_path / "other"
+    other.mkdir()
+    table = reference_table(0, 100, 100).append_column("day", pa.array(np.zeros(100), pa.float64()))
+    pq.write_table(table, other / "a.parquet")
+    with pytest.raises(ValueError, match="day"):
+        daskpile.append(str(dest), str(other))
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    pq.write_table(reference_table(0, 100, 100).append_column("day", pa.array(np.zeros(100, np.int32))).append_column(
+        "w", pa.array(np.zeros(100))), extra / "a.parquet")  # fmt: skip
+    with pytest.raises(ValueError, match="w: unexpected column"):
+        daskpile.append(str(dest), str(extra))
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == before
+
+
+def test_columns_in_another_order_are_appended_in_the_windows_order(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    reordered = tmp_path / "reordered"
+    reordered.mkdir()
+    table = pq.read_table(days[1])
+    pq.write_table(table.select(list(reversed(table.column_names))), reordered / "a.parquet")
+    daskpile.append(str(dest), str(reordered))
+    schema = pq.read_schema(dest / "gen-000001" / "part-00000.parquet")
+    assert schema.names == table.column_names and daskpile.verify(str(dest)).ok
+
+
+def test_expire_before_a_value_drops_whole_generations_and_cuts_the_straddling_one_at_compact(sync_scheduler, tmp_path):
+    # day 1's rows carry the days 1 and 2 (a late file): a cut at 2 straddles it
+    dest = tmp_path / "window"
+    inputs = tmp_path / "in"
+    daskpile.shuffle_parquet(day(inputs, 0), str(dest), piles=PILES, seed=SEED)
+    straddling = reference_table(DAY_ROWS, 2 * DAY_ROWS, 10**9).append_column(
+        "day", pa.array(np.repeat(np.array([1, 2], np.int32), DAY_ROWS // 2))
+    )
+    write_parts(straddling, inputs / "day-1", parts=2)
+    daskpile.append(str(dest), str(inputs / "day-1"))
+    daskpile.append(str(dest), day(inputs, 3))
+    expired = daskpile.expire(str(dest), before=2, column="day")
+    assert expired.generations == [1, 2] and "go at the next compact" in str(expired)
+    generations = daskpile.read_manifest(str(dest))["window"]["generations"]
+    assert generations[0]["cut"] == {"column": "day", "before": 2} and generations[1]["cut"] is None
+    assert len(window_ids(dest)) == 2 * DAY_ROWS  # the cut rows stay until compact
+    assert not daskpile.expire(str(dest), before=2, column="day").changed  # again: nothing to do
+    daskpile.compact(str(dest))
+    kept = sorted(window_ids(dest))
+    assert kept == list(range(DAY_ROWS + DAY_ROWS // 2, 2 * DAY_ROWS)) + ids_of(3)
+    assert daskpile.verify(str(dest)).ok
+    with pytest.raises(ValueError, match="cannot be compared"):
+        daskpile.expire(str(dest), before="not a number", column="day")
+    with pytest.raises(KeyError, match="nope"):
+        daskpile.expire(str(dest), before=1, column="nope")
+
+
+def test_expire_before_a_time_given_as_text(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    # ts is id microseconds after 2020-09-13T12:26:40: day 1 starts at id 2,000
+    first_of_day_1 = pq.read_table(days[1], columns=["ts"])["ts"][0].as_py()
+    report = daskpile.expire(str(dest), before=first_of_day_1.isoformat(), column="ts")
+    assert report.generations == [1] and sorted(window_ids(dest)) == ids_of(1)
+
+
+def test_verify_names_the_generation_whose_files_changed(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    daskpile.append(str(dest), days[2])
+    assert daskpile.verify(str(dest)).ok
+    victim = dest / "gen-000002" / "part-00001.parquet"
+    table = pq.read_table(victim)
+    pq.write_table(table.slice(1), victim)  # a row lost
+    result = daskpile.verify(str(dest))
+    assert not result.ok and result.generations_differing == (2,)
+    assert "generations that differ: 2" in str(result)
+    (dest / "gen-000001" / "part-00000.parquet").unlink()
+    result = daskpile.verify(str(dest))
+    assert result.generations_differing == (1, 2) and result.missing_files
+
+
+def test_a_change_under_way_is_resumed_by_the_same_command_and_refuses_others(sync_scheduler, days, tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    reference = tmp_path / "reference"
+    shutil.copytree(dest, reference)
+    daskpile.append(str(reference), days[1])
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # killed after the generation's files, before the new manifest
+
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot.Window, "commit", killed)
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.append(str(dest), days[1])
+    assert "window" not in daskpile.read_manifest(str(dest))  # still version 0, whole and readable
+    assert sorted(loader_ids(dest)) == ids_of(0)
+    with pytest.raises(daskpile.WindowBusyError, match="unfinished `daskpile append`"):
+        daskpile.expire(str(dest), keep_generations=1)
+    with pytest.raises(daskpile.WindowBusyError):
+        daskpile.append(str(dest), days[2])
+    finished = daskpile.append(str(dest), days[1])
+    assert finished.changed and finished.generation == 1
+    assert not (dest / snapshot.PENDING).exists()
+    for name in (f"gen-000001/part-{j:05d}.parquet" for j in range(PILES)):
+        assert (dest / name).read_bytes() == (reference / name).read_bytes()
+
+
+def test_discard_drops_the_unfinished_change(sync_scheduler, days, tmp_path, monkeypatch):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot.Window, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.append(str(dest), days[1])
+    assert (dest / "gen-000001").exists()
+    assert daskpile.discard(str(dest)).changed
+    assert not (dest / "gen-000001").exists() and not (dest / snapshot.PENDING).exists()
+    assert daskpile.append(str(dest), days[2]).generation == 1  # the number is free again
+    assert not daskpile.discard(str(dest)).changed
+
+
+def test_a_killed_append_leaves_the_previous_version_whole_and_the_same_command_finishes_it(days, tmp_path):
+    """SIGKILL of `daskpile append` in pass 1 of the new generation; then the same command."""
+    dest = tmp_path / "window"
+    source = tmp_path / "big"
+    write_parts(pq.read_table(days[1]), source, parts=40)
+    daskpile_command("shuffle", days[0], str(dest), "--piles", str(PILES), "--seed", str(SEED), "--scheduler",
+                     "sync", "-q")  # fmt: skip
+    reference = tmp_path / "reference"
+    shutil.copytree(dest, reference)
+    args = [str(source), "--blocksize", "16KiB", "--scheduler", "sync", "-q"]
+    assert daskpile_command("append", *args[:1], str(reference), *args[1:]).returncode == 0
+    process = subprocess.Popen([DASKPILE, "append", str(source), str(dest), *args[1:]])
+    deadline = time.monotonic() + 60
+    while not (dest / snapshot.PENDING).exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert "window" not in daskpile.read_manifest(str(dest))
+    busy = daskpile_command("expire", str(dest), "--keep", "1")
+    assert busy.returncode == 2 and "unfinished `daskpile append`" in busy.stderr
+    done = daskpile_command("append", str(source), str(dest), *args[1:])
+    assert done.returncode == 0, done.stderr
+    for name in (f"gen-000001/part-{j:05d}.parquet" for j in range(PILES)):
+        assert (dest / name).read_bytes() == (reference / name).read_bytes()
+
+
+def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version_finishes(
+    sync_scheduler, days, tmp_path
+):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    reader = daskpile.PileLoader(str(dest), batch_size=500, seed=0, prefetch=0)
+    batches = iter(reader)
+    seen = [next(batches)["id"].to_numpy()]
+    daskpile.expire(str(dest), keep_generations=1)  # default retain: a day
+    assert (dest / "part-00000.parquet").exists()
+    seen += [b["id"].to_numpy() for b in batches]  # the epoch goes on over version 1
+    assert sorted(np.concatenate(seen)) == ids_of(0, 1)
+    assert sorted(loader_ids(dest)) == ids_of(1)  # a new loader: the current version
+    assert sorted(loader_ids(dest, version=1)) == ids_of(0, 1)  # an old version, kept for the grace period
+    report = daskpile.append(str(dest), days[2], retain=0)
+    assert not (dest / "part-00000.parquet").exists() and report.removed
+    with pytest.raises(FileNotFoundError, match=r"version 1 of the window .* is gone"):
+        daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=1)
+
+
+def test_the_loader_reads_one_version_per_epoch_and_the_next_epoch_the_new_one(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    loader = daskpile.PileLoader(str(dest), batch_size=500, seed=0)
+    epoch = iter(loader)
+    first = [next(epoch)["id"].to_numpy()]
+    state = loader.state_dict()
+    assert state["version"] == 1
+    daskpile.append(str(dest), days[2])
+    first += [b["id"].to_numpy() for b in epoch]
+    assert sorted(np.concatenate(first)) == ids_of(0, 1)
+    assert loader.epoch == 1 and sorted(np.concatenate([b["id"].to_numpy() for b in loader])) == ids_of(0, 1, 2)
+    # a job resumed from the state of epoch 0 reads the rest of version 1, then goes on to version 2
+    resumed = daskpile.PileLoader(str(dest), batch_size=500, seed=0)
+    resumed.load_state_dict(state)
+    rest = np.concatenate([b["id"].to_numpy() for b in resumed])
+    assert sorted(np.concatenate([first[0], rest])) == ids_of(0, 1)
+    assert len(resumed) == 3 * DAY_ROWS // 500
+
+
+def test_the_same_commands_give_byte_identical_files_on_any_cluster(client, days, tmp_path):
+    def run(dest, scheduler):
+        with dask.config.set(scheduler=scheduler) if scheduler else contextlib.nullcontext():
+            daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+            daskpile.append(str(dest), days[1])
+            daskpile.append(str(dest), days[2])
+            daskpile.expire(str(dest), keep_generations=2, retain=0)
+            daskpile.append(str(dest), days[3])
+        files = daskpile.read_manifest(str(dest))["files"]
+        return {name: (dest / name).read_bytes() for name in files}
+
+    on_cluster = run(tmp_path / "cluster", None)
+    on_sync = run(tmp_path / "sync", "sync")
+    assert on_cluster == on_sync and len(on_cluster) == 3 * PILES
+    with dask.config.set(scheduler="sync"):
+        daskpile.compact(str(tmp_path / "sync"))
+    daskpile.compact(str(tmp_path / "cluster"))
+    assert file_set(tmp_path / "cluster") == file_set(tmp_path / "sync")
+
+
+def file_set(dest) -> dict:
+    return {name: (dest / name).read_bytes() for name in daskpile.read_manifest(str(dest))["files"]}
+
+
+def test_shuffle_over_a_window_is_refused_unless_overwrite_which_removes_every_generation(
+    sync_scheduler, days, tmp_path
+):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    with pytest.raises(FileExistsError, match="moving window"):
+        daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.shuffle_parquet(days[2], str(dest), piles=PILES, seed=SEED, overwrite=True)
+    assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(4)]
+
+
+def test_a_result_cut_into_rows_per_file_cannot_take_appends(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "cut"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED, rows_per_file=300)
+    with pytest.raises(ValueError, match="rows_per_file"):
+        daskpile.append(str(dest), days[1])
+
+
+def test_the_commands(days, tmp_path):
+    dest = str(tmp_path / "window")
+    assert daskpile_command("shuffle", days[0], dest, "--piles", "4", "--seed", "3", "-q").returncode == 0
+    done = daskpile_command("append", days[1], dest, "--scheduler", "sync", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["generations"] == [0, 1]
+    assert "appended generation 2" in daskpile_command("append", days[2], dest, "--scheduler", "sync").stdout
+    assert daskpile_command("verify", dest, "-q").returncode == 0
+    expired = daskpile_command("expire", dest, "--before", "1", "--column", "day", "--retain", "0")
+    assert expired.returncode == 0 and "expired generation 0" in expired.stdout
+    assert "expired generation 1" in daskpile_command("expire", dest, "--keep", "1").stdout
+    assert daskpile_command("expire", dest).returncode == 2
+    compacted = daskpile_command("compact", dest, "--scheduler", "sync")
+    assert compacted.returncode == 0 and "nothing to compact" in compacted.stdout
+    assert "nothing under way" in daskpile_command("discard", dest).stdout
+    assert sorted(window_ids(dest)) == ids_of(2)
+
+
+def test_a_window_on_an_object_store(days, tmp_path):
+    from _cluster import moto_s3
+
+    with moto_s3(buckets=("lake",)) as (fs, options), dask.config.set(scheduler="sync"):
+        dest = "s3://lake/window"
+        daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED, storage_options=options)
+        daskpile.append(dest, days[1], storage_options=options, scratch="s3://lake/tmp")
+        daskpile.append(dest, days[2], storage_options=options, scratch="s3://lake/tmp")
+        daskpile.expire(dest, keep_generations=2, storage_options=options, retain=0)
+        assert daskpile.verify(dest, storage_options=options).ok
+        loader = daskpile.PileLoader(dest, batch_size=500, seed=0, storage_options=options)
+        assert sorted(np.concatenate([b["id"].to_numpy() for b in loader])) == ids_of(1, 2)
+        daskpile.compact(dest, storage_options=options, retain=0)
+        assert daskpile.verify(dest, storage_options=options).ok
+        assert not fs.exists("lake/window/part-00000.parquet") and not fs.exists("lake/tmp/daskpile-*")
+        manifest = daskpile.read_manifest(dest, storage_options=options)
+        assert pc.sum(pa.array(manifest["rows_per_file"])).as_py() == 2 * DAY_ROWS
