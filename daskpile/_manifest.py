@@ -28,6 +28,9 @@ GENERATION_DIR = re.compile(r"^gen-\d{6}$")  # a moving window's generation (gen
 # The key of each output file's footer stamp: the pile it holds, piles, seed, rows (and "lazy": true)
 PILE_METADATA_KEY = b"daskpile.pile"
 FORMAT = "daskpile/1"
+# A moving window (daskpile.append): daskpile/1 plus "window".  A new format, so that a daskpile that does
+# not know windows refuses one instead of reading its generations' files as one result, unpermuted together
+WINDOW_FORMAT = "daskpile/2"
 
 
 def part_name(pile: int, piles: int, sub: int | None = None) -> str:
@@ -188,9 +191,10 @@ def read_at(fs: fsspec.AbstractFileSystem, directory: str) -> dict:
     path = posixpath.join(directory, MANIFEST_NAME)
     with fs.open(path, "rb") as f:
         manifest = json.load(f)
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in (FORMAT, WINDOW_FORMAT):
         raise ValueError(
-            f"{path}: manifest format {manifest.get('format')!r}, and this daskpile reads {FORMAT!r}: "
+            f"{path}: manifest format {manifest.get('format')!r}, and this daskpile reads {FORMAT!r} and "
+            f"{WINDOW_FORMAT!r}: "
             "use the daskpile version that wrote it"
         )
     return manifest

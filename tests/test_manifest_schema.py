@@ -30,7 +30,7 @@ def source(tmp_path_factory):
 
 def test_the_schema_is_a_valid_json_schema_of_the_current_format():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["properties"]["format"]["const"] == daskpile._manifest.FORMAT
+    assert SCHEMA["properties"]["format"]["enum"] == [daskpile._manifest.FORMAT, daskpile._manifest.WINDOW_FORMAT]
 
 
 @pytest.mark.parametrize(
@@ -81,6 +81,29 @@ def test_a_manifest_of_another_format_is_refused_not_misread(source, tmp_path, s
 
     daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=1)
     path = tmp_path / "out" / "_daskpile.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "daskpile/2"}))
-    with pytest.raises(ValueError, match=r"manifest format 'daskpile/2', and this daskpile reads 'daskpile/1'"):
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "daskpile/3"}))
+    with pytest.raises(ValueError, match=r"manifest format 'daskpile/3', and this daskpile reads 'daskpile/1' and"):
         daskpile.read_manifest(str(tmp_path / "out"))
+
+
+def test_every_version_of_a_moving_window_follows_it(source, tmp_path, sync_scheduler):
+    """daskpile/2: after an append, an expire that cuts a generation, a compaction; each kept version too."""
+    table = pq.read_table(source)
+    for day in range(2):
+        (tmp_path / f"day-{day}").mkdir()
+        pq.write_table(table.slice(day * 20_000, 20_000), tmp_path / f"day-{day}" / "a.parquet")
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(str(tmp_path / "day-0"), str(dest), piles=3, seed=1)
+    daskpile.append(str(dest), str(tmp_path / "day-1"))
+    assert check(dest)["format"] == "daskpile/2"
+    plain = json.loads((dest / "gen-000001" / "_daskpile.json").read_text())
+    plain["window"] = {"version": 1, "next_generation": 2, "file_piles": [], "generations": []}
+    with pytest.raises(jsonschema.ValidationError):  # daskpile/1 with a window: a reader of 1 would misread it
+        jsonschema.validate(plain, SCHEMA)
+    daskpile.expire(str(dest), before=30_000, column="id")
+    assert check(dest)["window"]["generations"][0]["cut"] == {"column": "id", "before": 30_000}
+    daskpile.compact(str(dest), retain=0)
+    assert check(dest)["rows"] == 10_000
+    for version in sorted((dest / "_daskpile_versions").glob("v-*.json")):
+        manifest = json.loads(version.read_text())
+        jsonschema.validate(manifest, SCHEMA, format_checker=jsonschema.FormatChecker())

@@ -364,3 +364,23 @@ def test_a_window_on_an_object_store(days, tmp_path):
         assert not fs.exists("lake/window/part-00000.parquet") and not fs.exists("lake/tmp/daskpile-*")
         manifest = daskpile.read_manifest(dest, storage_options=options)
         assert pc.sum(pa.array(manifest["rows_per_file"])).as_py() == 2 * DAY_ROWS
+
+
+def test_quality_after_10_appends_and_5_expiries_sees_no_arrival_order_in_the_loaders_order(sync_scheduler, tmp_path):
+    """Ids are arrival order.  Read in the loader's order the window passes ``quality`` (each check at alpha 1e-3);
+    its files read one after the other, as a plain reader bypassing the loader would, fail it."""
+    rows = 10_000
+    inputs = tmp_path / "in"
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(day(inputs, 0, rows), dest, piles=8, seed=SEED)
+    for number in range(1, 11):
+        daskpile.append(dest, day(inputs, number, rows), retain=0)
+        if number >= 6:  # 5 expiries, each dropping the oldest generation
+            assert daskpile.expire(dest, keep_generations=6, retain=0).changed
+    manifest = daskpile.read_manifest(dest)
+    assert [g["number"] for g in manifest["window"]["generations"]] == list(range(5, 11))
+    assert manifest["rows"] == 6 * rows and daskpile.verify(dest).ok
+    report = daskpile.quality(dest, order_column="id", label_column="day")
+    assert report.ok, str(report)
+    plain = daskpile.quality([os.path.join(dest, f) for f in manifest["files"]], order_column="id")
+    assert not plain.ok

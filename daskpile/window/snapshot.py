@@ -183,11 +183,12 @@ class Window:
             rows_per_file=[g.rows_per_file[f] for _, _, g, f in order],
             schema=_manifest.arrow_schema(self.base),
             source_files=[s for g in generations for s in g.source_files],
-            seconds={},
+            seconds={"scatter": 0.0, "gather": 0.0},
             fingerprint=total,
             source=self.base.get("source"),
             second_pass=self.base.get("second_pass", "eager"),
         )
+        manifest["format"] = _manifest.WINDOW_FORMAT
         manifest["pile_plan"] = self.base.get("pile_plan")
         manifest["window"] = {
             "version": version,
