@@ -2,11 +2,13 @@
 
     python benchmarks/quality_memory.py --size A        # 10 M rows
     python benchmarks/quality_memory.py --size B        # 100 M rows
+    python benchmarks/quality_memory.py --size B --order-column ts --dest benchmarks/data/B-piles-64
 
-Shuffles the reference dataset once (cached), then runs ``daskpile quality
---order-column id --label-column label`` in a fresh process on a LocalCluster
+Shuffles the reference dataset once (cached; or measures ``--dest``), then runs
+``daskpile quality --order-column id --label-column label`` in a fresh process on a LocalCluster
 of 2 workers limited to 2 GiB each, polling the resident memory of every
-process of the tree.  Prints one JSON line per run and appends it to
+process of the tree.  ``--order-column ts`` (a timestamp, not a dense range of
+integers) measures the path that ranks the column by a sort on Dask.  Prints one JSON line per run and appends it to
 benchmarks/results/quality-memory.jsonl.
 """
 
@@ -35,9 +37,9 @@ def shuffled(size: str, data_dir: str) -> str:
     return dest
 
 
-def measure(dest: str) -> dict:
+def measure(dest: str, order_column: str = "id") -> dict:
     daskpile = os.path.join(os.path.dirname(sys.executable), "daskpile")
-    args = [daskpile, "quality", dest, "--order-column", "id", "--label-column", "label", "--json",
+    args = [daskpile, "quality", dest, "--order-column", order_column, "--label-column", "label", "--json",
             "--workers", "2", "--memory-limit", "2GiB"]  # fmt: skip
     start = time.perf_counter()
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -60,10 +62,14 @@ def main(argv=None) -> None:
     parser.add_argument("--size", choices=SIZES, default="A")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
+    parser.add_argument("--order-column", default="id", help="id (a dense range) or ts (a timestamp: sorted on Dask)")
+    parser.add_argument("--dest", help="A shuffle result of the dataset to measure [made with auto piles]")
     args = parser.parse_args(argv)
-    dest = shuffled(args.size, args.data_dir)
+    dest = args.dest or shuffled(args.size, args.data_dir)
     for _ in range(args.reps):
-        result = {"size": args.size, "date": datetime.date.today().isoformat(), **measure(dest)}
+        measured = measure(dest, args.order_column)
+        result = {"size": args.size, "order_column": args.order_column, "date": datetime.date.today().isoformat(),
+                  "dest": os.path.basename(dest.rstrip("/")), **measured}  # fmt: skip
         result["machine"] = machine()["cpu"]
         print(json.dumps(result), flush=True)
         os.makedirs(os.path.join(HERE, "results"), exist_ok=True)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _kernels, _manifest
+from daskpile import _kernels, _manifest, _ranks
 from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
@@ -273,6 +273,7 @@ def quality(
     neighbours: int = 10,
     alpha: float = 1e-3,
     storage_options: dict | None = None,
+    scratch: str | None = None,
 ) -> QualityReport:
     """Measure how random the row order of ``dest`` is against an original order.
 
@@ -280,8 +281,11 @@ def quality(
     current Dask client (else on Dask's default local scheduler).  When the
     order column holds integers forming a dense range (ids 0..n-1, or any
     range without gaps), it is measured file by file on the workers, no
-    process holding more than a file or a part of the range; any other key
-    (timestamps, sparse ids) is ranked in memory.  A lazy result
+    process holding more than a file or a part of the range.  Any other key
+    (timestamps, sparse ids, text) is ranked in memory up to
+    ``IN_MEMORY_ROWS`` rows, and beyond by a sort on Dask through ``scratch``
+    (a task holds a file or a bucket of 4 M values): memory does not grow
+    with the row count.  A lazy result
     (``second_pass="lazy"``, piles left unpermuted) is measured in the order
     :class:`daskpile.PileLoader` gives it in epoch 0 with the result's seed,
     one rank and ``mix=1``: the order its readers get.
@@ -323,7 +327,12 @@ def quality(
         The false-positive rate of each check on a uniform shuffle, between 0
         and 1.  Default 1e-3.
     storage_options
-        Passed to fsspec for ``dest``.  Default None.
+        Passed to fsspec for ``dest`` and ``scratch``.  Default None.
+    scratch
+        Where the sort of an order column that is not a dense range of
+        integers writes, past ``IN_MEMORY_ROWS`` rows (about 30 bytes a
+        row): a local path or an fsspec URL every worker reaches.  Default:
+        the local temporary directory.  Removed when done.
 
     Returns
     -------
@@ -366,7 +375,7 @@ def quality(
     nulls = sum(d.nulls for d in described)
     if nulls:
         raise ValueError(f"order column {order_column!r} has {nulls} null values")
-    stats = _order_stats(fs, files, described, order_column, rows_per_file, neighbours)
+    stats = _order_stats(fs, files, described, order_column, rows_per_file, neighbours, scratch, storage_options)
 
     checks = []
     rho = stats.rank_correlation
@@ -437,6 +446,7 @@ class _Described:
     high: int | None
     last: int | None
     labels: dict
+    sample: np.ndarray  # evenly spaced order values, for the bounds of a sort on Dask
 
 
 def _describe(fs, path: str, order_column: str, label_column: str | None) -> _Described:
@@ -449,28 +459,48 @@ def _describe(fs, path: str, order_column: str, label_column: str | None) -> _De
     if label:
         counted = pc.value_counts(label[0].combine_chunks())
         labels = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
-    return _Described(len(order), order.null_count, integer, low, high, last, labels)
+    return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order))
 
 
-def _order_stats(fs, files, described, order_column: str, rows_per_file, neighbours: int) -> _order.OrderStats:
+IN_MEMORY_ROWS = 2_000_000  # an order column that is not a dense range is ranked in memory up to this
+
+
+def _order_stats(
+    fs, files, described, order_column: str, rows_per_file, neighbours: int, scratch=None, storage_options=None
+) -> _order.OrderStats:
     """File by file when the order column is a dense range of integers (its values are the ranks, shifted);
-    else from the whole rank array in memory."""
+    else from the whole rank array in memory, up to ``IN_MEMORY_ROWS``; else file by file from ranks sorted
+    on Dask."""
     rows = int(rows_per_file.sum())
     lows = [d.low for d in described if d.rows]
     highs = [d.high for d in described if d.rows]
     dense = rows and all(d.integer for d in described) and max(highs) - min(lows) + 1 == rows
+    offsets = np.concatenate(([0], np.cumsum(rows_per_file)[:-1])).tolist()
     if dense:
         low = min(lows)
-        offsets = np.concatenate(([0], np.cumsum(rows_per_file)[:-1])).tolist()
         lasts = [d.last - low if d.rows else -1 for d in described]
         read_ranks = functools.partial(_read_ranks, fs, order_column, low)
         return _order.by_file(read_ranks, files, offsets, lasts, rows, neighbours)
+    if rows > IN_MEMORY_ROWS:
+        read_order = functools.partial(_read_order, fs, order_column)
+        samples = [d.sample for d in described]
+        ranked = _ranks.rank_files(read_order, files, rows_per_file.tolist(), samples, scratch, storage_options)
+        try:
+            indices = list(range(len(files)))
+            return _order.by_file(ranked.read_ranks, indices, offsets, list(ranked.lasts), rows, neighbours)
+        finally:
+            ranked.remove()
     parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, [order_column]) for path in files])
     order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
     if rows and pc.count_distinct(order).as_py() != rows:
         raise ValueError(f"order column {order_column!r} has duplicate values: it must identify each row's position")
     rank = pc.rank(order, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.int64) - 1
     return _order.in_memory(rank, neighbours)
+
+
+def _read_order(fs, order_column: str, file) -> pa.ChunkedArray:
+    (order,) = _read_columns(fs, file, [order_column])
+    return order
 
 
 def _read_ranks(fs, order_column: str, low: int, path: str) -> np.ndarray:

@@ -463,10 +463,13 @@ def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **
     help="False-positive rate of each check on a uniform shuffle.",
 )
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the figure as PNG (one DEST), or PATH-N.png.")
+@click.option(
+    "--scratch", metavar="URL", help="Where a sort of the order column writes, past 2 M rows of a key not 0..n-1 [TMP]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @_cluster_options
 @_command
-def quality(dest, order_column, label_column, neighbours, alpha, plot, as_json, quiet, **cluster):
+def quality(dest, order_column, label_column, neighbours, alpha, plot, scratch, as_json, quiet, **cluster):
     """How random is the row order of each DEST? Exit 1 if a check fails.
 
     DEST is a daskpile result, or any Parquet directory, glob or file list;
@@ -479,8 +482,9 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, as_json, 
     with _cluster(**cluster, quiet=True):
         for k, url in enumerate(dest):
             report = measure(
-                url, order_column, label_column, neighbours=neighbours, alpha=alpha, storage_options=storage_options
-            )
+                url, order_column, label_column, neighbours=neighbours, alpha=alpha,
+                storage_options=storage_options, scratch=scratch,
+            )  # fmt: skip
             reports.append(report)
             if plot:
                 path = plot if len(dest) == 1 else f"{plot.removesuffix('.png')}-{k}.png"

@@ -152,3 +152,38 @@ def test_repeated_positions_are_refused_file_by_file(tmp_path):
     ids[5] = ids[ROWS - 5]  # one position twice (and one missing): still a dense range by min and max
     with pytest.raises(ValueError, match="repeated values"):
         daskpile.quality(ordered(ids, tmp_path / "twice"), "id")
+
+
+@pytest.mark.parametrize("key", ["timestamp", "sparse ints", "text"])
+def test_a_sort_on_dask_gives_the_in_memory_figures(client, tmp_path, key, monkeypatch):
+    """Past IN_MEMORY_ROWS, a key that is not a dense range is ranked by a sort on the cluster's workers
+    (buckets of BUCKET_ROWS values, made small here so that there are many): the same figures as in memory."""
+    rng = np.random.default_rng(5)
+    ids = np.concatenate([rng.permutation(p) for p in np.array_split(np.arange(ROWS), 5)])  # structure left
+    keys = {
+        "timestamp": pa.array(ids * 1_000_003 + 1_600_000_000_000_000, pa.timestamp("us")),
+        "sparse ints": pa.array(ids * 7 - 500, pa.int64()),
+        "text": pa.array([f"k{i:09d}" for i in ids]),
+    }[key]
+    write_parts(pa.table({"key": keys, "label": (ids >= ROWS // 2).astype(np.int8)}), tmp_path / "data", 6)
+    in_memory = daskpile.quality(str(tmp_path / "data"), "key", "label")
+    monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
+    monkeypatch.setattr("daskpile._ranks.BUCKET_ROWS", ROWS // 9)
+    sorted_on_dask = daskpile.quality(str(tmp_path / "data"), "key", "label", scratch=str(tmp_path / "scratch"))
+    assert [(c.name, c.passed) for c in sorted_on_dask.checks] == [(c.name, c.passed) for c in in_memory.checks]
+    np.testing.assert_allclose([c.statistic for c in sorted_on_dask.checks], [c.statistic for c in in_memory.checks])
+    assert sorted_on_dask.longest_run == in_memory.longest_run
+    assert np.isclose(sorted_on_dask.entropy_bits, in_memory.entropy_bits)
+    assert (sorted_on_dask.position_histogram == in_memory.position_histogram).all()
+    assert not in_memory.ok and list((tmp_path / "scratch").iterdir()) == []  # its scratch removed
+
+
+def test_a_sort_on_dask_refuses_repeated_keys(sync_scheduler, tmp_path, monkeypatch):
+    monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
+    monkeypatch.setattr("daskpile._ranks.BUCKET_ROWS", 1000)
+    times = np.arange(ROWS) * 10
+    times[7] = times[ROWS - 3]
+    write_parts(pa.table({"t": pa.array(times, pa.timestamp("ms"))}), tmp_path / "data", 4)
+    with pytest.raises(ValueError, match="repeated values"):
+        daskpile.quality(str(tmp_path / "data"), "t", scratch=str(tmp_path / "scratch"))
+    assert list((tmp_path / "scratch").iterdir()) == []

@@ -370,10 +370,10 @@ def test_a_window_on_an_object_store(days, tmp_path):
 def test_quality_after_10_appends_and_5_expiries_sees_no_arrival_order_in_the_loaders_order(sync_scheduler, tmp_path):
     """Ids are arrival order.  Read in the loader's order the window passes ``quality`` (each check at alpha 1e-3);
     its files read one after the other, as a plain reader bypassing the loader would, fail it."""
-    rows = 10_000
+    rows = 50_000  # the window ends with 300,000 of the 550,000 rows appended
     inputs = tmp_path / "in"
     dest = str(tmp_path / "window")
-    daskpile.shuffle_parquet(day(inputs, 0, rows), dest, piles=8, seed=SEED)
+    daskpile.shuffle_parquet(day(inputs, 0, rows), dest, piles=16, seed=SEED)
     for number in range(1, 11):
         daskpile.append(dest, day(inputs, number, rows), retain=0)
         if number >= 6:  # 5 expiries, each dropping the oldest generation

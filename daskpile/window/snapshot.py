@@ -27,7 +27,7 @@ import time
 import numpy as np
 from dask.utils import parse_timedelta
 
-from daskpile import _manifest, _random
+from daskpile import _fingerprint, _manifest, _random
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
@@ -170,11 +170,7 @@ class Window:
         for g in generations:
             np.add.at(rows_per_pile, np.array(g.file_piles, dtype=np.int64), np.array(g.rows_per_file, np.int64))
         fingerprints = [Fingerprint.from_json(g.fingerprint) if g.fingerprint else None for g in generations]
-        total = None
-        if all(f is not None for f in fingerprints):
-            total = Fingerprint()
-            for f in fingerprints:
-                total = total + f
+        total = _fingerprint.total(fingerprints) if all(f is not None for f in fingerprints) else None
         manifest = _manifest.build(
             piles=self.piles,
             seed=self.seed,
@@ -218,13 +214,6 @@ class Window:
             if g.source_files == tuple(urls) and g.source_stamps == tuple(stamps):
                 return g
         return None
-
-    def describe(self) -> str:
-        return (
-            f"{self.url}: version {self.version}, {count(len(self.generations), 'generation')} "
-            f"({', '.join(str(g.number) for g in self.generations)}), {count(self.rows, 'row')} in "
-            f"{count(self.piles, 'pile')}"
-        )
 
 
 def pile_of_name(name: str) -> int:
