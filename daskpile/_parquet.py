@@ -785,12 +785,16 @@ def _check_dest(fs, dest_path: str) -> dict | None:
 
 
 def _is_window_state(name: str, manifest: dict | None) -> bool:
-    """A moving window's generations, manifest versions and marker of a change under way."""
+    """A moving window's generations, generation 0's files, manifest versions, marker of a change under way."""
     window_names = (_manifest.VERSIONS_DIR, _manifest.WINDOW_PENDING)
     return (
         manifest is not None
         and "window" in manifest
-        and (name in window_names or bool(_manifest.GENERATION_DIR.match(name)))
+        and (
+            name in window_names
+            or bool(_manifest.GENERATION_DIR.match(name))
+            or bool(_PART_NAME.match(name))  # generation 0's files, listed or retired (kept for the grace period)
+        )
     )
 
 

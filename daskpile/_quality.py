@@ -418,7 +418,7 @@ def quality(
     return QualityReport(
         dest=where,
         rows=rows,
-        files=[full_url(fs, _path(f)) for f in files],
+        files=[full_url(fs, p) for f in files for p in (f.paths if isinstance(f, _LazyPile) else [f])],
         order_column=order_column,
         label_column=label_column,
         alpha=alpha,

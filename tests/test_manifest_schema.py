@@ -101,7 +101,7 @@ def test_every_version_of_a_moving_window_follows_it(source, tmp_path, sync_sche
     with pytest.raises(jsonschema.ValidationError):  # daskpile/1 with a window: a reader of 1 would misread it
         jsonschema.validate(plain, SCHEMA)
     daskpile.expire(str(dest), before=30_000, column="id")
-    assert check(dest)["window"]["generations"][0]["cut"] == {"column": "id", "before": 30_000}
+    assert check(dest)["window"]["generations"][0]["cuts"] == [{"column": "id", "before": 30_000}]
     daskpile.compact(str(dest), retain=0)
     assert check(dest)["rows"] == 10_000
     for version in sorted((dest / "_daskpile_versions").glob("v-*.json")):

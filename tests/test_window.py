@@ -136,7 +136,7 @@ def test_expire_before_a_value_drops_whole_generations_and_cuts_the_straddling_o
     expired = daskpile.expire(str(dest), before=2, column="day")
     assert expired.generations == [1, 2] and "go at the next compact" in str(expired)
     generations = daskpile.read_manifest(str(dest))["window"]["generations"]
-    assert generations[0]["cut"] == {"column": "day", "before": 2} and generations[1]["cut"] is None
+    assert generations[0]["cuts"] == [{"column": "day", "before": 2}] and generations[1]["cuts"] == []
     assert len(window_ids(dest)) == 2 * DAY_ROWS  # the cut rows stay until compact
     assert not daskpile.expire(str(dest), before=2, column="day").changed  # again: nothing to do
     daskpile.compact(str(dest))
@@ -385,3 +385,143 @@ def test_quality_after_10_appends_and_5_expiries_sees_no_arrival_order_in_the_lo
     assert report.ok, str(report)
     plain = daskpile.quality([os.path.join(dest, f) for f in manifest["files"]], order_column="id")
     assert not plain.ok
+
+
+def _window_of_days(tmp_path, days: int = 3) -> tuple[str, list[str]]:
+    """A window of day 0 with days 1 .. days - 1 appended; ``val`` is null on every seventh row."""
+    inputs = tmp_path / "in"
+    sources = []
+    for number in range(days + 1):
+        table = reference_table(number * DAY_ROWS, (number + 1) * DAY_ROWS, 10**9)
+        ids = table["id"].to_numpy()
+        table = table.append_column("val", pa.array(np.where(ids % 7 == 0, np.nan, ids), from_pandas=True))
+        table = table.append_column("cat", pa.array([f"c{i % 3}" for i in ids]).dictionary_encode())
+        write_parts(table, inputs / f"day-{number}", parts=2)
+        sources.append(str(inputs / f"day-{number}"))
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(sources[0], dest, piles=PILES, seed=SEED)
+    for source in sources[1:days]:
+        daskpile.append(dest, source)
+    return dest, sources
+
+
+def test_a_null_is_never_before_the_value_and_every_cut_marked_applies(sync_scheduler, tmp_path):
+    dest, _ = _window_of_days(tmp_path)
+    # day 1 holds ids 2,000-3,999: cut at 2,500, then at 3,000 on another column (its values are the ids)
+    daskpile.expire(dest, before=2_500, column="id")
+    report = daskpile.expire(dest, before=3_000, column="val")
+    assert report.generations == [1, 2]  # day 0's nulls kept nothing of it: every row with a value was before
+    manifest = daskpile.read_manifest(dest)
+    assert manifest["window"]["generations"][0]["cuts"] == [
+        {"column": "id", "before": 2_500}, {"column": "val", "before": 3_000.0}
+    ]  # fmt: skip
+    assert manifest["window"]["generations"][1]["cuts"] == []  # day 2: nothing below either value
+    daskpile.compact(dest)
+    kept = set(window_ids(dest))
+    day_1 = range(DAY_ROWS, 2 * DAY_ROWS)
+    expected = {i for i in day_1 if i >= 3_000 or (i % 7 == 0 and i >= 2_500)} | set(ids_of(2))
+    assert kept == expected and daskpile.verify(dest).ok
+
+
+def test_a_generation_with_nulls_only_beside_earlier_values_stays(sync_scheduler, tmp_path):
+    dest, _ = _window_of_days(tmp_path, days=2)
+    report = daskpile.expire(dest, before=10**6, column="val")  # every value before it; the nulls are not
+    assert report.generations == [0, 1]
+    daskpile.compact(dest)
+    assert sorted(window_ids(dest)) == [i for i in ids_of(0, 1) if i % 7 == 0]
+
+
+def test_expire_by_a_dictionary_column_and_a_column_without_order(sync_scheduler, tmp_path):
+    dest, _ = _window_of_days(tmp_path, days=2)
+    assert not daskpile.expire(dest, before="c0", column="cat").changed  # c0 is the least value: nothing below
+    daskpile.expire(dest, before="c1", column="cat")
+    daskpile.compact(dest)
+    assert sorted(window_ids(dest)) == [i for i in ids_of(0, 1) if i % 3 != 0]
+    (tmp_path / "lists").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "l": [[1], [2]]}), tmp_path / "lists" / "a.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "lists"), str(tmp_path / "lw"), piles=1, seed=1)
+    with pytest.raises(ValueError, match="no order to expire by"):
+        daskpile.expire(str(tmp_path / "lw"), before=1, column="l")
+
+
+def test_appending_to_a_window_of_partition_folders(sync_scheduler, tmp_path):
+    for year, start in ((2023, 0), (2024, 100), (2025, 200)):
+        folder = tmp_path / ("old" if year < 2025 else "new") / f"year={year}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"id": np.arange(start, start + 100)}), folder / "a.parquet")
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(str(tmp_path / "old"), dest, piles=2, seed=1)
+    daskpile.append(dest, str(tmp_path / "new"))
+    table = pa.concat_tables(
+        [pq.read_table(os.path.join(dest, f)) for f in daskpile.read_manifest(dest)["files"]]
+    )  # fmt: skip
+    assert sorted(zip(table["id"].to_pylist(), table["year"].to_pylist(), strict=True)) == [
+        (i, 2023 + i // 100) for i in range(300)
+    ]
+    assert daskpile.verify(dest).ok
+
+
+def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path):
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    with pytest.raises(ValueError, match=r"is in the window already \(appended in generation 1"):
+        daskpile.append(dest, [days[1], days[2]])
+    with pytest.raises(ValueError, match="overlaps"):
+        daskpile.append(dest, os.path.join(dest, "gen-000001"))
+    with pytest.raises(ValueError, match="an append takes the window's columns"):
+        other = tmp_path / "other"
+        other.mkdir()
+        pq.write_table(pa.table({"id": [1]}), other / "a.parquet")
+        daskpile.append(dest, str(other))
+    assert daskpile.read_manifest(dest)["window"]["version"] == 1
+
+
+def test_after_a_discard_the_next_append_takes_the_generation_afresh(sync_scheduler, days, tmp_path, monkeypatch):
+    """An append interrupted in pass 1 leaves scratch; discard removes it, so another append is not refused."""
+    from daskpile import _passes
+
+    dest, scratch = str(tmp_path / "window"), tmp_path / "scratch"
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    big = tmp_path / "big"
+    write_parts(pq.read_table(days[1]), big, parts=6)
+    real, calls = _passes.scatter_partition, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_passes, "scatter_partition", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.append(dest, str(big), scratch=str(scratch), blocksize="4KiB")
+    assert any(scratch.iterdir())  # the checkpoint a rerun would resume from
+    with pytest.raises(daskpile.WindowBusyError):
+        daskpile.compact(dest)
+    daskpile.discard(dest)
+    assert not any(scratch.iterdir())
+    assert daskpile.append(dest, days[2], scratch=str(scratch)).generation == 1
+    assert sorted(window_ids(Path(dest))) == ids_of(0, 2)
+
+
+def test_shuffle_overwrite_replaces_a_window_with_retired_files(sync_scheduler, days, tmp_path):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    daskpile.expire(str(dest), keep_generations=1)  # generation 0's files retired, kept a day
+    assert (dest / "part-00000.parquet").exists()
+    daskpile.shuffle_parquet(days[2], str(dest), piles=2, seed=SEED, overwrite=True)
+    assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json", "part-00000.parquet", "part-00001.parquet"]
+
+
+def test_a_window_of_no_rows_gives_epochs_of_no_batch(sync_scheduler, days, tmp_path):
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    daskpile.expire(dest, before=10**9, column="id")
+    assert daskpile.read_manifest(dest)["rows"] == 0
+    loader = daskpile.PileLoader(dest, batch_size=100, seed=0)
+    assert len(loader) == 0 and list(loader) == [] and loader.epoch == 1
+    assert daskpile.verify(dest).ok

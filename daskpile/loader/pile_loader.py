@@ -162,7 +162,7 @@ class PileLoader:
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = columns, output
         canonical = canonical_ranks or world_size
-        if self.units.total < canonical:
+        if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0

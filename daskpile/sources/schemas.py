@@ -20,6 +20,7 @@ import json
 import pyarrow as pa
 
 POLICIES = ("strict", "unify")
+STRICT = ("strict", "window")  # "window": an append into a moving window, checked as strictly
 
 
 def check_policy(policy: str) -> str:
@@ -145,7 +146,8 @@ def conformer(
 ):
     """The ``Conformer`` of a file with schema ``actual``, or ValueError naming its differences from the plan.
 
-    ``policy`` is "strict", "unify" (the plan's schema is the union of the
+    ``policy`` is "strict", "window" (strict, into a moving window's schema),
+    "unify" (the plan's schema is the union of the
     files') or "table" (a table format's schema: files written before a column
     was added lack it).  With ``field_ids`` (Iceberg: field id -> current
     name), a file's columns are its field ids, whatever they were called when
@@ -170,19 +172,18 @@ def conformer(
         if found is None:
             continue
         if not found.type.equals(field.type):
-            if policy == "strict" and not same_values(found.type, field.type):
+            if policy in STRICT and not same_values(found.type, field.type):
                 problems.append(f"{field.name}: {found.type} instead of {field.type}")
             casts.add(field.name)
         if found.nullable and not field.nullable:
             check_nulls.add(field.name)
-    if policy == "strict":
+    if policy in STRICT:
         problems += [f"{n}: missing" for n in sorted(missing)]
     if problems:
-        hint = (
-            "(schema='unify', --schema unify on the command line, takes the union of the files' columns)"
-            if policy == "strict"
-            else "(a column renamed after the file was written?)"
-        )
+        hint = {
+            "strict": "(schema='unify', --schema unify on the command line, takes the union of the files' columns)",
+            "window": "(an append takes the window's columns and types: convert the files, or start a new window)",
+        }.get(policy, "(a column renamed after the file was written?)")
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
     return Conformer(plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed)

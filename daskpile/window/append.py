@@ -6,11 +6,14 @@ import dataclasses
 import datetime
 import posixpath
 
+from dask.utils import parse_bytes
+
 from daskpile import _manifest, _passes
-from daskpile._parquet import ShuffleReport, shuffle_plan
+from daskpile._parquet import ShuffleReport, _check_overlap, shuffle_plan
 from daskpile._storage import full_url, remove_tree
 from daskpile._words import count
 from daskpile.sources import plan_sources
+from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading
 from daskpile.sources.schemas import conformer
 from daskpile.window import snapshot
@@ -80,6 +83,7 @@ def append(
     >>> daskpile.append("window/", "day-2/").changed  # the same files again: nothing to do
     False
     """
+    blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
     window = Window.load(dest, storage_options)
     removed = snapshot.collect(window, retain)
     plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
@@ -89,8 +93,13 @@ def append(
         summary = f"already appended as generation {existing.number}: nothing to do"
         return report(window, False, summary, generation=existing.number, removed=removed)
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
+    resuming = pending is not None and pending["command"] == "append" and pending["key"] == key
+    if not resuming and existing is None:
+        _check_not_appended(window, plan)
     description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
-    pending = snapshot.begin(window.fs, window.path, "append", key, description, window.next_generation)
+    pending = snapshot.begin(
+        window.fs, window.path, "append", key, description, window.next_generation, scratch=scratch
+    )
     generation = pending["generation"]
     if existing is not None:  # committed before the marker could be removed
         snapshot.finish(window.fs, window.path)
@@ -100,7 +109,9 @@ def append(
     try:
         shuffled = shuffle_plan(
             plan, source, full_url(window.fs, generation_path), window.piles, seed=generation_seed,
-            scratch=scratch, storage_options=storage_options, overwrite=False, verify=verify, memory_per_pile=None,
+            # a fresh append takes the place of whatever an abandoned (discarded) attempt left there
+            scratch=scratch, storage_options=storage_options, overwrite=not resuming, verify=verify,
+            memory_per_pile=None,
             progress=progress, blocksize=blocksize, on_oversize="split", rows_per_file=None,
             second_pass=window.base.get("second_pass", "eager"),
         )  # fmt: skip
@@ -117,13 +128,31 @@ def append(
 
 
 def _plan_into_window(window: Window, source, storage_options, partitioning, stray_files):
-    """The source planned into the window's schema; a first file that does not fit is refused at once."""
+    """The source planned into the window's schema; a first file that does not fit is refused at once.
+
+    A file already in a generation of the window (unchanged), or inside the
+    window's directory, is refused: its rows would be there twice.
+    """
     plan = plan_sources(source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files)
+    _check_overlap(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = _manifest.arrow_schema(window.base)
     reference = f"the window {window.url}"
     first = plan.files[0]
-    conformer(plan.schema, schema, dict(first.keys), "strict", full_url(plan.fs, first.path), reference)
-    return dataclasses.replace(plan, reading=Reading(schema, "strict", reference))
+    with open_parquet(plan.fs, first.path) as parquet:
+        conformer(parquet.schema_arrow, schema, dict(first.keys), "window", full_url(plan.fs, first.path), reference)
+    return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
+
+
+def _check_not_appended(window: Window, plan) -> None:
+    """Refuse files a generation of the window already holds (unchanged): a partly repeated append."""
+    held = {(url, stamp): g.number for g in window.generations
+            for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
+    for url, stamp in zip(plan.urls, plan.stamps, strict=True):
+        if (url, stamp) in held:
+            raise ValueError(
+                f"{url} is in the window already (appended in generation {held[url, stamp]}, unchanged since): "
+                "append only new files"
+            )
 
 
 def _generation(number: int, shuffled: ShuffleReport, window: Window) -> Generation:

@@ -7,6 +7,7 @@ import datetime
 import posixpath
 
 import dask
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -69,9 +70,10 @@ def compact(
     """
     window = Window.load(dest, storage_options)
     removed = snapshot.collect(window, retain)
-    if len(window.generations) == 1 and window.generations[0].cut is None:
-        return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
     key = {"version": window.version}
+    snapshot.check_idle(window.fs, window.path, "compact", key)
+    if len(window.generations) <= 1 and not any(g.cuts for g in window.generations):
+        return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
     numbers = [g.number for g in window.generations]
     description = f"compaction of generations {', '.join(map(str, numbers))}"
     pending = snapshot.begin(window.fs, window.path, "compact", key, description, window.next_generation)
@@ -92,10 +94,10 @@ def compact(
 
 def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compacted]:
     """Every pile merged, in Dask tasks of a few piles each; checked against the generations' fingerprints."""
-    files_of_pile: list[list[tuple[str, dict | None]]] = [[] for _ in range(window.piles)]
+    files_of_pile: list[list[tuple[str, tuple]]] = [[] for _ in range(window.piles)]
     for g in window.generations:
         for name, pile in zip(g.files, g.file_piles, strict=True):
-            files_of_pile[pile].append((name, g.cut))
+            files_of_pile[pile].append((name, g.cuts))
     directory = snapshot.generation_dir(generation)
     schema = _manifest.arrow_schema(window.base)
     tasks = [
@@ -131,10 +133,10 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
             results.append(_Compacted(pile, name, found["rows"], *_fingerprints(found)))
             continue
         kept, cut = [], Fingerprint()
-        for file_name, rule in files:
+        for file_name, rules in files:
             table = _read(fs, path, file_name)
-            if rule is not None:
-                keep = _at_or_after(table, rule)
+            if rules:
+                keep = _kept(table, rules)
                 cut = cut + _fingerprint.of(table.filter(pc.invert(keep)))
                 table = table.filter(keep)
             kept.append(table.cast(schema) if not table.schema.equals(schema) else table)
@@ -157,11 +159,16 @@ def _read(fs, path: str, name: str) -> pa.Table:
         return parquet.read(use_threads=False)
 
 
-def _at_or_after(table: pa.Table, rule: dict) -> pa.ChunkedArray:
-    """Which rows stay: ``column`` at or after ``before`` (nulls count as before)."""
-    values = table.column(rule["column"])
-    value = pa.scalar(rule["before"]).cast(values.type)
-    return pc.fill_null(pc.greater_equal(values, value), False)
+def _kept(table: pa.Table, rules: tuple[dict, ...]) -> pa.ChunkedArray:
+    """Which rows stay: for every cut, ``column`` null or at or after ``before`` (a null is never before)."""
+    keep = pa.chunked_array([pa.array(np.ones(table.num_rows, dtype=bool))])
+    for rule in rules:
+        values = table.column(rule["column"])
+        if pa.types.is_dictionary(values.type):
+            values = pa.chunked_array([c.dictionary_decode() for c in values.chunks], values.type.value_type)
+        value = pa.scalar(rule["before"]).cast(values.type)
+        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(values, value), True))
+    return keep
 
 
 def _generation(window: Window, number: int, compacted: list[_Compacted]) -> Generation:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import posixpath
 
-from daskpile._storage import remove_tree
+from daskpile import _run as run_state
+from daskpile._scratch import Scratch
+from daskpile._storage import full_url, remove_tree
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Window, WindowReport, report
 
@@ -13,8 +15,7 @@ def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
     """Drop the change under way in the window ``dest`` (an interrupted append, expire or compact).
 
     The files it was writing (a generation the current version does not
-    list) are removed; the current version is untouched.  Its scratch, if
-    any, goes with ``daskpile clean``.
+    list) and its scratch are removed; the current version is untouched.
 
     Examples
     --------
@@ -28,6 +29,9 @@ def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
         return report(window, False, "nothing under way")
     generation = pending.get("generation")
     if generation is not None and generation not in {g.number for g in window.generations}:
-        remove_tree(window.fs, posixpath.join(window.path, snapshot.generation_dir(generation)))
+        directory = posixpath.join(window.path, snapshot.generation_dir(generation))
+        remove_tree(window.fs, directory)
+        name = run_state.scratch_name(full_url(window.fs, directory))
+        Scratch.create(pending.get("scratch"), storage_options, 0, name=name, make=False).remove()
     snapshot.finish(window.fs, window.path)
     return report(window, True, f"discarded the unfinished {pending['description']}")

@@ -45,7 +45,11 @@ def expire(
     before, column
         Drop the generations all of whose rows have ``column`` below
         ``before`` (a value of the column's type, or a string cast to it, such
-        as ``"2026-11-01"`` for a timestamp).  Nulls count as below.
+        as ``"2026-11-01"`` for a timestamp; a time zone's column wants the
+        offset, ``"2026-11-01T00:00:00+00:00"``).  A null is never before
+        the value: a generation with nulls stays, its other rows before the
+        value cut at the next compact.  Cuts marked by several calls all
+        apply.
     storage_options
         Passed to fsspec.
     retain
@@ -80,7 +84,7 @@ def expire(
         return report(window, False, "nothing to expire", removed=removed)
     numbers = {g.number for g in kept}
     dropped = [g for g in window.generations if g.number not in numbers]
-    marked = [g.number for g in kept if g.cut is not None and g not in window.generations]
+    marked = [g.number for g in kept if g.cuts and g not in window.generations]
     window = window.commit(kept)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     done = []
@@ -101,22 +105,34 @@ def _cut(window: Window, column: str, before) -> list[Generation]:
     if column not in schema.names:
         raise KeyError(f"column {column!r} is not in the window {window.url} (columns: {', '.join(schema.names)})")
     value = _as_type(before, schema.field(column).type, column)
+    rule = {"column": column, "before": _json_value(value)}
     kept = []
     for g in window.generations:
         low, high, nulls = _range(window, g, column)
-        if high is None or pc.less(high, value).as_py():
-            continue  # every row before the cut (or null)
-        if nulls or pc.less(low, value).as_py():
-            g = dataclasses.replace(g, cut={"column": column, "before": _json_value(value)})
+        if not nulls and (high is None or pc.less(high, value).as_py()):
+            continue  # every row before the value (a null is never before it)
+        if low is not None and pc.less(low, value).as_py() and rule not in g.cuts:
+            g = dataclasses.replace(g, cuts=(*g.cuts, rule))  # every cut marked applies at the compact
         kept.append(g)
     return kept
 
 
 def _as_type(value, type_: pa.DataType, column: str) -> pa.Scalar:
+    """``value`` as a scalar of the column's type (of its values, for a dictionary column)."""
+    if pa.types.is_dictionary(type_):
+        type_ = type_.value_type
+    if not (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_)
+            or pa.types.is_temporal(type_) or pa.types.is_string(type_) or pa.types.is_large_string(type_)
+            or pa.types.is_binary(type_) or pa.types.is_large_binary(type_)):  # fmt: skip
+        raise ValueError(f"column {column!r} is of type {type_}, which has no order to expire by")
     try:
         return pa.scalar(value).cast(type_) if not isinstance(value, pa.Scalar) else value.cast(type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise ValueError(f"before={value!r} cannot be compared with column {column!r} of type {type_}: {e}") from None
+        zone = getattr(type_, "tz", None)
+        hint = f" (the column's times are in {zone}: give the value with its offset, 2026-11-01T00:00:00+00:00)"
+        raise ValueError(
+            f"before={value!r} cannot be compared with column {column!r} of type {type_}: {e}{hint if zone else ''}"
+        ) from None
 
 
 def _json_value(value: pa.Scalar):
@@ -139,6 +155,8 @@ def _min_max(window: Window, name: str, column: str):
     path = posixpath.join(window.path, name)
     with open_parquet(window.fs, path) as parquet, parquet_errors(f"{window.url}/{name}"):
         values = parquet.read(columns=[column], use_threads=False).column(0)
+    if pa.types.is_dictionary(values.type):
+        values = pa.chunked_array([c.dictionary_decode() for c in values.chunks], values.type.value_type)
     found = pc.min_max(values)
     low, high = found["min"], found["max"]
     return (low if low.is_valid else None), (high if high.is_valid else None), values.null_count > 0

@@ -83,7 +83,7 @@ class Generation:
     source_stamps: tuple[str, ...]
     seed: int
     created: str
-    cut: dict | None = None  # {"column", "before"}: its rows before the value go at the next compact
+    cuts: tuple[dict, ...] = ()  # {"column", "before"} each: its rows before the value go at the next compact
     compacted: tuple[int, ...] = ()  # the generations a compaction merged
 
     @property
@@ -310,8 +310,13 @@ def report(window: Window, changed: bool, summary: str, **extra) -> WindowReport
 # ---- the change under way ----
 
 
-def begin(fs, path: str, command: str, key: dict, description: str, generation: int | None) -> dict:
-    """Mark ``command`` as under way (or find it under way already: its record, to resume it); refuse another."""
+def begin(
+    fs, path: str, command: str, key: dict, description: str, generation: int | None, scratch: str | None = None
+) -> dict:
+    """Mark ``command`` as under way (or find it under way already: its record, to resume it); refuse another.
+
+    ``scratch``: where its shuffle keeps scratch (None: the temporary directory), for ``discard``.
+    """
     pending = check_idle(fs, path, command, key)
     if pending is not None:
         return pending
@@ -320,6 +325,7 @@ def begin(fs, path: str, command: str, key: dict, description: str, generation: 
         "key": key,
         "description": description,
         "generation": generation,
+        "scratch": scratch,
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     write_bytes(fs, posixpath.join(path, PENDING), json.dumps(record, indent=1).encode())
