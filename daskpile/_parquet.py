@@ -785,17 +785,11 @@ def _check_dest(fs, dest_path: str) -> dict | None:
 
 
 def _is_window_state(name: str, manifest: dict | None) -> bool:
-    """A moving window's generations, generation 0's files, manifest versions, marker of a change under way."""
-    window_names = (_manifest.VERSIONS_DIR, _manifest.WINDOW_PENDING)
-    return (
-        manifest is not None
-        and "window" in manifest
-        and (
-            name in window_names
-            or bool(_manifest.GENERATION_DIR.match(name))
-            or bool(_PART_NAME.match(name))  # generation 0's files, listed or retired (kept for the grace period)
-        )
-    )
+    """A moving window's generations, manifest versions, marker of a change under way (also those of a first
+    append that was interrupted), and generation 0's files, listed or retired (kept for the grace period)."""
+    if name in (_manifest.VERSIONS_DIR, _manifest.WINDOW_PENDING) or _manifest.GENERATION_DIR.match(name):
+        return manifest is not None
+    return manifest is not None and "window" in manifest and bool(_PART_NAME.match(name))
 
 
 def _is_part_temporary(name: str) -> bool:

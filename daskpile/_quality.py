@@ -37,6 +37,7 @@ from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
+from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet
 
 MAX_LABELS = 100
@@ -532,8 +533,7 @@ def _in_reading_order(files: list[str], manifest: dict | None) -> list:
     if window is None:
         units = [(f,) for f in files]
     else:
-        units = [tuple(f for f, p in zip(files, window["file_piles"], strict=True) if p == j)
-                 for j in range(manifest["piles"])]  # fmt: skip
+        units = list(pile_files(files, window["file_piles"], manifest["piles"]))
     if manifest.get("second_pass") != "lazy" and all(len(u) == 1 for u in units):
         return [u[0] for u in units]  # a compacted window: permuted piles, read in file order
     rows = np.bincount(
@@ -542,10 +542,6 @@ def _in_reading_order(files: list[str], manifest: dict | None) -> list:
     ).astype(np.int64)  # fmt: skip
     (groups,) = EpochPlan.build(rows, seed=manifest["seed"], epoch=0, canonical=1, mix=1).groups
     return [_LazyPile(units[g.pieces[0].unit], manifest["seed"], g) for g in groups]
-
-
-def _path(file) -> str:
-    return file.paths[0] if isinstance(file, _LazyPile) else file
 
 
 def _read_columns(fs, file, columns: list[str]) -> list[pa.ChunkedArray]:

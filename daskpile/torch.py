@@ -68,6 +68,8 @@ class PileDataset(IterableDataset):
         super().__init__()
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=resolve_seed(seed), **options)
+        if self.options.get("version") is None and isinstance(path, str):  # one version for every worker
+            self.options["version"] = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
         self.epoch = epoch
         self._epoch_given = True  # the next iteration starts self.epoch (else its loader goes on)
@@ -75,8 +77,14 @@ class PileDataset(IterableDataset):
         self._loader: PileLoader | None = None
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
 
-    def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` at the next iteration (where a loaded state put it, if it is that state's epoch)."""
+    def set_epoch(self, epoch: int, version: int | None = None) -> None:
+        """Read ``epoch`` at the next iteration (where a loaded state put it, if it is that state's epoch).
+
+        With ``version``, a moving window at that version of its manifest (the
+        same on every rank), as ``PileLoader.set_epoch`` says.
+        """
+        if version is not None:
+            self.options["version"] = version
         if self._state is not None and self._state["epoch"] != epoch:
             self._state = None
         self.epoch, self._epoch_given = epoch, True
@@ -119,6 +127,14 @@ class PileDataset(IterableDataset):
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state`` at the next iteration."""
         self._state, self.epoch = state, state["epoch"]
+
+
+def _current_version(path: str, storage_options) -> int | None:
+    """The version a daskpile result's manifest holds now; None for other Parquet data."""
+    try:
+        return PileLoader.current_version(path, storage_options)
+    except FileNotFoundError:
+        return None
 
 
 def _tensor(values: np.ndarray):

@@ -265,25 +265,46 @@ def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version
         daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=1)
 
 
-def test_the_loader_reads_one_version_per_epoch_and_the_next_epoch_the_new_one(sync_scheduler, days, tmp_path):
+def test_the_loader_stays_on_its_version_until_every_rank_is_moved_to_another(sync_scheduler, days, tmp_path):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
     daskpile.append(str(dest), days[1])
+    ranks = [daskpile.PileLoader(str(dest), batch_size=500, seed=0, rank=r, world_size=2) for r in range(2)]
+    first = iter(ranks[0])
+    seen = [next(first)["id"].to_numpy()]
+    state = ranks[0].state_dict()
+    assert state["version"] == 1 == ranks[1].version
+    daskpile.append(str(dest), days[2])  # between the ranks' epochs: neither moves by itself
+    seen += [b["id"].to_numpy() for b in first] + [b["id"].to_numpy() for b in ranks[1]]
+    assert sorted(np.concatenate(seen)) == ids_of(0, 1)
+    seen = [b["id"].to_numpy() for loader in ranks for b in loader]  # epoch 1: still version 1
+    assert sorted(np.concatenate(seen)) == ids_of(0, 1)
+    version = daskpile.PileLoader.current_version(str(dest))  # rank 0 reads it, and broadcasts it
+    for loader in ranks:
+        loader.set_epoch(2, version=version)
+    seen = [b["id"].to_numpy() for loader in ranks for b in loader]
+    assert version == 2 and sorted(np.concatenate(seen)) == ids_of(0, 1, 2)
+    # a job resumed from the state of epoch 0 reads the rest of version 1
+    resumed = daskpile.PileLoader(str(dest), batch_size=500, seed=0, world_size=2)
+    resumed.load_state_dict(state)
+    assert resumed.version == 1
+    rest = np.concatenate([b["id"].to_numpy() for b in resumed])
+    assert len(rest) + 500 == len(ids_of(0, 1)) // 2
+
+
+def test_a_loader_of_a_shuffle_result_resumes_after_appends(sync_scheduler, days, tmp_path):
+    """A shuffle result is version 0 of a window: a state saved on it resumes on it after appends."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
     loader = daskpile.PileLoader(str(dest), batch_size=500, seed=0)
-    epoch = iter(loader)
-    first = [next(epoch)["id"].to_numpy()]
+    batches = iter(loader)
+    head = next(batches)["id"].to_numpy()
     state = loader.state_dict()
-    assert state["version"] == 1
-    daskpile.append(str(dest), days[2])
-    first += [b["id"].to_numpy() for b in epoch]
-    assert sorted(np.concatenate(first)) == ids_of(0, 1)
-    assert loader.epoch == 1 and sorted(np.concatenate([b["id"].to_numpy() for b in loader])) == ids_of(0, 1, 2)
-    # a job resumed from the state of epoch 0 reads the rest of version 1, then goes on to version 2
+    assert state["version"] == 0
+    daskpile.append(str(dest), days[1])
     resumed = daskpile.PileLoader(str(dest), batch_size=500, seed=0)
     resumed.load_state_dict(state)
-    rest = np.concatenate([b["id"].to_numpy() for b in resumed])
-    assert sorted(np.concatenate([first[0], rest])) == ids_of(0, 1)
-    assert len(resumed) == 3 * DAY_ROWS // 500
+    assert sorted(np.concatenate([head, *[b["id"].to_numpy() for b in resumed]])) == ids_of(0)
 
 
 def test_the_same_commands_give_byte_identical_files_on_any_cluster(client, days, tmp_path):
@@ -388,7 +409,7 @@ def test_quality_after_10_appends_and_5_expiries_sees_no_arrival_order_in_the_lo
 
 
 def _window_of_days(tmp_path, days: int = 3) -> tuple[str, list[str]]:
-    """A window of day 0 with days 1 .. days - 1 appended; ``val`` is null on every seventh row."""
+    """A window of day 0 with days 1 .. days - 1 appended; ``val`` null and ``f`` NaN on every seventh row."""
     inputs = tmp_path / "in"
     sources = []
     for number in range(days + 1):
@@ -396,6 +417,7 @@ def _window_of_days(tmp_path, days: int = 3) -> tuple[str, list[str]]:
         ids = table["id"].to_numpy()
         table = table.append_column("val", pa.array(np.where(ids % 7 == 0, np.nan, ids), from_pandas=True))
         table = table.append_column("cat", pa.array([f"c{i % 3}" for i in ids]).dictionary_encode())
+        table = table.append_column("f", pa.array(np.where(ids % 7 == 0, np.nan, ids)))  # NaN, not null
         write_parts(table, inputs / f"day-{number}", parts=2)
         sources.append(str(inputs / f"day-{number}"))
     dest = str(tmp_path / "window")
@@ -440,7 +462,7 @@ def test_expire_by_a_dictionary_column_and_a_column_without_order(sync_scheduler
     (tmp_path / "lists").mkdir()
     pq.write_table(pa.table({"id": [1, 2], "l": [[1], [2]]}), tmp_path / "lists" / "a.parquet")
     daskpile.shuffle_parquet(str(tmp_path / "lists"), str(tmp_path / "lw"), piles=1, seed=1)
-    with pytest.raises(ValueError, match="no order to expire by"):
+    with pytest.raises(ValueError, match="expire by the values of a number, a date, a timestamp or text"):
         daskpile.expire(str(tmp_path / "lw"), before=1, column="l")
 
 
@@ -525,3 +547,53 @@ def test_a_window_of_no_rows_gives_epochs_of_no_batch(sync_scheduler, days, tmp_
     loader = daskpile.PileLoader(dest, batch_size=100, seed=0)
     assert len(loader) == 0 and list(loader) == [] and loader.epoch == 1
     assert daskpile.verify(dest).ok
+
+
+def test_a_commit_over_a_version_written_meanwhile_is_refused(sync_scheduler, days, tmp_path):
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    stale = snapshot.Window.load(dest)
+    daskpile.append(dest, days[1])  # another process's change
+    with pytest.raises(daskpile.WindowBusyError, match="changed while this command ran"):
+        stale.commit(list(stale.generations))
+    assert daskpile.read_manifest(dest)["window"]["version"] == 1
+
+
+def test_commands_interrupted_after_their_version_are_finished_by_running_them_again(
+    sync_scheduler, days, tmp_path, monkeypatch
+):
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    for command in (lambda: daskpile.compact(dest), lambda: daskpile.append(dest, days[2])):
+        with monkeypatch.context() as patched:  # killed between the new version and the marker's removal
+            patched.setattr(snapshot, "finish", lambda fs, path: (_ for _ in ()).throw(KeyboardInterrupt))
+            with pytest.raises(KeyboardInterrupt):
+                command()
+        assert (Path(dest) / snapshot.PENDING).exists()
+        again = command()
+        assert not again.changed and not (Path(dest) / snapshot.PENDING).exists()
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2) and daskpile.verify(dest).ok
+    # after a compaction, retrying an append of files it merged does nothing
+    daskpile.compact(dest)
+    assert not daskpile.append(dest, days[1]).changed
+
+
+def test_shuffle_overwrite_replaces_a_result_whose_first_append_was_interrupted(
+    sync_scheduler, days, tmp_path, monkeypatch
+):
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot.Window, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.append(str(dest), days[1])
+    daskpile.shuffle_parquet(days[2], str(dest), piles=2, seed=SEED, overwrite=True)
+    assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json", "part-00000.parquet", "part-00001.parquet"]
+
+
+def test_a_nan_like_a_null_is_never_before_the_value(sync_scheduler, tmp_path):
+    dest, _ = _window_of_days(tmp_path, days=2)
+    assert daskpile.expire(dest, before=3_000.0, column="f").generations == [0, 1]  # day 0 stays for its NaNs
+    daskpile.compact(dest)
+    assert sorted(window_ids(dest)) == [i for i in ids_of(0, 1) if i >= 3_000 or i % 7 == 0]

@@ -111,12 +111,12 @@ class PileLoader:
         Passed to fsspec.
     version
         For a moving window (``daskpile.append``): read this version of its
-        manifest.  Default None: the current version when the loader is
-        made, and at the start of every later epoch the version current then,
-        so that appended data joins at the next epoch; an epoch always reads
-        one version from its first batch to its last (``state_dict`` records
-        it, so a resumed epoch reads it too).  A window's pile is all its
-        generations, loaded and permuted together.
+        manifest.  Default None: the version current when the loader is
+        made.  The loader stays on it, whatever is appended, until
+        ``set_epoch(epoch, version=...)`` moves it (every rank to the same
+        version, so that they share out the same rows); ``state_dict``
+        records it, so a resumed epoch reads it too.  A window's pile is all
+        its generations, loaded and permuted together.
 
     Examples
     --------
@@ -156,7 +156,6 @@ class PileLoader:
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         self._source = (path, storage_options, filters)
-        self._follow = version is None  # a window: the current version at each epoch's start
         self.units: Units = discover(path, storage_options, filters, version)
         self.seed = resolve_seed(seed)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
@@ -190,29 +189,47 @@ class PileLoader:
     def canonical_ranks(self) -> int:
         return self._layout.canonical
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, version: int | None = None) -> None:
         """Read ``epoch`` at the next iteration: from its start, unless it is the epoch the loader is in.
 
         So a loop that calls ``set_epoch(e)`` before every epoch goes on where
-        ``load_state_dict`` put it.
+        ``load_state_dict`` put it.  With ``version``, a moving window is read
+        at that version of its manifest from this epoch on: give every rank
+        the same one (rank 0's ``PileLoader.current_version(path)``,
+        broadcast), so that they share out the same rows.
         """
         _at_least_zero(epoch=epoch)
-        if epoch != self._epoch:
+        if version is not None and version != self.units.version:
+            self._read_version(version)
             self._start_epoch(epoch)
+        elif epoch != self._epoch:
+            self._start_epoch(epoch)
+
+    @property
+    def version(self) -> int | None:
+        """The version of the moving window (or 0 for a shuffle result) this loader reads; None for other data."""
+        return self.units.version
+
+    @staticmethod
+    def current_version(path: str, storage_options: dict | None = None) -> int:
+        """The version of the window (a shuffle result: 0) that ``path/_daskpile.json`` holds now.
+
+        >>> PileLoader.current_version("shuffled/")
+        0
+        """
+        from daskpile._manifest import read
+
+        return (read(path, storage_options).get("window") or {}).get("version", 0)
 
     def _start_epoch(self, epoch: int) -> None:
         self._epoch, self._batches = epoch, 0
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
-        if self._follow and self.units.version is not None:
-            self._read_version(None)
 
-    def _read_version(self, version: int | None) -> None:
-        """A window's units at ``version`` (None: the current one), if they are not those read already."""
-        path, storage_options, filters = self._source
-        if version is None or version != self.units.version:
-            units = discover(path, storage_options, filters, version)
-            if units.version != self.units.version:
-                self.units = units
+    def _read_version(self, version: int) -> None:
+        """A window's units at ``version``, if they are not those read already."""
+        if version != self.units.version:
+            path, storage_options, filters = self._source
+            self.units = discover(path, storage_options, filters, version)
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""

@@ -27,7 +27,8 @@ class Units:
     generation, loaded and permuted together.  ``lazy``: the units are piles
     not permuted as a whole (``second_pass="lazy"``, or a window's piles), so
     a part of one must be a random part, not a row range.  ``rows`` are after
-    ``filter``, when there is one.  ``version``: of a window's manifest.
+    ``filter``, when there is one.  ``version``: of a window's manifest (0 for a shuffle result, None
+    without a manifest).
     """
 
     fs: fsspec.AbstractFileSystem
@@ -58,9 +59,10 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     ``_daskpile.json`` holds (or ``version``) lists them.
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options)
-    if version is not None:
-        if manifest is None or "window" not in manifest:
-            raise ValueError(f"version={version}: {path!r} is not a moving window")
+    current = None if manifest is None else (manifest.get("window") or {}).get("version", 0)
+    if version is not None and version != current:
+        if manifest is None:
+            raise ValueError(f"version={version}: {path!r} is not a daskpile result")
         directory = filesystem(path, storage_options)[1]
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
@@ -77,14 +79,27 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         schema = counted[0].schema
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
+    version = None if manifest is None else (manifest.get("window") or {}).get("version", 0)
     if window is None:
-        return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression)
+        return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version)
     piles = np.array(window["file_piles"], dtype=np.int64)
-    units = tuple(tuple(p for p, pile in zip(paths, piles, strict=True) if pile == j) for j in range(manifest["piles"]))
+    units = pile_files(paths, window["file_piles"], manifest["piles"])
     rows = np.bincount(piles, weights=file_rows, minlength=manifest["piles"]).astype(np.int64)
     # a pile of several generations is in generation order, so it is read whole and permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
-    return Units(fs, units, rows, lazy, schema, expression, window["version"])
+    return Units(fs, units, rows, lazy, schema, expression, version)
+
+
+def pile_files(paths: list[str], file_piles: list[int], piles: int) -> tuple[tuple[str, ...], ...]:
+    """The files of each pile of a window, in their order, in one pass.
+
+    >>> pile_files(["a", "b", "c"], [1, 0, 1], 2)
+    (('b',), ('a', 'c'))
+    """
+    grouped: list[list[str]] = [[] for _ in range(piles)]
+    for path, pile in zip(paths, file_piles, strict=True):
+        grouped[pile].append(path)
+    return tuple(tuple(g) for g in grouped)
 
 
 def _expression(filters) -> ds.Expression:  # noqa: F821

@@ -71,8 +71,11 @@ def append(
     Raises
     ------
     WindowBusyError
-        If another change (an interrupted ``expire`` or ``compact``, or an
+        If another change (an interrupted ``compact`` or ``expire``, or an
         append of other files) is under way: finish it or ``discard`` it.
+    ValueError
+        If the files do not fit the window's schema, or some (not all) of
+        them are in the window already.
 
     Examples
     --------
@@ -85,25 +88,23 @@ def append(
     """
     blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
     window = Window.load(dest, storage_options)
-    removed = snapshot.collect(window, retain)
     plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
-    existing = window.with_sources(plan.urls, plan.stamps)
-    pending = snapshot.read_pending(window.fs, window.path)
-    if existing is not None and pending is None:
-        summary = f"already appended as generation {existing.number}: nothing to do"
-        return report(window, False, summary, generation=existing.number, removed=removed)
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
-    resuming = pending is not None and pending["command"] == "append" and pending["key"] == key
-    if not resuming and existing is None:
+    pending = snapshot.check_idle(window.fs, window.path, "append", key)
+    held = _held_in(window, plan)
+    if held is not None:  # appended already (and committed, if it was interrupted after that)
+        snapshot.finish(window.fs, window.path)
+        summary = f"already appended as generation {held}: nothing to do"
+        return report(window, False, summary, generation=held, removed=snapshot.collect(window, retain))
+    resuming = pending is not None
+    if not resuming:
         _check_not_appended(window, plan)
+    removed = snapshot.collect(window, retain)
     description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
     pending = snapshot.begin(
         window.fs, window.path, "append", key, description, window.next_generation, scratch=scratch
     )
     generation = pending["generation"]
-    if existing is not None:  # committed before the marker could be removed
-        snapshot.finish(window.fs, window.path)
-        return report(window, False, f"already appended as generation {generation}", generation=generation)
     generation_path = posixpath.join(window.path, snapshot.generation_dir(generation))
     generation_seed = snapshot.generation_seed(window.seed if seed is None else seed, generation)
     try:
@@ -115,9 +116,10 @@ def append(
             progress=progress, blocksize=blocksize, on_oversize="split", rows_per_file=None,
             second_pass=window.base.get("second_pass", "eager"),
         )  # fmt: skip
-    except (ValueError, TypeError):  # bad input: nothing to resume
-        remove_tree(window.fs, generation_path)
-        snapshot.finish(window.fs, window.path)
+    except (ValueError, TypeError):  # bad input, found in pass 1: nothing worth resuming
+        if not resuming:
+            remove_tree(window.fs, generation_path)
+            snapshot.finish(window.fs, window.path)
         raise
     new = _generation(generation, shuffled, window)
     window = window.commit([*window.generations, new], next_generation=generation + 1)
@@ -141,6 +143,14 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     with open_parquet(plan.fs, first.path) as parquet:
         conformer(parquet.schema_arrow, schema, dict(first.keys), "window", full_url(plan.fs, first.path), reference)
     return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
+
+
+def _held_in(window: Window, plan) -> int | None:
+    """The generation holding every file of the plan (unchanged since), if one does: a retried append."""
+    for g in window.generations:
+        if set(zip(plan.urls, plan.stamps, strict=True)) <= set(zip(g.source_files, g.source_stamps, strict=False)):
+            return g.number
+    return None
 
 
 def _check_not_appended(window: Window, plan) -> None:

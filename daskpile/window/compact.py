@@ -15,6 +15,7 @@ from daskpile import _fingerprint, _kernels, _manifest, _passes, _random
 from daskpile._compute import compute, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._parquet import VerificationError, _pile_groups
+from daskpile._storage import remove_tree
 from daskpile._words import count
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
@@ -69,9 +70,14 @@ def compact(
     ([2], 40000, 4)
     """
     window = Window.load(dest, storage_options)
-    removed = snapshot.collect(window, retain)
+    pending = snapshot.read_pending(window.fs, window.path)
+    if pending and pending["command"] == "compact" and pending["generation"] in {g.number for g in window.generations}:
+        snapshot.finish(window.fs, window.path)  # interrupted after its version was written: done
+        summary = f"compacted into generation {pending['generation']} already"
+        return report(window, False, summary, removed=snapshot.collect(window, retain))
     key = {"version": window.version}
     snapshot.check_idle(window.fs, window.path, "compact", key)
+    removed = snapshot.collect(window, retain)
     if len(window.generations) <= 1 and not any(g.cuts for g in window.generations):
         return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
     numbers = [g.number for g in window.generations]
@@ -113,6 +119,7 @@ def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compa
         before = _fingerprint.total(recorded)
         after = _fingerprint.total(c.fingerprint for c in compacted) + _fingerprint.total(c.cut for c in compacted)
         if before != after:
+            remove_tree(window.fs, posixpath.join(window.path, snapshot.generation_dir(generation)))
             raise VerificationError(
                 f"compacting {window.url}: the generations recorded {before}, the rows written and cut add up to "
                 f"{after}; the window's manifest is unchanged"
@@ -127,7 +134,7 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         name = posixpath.join(directory, _manifest.part_name(pile, total_piles))
         target = posixpath.join(path, name)
         stamp = {"pile": pile, "piles": total_piles, "seed": seed, "compacted_into": generation,
-                 "from": [f for f, _ in files]}  # fmt: skip
+                 "from": [f for f, _ in files], "cuts": [list(rules) for _, rules in files]}  # fmt: skip
         found = _passes.pile_stamp(fs, target)
         if found is not None and all(found.get(k) == v for k, v in stamp.items()):
             results.append(_Compacted(pile, name, found["rows"], *_fingerprints(found)))
@@ -167,7 +174,10 @@ def _kept(table: pa.Table, rules: tuple[dict, ...]) -> pa.ChunkedArray:
         if pa.types.is_dictionary(values.type):
             values = pa.chunked_array([c.dictionary_decode() for c in values.chunks], values.type.value_type)
         value = pa.scalar(rule["before"]).cast(values.type)
-        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(values, value), True))
+        after = pc.fill_null(pc.greater_equal(values, value), True)
+        if pa.types.is_floating(values.type):  # a NaN, as a null, is never before the value
+            after = pc.or_(after, pc.fill_null(pc.is_nan(values), False))
+        keep = pc.and_(keep, after)
     return keep
 
 

@@ -73,19 +73,20 @@ def expire(
     if keep_generations is not None and (isinstance(keep_generations, bool) or int(keep_generations) < 1):
         raise ValueError(f"keep_generations must be a positive integer, got {keep_generations!r}")
     window = Window.load(dest, storage_options)
+    key = {"keep_generations": keep_generations, "before": None if before is None else str(before), "column": column}
+    snapshot.check_idle(window.fs, window.path, "expire", key)
     removed = snapshot.collect(window, retain)
-    # one manifest write: nothing to mark as under way, but nothing to do while another change is
-    snapshot.check_idle(window.fs, window.path, "expire", {})
-    if keep_generations is not None:
-        kept = list(window.generations[-int(keep_generations) :])
-    else:
-        kept = _cut(window, column, before)
-    if kept == list(window.generations):
-        return report(window, False, "nothing to expire", removed=removed)
-    numbers = {g.number for g in kept}
-    dropped = [g for g in window.generations if g.number not in numbers]
-    marked = [g.number for g in kept if g.cuts and g not in window.generations]
-    window = window.commit(kept)
+    # marked while the column is read (minutes, on a large window), so that no other change starts meanwhile
+    snapshot.begin(window.fs, window.path, "expire", key, _describe(key), None)
+    try:
+        kept = list(window.generations[-int(keep_generations) :]) if keep_generations else _cut(window, column, before)
+        if kept == list(window.generations):
+            return report(window, False, "nothing to expire", removed=removed)
+        dropped = [g for g in window.generations if g.number not in {k.number for k in kept}]
+        marked = [g.number for g in kept if g.cuts and g not in window.generations]
+        window = window.commit(kept)
+    finally:
+        snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     done = []
     if dropped:
@@ -97,6 +98,12 @@ def expire(
         done.append(f"the rows of generation{'s' if len(marked) > 1 else ''} {listed} with {column} before "
                     f"{before} go at the next compact")  # fmt: skip
     return report(window, True, "; ".join(done), removed=removed)
+
+
+def _describe(key: dict) -> str:
+    if key["keep_generations"] is not None:
+        return f"keep the newest {key['keep_generations']} generations"
+    return f"drop the rows with {key['column']} before {key['before']}"
 
 
 def _cut(window: Window, column: str, before) -> list[Generation]:
@@ -121,10 +128,12 @@ def _as_type(value, type_: pa.DataType, column: str) -> pa.Scalar:
     """``value`` as a scalar of the column's type (of its values, for a dictionary column)."""
     if pa.types.is_dictionary(type_):
         type_ = type_.value_type
-    if not (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_)
-            or pa.types.is_temporal(type_) or pa.types.is_string(type_) or pa.types.is_large_string(type_)
-            or pa.types.is_binary(type_) or pa.types.is_large_binary(type_)):  # fmt: skip
-        raise ValueError(f"column {column!r} is of type {type_}, which has no order to expire by")
+    # the value is kept in the manifest as JSON (a time as ISO text) and cast back at the compact
+    if not (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_timestamp(type_)
+            or pa.types.is_date(type_) or pa.types.is_string(type_) or pa.types.is_large_string(type_)):  # fmt: skip
+        raise ValueError(
+            f"column {column!r} is of type {type_}: expire by the values of a number, a date, a timestamp or text"
+        )
     try:
         return pa.scalar(value).cast(type_) if not isinstance(value, pa.Scalar) else value.cast(type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -159,4 +168,7 @@ def _min_max(window: Window, name: str, column: str):
         values = pa.chunked_array([c.dictionary_decode() for c in values.chunks], values.type.value_type)
     found = pc.min_max(values)
     low, high = found["min"], found["max"]
-    return (low if low.is_valid else None), (high if high.is_valid else None), values.null_count > 0
+    unordered = values.null_count > 0  # a null (or NaN) is never before the value: its generation stays
+    if pa.types.is_floating(values.type):
+        unordered = unordered or pc.any(pc.is_nan(values)).as_py() is True
+    return (low if low.is_valid else None), (high if high.is_valid else None), unordered

@@ -132,7 +132,10 @@ class Window:
     def load(cls, dest: str, storage_options: dict | None = None, version: int | None = None) -> Window:
         """The window at ``dest``: the current version, or ``version`` (kept for the grace period)."""
         fs, path = filesystem(dest, storage_options)
-        manifest = _manifest.read(dest, storage_options) if version is None else read_version(fs, path, version)
+        fs.invalidate_cache(path)  # a long-lived process may have listed it before the last change
+        manifest = (
+            _manifest.read(dest, storage_options) if version is None else _manifest.window_version(fs, path, version)
+        )
         return cls.from_manifest(fs, path, manifest)
 
     @classmethod
@@ -197,23 +200,27 @@ class Window:
     def commit(self, generations: list[Generation], next_generation: int | None = None) -> Window:
         """Write the next version holding ``generations``; the files it no longer lists are retired."""
         version = self.version + 1
+        self._check_unchanged()
         manifest = self.manifest(version, generations, next_generation or self.next_generation)
         listed = set(manifest["files"])
         gone = [f for g in self.generations for f in g.files if f not in listed]
-        if self.version == 0 and not self.fs.exists(version_path(self.path, 0)):
-            write_bytes(self.fs, version_path(self.path, 0), json.dumps(self.base, indent=1).encode())
-        superseded = posixpath.relpath(version_path(self.path, self.version), self.path)
+        if self.version == 0 and not self.fs.exists(_manifest.version_path(self.path, 0)):
+            write_bytes(self.fs, _manifest.version_path(self.path, 0), json.dumps(self.base, indent=1).encode())
+        superseded = posixpath.relpath(_manifest.version_path(self.path, self.version), self.path)
         retire(self.fs, self.path, [*_directories_of(gone, listed), superseded])
-        write_bytes(self.fs, version_path(self.path, version), json.dumps(manifest, indent=1).encode())
+        write_bytes(self.fs, _manifest.version_path(self.path, version), json.dumps(manifest, indent=1).encode())
         _manifest.write(self.fs, self.path, manifest)  # the switch: readers opening it now read this version
         return Window.from_manifest(self.fs, self.path, manifest)
 
-    def with_sources(self, urls: list[str], stamps: list[str]) -> Generation | None:
-        """The generation appended from exactly these files, unchanged since, if the window holds one."""
-        for g in self.generations:
-            if g.source_files == tuple(urls) and g.source_stamps == tuple(stamps):
-                return g
-        return None
+    def _check_unchanged(self) -> None:
+        """Refuse to commit over a version another process wrote since this one was read."""
+        self.fs.invalidate_cache(self.path)
+        now = _manifest.read_at(self.fs, self.path)
+        if (now.get("window") or {}).get("version", 0) != self.version:
+            raise WindowBusyError(
+                f"{self.url!r} changed while this command ran (version {self.version} then, "
+                f"{now['window']['version']} now): another process changed it; run one change at a time"
+            )
 
 
 def pile_of_name(name: str) -> int:
@@ -241,14 +248,6 @@ def _directories_of(files: list[str], listed: set[str]) -> list[str]:
         else:
             result.append(f)
     return result
-
-
-def version_path(path: str, version: int) -> str:
-    return _manifest.version_path(path, version)
-
-
-def read_version(fs, path: str, version: int) -> dict:
-    return _manifest.window_version(fs, path, version)
 
 
 @dataclasses.dataclass
@@ -344,6 +343,7 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
 
 
 def read_pending(fs, path: str) -> dict | None:
+    fs.invalidate_cache(path)
     try:
         with fs.open(posixpath.join(path, PENDING), "rb") as f:
             return json.load(f)
@@ -369,12 +369,11 @@ def retire(fs, path: str, names: list[str]) -> None:
     """
     if not names:
         return
-    entries = read_retired(fs, path)
-    known = {n for e in entries for n in e["names"]}
-    fresh = [n for n in names if n not in known]
-    if fresh:
-        entries.append({"names": fresh, "since": time.time()})
-        write_bytes(fs, posixpath.join(path, RETIRED), json.dumps(entries, indent=1).encode())
+    # a name retired before (by a change that was then discarded) starts its grace period again now
+    renamed = set(names)
+    entries = [{**e, "names": [n for n in e["names"] if n not in renamed]} for e in read_retired(fs, path)]
+    entries = [e for e in entries if e["names"]] + [{"names": list(names), "since": time.time()}]
+    write_bytes(fs, posixpath.join(path, RETIRED), json.dumps(entries, indent=1).encode())
 
 
 def read_retired(fs, path: str) -> list[dict]:
@@ -393,7 +392,7 @@ def collect(window: Window, retain: str | float | None) -> list[str]:
         return []
     listed = {f for g in window.generations for f in g.files}
     listed |= {posixpath.dirname(f) for f in listed}
-    listed.add(posixpath.relpath(version_path(window.path, window.version), window.path))
+    listed.add(posixpath.relpath(_manifest.version_path(window.path, window.version), window.path))
     now, kept, removed = time.time(), [], []
     for entry in entries:
         if now - entry["since"] < seconds:
