@@ -493,6 +493,8 @@ def _order_stats(
             ranked.remove()
     parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, [order_column]) for path in files])
     order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
+    if pa.types.is_floating(order.type) and pc.any(pc.is_nan(order)).as_py():
+        raise ValueError(f"order column {order_column!r} has NaN values: it must identify each row's position")
     if rows and pc.count_distinct(order).as_py() != rows:
         raise ValueError(f"order column {order_column!r} has duplicate values: it must identify each row's position")
     rank = pc.rank(order, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.int64) - 1

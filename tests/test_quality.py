@@ -187,3 +187,14 @@ def test_a_sort_on_dask_refuses_repeated_keys(sync_scheduler, tmp_path, monkeypa
     with pytest.raises(ValueError, match="repeated values"):
         daskpile.quality(str(tmp_path / "data"), "t", scratch=str(tmp_path / "scratch"))
     assert list((tmp_path / "scratch").iterdir()) == []
+
+
+@pytest.mark.parametrize("sorted_on_dask", [False, True])
+def test_nan_in_the_order_column_is_refused_either_way(sync_scheduler, tmp_path, monkeypatch, sorted_on_dask):
+    if sorted_on_dask:
+        monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
+    values = np.arange(ROWS, dtype=np.float64) * 0.5
+    values[11] = np.nan
+    write_parts(pa.table({"x": values}), tmp_path / "data", 3)
+    with pytest.raises(ValueError, match="NaN"):
+        daskpile.quality(str(tmp_path / "data"), "x")
