@@ -181,6 +181,7 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
     4
     """
     fs, path = filesystem(dest, storage_options)
+    fs.invalidate_cache(path)  # a listing cached before a moving window's last change is stale
     if not fs.exists(posixpath.join(path, MANIFEST_NAME)):
         raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
     return read_at(fs, path)

@@ -292,7 +292,7 @@ class PileLoader:
         ``canonical_ranks`` is the same: each stream then goes on from the
         rows it had given.
         """
-        if state.get("version") is not None:
+        if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
         old = Layout(
