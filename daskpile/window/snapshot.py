@@ -288,7 +288,7 @@ class WindowReport:
     removed: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
-        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
+        removed = f"; removed {count(len(self.removed), 'retired file or folder')}" if self.removed else ""
         return (
             f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
             f"{count(self.rows, 'row')}{removed}"
@@ -338,7 +338,8 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
         return pending
     raise WindowBusyError(
         f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
-        f"started {pending['started']}): run it again to finish it, or `daskpile discard` to drop it"
+        f"started {pending['started']}): if it is still running, let it finish; if it was interrupted, run it "
+        "again to finish it, or `daskpile discard` to drop it"
     )
 
 
