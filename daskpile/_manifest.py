@@ -138,6 +138,15 @@ def version_path(directory: str, version: int) -> str:
     return posixpath.join(directory, VERSIONS_DIR, f"v-{version:08d}.json")
 
 
+def version_of(manifest: dict) -> int:
+    """The version of a moving window a manifest is; a shuffle result is version 0.
+
+    >>> version_of({"window": {"version": 3}}), version_of({})
+    (3, 0)
+    """
+    return (manifest.get("window") or {}).get("version", 0)
+
+
 def window_version(fs: fsspec.AbstractFileSystem, directory: str, version: int) -> dict:
     """Version ``version`` of a moving window's manifest, while the grace period keeps it."""
     where = version_path(directory, version)

@@ -176,6 +176,14 @@ def test_verify_names_the_generation_whose_files_changed(sync_scheduler, days, t
     assert result.generations_differing == (1, 2) and result.missing_files
 
 
+def append_killed_before_its_version(dest, source, monkeypatch) -> None:
+    """An append interrupted after its generation's files, before the manifest version that lists them."""
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot.Window, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.append(str(dest), source)
+
+
 def test_a_change_under_way_is_resumed_by_the_same_command_and_refuses_others(sync_scheduler, days, tmp_path,
                                                                            monkeypatch):  # fmt: skip
     dest = tmp_path / "window"
@@ -183,14 +191,7 @@ def test_a_change_under_way_is_resumed_by_the_same_command_and_refuses_others(sy
     reference = tmp_path / "reference"
     shutil.copytree(dest, reference)
     daskpile.append(str(reference), days[1])
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # killed after the generation's files, before the new manifest
-
-    with monkeypatch.context() as patched:
-        patched.setattr(snapshot.Window, "commit", killed)
-        with pytest.raises(KeyboardInterrupt):
-            daskpile.append(str(dest), days[1])
+    append_killed_before_its_version(dest, days[1], monkeypatch)
     assert "window" not in daskpile.read_manifest(str(dest))  # still version 0, whole and readable
     assert sorted(loader_ids(dest)) == ids_of(0)
     with pytest.raises(daskpile.WindowBusyError, match="unfinished `daskpile append`"):
@@ -207,10 +208,7 @@ def test_a_change_under_way_is_resumed_by_the_same_command_and_refuses_others(sy
 def test_discard_drops_the_unfinished_change(sync_scheduler, days, tmp_path, monkeypatch):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
-    with monkeypatch.context() as patched:
-        patched.setattr(snapshot.Window, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
-        with pytest.raises(KeyboardInterrupt):
-            daskpile.append(str(dest), days[1])
+    append_killed_before_its_version(dest, days[1], monkeypatch)
     assert (dest / "gen-000001").exists()
     assert daskpile.discard(str(dest)).changed
     assert not (dest / "gen-000001").exists() and not (dest / snapshot.PENDING).exists()
@@ -584,10 +582,7 @@ def test_shuffle_overwrite_replaces_a_result_whose_first_append_was_interrupted(
 ):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
-    with monkeypatch.context() as patched:
-        patched.setattr(snapshot.Window, "commit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
-        with pytest.raises(KeyboardInterrupt):
-            daskpile.append(str(dest), days[1])
+    append_killed_before_its_version(dest, days[1], monkeypatch)
     daskpile.shuffle_parquet(days[2], str(dest), piles=2, seed=SEED, overwrite=True)
     assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json", "part-00000.parquet", "part-00001.parquet"]
 

@@ -217,9 +217,9 @@ class PileLoader:
         >>> PileLoader.current_version("shuffled/")
         0
         """
-        from daskpile._manifest import read
+        from daskpile import _manifest
 
-        return (read(path, storage_options).get("window") or {}).get("version", 0)
+        return _manifest.version_of(_manifest.read(path, storage_options))
 
     def _start_epoch(self, epoch: int) -> None:
         self._epoch, self._batches = epoch, 0

@@ -59,8 +59,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     ``_daskpile.json`` holds (or ``version``) lists them.
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options)
-    current = None if manifest is None else (manifest.get("window") or {}).get("version", 0)
-    if version is not None and version != current:
+    if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):
         if manifest is None:
             raise ValueError(f"version={version}: {path!r} is not a daskpile result")
         directory = filesystem(path, storage_options)[1]
@@ -79,7 +78,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         schema = counted[0].schema
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
-    version = None if manifest is None else (manifest.get("window") or {}).get("version", 0)
+    version = None if manifest is None else _manifest.version_of(manifest)
     if window is None:
         return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version)
     piles = np.array(window["file_piles"], dtype=np.int64)

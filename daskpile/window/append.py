@@ -9,7 +9,7 @@ import posixpath
 from dask.utils import parse_bytes
 
 from daskpile import _manifest, _passes
-from daskpile._parquet import ShuffleReport, _check_overlap, shuffle_plan
+from daskpile._parquet import _check_overlap, shuffle_plan
 from daskpile._storage import full_url, remove_tree
 from daskpile._words import count
 from daskpile.sources import plan_sources
@@ -91,14 +91,12 @@ def append(
     plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
     pending = snapshot.check_idle(window.fs, window.path, "append", key)
-    held = _held_in(window, plan)
+    resuming = pending is not None
+    held = _appended_already(window, plan, partly_refused=not resuming)
     if held is not None:  # appended already (and committed, if it was interrupted after that)
         snapshot.finish(window.fs, window.path)
         summary = f"already appended as generation {held}: nothing to do"
         return report(window, False, summary, generation=held, removed=snapshot.collect(window, retain))
-    resuming = pending is not None
-    if not resuming:
-        _check_not_appended(window, plan)
     removed = snapshot.collect(window, retain)
     description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
     pending = snapshot.begin(
@@ -121,7 +119,7 @@ def append(
             remove_tree(window.fs, generation_path)
             snapshot.finish(window.fs, window.path)
         raise
-    new = _generation(generation, shuffled, window)
+    new = _generation(generation, window)
     window = window.commit([*window.generations, new], next_generation=generation + 1)
     snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
@@ -145,27 +143,27 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
 
 
-def _held_in(window: Window, plan) -> int | None:
-    """The generation holding every file of the plan (unchanged since), if one does: a retried append."""
-    for g in window.generations:
-        if set(zip(plan.urls, plan.stamps, strict=True)) <= set(zip(g.source_files, g.source_stamps, strict=False)):
-            return g.number
+def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
+    """The generation holding every file of the plan (unchanged since), if one does: a retried append.
+
+    With ``partly_refused``, files some generation holds beside files none
+    does are refused: a partly repeated append would hold rows twice.
+    """
+    held = {(url, stamp): g.number for g in window.generations
+            for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
+    numbers = [held.get(f) for f in zip(plan.urls, plan.stamps, strict=True)]
+    if None not in numbers and len(set(numbers)) == 1:
+        return numbers[0]
+    for url, number in zip(plan.urls, numbers, strict=True):
+        if number is not None and partly_refused:
+            raise ValueError(
+                f"{url} is in the window already (appended in generation {number}, unchanged since): "
+                "append only new files"
+            )
     return None
 
 
-def _check_not_appended(window: Window, plan) -> None:
-    """Refuse files a generation of the window already holds (unchanged): a partly repeated append."""
-    held = {(url, stamp): g.number for g in window.generations
-            for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
-    for url, stamp in zip(plan.urls, plan.stamps, strict=True):
-        if (url, stamp) in held:
-            raise ValueError(
-                f"{url} is in the window already (appended in generation {held[url, stamp]}, unchanged since): "
-                "append only new files"
-            )
-
-
-def _generation(number: int, shuffled: ShuffleReport, window: Window) -> Generation:
+def _generation(number: int, window: Window) -> Generation:
     """The record of a generation, from its shuffle's manifest."""
     prefix = snapshot.generation_dir(number)
     written = _manifest.read_at(window.fs, posixpath.join(window.path, prefix))

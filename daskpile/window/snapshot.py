@@ -216,10 +216,10 @@ class Window:
         """Refuse to commit over a version another process wrote since this one was read."""
         self.fs.invalidate_cache(self.path)
         now = _manifest.read_at(self.fs, self.path)
-        if (now.get("window") or {}).get("version", 0) != self.version:
+        if _manifest.version_of(now) != self.version:
             raise WindowBusyError(
                 f"{self.url!r} changed while this command ran (version {self.version} then, "
-                f"{now['window']['version']} now): another process changed it; run one change at a time"
+                f"{_manifest.version_of(now)} now): another process changed it; run one change at a time"
             )
 
 
@@ -345,11 +345,16 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
 
 def read_pending(fs, path: str) -> dict | None:
     fs.invalidate_cache(path)
+    return _read_json(fs, posixpath.join(path, PENDING), None)
+
+
+def _read_json(fs, path: str, missing):
+    """A small JSON file of the window's own (its marker, its retired list), or ``missing`` if there is none."""
     try:
-        with fs.open(posixpath.join(path, PENDING), "rb") as f:
+        with fs.open(path, "rb") as f:
             return json.load(f)
     except FileNotFoundError:
-        return None
+        return missing
 
 
 def finish(fs, path: str) -> None:
@@ -378,11 +383,7 @@ def retire(fs, path: str, names: list[str]) -> None:
 
 
 def read_retired(fs, path: str) -> list[dict]:
-    try:
-        with fs.open(posixpath.join(path, RETIRED), "rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return []
+    return _read_json(fs, posixpath.join(path, RETIRED), [])
 
 
 def collect(window: Window, retain: str | float | None) -> list[str]:
