@@ -8,47 +8,49 @@
 True
 """
 
-from daskpile._fingerprint import Fingerprint
-from daskpile._manifest import read as read_manifest
-from daskpile._parquet import PileTooLargeError, RunMismatchError, ShuffleReport, VerificationError, shuffle_parquet
-from daskpile._quality import QualityCheck, QualityReport, quality
-from daskpile._sizing import PilePlan
-from daskpile._verify import Verification, verify
-from daskpile.loader import PileLoader
-from daskpile.window import WindowBusyError, WindowReport, append, compact, discard, expire
-
-__all__ = [
-    "Fingerprint",
-    "PileLoader",
-    "PilePlan",
-    "PileTooLargeError",
-    "QualityCheck",
-    "QualityReport",
-    "RunMismatchError",
-    "ShuffleReport",
-    "Verification",
-    "VerificationError",
-    "WindowBusyError",
-    "WindowReport",
-    "append",
-    "compact",
-    "discard",
-    "expire",
-    "plan_piles",
-    "quality",
-    "read_manifest",
-    "shuffle",
-    "shuffle_parquet",
-    "verify",
-]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # dask.dataframe takes over a second to import, and only shuffle(ddf) needs it: not
-    # shuffle_parquet, the command line, or a worker running pass 1 or pass 2.
-    if name in ("shuffle", "plan_piles"):
-        from daskpile import _dataframe
+# Where each public name lives.  They are imported on first use: the command line then handles a Ctrl-C
+# from its first instant (see daskpile.__main__), and dask.dataframe, which takes over a second to import,
+# is needed by shuffle(ddf) only: not by shuffle_parquet, the command line, or a worker running a pass.
+_PUBLIC = {
+    "Fingerprint": "daskpile._fingerprint",
+    "PileLoader": "daskpile.loader",
+    "PilePlan": "daskpile._sizing",
+    "PileTooLargeError": "daskpile._parquet",
+    "QualityCheck": "daskpile._quality",
+    "QualityReport": "daskpile._quality",
+    "RunMismatchError": "daskpile._parquet",
+    "ShuffleReport": "daskpile._parquet",
+    "Verification": "daskpile._verify",
+    "VerificationError": "daskpile._parquet",
+    "WindowBusyError": "daskpile.window",
+    "WindowReport": "daskpile.window",
+    "append": "daskpile.window",
+    "compact": "daskpile.window",
+    "discard": "daskpile.window",
+    "expire": "daskpile.window",
+    "plan_piles": "daskpile._dataframe",
+    "quality": "daskpile._quality",
+    "read_manifest": "daskpile._manifest",
+    "shuffle": "daskpile._dataframe",
+    "shuffle_parquet": "daskpile._parquet",
+    "verify": "daskpile._verify",
+}
+__all__ = list(_PUBLIC)
 
-        return getattr(_dataframe, name)
-    raise AttributeError(f"module 'daskpile' has no attribute {name!r}")
+
+def __getattr__(name: str):
+    import importlib
+
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'daskpile' has no attribute {name!r}")
+    module = importlib.import_module(_PUBLIC[name])
+    value = getattr(module, "read" if name == "read_manifest" else name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -454,12 +454,15 @@ class BandRemover:
         self._readers = collections.Counter(band for bands in bands_read for band in bands)
         self._lock = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="daskpile-remove-band")
+        self._closed = False
 
     def __enter__(self) -> BandRemover:
         return self
 
     def task_done(self, task: int) -> None:
         with self._lock:
+            if self._closed:  # the run stopped (Ctrl-C, a failed task) while tasks still finish: a rerun removes
+                return
             for band in self._bands_read[task]:
                 self._readers[band] -= 1
                 if self._readers[band] == 0 and band != 0:
@@ -467,6 +470,8 @@ class BandRemover:
                     self._thread.submit(self.scratch.remove_band, band)
 
     def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._closed = True
         self._thread.shutdown(wait=True)
 
 

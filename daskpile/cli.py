@@ -27,6 +27,7 @@ import traceback
 import click
 
 from daskpile._compute import local_cluster
+from daskpile._interrupt import ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._words import count
 from daskpile.window.snapshot import WindowBusyError
@@ -148,7 +149,13 @@ _RESULTS: list = []  # where each running command's result goes: its stdout befo
 
 
 def _result(text: str) -> None:
-    """Print a command's result (its report or JSON document) on its stdout."""
+    """Print a command's result (its report or JSON document) on its stdout.
+
+    In the console script, the command is over then: a Ctrl-C from there on is ignored, since it would
+    turn a finished command into an interrupted one (exit status 130) while it only returns.
+    """
+    if _CONSOLE_SCRIPT and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
 
 
@@ -225,58 +232,6 @@ def _cluster_options(f):
     return _with_options(options, f)
 
 
-@contextlib.contextmanager
-def _ignoring_ctrl_c():
-    """SIGINT ignored while processes are started here: they inherit it (Python keeps an ignored SIGINT)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _silence_shutdown_logs() -> None:
-    import logging
-
-    for name in ("distributed", "asyncio", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-@contextlib.contextmanager
-def _quiet_on_ctrl_c(own_client=None):
-    """Ctrl-C stops the run with one line, not a log line per cancelled task and unretrieved future.
-
-    ``own_client`` is the client of a cluster this command started, whose workers are quieted too
-    (a cluster the user gave by address is left as it is).
-
-    The loggers go quiet in the signal handler itself, before KeyboardInterrupt unwinds: the client's
-    event loop may log an abandoned gather ("Task exception was never retrieved") while it unwinds.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        _silence_shutdown_logs()
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, interrupt)
-    try:
-        yield
-    except KeyboardInterrupt:
-        import logging
-
-        with contextlib.suppress(Exception):
-            if own_client is not None:
-                own_client.run(lambda: logging.getLogger("distributed").setLevel(logging.CRITICAL))
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def kubernetes_shape(workers, threads_per_worker, memory_limit) -> dict:
     """The arguments of ``daskpile.kubernetes.cluster_spec`` that the cluster options give."""
     shape = {"workers": workers, "threads_per_worker": threads_per_worker}
@@ -302,28 +257,29 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
         return
     from distributed import Client
 
-    if scheduler:
-        cluster, description = contextlib.nullcontext(), f"cluster {scheduler}"
-        try:
-            client = Client(scheduler)
-        except (OSError, TimeoutError) as e:
-            raise SchedulerUnreachable(f"cannot reach the scheduler at {scheduler}: {e}") from e
-    else:
-        if kubernetes:
-            cluster = _kubernetes(kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
-            description = f"Kubernetes cluster {kubernetes}"
+    with ctrl_c_ignorable() as ignore_ctrl_c, contextlib.ExitStack() as stack:
+        if scheduler:
+            description = f"cluster {scheduler}"
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except (OSError, TimeoutError) as e:
+                raise SchedulerUnreachable(f"cannot reach the scheduler at {scheduler}: {e}") from e
         else:
-            with _ignoring_ctrl_c():  # the workers inherit it: Ctrl-C reaches this process only, which stops them
-                cluster = local_cluster(
-                    n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit
-                )
-            description = "LocalCluster"
-        client = Client(cluster)
-    with cluster, client:
+            if kubernetes:
+                cluster = _kubernetes(kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
+                description = f"Kubernetes cluster {kubernetes}"
+            else:
+                stack.enter_context(workers_ignoring_ctrl_c())  # Ctrl-C reaches this process only: it stops them
+                shape = dict(n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit)
+                cluster = uninterrupted(lambda: local_cluster(**shape), undo=lambda cluster: cluster.close())
+                description = "LocalCluster"
+            stack.enter_context(cluster)
+            client = stack.enter_context(Client(cluster))
         _wait_for_a_worker(client, description)
         if not quiet:
             click.echo(f"{description}: {count(len(client.nthreads()), 'worker')}, dashboard {client.dashboard_link}")
-        with _quiet_on_ctrl_c(None if scheduler else client):
+        stack.callback(ignore_ctrl_c)  # while the client and cluster close, the command is over
+        with quiet_on_ctrl_c(None if scheduler else client):
             yield
 
 
@@ -684,8 +640,13 @@ def _report_json(report) -> dict:
     return data
 
 
-def main(argv: list[str] | None = None) -> None:
-    """The console script's entry point."""
+_CONSOLE_SCRIPT = False  # the command runs as the process's main program (daskpile.__main__), not in a test
+
+
+def main(argv: list[str] | None = None, *, console_script: bool = False) -> None:
+    """The ``daskpile`` command with arguments ``argv`` (default: ``sys.argv[1:]``), in this process."""
+    global _CONSOLE_SCRIPT
+    _CONSOLE_SCRIPT = console_script
     cli.main(args=argv, prog_name="daskpile")
 
 

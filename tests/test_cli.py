@@ -167,38 +167,6 @@ def test_json_alone_on_stdout_and_every_log_line_on_stderr(sorted_source, tmp_pa
     assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True
 
 
-@pytest.mark.slow
-def test_ctrl_c_prints_one_line_and_leaves_a_resumable_run(tmp_path):
-    """SIGINT to the whole process group, as a terminal sends it, mid-run on a LocalCluster."""
-    import signal
-    import time
-
-    from _util import finished_partitions, uninterrupted_run
-
-    source = tmp_path / "src"
-    write_reference_dataset(source, rows=2_000_000, files=40)
-    dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    scratch.mkdir()
-    args = [DASKPILE, "shuffle", str(source), str(dest), "--piles", "16", "--seed", "3", "--scratch", str(scratch)]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while finished_partitions(scratch) < 4 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert process.poll() is None, "the run ended before it could be interrupted"
-    os.killpg(process.pid, signal.SIGINT)
-    _stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
-    # One line from the interruption; a loaded machine may add a worker's warning from before it, nothing else
-    lines = [line for line in stderr.splitlines() if " - distributed." not in line or "WARNING" not in line]
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("daskpile: interrupted; run the same command again to resume; its state is in ")
-    assert "Traceback" not in stderr and "Error" not in stderr
-    assert str(scratch) in lines[0]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "resumed" in done.stdout, done.stderr
-    assert file_bytes(dest) == uninterrupted_run(str(source), tmp_path / "reference", 16, 3)
-
-
 def test_every_command_and_option_says_what_it_does():
     """The reference is generated from these (tests/test_docs.py builds it), so each needs its help text."""
     import click

@@ -1,0 +1,148 @@
+"""Ctrl-C on the command line: one line, whenever it comes, and no worker tracebacks.
+
+A terminal sends SIGINT to its whole foreground process group, so the workers of a LocalCluster the
+command started get it too; each would print a KeyboardInterrupt traceback.  They must ignore it, and only
+the command's own process stops them.  A process keeps an ignored SIGINT across ``exec`` (Python does
+not install its handler then), but it gets a handler back as the default; so the workers must be started
+by a process that ignores SIGINT.  That is multiprocessing's fork server: started once, with SIGINT
+ignored for the few milliseconds of its ``exec``, every worker forked from it ignores SIGINT, while this
+process handles it from start to end.
+
+Ctrl-C while the cluster starts waits for the start to end (an interrupted start leaves distributed's
+half-started nannies printing tracebacks), then stops the cluster and the command as at any other time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# Where the workers must have their pre-spawn environment: distributed sets it before it spawns a worker,
+# which is too late for one forked from the fork server.
+_DISTRIBUTED_PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def start_fork_server_ignoring_ctrl_c() -> None:
+    """Make the workers distributed starts from now on ignore SIGINT; call with the cluster's config set.
+
+    The fork server gets the environment distributed gives a worker before spawning it
+    (``distributed.nanny.pre-spawn-environ``, and ``PYTHONHASHSEED`` so that every worker hashes alike).
+    """
+    import dask
+    from distributed.utils import get_mp_context
+
+    get_mp_context()  # sets the fork server's preloads (distributed and the libraries it uses)
+    from multiprocessing import forkserver
+
+    # distributed's rules: a variable already set wins, a None in the config sets nothing
+    environ = {k: str(v) for k, v in dask.config.get(_DISTRIBUTED_PRE_SPAWN_ENVIRON).items() if v is not None}
+    environ.setdefault("PYTHONHASHSEED", "6640")  # distributed's value
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in environ.items() if k not in saved})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
+    try:
+        forkserver.ensure_running()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def workers_ignoring_ctrl_c():
+    """Within the block, the workers distributed starts (and restarts) ignore SIGINT."""
+    import dask
+
+    from daskpile._compute import LOCAL_CLUSTER_CONFIG
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        with dask.config.set(LOCAL_CLUSTER_CONFIG):
+            start_fork_server_ignoring_ctrl_c()
+        yield
+
+
+def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
+    """``start()``, which Ctrl-C does not interrupt: if pressed meanwhile, ``undo`` its result, then stop.
+
+    >>> uninterrupted(lambda: "cluster", undo=print)
+    'cluster'
+    """
+    if not _in_main_thread():
+        return start()
+    pressed = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.set())
+    try:
+        started = start()
+        if pressed.is_set():
+            silence_shutdown_logs()
+            undo(started)
+            raise KeyboardInterrupt
+        return started
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_ignorable():
+    """A function that makes Ctrl-C ignored from its call to the end of the block.
+
+    For the end of a command: its cluster takes a second to close, which Ctrl-C would turn into tracebacks.
+    """
+    if not _in_main_thread():
+        yield lambda: None
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def silence_shutdown_logs() -> None:
+    """distributed's, asyncio's and tornado's loggers, children included (Dask's config sets some levels)."""
+    roots = ("distributed", "asyncio", "tornado")
+    names = [name for name in logging.root.manager.loggerDict if name.split(".")[0] in roots]
+    for name in {*roots, *names}:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def quiet_on_ctrl_c(own_client=None):
+    """Ctrl-C stops the run with one line, not a log line per cancelled task and unretrieved future.
+
+    ``own_client`` is the client of a cluster this command started, whose workers are quieted too
+    (a cluster the user gave by address is left as it is).
+
+    The loggers go quiet in the signal handler itself, before KeyboardInterrupt unwinds: the client's
+    event loop may log an abandoned gather ("Task exception was never retrieved") while it unwinds.
+    """
+    if not _in_main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        silence_shutdown_logs()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            if own_client is not None:
+                own_client.run(lambda: logging.getLogger("distributed").setLevel(logging.CRITICAL))
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,120 @@
+"""Ctrl-C on the ``daskpile`` command, at every stage of a run: one line, and a run that resumes.
+
+SIGINT goes to the command's whole process group, as a terminal sends it, so the workers of its
+LocalCluster get it too.  Each test waits for a stage it can see from outside (a library mapped, a
+process started, a line printed, a scratch file written), so none depends on timing.
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+from _util import DASKPILE, file_bytes, finished_partitions, uninterrupted_run
+
+from daskpile.datasets import write_reference_dataset
+
+pytestmark = pytest.mark.slow
+
+INTERRUPTED = "daskpile: interrupted"
+RESUMABLE = "daskpile: interrupted; run the same command again to resume; its state is in "
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("interrupt") / "src"
+    write_reference_dataset(path, rows=2_000_000, files=40)
+    return str(path)
+
+
+def shuffle_args(source, tmp_path, *options):
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    return [DASKPILE, "shuffle", source, str(dest), "--piles", "8", "--seed", "3", "--scratch", str(scratch), *options]
+
+
+def interrupted_when(args, stage, timeout=120):
+    """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr)."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not stage(process):
+        assert process.poll() is None, f"the command ended before the stage: {process.communicate()}"
+        assert time.monotonic() < deadline, "the stage never came"
+        time.sleep(0.002)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=timeout)
+    return process.returncode, stdout, stderr
+
+
+def the_one_line(stderr: str) -> str:
+    # A loaded machine may add a worker's warning from before the interruption, nothing else
+    lines = [line for line in stderr.splitlines() if " - distributed." not in line or "WARNING" not in line]
+    assert len(lines) == 1 and "Traceback" not in stderr and "Error" not in stderr, stderr
+    return lines[0]
+
+
+def descendants(process) -> list[psutil.Process]:
+    try:
+        return psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_while_python_imports_the_command(source, tmp_path):
+    def importing(process):  # pyarrow's library is mapped while daskpile.cli is still being imported
+        try:
+            with open(f"/proc/{process.pid}/maps") as maps:
+                return "libarrow" in maps.read()
+        except FileNotFoundError:
+            return False
+
+    status, _, stderr = interrupted_when(shuffle_args(source, tmp_path), importing)
+    assert status == 130
+    assert the_one_line(stderr).startswith(INTERRUPTED)
+
+
+def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(source, tmp_path):
+    seen = []
+
+    def cluster_starting(process):  # the fork server the workers come from is running
+        seen[:] = descendants(process)
+        return any("forkserver" in " ".join(p.cmdline()) for p in seen if p.is_running())
+
+    status, stdout, stderr = interrupted_when(shuffle_args(source, tmp_path), cluster_starting)
+    assert status == 130
+    assert the_one_line(stderr) == INTERRUPTED
+    assert "pass 1" not in stdout
+    _, alive = psutil.wait_procs(seen, timeout=30)
+    assert not alive
+
+
+@pytest.mark.parametrize("scheduler", ["LocalCluster", "threads", "sync"])
+def test_in_pass_1_on_every_scheduler_the_run_resumes(source, tmp_path, scheduler):
+    options = [] if scheduler == "LocalCluster" else ["--scheduler", scheduler]
+    args = shuffle_args(source, tmp_path, *options)
+    status, _, stderr = interrupted_when(args, lambda _: finished_partitions(tmp_path / "scratch") >= 2)
+    assert status == 130
+    line = the_one_line(stderr)
+    assert line.startswith(RESUMABLE) and str(tmp_path / "scratch") in line
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
+    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3)
+
+
+def test_in_pass_2_the_run_resumes(source, tmp_path):
+    args = shuffle_args(source, tmp_path)
+    status, _, stderr = interrupted_when(args, lambda process: process.stdout.readline().startswith("pass 1:"))
+    assert status == 130
+    assert the_one_line(stderr).startswith(RESUMABLE)
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3)
+
+
+def test_once_the_result_is_printed_the_command_ends_as_it_said(source, tmp_path):
+    status, _, stderr = interrupted_when(
+        shuffle_args(source, tmp_path), lambda process: process.stdout.readline().startswith("shuffled ")
+    )
+    assert (status, stderr) == (0, "")
