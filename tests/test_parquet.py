@@ -1,5 +1,6 @@
 import contextlib
 import json
+import glob
 import os
 
 import dask
@@ -184,6 +185,22 @@ def test_dest_inside_source_is_refused(source):
         daskpile.shuffle_parquet(source, os.path.join(source, "shuffled"), piles=2)
     with pytest.raises(ValueError, match="overlaps"):
         daskpile.shuffle_parquet(source, source, piles=2)
+
+
+def test_files_named_one_by_one_overlap_dest_only_from_inside_it_or_by_a_link(source, tmp_path):
+    import shutil
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(sorted(glob.glob(os.path.join(source, "*.parquet")))[0], folder / "a.parquet")
+    # dest in the files' folder, the folder not named as the source: the file is not in dest
+    assert daskpile.shuffle_parquet([str(folder / "a.parquet")], str(folder / "out"), piles=2).rows > 0
+    (tmp_path / "links").mkdir()
+    os.symlink(folder / "out" / "part-00000.parquet", tmp_path / "links" / "b.parquet")
+    with pytest.raises(ValueError, match="overlaps the source"):  # a source file is a link into dest
+        daskpile.shuffle_parquet(str(tmp_path / "links"), str(folder / "out"), piles=2, overwrite=True)
+    with pytest.raises(ValueError, match="overlaps the source"):  # a source file in dest, named alone
+        daskpile.shuffle_parquet([str(folder / "out" / "part-00001.parquet")], str(folder / "out"), overwrite=True)
 
 
 def test_scratch_is_removed_after_success(sync_scheduler, source, tmp_path):
