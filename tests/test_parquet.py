@@ -1,6 +1,6 @@
 import contextlib
-import json
 import glob
+import json
 import os
 
 import dask
