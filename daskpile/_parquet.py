@@ -39,7 +39,7 @@ from daskpile._storage import (
 )
 from daskpile._validate import check_piles
 from daskpile._words import count
-from daskpile.sources import plan_sources
+from daskpile.sources import plan_sources, text
 
 
 class VerificationError(RuntimeError):
@@ -200,8 +200,10 @@ def shuffle_parquet(
     version: int | None = None,
     stray_files: str = "skip",
     second_pass: str = "eager",
+    format: str = "auto",
+    read_options: dict | None = None,
 ) -> ShuffleReport:
-    """Shuffle the rows of a Parquet dataset into ``piles`` Parquet files.
+    """Shuffle the rows of a Parquet dataset (or of CSV, JSON-lines or text files) into ``piles`` Parquet files.
 
     Arrow end to end, without pandas.  ``dest`` receives ``part-00000.parquet``
     ... (one file per pile, names zero-padded so that they sort in pile
@@ -340,6 +342,23 @@ def shuffle_parquet(
         Files that are not Parquet by their extension (``README.txt``):
         ``"skip"`` (the default) skips them and lists them in
         ``report.skipped_files``; ``"error"`` refuses them.
+    format
+        What the source files are: ``"auto"`` (the default) goes by their
+        names: Parquet if any is named so (or has no extension), else the
+        one text format they name: ``.csv``, ``.tsv``, ``.jsonl``/``.ndjson``/
+        ``.json`` (JSON lines), ``.txt`` (lines), each possibly ``.gz``,
+        ``.bz2``, ``.zst`` or ``.xz``.  Or one of ``"parquet"``, ``"csv"``,
+        ``"tsv"``, ``"jsonl"``, ``"lines"``.  Text is parsed by Arrow's CSV
+        and JSON readers, the column names and types taken from the first
+        MiB of the first file; ``"lines"`` makes each line one row of a
+        single binary column ``line``, its bytes exactly, without the newline.
+        An uncompressed file is read in byte ranges cut on line boundaries,
+        one pass-1 task each; a compressed one by one task, a block at a time.
+    read_options
+        Text formats: ``delimiter`` (one character), ``autogenerate_column_names``
+        (no header line: columns ``f0``, ``f1``, ...), ``column_types``
+        (``{"id": "int64"}``: Arrow type names, the others inferred), as
+        pyarrow names them.
 
     Returns
     -------
@@ -413,8 +432,9 @@ def shuffle_parquet(
     if seed is not None:
         resolve_seed(seed)
     plan = plan_sources(
-        source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files
-    )
+        source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
+        format=format, read_options=read_options,
+    )  # fmt: skip
     return shuffle_plan(
         plan, source, dest, piles, seed=seed, scratch=scratch, storage_options=storage_options, overwrite=overwrite,
         verify=verify, memory_per_pile=memory_per_pile, progress=progress, blocksize=blocksize,
@@ -492,7 +512,7 @@ def shuffle_plan(
             previous = None
     seed = previous.seed if previous is not None else resolve_seed(requested_seed)
     sizes = plan.sizes
-    estimated_rows, estimated_bytes = _sizing.estimate_parquet(source_fs, source_files, sizes, plan.metadata)
+    estimated_rows, estimated_bytes = _estimate(plan)
     if memory_per_pile is not None and estimated_rows and estimated_bytes / estimated_rows > memory_per_pile:
         raise ValueError(  # checked now, not after pass 1
             f"a row takes about {estimated_bytes / estimated_rows:,.0f} bytes in memory, more than "
@@ -1018,7 +1038,19 @@ def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
         )
 
 
+def _estimate(plan) -> tuple[int, int]:
+    """(rows, bytes in memory) of the source, for piles="auto" and the memory checks."""
+    files, sizes = [f.path for f in plan.files], plan.sizes
+    if plan.reading.text is None:
+        return _sizing.estimate_parquet(plan.fs, files, sizes, plan.metadata)
+    first = next((f for f in plan.files if f.size), plan.files[0]).path
+    compressed = [not text.splittable(f) for f in files]
+    return text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text)
+
+
 def _schema_key(plan) -> str:
     """What the rows of a run are made of besides its files: the schema they are read into, and how."""
-    text = f"{plan.reading.policy}:{plan.schema.remove_metadata().to_string()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = f"{plan.reading.policy}:{plan.schema.remove_metadata().to_string()}"
+    if plan.reading.text is not None:
+        key += f":{plan.reading.text.key()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]

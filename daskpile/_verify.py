@@ -234,8 +234,8 @@ def verify(
     if schema is None:  # a table's rows take the table's schema whatever the policy
         schema = read_as.get("schema_policy", "strict").replace("table", "strict")
     plan = plan_sources(
-        source, storage_options, partitioning=partitioning, schema=schema,
-        version=table_version,
+        source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
+        format=read_as.get("format", "auto"), read_options=read_as.get("read_options"),
     )  # fmt: skip
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names

@@ -84,8 +84,8 @@ class _Bytes(click.ParamType):
             self.fail(f"{value!r} is not a size such as 512MiB or 2GB", param, ctx)
 
 
-def parse_storage_options(items: tuple[str, ...]) -> dict | None:
-    """``KEY=VALUE`` pairs as fsspec storage options; VALUE is JSON if it parses, dots in KEY nest.
+def parse_storage_options(items: tuple[str, ...], option: str = "--storage-option") -> dict | None:
+    """``KEY=VALUE`` pairs as fsspec storage options (or read options); VALUE is JSON if it parses, dots in KEY nest.
 
     >>> parse_storage_options(("anon=false", "client_kwargs.endpoint_url=http://127.0.0.1:9000"))
     {'anon': False, 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:9000'}}
@@ -94,7 +94,7 @@ def parse_storage_options(items: tuple[str, ...]) -> dict | None:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--storage-option")
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
         try:
             value = json.loads(text)
         except ValueError:
@@ -339,17 +339,36 @@ def cli():
     help="Replace daskpile's finished result in DEST (nothing else), or another unfinished run.",
 )
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines"]),
+    default="auto",
+    show_default=True,
+    help="What SOURCE's files are; auto goes by their names (.csv, .tsv, .jsonl/.ndjson/.json, .txt, "
+    "compressed .gz/.bz2/.zst/.xz too). lines: each line one row, its bytes exactly.",
+)
+@click.option(
+    "--read-option",
+    "read_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
+    "column_types.NAME=TYPE (int64, string, ...).",
+)
 @_source_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
 @_command
 def shuffle(
     source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, rows_per_file, lazy, scratch, overwrite,
-    no_verify, as_json, quiet, partitioning, schema, table_version, stray_files, **cluster,
+    no_verify, source_format, read_options, as_json, quiet, partitioning, schema, table_version, stray_files,
+    **cluster,
 ):  # fmt: skip
-    """Shuffle the Parquet data in SOURCE... into DEST (any fsspec URLs).
+    """Shuffle the data in SOURCE... into DEST (any fsspec URLs), as Parquet.
 
-    SOURCE is directories, globs, files, or a Delta or Iceberg table folder.
+    SOURCE is directories, globs, files, or a Delta or Iceberg table folder:
+    Parquet, CSV, TSV, JSON lines or plain lines.
 
     Key=value folders become columns.  Run the same command again after an
     interruption to resume.
@@ -363,7 +382,8 @@ def shuffle(
             storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
             memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
             partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
-            rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager",
+            rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager", format=source_format,
+            read_options=parse_storage_options(read_options, "--read-option"),
         )  # fmt: skip
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 

@@ -221,3 +221,27 @@ def test_the_window_test_has_teeth(sync_scheduler, tmp_path):
     """Appends without a random pile draw fail it: rows 0 and 2 always share a pile, so do 1 and 3."""
     counts = order_counts(window_orders(tmp_path, 240, biased=True))
     assert uniformity_pvalue(counts) < ALPHA
+
+
+def lines_path_orders(tmp_path, seeds: int, second_pass: str = "eager") -> np.ndarray:
+    """Order counts of 4 lines shuffled by shuffle_parquet, the file cut into two byte ranges (two tasks)."""
+    path = tmp_path / "four.txt"
+    path.write_bytes(b"0\n1\n2\n3\n")
+    orders = []
+    for seed in range(seeds):
+        out = tmp_path / f"{second_pass}-{seed}"
+        daskpile.shuffle_parquet(str(path), str(out), 3, seed=seed, blocksize=64, verify=False, second_pass=second_pass)
+        orders.append([int(line) for line in read_output(out).column("line").to_pylist()])
+    return order_counts(orders)
+
+
+@pytest.mark.slow
+def test_all_24_orders_equally_likely_through_the_lines_path(sync_scheduler, tmp_path):
+    """480 seeds through a text file read in two ranges of 4 bytes, 3 piles: chi-square, 23 dof, 20 per order."""
+    assert uniformity_pvalue(lines_path_orders(tmp_path, 480)) > ALPHA
+
+
+@pytest.mark.slow
+def test_the_lines_path_test_has_teeth(sync_scheduler, tmp_path):
+    """Piles left unpermuted (a lazy result read by a plain reader) keep lines of one range in order."""
+    assert uniformity_pvalue(lines_path_orders(tmp_path, 240, second_pass="lazy")) < ALPHA

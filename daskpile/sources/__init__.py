@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._storage import file_stamps, filesystem, full_url
-from daskpile.sources import hive, listing, schemas, tables
+from daskpile.sources import hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
 
@@ -53,6 +53,12 @@ class SourcePlan:
         return self.reading.schema
 
     @property
+    def data_schema(self) -> pa.Schema:
+        """The schema of the rows in the files, without the partition keys."""
+        keys = dict(self.files[0].keys) if self.files else {}
+        return pa.schema([f for f in self.schema if f.name not in keys], metadata=self.schema.metadata)
+
+    @property
     def urls(self) -> list[str]:
         return [full_url(self.fs, f.path) for f in self.files]
 
@@ -69,6 +75,18 @@ class SourcePlan:
         schema = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
         return f"{where}, schema {self.reading.policy} ({schema})"
 
+    def _ranges(self, limit: int) -> list[SourceFile]:
+        """The files, those of text larger than ``limit`` cut into ranges of ``limit`` bytes."""
+        if self.reading is None or self.reading.text is None:
+            return list(self.files)
+        cut = []
+        for f in self.files:
+            if f.size > limit and text.splittable(f.path):
+                cut += [dataclasses.replace(f, byte_range=(s, min(s + limit, f.size))) for s in range(0, f.size, limit)]
+            else:
+                cut.append(f)
+        return cut
+
     def describe(self) -> dict:
         """How the source was read, for the manifest and the run's report."""
         keys = [f for f in self.schema if f.name in dict(self.files[0].keys)] if self.files else []
@@ -79,10 +97,14 @@ class SourcePlan:
             "table": self.table,
             "table_version": self.version,
             "skipped_files": list(self.skipped),
+            "format": self.reading.text.format if self.reading.text else "parquet",
+            **({"read_options": self.reading.text.read_options()} if self.reading.text else {}),
         }
 
     def partitions(self, blocksize: int) -> list[list[SourceFile]]:
         """Consecutive files grouped up to ``blocksize * GROUP_FRACTION`` bytes on disk (a larger file alone).
+
+        An uncompressed text file larger than that is cut into byte ranges of that size, one partition each.
 
         >>> plan = SourcePlan(None, tuple(SourceFile(str(k), size, "") for k, size in enumerate([5, 5, 20, 1])), None)
         >>> [[f.path for f in group] for group in plan.partitions(blocksize=160)]
@@ -91,7 +113,7 @@ class SourcePlan:
         limit = blocksize * GROUP_FRACTION
         groups: list[list[SourceFile]] = []
         size = 0
-        for f in self.files:
+        for f in self._ranges(int(limit)):
             if groups and size + f.size <= limit:
                 groups[-1].append(f)
                 size += f.size
@@ -109,6 +131,8 @@ def plan_sources(
     schema: str = "strict",
     version: int | None = None,
     stray_files: str = "skip",
+    format: str = "auto",
+    read_options: dict | None = None,
 ) -> SourcePlan:
     """The plan of what ``source`` names: see ``shuffle_parquet`` for the arguments.
 
@@ -117,35 +141,48 @@ def plan_sources(
     (['id', 'v', 'year'], 2000)
     """
     try:
-        return _plan_sources(source, storage_options, partitioning, schema, version, stray_files)
+        return _plan_sources(source, storage_options, partitioning, schema, version, stray_files, format, read_options)
     except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
         raise PermissionError(f"source {source!r}: access denied: {e}") from None
 
 
-def _plan_sources(source, storage_options, partitioning, schema, version, stray_files) -> SourcePlan:
+def _plan_sources(
+    source, storage_options, partitioning, schema, version, stray_files, format, read_options
+) -> SourcePlan:
     schemas.check_policy(schema)
     if stray_files not in ("skip", "error"):
         raise ValueError(f"stray_files must be 'skip' or 'error', got {stray_files!r}")
     urls = list(source) if isinstance(source, (list, tuple)) else [source]
     if not urls:
         raise ValueError("source is an empty list")
+    if format not in ("auto", *text.FORMATS):
+        raise ValueError(f"format must be auto or one of {', '.join(text.FORMATS)}, got {format!r}")
+    if read_options and format == "parquet":
+        raise ValueError("read_options apply to text formats (csv, tsv, jsonl, lines), not parquet")
     fs = filesystem(urls[0], storage_options)[0]
-    table = _single_table(urls, storage_options, version)
+    table = _single_table(urls, storage_options, version) if format in ("auto", "parquet") else None
     if table is not None:
         return _table_plan(fs, table, urls[0])
     if version is not None:
         raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
     declared = hive.parse_partitioning(partitioning)
-    listed = [listing.list_source(url, storage_options) for url in urls]
+    listed = [listing.list_source(url, storage_options, format=_listed_format(format)) for url in urls]
+    if format == "auto":
+        format = _format_of(listed, urls)
+        if format != "parquet":
+            listed = [listing.list_source(url, storage_options, format=format) for url in urls]
+    if format != "parquet" and schema != "strict":
+        raise ValueError(f"schema={schema!r} applies to Parquet: the rows of {format} files take the first file's")
     others = [url for url, item in zip(urls, listed, strict=True) if type(item.fs) is not type(fs)]
     if others:
         raise ValueError(f"sources must share one filesystem: {others[0]!r} is not on that of {urls[0]!r}")
     files, strays, sidecars = _collect(listed)
+    kind = "Parquet" if format == "parquet" else format
     if stray_files == "error" and strays:
-        raise ValueError(f"{strays[0]!r} is not a Parquet file (stray_files='skip', the default, skips such files)")
+        raise ValueError(f"{strays[0]!r} is not a {kind} file (stray_files='skip', the default, skips such files)")
     if not files:
-        only = f" (only files that are not Parquet, such as {strays[0]!r})" if strays else ""
-        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no Parquet files{only}")
+        only = f" (only files that are not {kind}, such as {strays[0]!r})" if strays else ""
+        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {kind} files{only}")
     key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
     infos = [info for info, _ in files]
     stamps = file_stamps(infos)
@@ -155,9 +192,43 @@ def _plan_sources(source, storage_options, partitioning, schema, version, stray_
         )
         for (info, pairs), stamp in zip(files, stamps, strict=True)
     ]
+    if format != "parquet":
+        options = text.TextOptions.of(format, read_options)
+        reading = _text_reading(fs, source_files, key_fields, options)
+        return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
     reading = _reading(fs, source_files, key_fields, schema, metadata)
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
+
+
+def _listed_format(format: str) -> str:
+    return "parquet" if format == "auto" else format
+
+
+def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
+    """What the names of the files say: Parquet if any is, else the one text format they name."""
+    if any(item.files for item in listed):
+        return "parquet"
+    said = sorted({text.detect(name)[0] for item in listed for name in item.strays} - {None, "parquet"})
+    if len(said) > 1:
+        raise ValueError(
+            f"source {urls[0] if len(urls) == 1 else urls!r} holds files of several formats ({', '.join(said)}): "
+            "pass format= (--format) to say which to read"
+        )
+    return said[0] if said else "parquet"
+
+
+def _text_reading(fs, files: list[SourceFile], key_fields: pa.Schema, options: text.TextOptions) -> Reading:
+    """The rows of text files: the columns of the first non-empty file's first MiB, then the partition keys."""
+    first = next((f for f in files if f.size), files[0])
+    data = text.infer_schema(fs, first.path, options)
+    clashes = [n for n in key_fields.names if n in data.names]
+    if clashes:
+        raise ValueError(
+            f"column {clashes[0]!r} of {full_url(fs, first.path)!r} is also a partition folder key: pass "
+            "partitioning='none' (--partitioning none) to read the files' column and ignore the folders"
+        )
+    return Reading(pa.schema([*data, *key_fields]), "strict", full_url(fs, first.path), text=options)
 
 
 def _single_table(urls, storage_options, version) -> tables.TableFiles | None:

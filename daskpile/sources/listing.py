@@ -16,7 +16,7 @@ import posixpath
 import fsspec
 
 from daskpile._storage import GLOB_CHARS, filesystem, full_url
-from daskpile.sources import tables
+from daskpile.sources import tables, text
 
 SIDECARS = ("_metadata", "_common_metadata")
 # Parquet files are named *.parquet (Spark: *.snappy.parquet), *.parq or *.pq, or have no
@@ -37,8 +37,12 @@ class Listed:
     table_above: str | None = None  # a table folder the source lies inside
 
 
-def list_source(url: str, storage_options: dict | None = None, role: str = "source") -> Listed:
-    """The data files under one URL (a file, a directory, searched recursively, or a glob), sorted by path."""
+def list_source(url: str, storage_options: dict | None = None, role: str = "source", format: str = "parquet") -> Listed:
+    """The data files under one URL (a file, a directory, searched recursively, or a glob), sorted by path.
+
+    ``format`` says which files are data: those whose name says that format, or nothing (a file
+    named alone is data whatever its name, unless the format was only guessed, ``"parquet"``).
+    """
     fs, path = filesystem(url, storage_options)
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
@@ -53,7 +57,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
             info = fs.info(path)
         except FileNotFoundError:
             raise FileNotFoundError(f"{role} {url!r} does not exist") from None
-        if _is_stray(posixpath.basename(path)):
+        if format == "parquet" and _is_stray(posixpath.basename(path)):
             return Listed(fs, "", [], {}, [full_url(fs, path)])
         return Listed(fs, "", [info], {}, [], table_above=tables.table_around(fs, posixpath.dirname(path)))
     files, strays, sidecars = [], [], {}
@@ -68,7 +72,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
             sidecars[base] = name
         elif _is_hidden(relative):
             continue
-        elif _is_stray(base):
+        elif _is_stray(base, format):
             strays.append(full_url(fs, name))
         else:
             files.append(info)
@@ -103,8 +107,13 @@ def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)
 
 
-def _is_stray(name: str) -> bool:
-    """A file whose extension says it is not Parquet (``B.PARQUET`` is Parquet)."""
+def _is_stray(name: str, format: str = "parquet") -> bool:
+    """A file whose extension says it is not of ``format`` (``B.PARQUET`` is Parquet)."""
+    if format != "parquet":
+        said = text.detect(name)[0]
+        return said != format and (said is not None or _is_stray(name))
+    if text.detect(name)[0] not in (None, "parquet"):  # data.jsonl.bz2: "bz2" alone would pass for no extension
+        return True
     stem = name.lower()
     for compression in (".gz", ".snappy", ".zst", ".lz4", ".brotli"):
         stem = stem.removesuffix(compression)

@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from daskpile._storage import full_url
+from daskpile.sources import text
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.sources.schemas import conformer
+from daskpile.sources.text import TextOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +27,7 @@ class SourceFile:
     size: int  # bytes stored
     stamp: str  # size and modification stamp, to tell a rerun whether the file changed
     keys: tuple[tuple[str, pa.Scalar], ...] = ()  # its partition values
+    byte_range: tuple[int, int] | None = None  # of a text file cut into ranges: [start, end) of it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Reading:
     policy: str  # "strict", "unify", or "table" (a table format's schema: missing columns are nulls)
     reference: str  # the file (or table) the schema comes from, for messages
     field_ids: tuple[tuple[int, str], ...] = ()  # Iceberg: (field id, current name), columns matched by id
+    text: TextOptions | None = None  # how text files are read; None: Parquet
 
 
 def read_pieces(
@@ -48,6 +52,9 @@ def read_pieces(
     partition of thousands of tiny files never holds them all open.  Pieces
     ``skip`` says are done come as (piece, None), their rows not read.
     """
+    if reading.text is not None:
+        yield from _text_pieces(fs, files, reading, blocksize, skip)
+        return
     piece, size, tables, started = 0, 0, [], False
     skipped = skip(0)
     known: list = []  # (schema, keys, conformer): in a lake most files share both (schemas may not hash)
@@ -81,6 +88,26 @@ def read_pieces(
                 started = True
             if groups and not skipped:
                 tables.append(_read(parquet, groups, conform, url))
+    yield piece, None if skipped else _concat(tables, reading.schema)
+
+
+def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, skip) -> Iterator:
+    """Text files as pieces: blocks of whole lines, across files, up to ``blocksize`` bytes read."""
+    data_schema = pa.schema([f for f in reading.schema if f.name not in dict(files[0].keys)]) if files else None
+    piece, size, tables = 0, 0, []
+    skipped = skip(0)
+    for f in files:
+        url = full_url(fs, f.path)
+        conform = conformer(data_schema, reading.schema, dict(f.keys), "strict", url, reading.reference)
+        reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize)
+        for block_start, block in reader.blocks(f.byte_range):
+            if size and size + len(block) > blocksize:
+                yield piece, None if skipped else _concat(tables, reading.schema)
+                piece, size, tables = piece + 1, 0, []
+                skipped = skip(piece)
+            size += len(block)
+            if not skipped:
+                tables.append(conform(reader.parse(block, block_start), url))
     yield piece, None if skipped else _concat(tables, reading.schema)
 
 

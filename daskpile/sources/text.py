@@ -1,0 +1,297 @@
+"""Text sources: CSV and TSV, JSON lines, and plain lines, parsed by Arrow from blocks of whole lines.
+
+A file is read in blocks that start and end on a line boundary, as Dask's
+``read_bytes`` with a delimiter cuts them (``fsspec``'s ``read_block``): a line
+belongs to the block in which it starts, so a line longer than a block still
+lands whole in exactly one.  An uncompressed file larger than a task's share
+is cut into byte ranges, one pass-1 task each; a compressed file cannot be
+cut, and is read by one task, streaming, a block at a time.
+
+Each format turns a block into an Arrow table in the plan's schema:
+
+- ``lines``: one row per line, a single binary column ``line`` holding the
+  line's bytes exactly, without its ``\\n`` (a ``\\r`` before it stays, as in
+  GNU ``shuf``); empty lines are rows;
+- ``csv``/``tsv``: pyarrow's CSV reader, the column names from the first
+  file's header (or ``f0``, ``f1``, ... without one), the types inferred from
+  its first MiB unless declared;
+- ``jsonl``: pyarrow's JSON-lines reader, the schema inferred from the first
+  file's first MiB unless declared.  A field that the schema does not have is
+  an error, not dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import posixpath
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+
+from daskpile._storage import full_url
+
+FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines")
+TEXT_FORMATS = ("csv", "tsv", "jsonl", "lines")
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "lines"}
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
+LINE = "line"  # the column of the lines format
+
+
+@dataclasses.dataclass(frozen=True)
+class TextOptions:
+    """How text files are read: their format and the options users set (pyarrow's names).
+
+    >>> TextOptions("tsv").separator
+    '\\t'
+    """
+
+    format: str
+    delimiter: str | None = None  # csv/tsv: one character (default "," and tab)
+    autogenerate_column_names: bool = False  # csv/tsv: no header line; columns f0, f1, ...
+    column_types: tuple[tuple[str, str], ...] = ()  # declared types, by column name (Arrow type names)
+
+    @classmethod
+    def of(cls, format: str, read_options: dict | None) -> TextOptions:
+        """From ``read_options``, keyed by pyarrow's names.
+
+        >>> TextOptions.of("csv", {"delimiter": ";", "column_types": {"id": "int64"}}).column_types
+        (('id', 'int64'),)
+        """
+        options = dict(read_options or {})
+        known = [f.name for f in dataclasses.fields(cls) if f.name != "format"]
+        unknown = [k for k in options if k not in known]
+        if unknown:
+            raise ValueError(f"read option {unknown[0]!r} is not one of {', '.join(known)}")
+        types = options.pop("column_types", None) or {}
+        if not isinstance(types, dict):
+            raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
+        return cls(format, column_types=tuple(sorted((str(k), str(v)) for k, v in types.items())), **options)
+
+    def __post_init__(self):
+        if self.format not in TEXT_FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.delimiter is not None and (self.format not in ("csv", "tsv") or len(self.delimiter) != 1):
+            raise ValueError(f"read option delimiter applies to csv and tsv, one character: got {self.delimiter!r}")
+        if self.format in ("jsonl", "lines") and self.autogenerate_column_names:
+            raise ValueError("read option autogenerate_column_names applies to csv and tsv")
+        if self.format == "lines" and self.column_types:
+            raise ValueError("read option column_types does not apply to lines: each line is one binary value")
+        for name, type_name in self.column_types:
+            arrow_type(type_name, name)
+
+    @property
+    def separator(self) -> str:
+        return self.delimiter or ("\t" if self.format == "tsv" else ",")
+
+    def read_options(self) -> dict:
+        """The options given, as ``of`` takes them.
+
+        >>> TextOptions("csv", delimiter=";").read_options()
+        {'delimiter': ';'}
+        """
+        given = {"delimiter": self.delimiter, "autogenerate_column_names": self.autogenerate_column_names}
+        given = {k: v for k, v in given.items() if v}
+        return {**given, "column_types": dict(self.column_types)} if self.column_types else given
+
+    def key(self) -> str:
+        """What changes the rows read, for a run's identity."""
+        return repr(dataclasses.astuple(self))
+
+
+def arrow_type(name: str, column: str = "") -> pa.DataType:
+    """An Arrow type from its name as Arrow prints it (``int64``, ``string``, ``timestamp[ms]``, ``bool``)."""
+    try:
+        return pa.type_for_alias(name)
+    except ValueError:
+        raise ValueError(f"column {column!r}: {name!r} is not an Arrow type name such as int64 or string") from None
+
+
+def detect(path: str) -> tuple[str | None, str | None]:
+    """(format, compression) that a file's name says, None where it says nothing.
+
+    >>> detect("corpus/part-1.jsonl.zst")
+    ('jsonl', 'zstd')
+    >>> detect("a.parquet"), detect("000000_0")
+    (('parquet', None), (None, None))
+    """
+    stem = posixpath.basename(path).lower()
+    compression = None
+    for suffix, name in COMPRESSIONS.items():
+        if stem.endswith(suffix):
+            stem, compression = stem.removesuffix(suffix), name
+            break
+    extension = posixpath.splitext(stem)[1]
+    if extension in (".parquet", ".parq", ".pq"):
+        return "parquet", compression
+    return EXTENSIONS.get(extension), compression
+
+
+def compression_of(path: str) -> str | None:
+    return detect(path)[1]
+
+
+def splittable(path: str) -> bool:
+    """Whether a file can be cut into byte ranges: not compressed."""
+    return compression_of(path) is None
+
+
+def sample(fs, path: str) -> bytes:
+    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line."""
+    with fs.open(path, "rb", compression=compression_of(path)) as f:
+        head = f.read(SAMPLE_BYTES)
+        if len(head) < SAMPLE_BYTES:
+            return head
+    cut = head.rfind(b"\n")
+    return head[: cut + 1] if cut >= 0 else head
+
+
+def infer_schema(fs, path: str, options: TextOptions) -> pa.Schema:
+    """The schema of the rows of ``path``'s first MiB, with the declared types applied."""
+    if options.format == "lines":
+        return pa.schema([pa.field(LINE, pa.binary())])
+    head = sample(fs, path)
+    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    url = full_url(fs, path)
+    try:
+        if options.format == "jsonl":
+            explicit = pa.schema(list(declared.items())) if declared else None
+            table = pa_json.read_json(
+                io.BytesIO(head),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(head), 1) + 1),
+                parse_options=pa_json.ParseOptions(explicit_schema=explicit),
+            )
+        else:
+            table = pa_csv.read_csv(
+                io.BytesIO(head),
+                read_options=pa_csv.ReadOptions(
+                    use_threads=False, autogenerate_column_names=options.autogenerate_column_names
+                ),
+                parse_options=pa_csv.ParseOptions(delimiter=options.separator),
+                convert_options=pa_csv.ConvertOptions(column_types=declared),
+            )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        where = f"{url!r}, bytes 0 to {len(head):,}"
+        raise ValueError(f"cannot read {where} as {options.format}: {_first_line(e)}") from None
+    unknown = [name for name in declared if name not in table.schema.names]
+    if unknown:
+        raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    return table.schema
+
+
+# A compressed file's size in memory is unknown before it is read: taken as this many times its size
+# on disk (gzip and zstd shrink text and JSON three to ten times).
+COMPRESSED_RATIO = 5
+
+
+def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
+    """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
+    head = sample(fs, path)
+    table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
+    if table is None or not table.num_rows:
+        return 0, 0
+    stored = sum(size * (COMPRESSED_RATIO if c else 1) for size, c in zip(sizes, compressed, strict=True))
+    return round(table.num_rows * stored / len(head)), round(table.nbytes * stored / len(head))
+
+
+class BlockReader:
+    """Blocks of whole lines of one file as tables in ``schema``: a byte range, or the whole file streaming."""
+
+    def __init__(self, fs, path: str, schema: pa.Schema, options: TextOptions, blocksize: int):
+        self.fs, self.path, self.schema, self.options = fs, path, schema, options
+        self.blocksize = blocksize
+        self.url = full_url(fs, path)
+
+    def blocks(self, byte_range: tuple[int, int] | None):
+        """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
+        if byte_range is not None:
+            start, end = byte_range
+            yield start, self.fs.read_block(self.path, start, end - start, delimiter=b"\n")
+            return
+        offset, tail = 0, b""
+        with self.fs.open(self.path, "rb", compression=compression_of(self.path)) as f:
+            while True:
+                chunk = f.read(self.blocksize)
+                data = tail + chunk
+                if not chunk:
+                    if data:
+                        yield offset, data
+                    return
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet: a line longer than the block
+                    tail = data
+                    continue
+                yield offset, data[:cut]
+                offset, tail = offset + cut, data[cut:]
+
+    def parse(self, block: bytes, start: int) -> pa.Table:
+        """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
+        if self.options.format == "lines":
+            return lines_table(block)
+        where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
+        try:
+            if self.options.format == "jsonl":
+                return self._json(block)
+            return self._csv(block, first=start == 0, where=where)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ValueError(f"cannot read {where} as {self.options.format}: {_first_line(e)}") from None
+
+    def _json(self, block: bytes) -> pa.Table:
+        return pa_json.read_json(
+            io.BytesIO(block),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="error"),
+        )
+
+    def _csv(self, block: bytes, first: bool, where: str) -> pa.Table:
+        names = self.schema.names
+        if first and not self.options.autogenerate_column_names:
+            header = block[: block.find(b"\n") + 1 or len(block)]
+            found = pa_csv.read_csv(
+                io.BytesIO(header),
+                read_options=pa_csv.ReadOptions(use_threads=False),
+                parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
+            ).schema.names
+            if found != names:
+                raise ValueError(f"the header of {where} names the columns {found}, not {names}")
+        return pa_csv.read_csv(
+            io.BytesIO(block),
+            read_options=pa_csv.ReadOptions(
+                use_threads=False,
+                column_names=names,
+                skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
+                block_size=len(block) + 1,
+            ),
+            parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
+            convert_options=pa_csv.ConvertOptions(column_types=self.schema),
+        )
+
+
+def lines_table(block: bytes) -> pa.Table:
+    """One row per line of ``block``: its bytes without the ``\\n``; a last line without one is a line too.
+
+    >>> lines_table(b"a\\n\\nbc\\r\\nd").column("line").to_pylist()
+    [b'a', b'', b'bc\\r', b'd']
+    """
+    data = np.frombuffer(block, dtype=np.uint8)
+    newlines = np.flatnonzero(data == ord("\n"))
+    ends = newlines if block.endswith(b"\n") or not block else np.append(newlines, len(data))
+    rows = len(ends)
+    starts = np.empty(rows, dtype=np.int64)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    keep = np.ones(len(data), dtype=bool)
+    keep[newlines] = False
+    values = data[keep]  # the lines' bytes, end to end (a block is at most a few blocksizes: int32 offsets)
+    offsets = np.empty(rows + 1, dtype=np.int32)
+    offsets[:-1] = starts - np.arange(rows)  # each line starts earlier by the newlines before it
+    offsets[-1] = len(values)
+    array = pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+    return pa.table({LINE: array})
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

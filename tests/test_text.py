@@ -1,0 +1,181 @@
+"""Text sources: CSV, TSV, JSON lines and plain lines, read by Arrow in ranges cut on line boundaries.
+
+The oracles are independent of daskpile's reader: Python's own ``split`` for
+lines, pyarrow's whole-file CSV and JSON readers for the others.
+"""
+
+import bz2
+import collections
+import gzip
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+import pytest
+from _util import daskpile_command, read_output
+
+import daskpile
+from daskpile.sources import plan_sources, read_pieces
+from daskpile.sources.text import lines_table
+
+# Every edge a line reader can trip on: CRLF, empty lines, multi-byte UTF-8, NUL bytes, invalid UTF-8,
+# a line far longer than a range, and no newline after the last line.
+AWKWARD = (
+    b"first\r\n\n\nna\xc3\xafve caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n"
+    + b"nul\x00inside\n"
+    + b"bad utf-8 \xff\xfe\n"
+    + b"x" * 5000
+    + b"\n\r\n"
+    + b"".join(b"line %d\n" % i for i in range(300))
+    + b"no newline at the end"
+)
+
+
+def expected_lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    return lines[:-1] if data.endswith(b"\n") else lines
+
+
+@pytest.mark.parametrize("range_bytes", [1, 2, 3, 7, 64, 1000, 10**6])
+def test_ranges_cut_on_line_boundaries_give_every_line_once_in_order(tmp_path, range_bytes):
+    """Ranges at every size down to one byte: each line lands whole in the range where it starts."""
+    path = tmp_path / "awkward.txt"
+    path.write_bytes(AWKWARD)
+    plan = plan_sources(str(path))
+    partitions = plan.partitions(blocksize=range_bytes * 16)  # a range is a sixteenth of the block size
+    assert len(partitions) == -(-len(AWKWARD) // range_bytes)
+    read = [
+        line
+        for files in partitions
+        for _, table in read_pieces(plan.fs, files, plan.reading, range_bytes * 16)
+        for line in table.column("line").to_pylist()
+    ]
+    assert read == expected_lines(AWKWARD)
+
+
+def test_lines_in_lines_out_is_the_same_multiset_of_byte_strings(tmp_path, sync_scheduler):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(AWKWARD)
+    report = daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=5, seed=2, blocksize=2**12)
+    lines = read_output(tmp_path / "out").column("line").to_pylist()
+    assert report.rows == len(expected_lines(AWKWARD))
+    assert collections.Counter(lines) == collections.Counter(expected_lines(AWKWARD))
+    assert lines != expected_lines(AWKWARD)
+    assert daskpile.verify(str(path), str(tmp_path / "out")).ok
+
+
+def test_an_empty_file_and_a_file_of_one_line(tmp_path, sync_scheduler):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_bytes(b"")
+    (tmp_path / "src" / "b.txt").write_bytes(b"only line")
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1)
+    assert read_output(tmp_path / "out").column("line").to_pylist() == [b"only line"]
+
+
+def numbers(rows: int) -> pa.Table:
+    rng = np.random.default_rng(0)
+    return pa.table(
+        {
+            "id": np.arange(rows),
+            "x": rng.random(rows),
+            "s": [f"row {i}, \u00e9\u20ac" if i % 7 else "" for i in range(rows)],
+            "flag": rng.random(rows) < 0.5,
+        }
+    )
+
+
+def write_jsonl(table: pa.Table, path, opener=open):
+    with opener(path, "wt") as f:
+        for row in table.to_pylist():
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+@pytest.mark.parametrize("blocksize", [2**14, 2**30])  # ranges of 1 KiB, and the whole file in one
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_csv_tsv_and_json_lines_come_through_as_pyarrow_reads_them(tmp_path, sync_scheduler, fmt, blocksize):
+    table = numbers(3000)
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "jsonl":
+        write_jsonl(table, path)
+        oracle = pa_json.read_json(path)
+    else:
+        delimiter = "\t" if fmt == "tsv" else ","
+        pa_csv.write_csv(table, path, pa_csv.WriteOptions(delimiter=delimiter))
+        oracle = pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter))
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=3, seed=4, blocksize=blocksize)
+    out = read_output(tmp_path / "out")
+    assert out.schema.remove_metadata() == oracle.schema
+    assert out.sort_by("id").equals(oracle.sort_by("id"))
+    assert out.column("id").to_pylist() != sorted(out.column("id").to_pylist())
+
+
+@pytest.mark.parametrize("suffix,opener", [(".gz", gzip.open), (".bz2", bz2.open)])
+def test_a_compressed_file_is_read_by_one_task_a_block_at_a_time(tmp_path, sync_scheduler, suffix, opener):
+    table = numbers(3000)
+    write_jsonl(table, tmp_path / f"data.jsonl{suffix}", opener)
+    write_jsonl(table, tmp_path / "plain.jsonl")
+    plan = plan_sources(str(tmp_path / f"data.jsonl{suffix}"))
+    assert len(plan.partitions(blocksize=2**14)) == 1
+    blocks = list(read_pieces(plan.fs, plan.partitions(2**14)[0], plan.reading, 2**14))
+    assert len(blocks) > 5 and max(t.nbytes for _, t in blocks) < 2**15  # streamed, a block at a time
+    daskpile.shuffle_parquet(str(tmp_path / f"data.jsonl{suffix}"), str(tmp_path / "out"), piles=3, blocksize=2**14)
+    assert read_output(tmp_path / "out").sort_by("id").equals(pa_json.read_json(tmp_path / "plain.jsonl"))
+
+
+def test_read_options_with_pyarrow_names(tmp_path, sync_scheduler):
+    (tmp_path / "a.csv").write_text("1;x\n2;y\n3;z\n")
+    options = {"delimiter": ";", "autogenerate_column_names": True, "column_types": {"f0": "int16"}}
+    daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "out"), piles=2, read_options=options)
+    out = read_output(tmp_path / "out").sort_by("f0")
+    assert out.schema.field("f0").type == pa.int16() and out.column("f1").to_pylist() == ["x", "y", "z"]
+    with pytest.raises(ValueError, match="read option 'sep' is not one of delimiter"):
+        daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), piles=2, read_options={"sep": ";"})
+
+
+def test_the_format_comes_from_the_names_or_is_given(tmp_path, sync_scheduler):
+    (tmp_path / "corpus").mkdir()
+    for k in range(3):
+        (tmp_path / "corpus" / f"part-{k}.jsonl").write_text(f'{{"k": {k}}}\n')
+    (tmp_path / "corpus" / "README.md").write_text("not data")
+    report = daskpile.shuffle_parquet(str(tmp_path / "corpus"), str(tmp_path / "out"), piles=2)
+    assert report.rows == 3 and report.skipped_files == [str(tmp_path / "corpus" / "README.md")]
+    (tmp_path / "corpus" / "notes.txt").write_text("a line")
+    with pytest.raises(ValueError, match=r"several formats \(jsonl, lines\): pass format="):
+        daskpile.shuffle_parquet(str(tmp_path / "corpus"), str(tmp_path / "o2"), piles=2)
+    (tmp_path / "server.log").write_bytes(b"GET /\nPOST /x\n")
+    daskpile.shuffle_parquet(str(tmp_path / "server.log"), str(tmp_path / "o3"), piles=2, format="lines")
+    assert sorted(read_output(tmp_path / "o3").column("line").to_pylist()) == [b"GET /", b"POST /x"]
+
+
+def test_lines_table_keeps_bytes_exactly():
+    assert lines_table(AWKWARD).column("line").to_pylist() == expected_lines(AWKWARD)
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("bad.jsonl", b'{"a": 1}\n' * 3000 + b'{"a": 2\n', r"bad\.jsonl', bytes .* as jsonl: JSON parse error"),
+        ("bad.csv", b"a,b\n" + b"1,2\n" * 3000 + b"3\n", r"bad\.csv', bytes .* as csv: CSV parse error: .*Expected 2"),
+        ("late.jsonl", b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n', r"late\.jsonl', bytes .* JSON parse error"),
+        ("types.csv", b"a\n" + b"1\n" * 600000 + b"x\n", r"types\.csv', bytes .* In CSV column #0: .*'x'"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_file_and_bytes_and_writes_nothing(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    done = daskpile_command("shuffle", str(tmp_path / name), str(tmp_path / "out"), "--scheduler", "sync")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert __import__("re").search(message, done.stderr), done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_reads_a_corpus_and_verify_reads_it_as_the_run_did(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    write_jsonl(numbers(2000), path)
+    done = daskpile_command("shuffle", str(path), str(tmp_path / "out"), "--piles", "3", "--scheduler", "sync")
+    assert done.returncode == 0, done.stderr
+    assert "2,000 rows" in done.stdout
+    checked = daskpile_command("verify", str(path), str(tmp_path / "out"), "--scheduler", "sync")
+    assert checked.returncode == 0 and "match" in checked.stdout, checked.stderr
