@@ -147,3 +147,15 @@ def test_the_row_hash_of_a_version_never_changes(table):
     found = {name: _fingerprint.of(table.select([name])) for name in HASH_VERSION_2 if name != "*"}
     found["*"] = _fingerprint.of(table)
     assert {name: f"{f.sum:016x} {f.xor:016x}" for name, f in found.items()} == HASH_VERSION_2
+
+
+def test_long_strings_hash_the_same_whatever_the_chunks_of_their_tails(monkeypatch):
+    """Tails are hashed in chunks of rows to stay in cache; the chunking must not change a hash."""
+    rng = np.random.default_rng(3)
+    values = [bytes(rng.integers(0, 256, size=int(n), dtype=np.uint8)) for n in rng.integers(0, 600, size=20_000)]
+    table = pa.table({"b": pa.array(values, pa.binary()), "s": pa.array([v.hex() for v in values])})
+    chunked = _fingerprint.of(table)
+    monkeypatch.setattr(_fingerprint, "TAIL_WORDS", 2**40)
+    assert _fingerprint.of(table) == chunked
+    monkeypatch.setattr(_fingerprint, "TAIL_WORDS", 1)
+    assert _fingerprint.of(table) == chunked
