@@ -462,185 +462,244 @@ def shuffle_plan(
 ) -> ShuffleReport:
     """``shuffle_parquet`` of a source already planned (its files and the schema their rows take), arguments checked.
 
-    Check the destination, resume or start the run, pass 1, pass 2, commit.
     ``daskpile.window.append`` plans its source into the window's schema and
     runs it here.
     """
-    auto = piles == "auto"
-    requested_piles = None if auto else check_piles(piles, auto_allowed=True)
-    requested_seed = None if seed is None else resolve_seed(seed)
-    source_fs = plan.fs
-    source_files = [f.path for f in plan.files]
-    dest_fs, dest_path = filesystem(dest, storage_options)
-    dest_url = full_url(dest_fs, dest_path)
-    _check_overlap(source_fs, source_files, source, dest_fs, dest_path)
-    source_urls = plan.urls
-    stamps = plan.stamps
-    scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), storage_options)
-    check_writable(dest_fs, dest_path, "dest")
-    check_writable(scratch_fs, scratch_path, "scratch")
-    _check_workers_see(dest_fs, dest_path, scratch_fs, scratch_path)
-    old_result = _check_dest(dest_fs, dest_path)
-    partitions = plan.partitions(blocksize)
+    run = _Run(
+        plan, source, storage_options, overwrite, verify, memory_per_pile, progress, blocksize, on_oversize,
+        rows_per_file, second_pass,
+    )  # fmt: skip
+    run.check_places(dest, scratch)
+    run.find_previous(piles, seed)
+    run.size_piles()
+    finished = run.finished_already()
+    if finished is not None:
+        return finished
+    run.prepare_scratch()
+    with _resumable(run.scratch, run.dest_url):
+        scattered = run.scatter()
+        names, gathered = run.gather(scattered)
+        fingerprint = _check_fingerprints(scattered, gathered, run.dest_url) if verify else None
+        run.commit_staged(names)
+    return run.finish(scattered, names, gathered, fingerprint)
 
-    schema = plan.schema
-    scratch_dir = Scratch.create(
-        scratch, storage_options, len(partitions), name=run_state.scratch_name(dest_url), make=False
-    )
-    in_dest = run_state.read(dest_fs, dest_path)
-    previous = in_dest or run_state.read(scratch_dir.fs, scratch_dir.directory)
-    if previous is not None:
-        differences = previous.differences(
-            source_urls, stamps, requested_piles, requested_seed, blocksize, rows_per_file, _schema_key(plan),
-            second_pass,
+
+@dataclasses.dataclass
+class _Run:
+    """One shuffle from a planned source to dest, in steps: where, what was there, how many piles, pass 1,
+    pass 2, commit.  Each step reads what the earlier ones set."""
+
+    plan: object
+    source: object
+    storage_options: dict | None
+    overwrite: bool
+    verify: bool
+    memory_per_pile: int | None
+    progress: bool
+    blocksize: int
+    on_oversize: str
+    rows_per_file: int | None
+    second_pass: str
+
+    def check_places(self, dest: str, scratch: str | None) -> None:
+        """Dest and scratch: reachable, writable, seen by the workers, apart from the source; what dest holds."""
+        self.dest_fs, self.dest_path = filesystem(dest, self.storage_options)
+        self.dest_url = full_url(self.dest_fs, self.dest_path)
+        _check_overlap(self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path)
+        scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), self.storage_options)
+        check_writable(self.dest_fs, self.dest_path, "dest")
+        check_writable(scratch_fs, scratch_path, "scratch")
+        _check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
+        self.old_result = _check_dest(self.dest_fs, self.dest_path)
+        self.partitions = self.plan.partitions(self.blocksize)
+        self.scratch = Scratch.create(
+            scratch, self.storage_options, len(self.partitions), name=run_state.scratch_name(self.dest_url), make=False
+        )
+
+    def find_previous(self, piles, seed) -> None:
+        """The interrupted run of the same call to resume, if any; that of another call refused or discarded."""
+        self.auto = piles == "auto"
+        self.requested_piles = None if self.auto else check_piles(piles, auto_allowed=True)
+        self.requested_seed = None if seed is None else resolve_seed(seed)
+        in_dest = run_state.read(self.dest_fs, self.dest_path)
+        self.previous = in_dest or run_state.read(self.scratch.fs, self.scratch.directory)
+        if self.previous is None:
+            return
+        differences = self.previous.differences(
+            self.plan.urls, self.plan.stamps, self.requested_piles, self.requested_seed, self.blocksize,
+            self.rows_per_file, _schema_key(self.plan), self.second_pass,
         )  # fmt: skip
-        if differences and not overwrite:
+        if differences and not self.overwrite:
             where = (
-                f"{dest_url!r} has"
+                f"{self.dest_url!r} has"
                 if in_dest is not None
-                else f"scratch {full_url(scratch_dir.fs, scratch_dir.directory)!r} holds, for dest {dest_url!r},"
+                else f"scratch {full_url(self.scratch.fs, self.scratch.directory)!r} holds, for dest {self.dest_url!r},"
             )
             clean = "" if in_dest is not None else ", or remove it with daskpile clean"
             raise RunMismatchError(
-                f"{where} an unfinished daskpile run (seed {previous.seed}, {previous.piles} piles) "
+                f"{where} an unfinished daskpile run (seed {self.previous.seed}, {self.previous.piles} piles) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
                 f"pass overwrite=True (--overwrite) to discard it{clean}."
             )
         if differences:
-            scratch_dir.remove()
-            _discard_unfinished(dest_fs, dest_path)
-            previous = None
-    seed = previous.seed if previous is not None else resolve_seed(requested_seed)
-    sizes = plan.sizes
-    estimated_rows, estimated_bytes = _estimate(plan)
-    if memory_per_pile is not None and estimated_rows and estimated_bytes / estimated_rows > memory_per_pile:
-        raise ValueError(  # checked now, not after pass 1
-            f"a row takes about {estimated_bytes / estimated_rows:,.0f} bytes in memory, more than "
-            f"memory_per_pile={memory_per_pile:,} (--memory-per-pile) allows a whole pile"
-        )
-    pile_plan = None
-    if auto:
-        pile_plan = _sizing.plan_for_cluster(estimated_rows, estimated_bytes, memory_per_pile)
-        if previous is not None:  # resuming: keep the run's count even if the cluster changed
-            pile_plan = dataclasses.replace(pile_plan, piles=previous.piles)
-    piles = pile_plan.piles if auto else requested_piles
-    scratch_dir = dataclasses.replace(scratch_dir, bands=_scratch.band_bounds(piles))
-    if progress and pile_plan is not None:
-        print(f"piles=auto: {pile_plan}", flush=True)
-    if progress and (plan.reading.policy != "strict" or plan.table or plan.files[0].keys):
-        print(f"source: {plan}", flush=True)
-    spec = run_state.RunSpec(
-        tuple(source_urls), tuple(stamps), piles, seed, dest_url, blocksize, rows_per_file, _schema_key(plan),
-        second_pass,
-    )  # fmt: skip
-    if old_result is not None and not overwrite:
-        differences = _differences_from_result(old_result, spec, requested_piles, requested_seed)
+            self.scratch.remove()
+            _discard_unfinished(self.dest_fs, self.dest_path)
+            self.previous = None
+
+    def size_piles(self) -> None:
+        """The seed, the pile count (``auto``: from the source's estimated size) and the run's identity."""
+        self.seed = self.previous.seed if self.previous is not None else resolve_seed(self.requested_seed)
+        rows, self.estimated_bytes = _estimate(self.plan)
+        if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
+            raise ValueError(  # checked now, not after pass 1
+                f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
+                f"memory_per_pile={self.memory_per_pile:,} (--memory-per-pile) allows a whole pile"
+            )
+        self.pile_plan = None
+        if self.auto:
+            self.pile_plan = _sizing.plan_for_cluster(rows, self.estimated_bytes, self.memory_per_pile)
+            if self.previous is not None:  # resuming: keep the run's count even if the cluster changed
+                self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
+        self.piles = self.pile_plan.piles if self.auto else self.requested_piles
+        self.scratch = dataclasses.replace(self.scratch, bands=_scratch.band_bounds(self.piles))
+        if self.progress and self.pile_plan is not None:
+            print(f"piles=auto: {self.pile_plan}", flush=True)
+        if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
+            print(f"source: {self.plan}", flush=True)
+        self.spec = run_state.RunSpec(
+            tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
+            self.rows_per_file, _schema_key(self.plan), self.second_pass,
+        )  # fmt: skip
+
+    def finished_already(self) -> ShuffleReport | None:
+        """The report of dest's finished result if this call wrote it; another call's refused unless overwrite."""
+        if self.old_result is None or self.overwrite:
+            return None
+        differences = _differences_from_result(self.old_result, self.spec, self.requested_piles, self.requested_seed)
         if not differences:
-            return _already_finished(old_result, dest_fs, dest_path, scratch_dir, plan)
+            return _already_finished(self.old_result, self.dest_fs, self.dest_path, self.scratch, self.plan)
         raise FileExistsError(
-            f"dest {dest_url!r} holds a finished daskpile result of another call ({'; '.join(differences)}); "
+            f"dest {self.dest_url!r} holds a finished daskpile result of another call ({'; '.join(differences)}); "
             "pass overwrite=True (--overwrite on the command line) to replace it"
         )
-    staging = posixpath.join(dest_path, f".daskpile-staging-{spec.key()}") if old_result is not None else None
-    if previous is not None and not _passes.scratch_can_finish(scratch_dir, dest_fs, staging or dest_path, piles, seed):
-        scratch_dir.remove()  # pass 2 consumed bands whose piles are no longer in dest: start pass 1 afresh
-        previous = None
-    if previous is None:  # a resumed run has part of its scratch already
-        _sizing.check_space(scratch_dir.fs, scratch_dir.directory, estimated_bytes, dest_fs, dest_path, sum(sizes))
-    scratch_dir.fs.makedirs(scratch_dir.directory, exist_ok=True)
-    run_state.write(scratch_dir.fs, scratch_dir.directory, spec)
 
-    with _resumable(scratch_dir, dest_url):
+    def prepare_scratch(self) -> None:
+        """Scratch with the run file; a resumed run whose piles are gone from dest starts pass 1 afresh."""
+        staging = f".daskpile-staging-{self.spec.key()}"
+        self.staging = posixpath.join(self.dest_path, staging) if self.old_result is not None else None
+        can_finish = self.previous is not None and _passes.scratch_can_finish(
+            self.scratch, self.dest_fs, self.staging or self.dest_path, self.piles, self.seed
+        )
+        if self.previous is not None and not can_finish:
+            self.scratch.remove()  # pass 2 consumed bands whose piles are no longer in dest
+            self.previous = None
+        if self.previous is None:  # a resumed run has part of its scratch already
+            _sizing.check_space(
+                self.scratch.fs, self.scratch.directory, self.estimated_bytes, self.dest_fs, self.dest_path,
+                sum(self.plan.sizes),
+            )  # fmt: skip
+        self.scratch.fs.makedirs(self.scratch.directory, exist_ok=True)
+        run_state.write(self.scratch.fs, self.scratch.directory, self.spec)
+
+    def scatter(self) -> list[_passes.ScatterResult]:
+        """Pass 1: every partition's rows to random piles in scratch.  Bad input removes scratch."""
         try:
-            timer = Timer(progress)
+            timer = Timer(self.progress)
             scattered = compute((
                 task(
-                    _passes.scatter_partition, source_fs, files, k, piles, seed, scratch_dir, plan.reading, verify,
-                    blocksize, key=f"daskpile-scatter-{k}-{spec.key()}",
+                    _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
+                    self.plan.reading, self.verify, self.blocksize, key=f"daskpile-scatter-{k}-{self.spec.key()}",
                 )
-                for k, files in enumerate(partitions)
-            ), progress=progress)  # fmt: skip
-            seconds_scatter = timer.seconds
+                for k, files in enumerate(self.partitions)
+            ), progress=self.progress)  # fmt: skip
+            self.seconds_scatter = timer.seconds
         except (ValueError, TypeError, OSError) as e:
-            scratch_dir.remove()  # bad input, or scratch full: nothing worth resuming
+            self.scratch.remove()  # bad input, or scratch full: nothing worth resuming
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-                raise OSError(
-                    e.errno, f"scratch {full_url(scratch_dir.fs, scratch_dir.directory)!r} is full: {e}"
-                ) from e
+                where = full_url(self.scratch.fs, self.scratch.directory)
+                raise OSError(e.errno, f"scratch {where!r} is full: {e}") from e
             raise
-
-        counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(piles, dtype=np.int64)
-        scratch_dir = dataclasses.replace(scratch_dir, pieces=tuple(r.pieces for r in scattered))
+        self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
+        self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
-            f"pass 1: {count(int(counts.sum()), 'row')} read from {count(len(source_files), 'file')} in "
-            f"{count(len(partitions), 'task')} "
-            f"({sum(sizes) / 2**20:,.0f} MiB), "
+            f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
+            f"{count(len(self.partitions), 'task')} "
+            f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), "
             f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
         )
+        return scattered
+
+    def gather(self, scattered) -> tuple[list[str], list[_passes.GatherResult]]:
+        """Pass 2: every pile permuted into its file (split if over its memory budget); the files' names."""
         try:
-            split = _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize)
+            split = _oversized_piles(self.counts, scattered, self.memory_per_pile, self.pile_plan, self.on_oversize)
         except PileTooLargeError:
-            scratch_dir.remove()  # a rerun needs other arguments, so nothing here can be resumed
+            self.scratch.remove()  # a rerun needs other arguments, so nothing here can be resumed
             raise
-        target = staging or dest_path
-        dest_fs.makedirs(target, exist_ok=True)
-        run_state.write(dest_fs, dest_path, spec)
-        timer = Timer(progress)
+        target = self.staging or self.dest_path
+        self.dest_fs.makedirs(target, exist_ok=True)
+        run_state.write(self.dest_fs, self.dest_path, self.spec)
+        timer = Timer(self.progress)
         names, gathered = _pass_2(
-            scratch_dir, counts, split, seed, dest_fs, target, schema, verify,
-            _budget(memory_per_pile, pile_plan), spec.key(), rows_per_file, progress, second_pass == "eager",
+            self.scratch, self.counts, split, self.seed, self.dest_fs, target, self.plan.schema, self.verify,
+            _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
+            self.second_pass == "eager",
         )  # fmt: skip
-        seconds_gather = timer.seconds
-        _remove_temporaries(dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
+        self.seconds_gather = timer.seconds
+        _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
-        split_note += f", cut into files of {rows_per_file:,} rows" if rows_per_file else ""
+        split_note += f", cut into files of {self.rows_per_file:,} rows" if self.rows_per_file else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
             f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"
         )
+        return names, gathered
 
-        rows = int(counts.sum())
-        fingerprint = _check_fingerprints(scattered, gathered, dest_url) if verify else None
-        if staging is not None:
-            _commit_staged(dest_fs, dest_path, staging, names, old_result)
-    manifest = _manifest.build(
-        piles=piles,
-        seed=seed,
-        rows_per_pile=[int(counts[j]) for j in range(piles)],
-        files=names,
-        rows_per_file=[r.rows for r in gathered],
-        schema=schema,
-        source_files=source_urls,
-        seconds={"scatter": round(seconds_scatter, 3), "gather": round(seconds_gather, 3)},
-        fingerprint=fingerprint,
-        pile_plan=pile_plan,
-        source=plan.describe(),
-        run=spec.to_json(),
-        file_stamps=_stamps(_output_files(dest_fs, dest_path, names)),
-        second_pass=second_pass,
-    )
-    manifest_path = _manifest.write(dest_fs, dest_path, manifest)
-    run_state.remove(dest_fs, dest_path)
-    scratch_dir.remove()
-    return ShuffleReport(
-        rows=rows,
-        piles=piles,
-        seed=seed,
-        dest=dest_url,
-        files=[full_url(dest_fs, posixpath.join(dest_path, n)) for n in names],
-        manifest=full_url(dest_fs, manifest_path),
-        source_files=source_urls,
-        seconds_scatter=seconds_scatter,
-        seconds_gather=seconds_gather,
-        scratch_bytes=sum(r.scratch_bytes for r in scattered),
-        output_bytes=sum(r.bytes for r in gathered),
-        fingerprint=fingerprint,
-        resumed_partitions=sum(r.reused for r in scattered),
-        resumed_piles=sum(r.reused for r in gathered),
-        pile_plan=pile_plan,
-        skipped_files=list(plan.skipped),
-        source_description=plan.describe(),
-    )
+    def commit_staged(self, names: list[str]) -> None:
+        """An overwrite's new files, written beside the old result, replace it."""
+        if self.staging is not None:
+            _commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
+
+    def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
+        """The manifest, written last: the result is complete.  Then the run's state goes."""
+        manifest = _manifest.build(
+            piles=self.piles,
+            seed=self.seed,
+            rows_per_pile=[int(self.counts[j]) for j in range(self.piles)],
+            files=names,
+            rows_per_file=[r.rows for r in gathered],
+            schema=self.plan.schema,
+            source_files=self.plan.urls,
+            seconds={"scatter": round(self.seconds_scatter, 3), "gather": round(self.seconds_gather, 3)},
+            fingerprint=fingerprint,
+            pile_plan=self.pile_plan,
+            source=self.plan.describe(),
+            run=self.spec.to_json(),
+            file_stamps=_stamps(_output_files(self.dest_fs, self.dest_path, names)),
+            second_pass=self.second_pass,
+        )
+        manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
+        run_state.remove(self.dest_fs, self.dest_path)
+        self.scratch.remove()
+        return ShuffleReport(
+            rows=int(self.counts.sum()),
+            piles=self.piles,
+            seed=self.seed,
+            dest=self.dest_url,
+            files=[full_url(self.dest_fs, posixpath.join(self.dest_path, n)) for n in names],
+            manifest=full_url(self.dest_fs, manifest_path),
+            source_files=self.plan.urls,
+            seconds_scatter=self.seconds_scatter,
+            seconds_gather=self.seconds_gather,
+            scratch_bytes=sum(r.scratch_bytes for r in scattered),
+            output_bytes=sum(r.bytes for r in gathered),
+            fingerprint=fingerprint,
+            resumed_partitions=sum(r.reused for r in scattered),
+            resumed_piles=sum(r.reused for r in gathered),
+            pile_plan=self.pile_plan,
+            skipped_files=list(self.plan.skipped),
+            source_description=self.plan.describe(),
+        )
 
 
 def _check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -> None:
