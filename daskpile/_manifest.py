@@ -33,7 +33,7 @@ FORMAT = "daskpile/1"
 WINDOW_FORMAT = "daskpile/2"
 
 
-def part_name(pile: int, piles: int, sub: int | None = None) -> str:
+def part_name(pile: int, piles: int, sub: int | None = None, suffix: str = ".parquet") -> str:
     """File name of pile ``pile`` (or of its sub-pile ``sub``), zero-padded so that names sort in order.
 
     A pile split because it was over its memory budget is written as
@@ -45,7 +45,7 @@ def part_name(pile: int, piles: int, sub: int | None = None) -> str:
     """
     width = max(5, len(str(piles - 1)))
     sub_suffix = "" if sub is None else f"-{sub:04d}"
-    return f"part-{pile:0{width}d}{sub_suffix}.parquet"
+    return f"part-{pile:0{width}d}{sub_suffix}{suffix}"
 
 
 def library_versions() -> dict[str, str]:
@@ -75,6 +75,7 @@ def build(
     run: dict | None = None,
     file_stamps: list | None = None,
     second_pass: str = "eager",
+    output=None,
 ) -> dict:
     return {
         "format": FORMAT,
@@ -86,6 +87,7 @@ def build(
         "rows_per_file": [int(r) for r in (rows_per_pile if rows_per_file is None else rows_per_file)],
         # "lazy": each file is a pile in scatter order, for PileLoader to permute when it loads it
         "second_pass": second_pass,
+        **({"output": output.to_json()} if output is not None and output.format != "parquet" else {}),
         "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema],
         "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "source_files": source_files,

@@ -25,6 +25,7 @@ from daskpile import _fingerprint, _manifest, _passes, _scratch, _sizing
 from daskpile import _run as run_state
 from daskpile._compute import Timer, compute, task, total_threads, workers_blind_to
 from daskpile._fingerprint import Fingerprint
+from daskpile._outputs import Output
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
 from daskpile._storage import (
@@ -202,6 +203,8 @@ def shuffle_parquet(
     second_pass: str = "eager",
     format: str = "auto",
     read_options: dict | None = None,
+    output_format: str = "parquet",
+    compression: str | None = None,
 ) -> ShuffleReport:
     """Shuffle the rows of a Parquet dataset (or of CSV, JSON-lines or text files) into ``piles`` Parquet files.
 
@@ -359,6 +362,18 @@ def shuffle_parquet(
         (no header line: columns ``f0``, ``f1``, ...), ``column_types``
         (``{"id": "int64"}``: Arrow type names, the others inferred), as
         pyarrow names them.
+    output_format
+        What each pile is written as: ``"parquet"`` (the default), ``"arrow"``
+        (Arrow IPC files), ``"csv"`` (a header line per file), or ``"lines"``
+        (the single binary or string column, each value followed by a newline:
+        with ``format="lines"``, the input's lines permuted, byte for byte, a
+        final newline added to a last line that lacked one).  The names end in
+        ``.parquet``, ``.arrow``, ``.csv`` or ``.txt``.  PileLoader, quality and
+        the moving windows read Parquet results only.
+    compression
+        ``"gzip"`` or ``"zstd"``: of the whole file for csv and lines (``.gz``,
+        ``.zst``), inside the file for arrow (zstd) and parquet (every column).
+        Default: none for csv, lines and arrow; Parquet's own choice per column.
 
     Returns
     -------
@@ -431,14 +446,18 @@ def shuffle_parquet(
         check_piles(piles, auto_allowed=True)
     if seed is not None:
         resolve_seed(seed)
+    output = Output(output_format, compression)
+    if second_pass == "lazy" and output.format != "parquet":
+        raise ValueError("second_pass='lazy' writes piles for PileLoader, which reads Parquet: not with output_format")
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
         format=format, read_options=read_options,
     )  # fmt: skip
+    output.check(plan.schema)
     return shuffle_plan(
         plan, source, dest, piles, seed=seed, scratch=scratch, storage_options=storage_options, overwrite=overwrite,
         verify=verify, memory_per_pile=memory_per_pile, progress=progress, blocksize=blocksize,
-        on_oversize=on_oversize, rows_per_file=rows_per_file, second_pass=second_pass,
+        on_oversize=on_oversize, rows_per_file=rows_per_file, second_pass=second_pass, output=output,
     )  # fmt: skip
 
 
@@ -459,6 +478,7 @@ def shuffle_plan(
     on_oversize: str,
     rows_per_file,
     second_pass: str,
+    output: Output = _passes.PARQUET,
 ) -> ShuffleReport:
     """``shuffle_parquet`` of a source already planned (its files and the schema their rows take), arguments checked.
 
@@ -467,7 +487,7 @@ def shuffle_plan(
     """
     run = _Run(
         plan, source, storage_options, overwrite, verify, memory_per_pile, progress, blocksize, on_oversize,
-        rows_per_file, second_pass,
+        rows_per_file, second_pass, output,
     )  # fmt: skip
     run.check_places(dest, scratch)
     run.find_previous(piles, seed)
@@ -500,6 +520,7 @@ class _Run:
     on_oversize: str
     rows_per_file: int | None
     second_pass: str
+    output: Output
 
     def check_places(self, dest: str, scratch: str | None) -> None:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source; what dest holds."""
@@ -527,7 +548,7 @@ class _Run:
             return
         differences = self.previous.differences(
             self.plan.urls, self.plan.stamps, self.requested_piles, self.requested_seed, self.blocksize,
-            self.rows_per_file, _schema_key(self.plan), self.second_pass,
+            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(),
         )  # fmt: skip
         if differences and not self.overwrite:
             where = (
@@ -568,7 +589,7 @@ class _Run:
             print(f"source: {self.plan}", flush=True)
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
-            self.rows_per_file, _schema_key(self.plan), self.second_pass,
+            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(),
         )  # fmt: skip
 
     def finished_already(self) -> ShuffleReport | None:
@@ -588,7 +609,7 @@ class _Run:
         staging = f".daskpile-staging-{self.spec.key()}"
         self.staging = posixpath.join(self.dest_path, staging) if self.old_result is not None else None
         can_finish = self.previous is not None and _passes.scratch_can_finish(
-            self.scratch, self.dest_fs, self.staging or self.dest_path, self.piles, self.seed
+            self.scratch, self.dest_fs, self.staging or self.dest_path, self.piles, self.seed, self.output
         )
         if self.previous is not None and not can_finish:
             self.scratch.remove()  # pass 2 consumed bands whose piles are no longer in dest
@@ -643,7 +664,7 @@ class _Run:
         names, gathered = _pass_2(
             self.scratch, self.counts, split, self.seed, self.dest_fs, target, self.plan.schema, self.verify,
             _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
-            self.second_pass == "eager",
+            self.second_pass == "eager", self.output,
         )  # fmt: skip
         self.seconds_gather = timer.seconds
         _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
@@ -677,6 +698,7 @@ class _Run:
             run=self.spec.to_json(),
             file_stamps=_stamps(_output_files(self.dest_fs, self.dest_path, names)),
             second_pass=self.second_pass,
+            output=self.output,
         )
         manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
         run_state.remove(self.dest_fs, self.dest_path)
@@ -729,7 +751,7 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     moved = [] if done.dest == spec.dest else [f"written as {done.dest}"]
     return moved + done.differences(
         spec.source_files, spec.source_stamps, requested_piles, requested_seed, spec.blocksize, spec.rows_per_file,
-        spec.schema_key, spec.second_pass,
+        spec.schema_key, spec.second_pass, spec.output,
     )  # fmt: skip
 
 
@@ -809,7 +831,7 @@ def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
 FOREIGN_NAMES_SHOWN = 10
 STAGING_PREFIX = ".daskpile-staging-"
 COMMIT_PLAN = "_commit.json"  # in a staging directory: the commit has begun; what it removes
-_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.parquet$")
+_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|txt)(\.gz|\.zst)?$")
 
 
 def _dest_entries(fs, dest_path: str) -> dict[str, str]:
@@ -949,15 +971,28 @@ def _pile_groups(piles: list[int], threads: int) -> list[list[int]]:
 
 
 def _pass_2(
-    scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, rows_per_file, progress, permute
+    scratch_dir,
+    counts,
+    split,
+    seed,
+    dest_fs,
+    target,
+    schema,
+    verify,
+    budget,
+    key,
+    rows_per_file,
+    progress,
+    permute,
+    output,
 ) -> tuple[list[str], list]:
     """Pass 2 (and for ``rows_per_file``, pass 3): the output files' names and their results, in sequence order."""
     piles = len(counts)
     if rows_per_file is None:
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
-        names = [_manifest.part_name(j, piles, sub) for j in range(piles) for sub in subs[j]]
+        names = [_manifest.part_name(j, piles, sub, output.suffix) for j in range(piles) for sub in subs[j]]
         tasks, groups = _gather_tasks(
-            scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute
+            scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute, output
         )
         if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
             return names, _in_order(compute(tasks, progress=progress))
@@ -967,11 +1002,11 @@ def _pass_2(
     tasks, _ = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
     permuted = _in_order(compute(tasks, progress=progress))
     ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
-    names = [_manifest.part_name(f, len(ranges)) for f in range(len(ranges))]
+    names = [_manifest.part_name(f, len(ranges), suffix=output.suffix) for f in range(len(ranges))]
     rechunk = [
         task(
             _passes.rechunk_to_parquet, file_ranges, scratch_dir.fs, dest_fs, posixpath.join(target, names[f]), f,
-            seed, schema, verify, key=f"daskpile-rechunk-{f}-{key}",
+            seed, schema, verify, output, key=f"daskpile-rechunk-{f}-{key}",
         )
         for f, file_ranges in enumerate(ranges)
     ]  # fmt: skip
@@ -979,7 +1014,7 @@ def _pass_2(
 
 
 def _gather_tasks(
-    scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key, permute=True
+    scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key, permute=True, output=_passes.PARQUET
 ) -> tuple[list, list]:
     """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
 
@@ -993,7 +1028,7 @@ def _gather_tasks(
     def path(j, sub=None):
         if as_arrow:
             return posixpath.join(scratch_dir.directory, "permuted", _manifest.part_name(j, piles, sub) + ".arrow")
-        return posixpath.join(target, _manifest.part_name(j, piles, sub))
+        return posixpath.join(target, _manifest.part_name(j, piles, sub, output.suffix))
 
     threads = total_threads()
     # Dask starts independent tasks in descending order of their keys (dask.order's tie-break), so with
@@ -1002,7 +1037,7 @@ def _gather_tasks(
     tasks = [
         task(
             _passes.gather_to_parquet, scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs,
-            [path(j) for j in group], schema, verify, as_arrow=as_arrow, permute=permute,
+            [path(j) for j in group], schema, verify, as_arrow=as_arrow, permute=permute, output=output,
             key=f"daskpile-gather-{group[0]:06d}-{key}",
         )
         for group in groups
@@ -1014,7 +1049,7 @@ def _gather_tasks(
         tasks += [
             dask.delayed(_passes.gather_split_to_parquet)(
                 split_result, piles, group, seed, fs, [path(j, s) for s in group], schema, verify, as_arrow, permute,
-                dask_key_name=f"daskpile-gather-{j}-{group[0]}-{key}",
+                output, dask_key_name=f"daskpile-gather-{j}-{group[0]}-{key}",
             )
             for group in _pile_groups(list(range(subs)), threads)
         ]  # fmt: skip

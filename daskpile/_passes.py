@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _fingerprint, _kernels, _manifest, _random, _scratch
+from daskpile import _fingerprint, _kernels, _manifest, _outputs, _random, _scratch
 from daskpile._fingerprint import Fingerprint
+from daskpile._outputs import Output
 from daskpile._scratch import PileReader, Scratch
 from daskpile._storage import atomic_sink
 from daskpile.sources.parquet import read_parquet
@@ -62,6 +63,8 @@ class SplitResult:
     scratch: Scratch
     counts: np.ndarray
 
+
+PARQUET = Output()
 
 FINGERPRINT_KEY = "daskpile.fingerprint"  # in a scratch file's footer, beside _scratch's pile index
 
@@ -178,8 +181,9 @@ def gather_to_parquet(
     parent: int | None = None,
     as_arrow: bool = False,
     permute: bool = True,
+    output: Output = PARQUET,
 ) -> list[GatherResult]:
-    """Pass 2 for a few piles, each written as one Parquet file (atomically).
+    """Pass 2 for a few piles, each written as one file of ``output``'s format (atomically).
 
     The piles are handled one after the other, so memory holds one pile; a
     task takes several so that each scratch file is opened once per task
@@ -193,7 +197,7 @@ def gather_to_parquet(
     ``permute=False`` the piles are written unpermuted (the lazy second pass).
     """
     results = []
-    existing = set() if as_arrow else _existing(fs, paths)
+    existing = set() if as_arrow or not output.stamped else _existing(fs, paths)
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
             pile, sub = (index, None) if parent is None else (parent, index)
@@ -212,7 +216,7 @@ def gather_to_parquet(
             if as_arrow:
                 size, output_fingerprint = _scratch.write_table(fs, path, table, RECHUNK_BATCH_ROWS), None
             else:
-                size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
+                size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint, output)
             results.append(GatherResult(pile, rows, path, size, output_fingerprint, sub=sub))
             del table  # before the next pile is read, so that memory holds one pile
     return results
@@ -230,6 +234,7 @@ def rechunk_to_parquet(
     seed: int,
     schema: pa.Schema,
     fingerprint: bool = False,
+    output: Output = PARQUET,
 ) -> GatherResult:
     """Pass 3 of ``rows_per_file``: one output file from row ranges ``(permuted pile file, start, stop)``.
 
@@ -238,12 +243,12 @@ def rechunk_to_parquet(
     """
     rows = sum(stop - start for _, start, stop in ranges)
     stamp = {"file": int(file_index), "seed": int(seed), "rows": int(rows), "ranges": len(ranges)}
-    finished = _finished_pile(fs, path, stamp, fingerprint)
+    finished = _finished_pile(fs, path, stamp, fingerprint) if output.stamped else None
     if finished is not None:
         return finished
     parts = [_scratch.read_rows(fs_scratch, scratch_path, start, stop) for scratch_path, start, stop in ranges]
     table = pa.concat_tables(parts) if parts else schema.empty_table()
-    size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint)
+    size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint, output)
     return GatherResult(file_index, rows, path, size, output_fingerprint)
 
 
@@ -300,17 +305,18 @@ def gather_split_to_parquet(
     fingerprint: bool = False,
     as_arrow: bool = False,
     permute: bool = True,
+    output: Output = PARQUET,
 ) -> list[GatherResult]:
     """Pass 2 for some sub-piles of a split pile: like ``gather_to_parquet``, one file each."""
     expected = [int(split.counts[s]) for s in subs]
     return gather_to_parquet(
         split.scratch, total_piles, subs, expected, seed, fs, paths, schema, fingerprint, split.pile, as_arrow,
-        permute,
+        permute, output,
     )  # fmt: skip
 
 
 def _write_stamped(
-    table, fs, path: str, schema: pa.Schema, stamp: dict, fingerprint: bool
+    table, fs, path: str, schema: pa.Schema, stamp: dict, fingerprint: bool, output: Output = PARQUET
 ) -> tuple[int, Fingerprint | None]:
     """Write an output file whose footer says what it holds (``stamp`` and fingerprint), for a rerun to reuse.
 
@@ -320,7 +326,10 @@ def _write_stamped(
     if output_fingerprint is not None:
         stamp = {**stamp, "fingerprint": output_fingerprint.to_json()}
     metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
-    return write_parquet(table.replace_schema_metadata(metadata), fs, path), output_fingerprint
+    table = table.replace_schema_metadata(metadata)
+    if output.format == "parquet":
+        return write_parquet(table, fs, path, output.compression), output_fingerprint
+    return _outputs.write(table, fs, path, output), output_fingerprint
 
 
 def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
@@ -340,8 +349,12 @@ def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
 def pile_stamp(fs, path: str) -> dict | None:
     """What an output file's footer says it holds (pile, piles, seed, rows...), None if no such file or stamp."""
     try:
-        metadata = read_parquet(fs, path, pq.read_metadata).metadata or {}
-    except (FileNotFoundError, ValueError):
+        if path.endswith(".arrow"):
+            with fs.open(path, "rb") as f:
+                metadata = pa.ipc.open_file(f).schema.metadata or {}
+        else:
+            metadata = read_parquet(fs, path, pq.read_metadata).metadata or {}
+    except (FileNotFoundError, ValueError, pa.ArrowInvalid):
         return None
     found = metadata.get(PILE_METADATA_KEY)
     return json.loads(found) if found else None
@@ -369,7 +382,7 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
     )
 
 
-def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> int:
+def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, codec: str | None = None) -> int:
     """Write one pile; returns the file's size in bytes.  Settings measured on the reference dataset (benchmarks/):
 
     - dictionary-encoding every column doubles write time and, on shuffled
@@ -385,7 +398,7 @@ def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str) -> 
         pq.write_table(
             table,
             sink,
-            compression=compression(table),
+            compression=codec or compression(table),
             use_dictionary=dictionary_columns or False,
             write_statistics=False,
         )
@@ -448,7 +461,9 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
     return array.buffers()[1].slice(array.offset * width, min(len(array) * width, limit))
 
 
-def scratch_can_finish(scratch_dir: Scratch, dest_fs, target: str, piles: int, seed: int) -> bool:
+def scratch_can_finish(
+    scratch_dir: Scratch, dest_fs, target: str, piles: int, seed: int, output: Output = PARQUET
+) -> bool:
     """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest.
 
     Pass 2 removes a band's scratch once the band's piles are written; if
@@ -466,7 +481,7 @@ def scratch_can_finish(scratch_dir: Scratch, dest_fs, target: str, piles: int, s
     removed = {b for found in present.values() if 0 in found for b in bands if b not in found}
     needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]
     for j in needed:
-        stamp = pile_stamp(dest_fs, posixpath.join(target, _manifest.part_name(j, piles)))
+        stamp = pile_stamp(dest_fs, posixpath.join(target, _manifest.part_name(j, piles, suffix=output.suffix)))
         if stamp is None or (stamp.get("pile"), stamp.get("piles"), stamp.get("seed")) != (j, piles, seed):
             return False
     return True

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _kernels, _manifest, _ranks
+from daskpile import _kernels, _manifest, _outputs, _ranks
 from daskpile import _order_stats as _order
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
@@ -368,6 +368,7 @@ def quality(
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     fs, files, manifest = _manifest.result_files(dest, storage_options)
+    _outputs.require_parquet(manifest, dest, "quality")
     files = _in_reading_order(files, manifest)
     where = _where(dest, storage_options)
     (described,) = dask.compute([dask.delayed(_describe)(fs, path, order_column, label_column) for path in files])

@@ -32,6 +32,7 @@ class RunSpec:
     rows_per_file: int | None = None
     schema_key: str | None = None  # the schema the rows are read into, and the policy that made it
     second_pass: str = "eager"  # "lazy": piles written unpermuted, for PileLoader to permute on load
+    output: str = "parquet"  # the files' format and compression, "lines:zstd"
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +45,7 @@ class RunSpec:
             "rows_per_file": self.rows_per_file,
             "schema_key": self.schema_key,
             "second_pass": self.second_pass,
+            **({"output": self.output} if self.output != "parquet" else {}),  # the keys of Parquet runs as they were
         }
 
     @classmethod
@@ -60,6 +62,7 @@ class RunSpec:
             rows_per_file,
             data.get("schema_key"),
             data.get("second_pass", "eager"),
+            data.get("output", "parquet"),
         )
 
     def key(self) -> str:
@@ -75,6 +78,7 @@ class RunSpec:
         rows_per_file=None,
         schema_key: str | None = None,
         second_pass: str = "eager",
+        output: str = "parquet",
     ) -> list[str]:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
@@ -95,6 +99,8 @@ class RunSpec:
             found.append("another schema (schema= or partitioning=, or the files' schemas changed)")
         if second_pass != self.second_pass:
             found.append(f"second_pass {second_pass!r} instead of {self.second_pass!r}")
+        if output != self.output:
+            found.append(f"output {output!r} instead of {self.output!r}")
         return found
 
 

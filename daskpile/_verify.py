@@ -8,7 +8,7 @@ import posixpath
 import dask
 import pyarrow as pa
 
-from daskpile import _fingerprint, _manifest, _passes
+from daskpile import _fingerprint, _manifest, _outputs, _passes
 from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem, full_url
@@ -240,7 +240,8 @@ def verify(
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]
-    tasks += [dask.delayed(_fingerprint_file)(dest_fs, p, names) for p in dest_files]
+    written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
+    tasks += [dask.delayed(_fingerprint_file)(dest_fs, p, names, written_as) for p in dest_files]
     results = compute(tasks, progress=progress)
     source, dest_sides = _total(results[: len(partitions)]), results[len(partitions) :]
     result = _total(dest_sides)
@@ -277,9 +278,10 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     if any(recorded is None for _, _, recorded in generations):
         raise ValueError(f"{dest!r} was written with verify=False: no fingerprint to check against; give the source")
     base = filesystem(dest, storage_options)[1]
-    names = _manifest.arrow_schema(manifest).names
+    schema = _manifest.arrow_schema(manifest)
+    names, written_as = schema.names, (_outputs.of_manifest(manifest), schema)
     tasks = [
-        [dask.delayed(_fingerprint_file)(fs, posixpath.join(base, name), names) for name in names_]
+        [dask.delayed(_fingerprint_file)(fs, posixpath.join(base, name), names, written_as) for name in names_]
         for _, names_, _ in generations
     ]
     sides = compute([t for group in tasks for t in group], progress=progress)
@@ -343,11 +345,17 @@ def _fingerprint_partition(fs, files, reading) -> _Side:
     return _total(sides)
 
 
-def _fingerprint_file(fs, path: str, source_columns: list[str]) -> _Side:
-    """One result file, its columns in the source's order; index columns the source lacks are set aside."""
+def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None) -> _Side:
+    """One result file, its columns in the source's order; index columns the source lacks are set aside.
+
+    ``written_as``: (output, schema) of a daskpile result's files, read back as that format (Parquet if None).
+    """
     url = full_url(fs, path)
     try:
-        table = read_parquet(fs, path)
+        if written_as is None or written_as[0].format == "parquet":
+            table = read_parquet(fs, path)
+        else:
+            table = _outputs.read(fs, path, *written_as)
     except FileNotFoundError:
         return _Side(Fingerprint(), {}, missing=(f"{url} (the manifest lists it; it is not there)",))
     except ValueError as e:

@@ -356,16 +356,28 @@ def cli():
     help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
     "column_types.NAME=TYPE (int64, string, ...).",
 )
+@click.option(
+    "--output-format",
+    type=click.Choice(["parquet", "arrow", "csv", "lines"]),
+    default="parquet",
+    show_default=True,
+    help="What each pile is written as. lines: the single column, one value per line (lines in: the same lines).",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(["gzip", "zstd"]),
+    help="Of each csv or lines file (.gz, .zst), inside arrow (zstd) and parquet files [none; parquet's own].",
+)
 @_source_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
 @_command
 def shuffle(
     source, dest, piles, memory_per_pile, on_oversize, blocksize, seed, rows_per_file, lazy, scratch, overwrite,
-    no_verify, source_format, read_options, as_json, quiet, partitioning, schema, table_version, stray_files,
-    **cluster,
+    no_verify, source_format, read_options, output_format, compression, as_json, quiet, partitioning, schema,
+    table_version, stray_files, **cluster,
 ):  # fmt: skip
-    """Shuffle the data in SOURCE... into DEST (any fsspec URLs), as Parquet.
+    """Shuffle the data in SOURCE... into DEST (any fsspec URLs), one file per pile.
 
     SOURCE is directories, globs, files, or a Delta or Iceberg table folder:
     Parquet, CSV, TSV, JSON lines or plain lines.
@@ -383,7 +395,8 @@ def shuffle(
             memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
             partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
             rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager", format=source_format,
-            read_options=parse_storage_options(read_options, "--read-option"),
+            read_options=parse_storage_options(read_options, "--read-option"), output_format=output_format,
+            compression=compression,
         )  # fmt: skip
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 

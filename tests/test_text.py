@@ -179,3 +179,67 @@ def test_the_command_reads_a_corpus_and_verify_reads_it_as_the_run_did(tmp_path)
     assert "2,000 rows" in done.stdout
     checked = daskpile_command("verify", str(path), str(tmp_path / "out"), "--scheduler", "sync")
     assert checked.returncode == 0 and "match" in checked.stdout, checked.stderr
+
+
+@pytest.mark.parametrize("compression,opener", [(None, open), ("gzip", gzip.open), ("zstd", None)])
+def test_lines_out_are_the_input_lines_permuted_byte_for_byte(tmp_path, sync_scheduler, compression, opener):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(AWKWARD)
+    report = daskpile.shuffle_parquet(
+        str(path), str(tmp_path / "out"), piles=4, seed=3, blocksize=2**12, output_format="lines",
+        compression=compression,
+    )  # fmt: skip
+    suffix = {None: ".txt", "gzip": ".txt.gz", "zstd": ".txt.zst"}[compression]
+    assert [f.rsplit("/", 1)[1] for f in report.files] == [f"part-{j:05d}{suffix}" for j in range(4)]
+    written = b""
+    for f in report.files:
+        if compression == "zstd":
+            with pa.input_stream(f, compression="zstd") as stream:
+                written += stream.read()
+        else:
+            with opener(f, "rb") as stream:
+                written += stream.read()
+    # the input's lines, each with a newline (the last one had none): the same multiset of byte strings
+    assert collections.Counter(written.split(b"\n")[:-1]) == collections.Counter(expected_lines(AWKWARD))
+    assert written.endswith(b"\n") and written != AWKWARD + b"\n"
+    assert daskpile.verify(str(path), str(tmp_path / "out")).ok and daskpile.verify(str(tmp_path / "out")).ok
+
+
+@pytest.mark.parametrize("output_format", ["csv", "arrow"])
+def test_csv_and_arrow_out_read_back_as_the_rows(tmp_path, sync_scheduler, output_format):
+    table = numbers(2000)
+    write_jsonl(table, tmp_path / "data.jsonl")
+    report = daskpile.shuffle_parquet(
+        str(tmp_path / "data.jsonl"), str(tmp_path / "out"), piles=3, seed=1, output_format=output_format
+    )
+    if output_format == "csv":
+        parts = [
+            pa_csv.read_csv(f, convert_options=pa_csv.ConvertOptions(column_types=table.schema)) for f in report.files
+        ]
+    else:
+        parts = [pa.ipc.open_file(f).read_all() for f in report.files]
+    out = pa.concat_tables(t.replace_schema_metadata(None) for t in parts)
+    assert out.sort_by("id").equals(pa_json.read_json(tmp_path / "data.jsonl"))
+    assert daskpile.verify(str(tmp_path / "out")).ok
+
+
+def test_what_reads_parquet_results_refuses_other_outputs(tmp_path, sync_scheduler):
+    (tmp_path / "c.txt").write_bytes(b"a\nb\nc\n")
+    daskpile.shuffle_parquet(str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, output_format="lines")
+    with pytest.raises(ValueError, match="holds lines files: PileLoader reads Parquet results only"):
+        daskpile.PileLoader(str(tmp_path / "out"), batch_size=2, seed=0)
+    with pytest.raises(ValueError, match="output_format='lines' writes a single binary or string column"):
+        write_jsonl(numbers(10), tmp_path / "d.jsonl")
+        daskpile.shuffle_parquet(str(tmp_path / "d.jsonl"), str(tmp_path / "o2"), piles=2, output_format="lines")
+    assert not (tmp_path / "o2").exists()
+
+
+def test_a_rerun_with_another_output_is_another_call(tmp_path, sync_scheduler):
+    (tmp_path / "c.txt").write_bytes(b"a\nb\nc\n")
+    daskpile.shuffle_parquet(str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, seed=1, output_format="lines")
+    again = daskpile.shuffle_parquet(str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, output_format="lines")
+    assert again.seed == 1  # found done
+    with pytest.raises(FileExistsError, match="output 'lines:gzip' instead of 'lines'"):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, seed=1, output_format="lines", compression="gzip"
+        )

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _manifest
+from daskpile import _manifest, _outputs
 from daskpile._storage import filesystem, full_url
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
@@ -59,6 +59,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     ``_daskpile.json`` holds (or ``version``) lists them.
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options)
+    _outputs.require_parquet(manifest, path, "PileLoader")
     if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):
         if manifest is None:
             raise ValueError(f"version={version}: {path!r} is not a daskpile result")

@@ -22,6 +22,7 @@ Each format turns a block into an Arrow table in the plan's schema:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import posixpath
@@ -139,9 +140,24 @@ def splittable(path: str) -> bool:
     return compression_of(path) is None
 
 
+@contextlib.contextmanager
+def open_decompressed(fs, path: str):
+    """A file to read, decompressed as its name says: by Arrow's codecs, xz by Python's lzma."""
+    compression = compression_of(path)
+    with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
+        if compression in (None, "xz"):
+            yield raw
+            return
+        stream = pa.CompressedInputStream(raw, compression)
+        try:
+            yield stream
+        finally:
+            stream.close()
+
+
 def sample(fs, path: str) -> bytes:
     """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line."""
-    with fs.open(path, "rb", compression=compression_of(path)) as f:
+    with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
         if len(head) < SAMPLE_BYTES:
             return head
@@ -212,7 +228,7 @@ class BlockReader:
             yield start, self.fs.read_block(self.path, start, end - start, delimiter=b"\n")
             return
         offset, tail = 0, b""
-        with self.fs.open(self.path, "rb", compression=compression_of(self.path)) as f:
+        with open_decompressed(self.fs, self.path) as f:
             while True:
                 chunk = f.read(self.blocksize)
                 data = tail + chunk

@@ -27,7 +27,7 @@ import time
 import numpy as np
 from dask.utils import parse_timedelta
 
-from daskpile import _fingerprint, _manifest, _random
+from daskpile import _fingerprint, _manifest, _outputs, _random
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
@@ -140,6 +140,7 @@ class Window:
 
     @classmethod
     def from_manifest(cls, fs, path: str, manifest: dict) -> Window:
+        _outputs.require_parquet(manifest, path, "a moving window")
         window = manifest.get("window")
         if window is not None:
             generations = tuple(Generation.from_json(g) for g in window["generations"])
