@@ -27,18 +27,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import dataset, machine, peak_rss  # noqa: E402
+from run import SIZES, dataset, machine, peak_rss  # noqa: E402
 
 DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
 
 def corpus(rows: int, data_dir: str) -> str:
-    """Dataset A's first ``rows`` rows as JSON lines (made once)."""
+    """The first ``rows`` rows of the smallest reference dataset that has them, as JSON lines (made once)."""
     path = os.path.join(data_dir, f"text-{rows}.jsonl")
     if not os.path.exists(path):
         import duckdb
 
-        source = dataset("A", data_dir) if rows <= 10_000_000 else dataset("B", data_dir)
+        size = next(name for name in ("tiny", "A", "B") if SIZES[name][0] >= rows)
+        source = dataset(size, data_dir)
         print(f"writing {path} ...", flush=True)
         duckdb.sql(
             f"COPY (SELECT * FROM read_parquet('{source}/*.parquet') ORDER BY id LIMIT {rows}) "

@@ -42,7 +42,8 @@ def start_fork_server_ignoring_ctrl_c() -> None:
     import dask
     from distributed.utils import get_mp_context
 
-    get_mp_context()  # sets the fork server's preloads (distributed and the libraries it uses)
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        get_mp_context()  # sets the fork server's preloads (distributed and the libraries it uses)
     from multiprocessing import forkserver
 
     # distributed's rules: a variable already set wins, a None in the config sets nothing
@@ -52,7 +53,8 @@ def start_fork_server_ignoring_ctrl_c() -> None:
     os.environ.update({k: v for k, v in environ.items() if k not in saved})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
     try:
-        forkserver.ensure_running()
+        with _short_temporary_directory():
+            forkserver.ensure_running()
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -60,16 +62,44 @@ def start_fork_server_ignoring_ctrl_c() -> None:
         os.environ.update(saved)
 
 
+# The fork server listens on a Unix socket in multiprocessing's temporary directory, whose path may not
+# exceed 107 bytes: under a long TMPDIR (a CI job's, a test's) it goes in /tmp instead.
+LONGEST_TMPDIR = 60
+
+
+@contextlib.contextmanager
+def _short_temporary_directory():
+    """multiprocessing's temporary directory (made once per process) under /tmp if TMPDIR is long."""
+    import tempfile
+
+    if len(tempfile.gettempdir()) <= LONGEST_TMPDIR or not os.access("/tmp", os.W_OK):
+        yield
+        return
+    previous, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+
+
 @contextlib.contextmanager
 def workers_ignoring_ctrl_c():
-    """Within the block, the workers distributed starts (and restarts) ignore SIGINT."""
+    """Within the block, the workers distributed starts (and restarts) ignore SIGINT.
+
+    Where the fork server cannot start, the workers are spawned as distributed does by default, and a
+    Ctrl-C reaches them too.
+    """
     import dask
 
     from daskpile._compute import LOCAL_CLUSTER_CONFIG
 
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+    try:
         with dask.config.set(LOCAL_CLUSTER_CONFIG):
             start_fork_server_ignoring_ctrl_c()
+    except OSError:
+        yield
+        return
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
         yield
 
 

@@ -79,3 +79,21 @@ def test_a_run_never_sees_what_a_killed_run_left(tmp_path):
         for scratch in scratches:
             shutil.rmtree(scratch, ignore_errors=True)
     assert result["ok"], result.get("error")
+
+
+@pytest.mark.slow
+def test_the_text_benchmark_runs(tmp_path):
+    """Every system of benchmarks/text.py on 20,000 lines; terashuf left out with its reason (no source here)."""
+    pytest.importorskip("duckdb")
+    text = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "text.py")
+    args = [sys.executable, text, "--reps", "1", "--rows", "20000", "--data-dir", str(tmp_path / "data")]
+    args += ["--results-dir", str(tmp_path / "results"), "--terashuf-source", str(tmp_path / "nowhere")]
+    completed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / "text-20000.json").read_text())
+    assert all(entry["ok"] for entry in results["summary"].values()), [r for r in results["runs"] if not r["ok"]]
+    assert {"shuf", "daskpile lines to lines, threads"} <= set(results["summary"])
+    assert "no terashuf source" in results["meta"]["terashuf"]
+    lines = results["summary"]["daskpile lines to lines, threads"]
+    # the same bytes, permuted, and the manifest
+    assert 0 < lines["output_mib"] - results["summary"]["shuf"]["output_mib"] < 0.1

@@ -32,7 +32,11 @@ def source(tmp_path_factory):
 def shuffle_args(source, tmp_path, *options):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
-    return [DASKPILE, "shuffle", source, str(dest), "--piles", "8", "--seed", "3", "--scratch", str(scratch), *options]
+    # Small blocks: pass 1 is many tasks (about 80), so an interruption after the first few is well inside it
+    return [
+        DASKPILE, "shuffle", source, str(dest), "--piles", "8", "--seed", "3", "--scratch", str(scratch),
+        "--blocksize", "16MiB", *options,
+    ]  # fmt: skip
 
 
 def interrupted_when(args, stage, timeout=120):
@@ -100,7 +104,7 @@ def test_in_pass_1_on_every_scheduler_the_run_resumes(source, tmp_path, schedule
     assert line.startswith(RESUMABLE) and str(tmp_path / "scratch") in line
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
-    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3)
+    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20)
 
 
 def test_in_pass_2_the_run_resumes(source, tmp_path):
@@ -110,7 +114,7 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     assert the_one_line(stderr).startswith(RESUMABLE)
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3)
+    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20)
 
 
 def test_once_the_result_is_printed_the_command_ends_as_it_said(source, tmp_path):
