@@ -1138,7 +1138,7 @@ def _estimate(plan) -> tuple[int, int]:
     if plan.reading.text is None:
         return _sizing.estimate_parquet(plan.fs, files, sizes, plan.metadata)
     first = next((f for f in plan.files if f.size), plan.files[0]).path
-    compressed = [not text.splittable(f) for f in files]
+    compressed = [text.compression_of(f) is not None for f in files]
     return text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text)
 
 

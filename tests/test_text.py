@@ -243,3 +243,33 @@ def test_a_rerun_with_another_output_is_another_call(tmp_path, sync_scheduler):
         daskpile.shuffle_parquet(
             str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, seed=1, output_format="lines", compression="gzip"
         )
+
+
+def quoted_newlines_csv(path, rows: int = 3000) -> None:
+    """Values with newlines and doubled quotes inside quotes, as Excel and pandas write them."""
+    with open(path, "w", newline="") as f:
+        f.write("id,note\n")
+        for i in range(rows):
+            note = f'line one of {i}\nline "two"\n' if i % 5 == 0 else f"plain {i}"
+            f.write(f'{i},"{note.replace(chr(34), chr(34) * 2)}"\n')
+
+
+def test_a_quoted_newline_is_refused_by_default_it_could_be_cut(tmp_path, sync_scheduler):
+    """Ranges and blocks are cut at newlines: one inside quotes would split a value, so it stops the run."""
+    quoted_newlines_csv(tmp_path / "notes.csv")
+    with pytest.raises(ValueError, match=r"notes\.csv', bytes .* newline inside quotes: .*newlines_in_values=true"):
+        daskpile.shuffle_parquet(str(tmp_path / "notes.csv"), str(tmp_path / "out"), piles=2, blocksize=2**14)
+    assert not (tmp_path / "out").exists()
+
+
+def test_with_newlines_in_values_a_csv_file_is_one_task_cut_between_records(tmp_path, sync_scheduler):
+    quoted_newlines_csv(tmp_path / "notes.csv")
+    options = {"newlines_in_values": True}
+    plan = plan_sources(str(tmp_path / "notes.csv"), read_options=options)
+    assert len(plan.partitions(blocksize=2**14)) == 1  # not cut into ranges
+    daskpile.shuffle_parquet(
+        str(tmp_path / "notes.csv"), str(tmp_path / "out"), piles=3, blocksize=2**12, read_options=options
+    )  # blocks of 4 KiB: many cuts, each between two records
+    oracle = pa_csv.read_csv(tmp_path / "notes.csv", parse_options=pa_csv.ParseOptions(newlines_in_values=True))
+    assert read_output(tmp_path / "out").sort_by("id").equals(oracle)
+    assert oracle.column("note")[0].as_py() == 'line one of 0\nline "two"\n'

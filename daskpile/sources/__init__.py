@@ -81,7 +81,7 @@ class SourcePlan:
             return list(self.files)
         cut = []
         for f in self.files:
-            if f.size > limit and text.splittable(f.path):
+            if f.size > limit and text.splittable(f.path, self.reading.text):
                 cut += [dataclasses.replace(f, byte_range=(s, min(s + limit, f.size))) for s in range(0, f.size, limit)]
             else:
                 cut.append(f)

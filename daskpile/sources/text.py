@@ -29,6 +29,7 @@ import posixpath
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
@@ -54,6 +55,7 @@ class TextOptions:
     delimiter: str | None = None  # csv/tsv: one character (default "," and tab)
     autogenerate_column_names: bool = False  # csv/tsv: no header line; columns f0, f1, ...
     column_types: tuple[tuple[str, str], ...] = ()  # declared types, by column name (Arrow type names)
+    newlines_in_values: bool = False  # csv/tsv: quoted values may hold newlines (the file is not cut in ranges)
 
     @classmethod
     def of(cls, format: str, read_options: dict | None) -> TextOptions:
@@ -77,8 +79,8 @@ class TextOptions:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.delimiter is not None and (self.format not in ("csv", "tsv") or len(self.delimiter) != 1):
             raise ValueError(f"read option delimiter applies to csv and tsv, one character: got {self.delimiter!r}")
-        if self.format in ("jsonl", "lines") and self.autogenerate_column_names:
-            raise ValueError("read option autogenerate_column_names applies to csv and tsv")
+        if self.format in ("jsonl", "lines") and (self.autogenerate_column_names or self.newlines_in_values):
+            raise ValueError("read options autogenerate_column_names and newlines_in_values apply to csv and tsv")
         if self.format == "lines" and self.column_types:
             raise ValueError("read option column_types does not apply to lines: each line is one binary value")
         for name, type_name in self.column_types:
@@ -94,7 +96,11 @@ class TextOptions:
         >>> TextOptions("csv", delimiter=";").read_options()
         {'delimiter': ';'}
         """
-        given = {"delimiter": self.delimiter, "autogenerate_column_names": self.autogenerate_column_names}
+        given = {
+            "delimiter": self.delimiter,
+            "autogenerate_column_names": self.autogenerate_column_names,
+            "newlines_in_values": self.newlines_in_values,
+        }
         given = {k: v for k, v in given.items() if v}
         return {**given, "column_types": dict(self.column_types)} if self.column_types else given
 
@@ -135,9 +141,9 @@ def compression_of(path: str) -> str | None:
     return detect(path)[1]
 
 
-def splittable(path: str) -> bool:
-    """Whether a file can be cut into byte ranges: not compressed."""
-    return compression_of(path) is None
+def splittable(path: str, options: TextOptions | None = None) -> bool:
+    """Whether a file can be cut into byte ranges: not compressed, and no newline inside a value."""
+    return compression_of(path) is None and not (options is not None and options.newlines_in_values)
 
 
 @contextlib.contextmanager
@@ -186,7 +192,9 @@ def infer_schema(fs, path: str, options: TextOptions) -> pa.Schema:
                 read_options=pa_csv.ReadOptions(
                     use_threads=False, autogenerate_column_names=options.autogenerate_column_names
                 ),
-                parse_options=pa_csv.ParseOptions(delimiter=options.separator),
+                parse_options=pa_csv.ParseOptions(
+                    delimiter=options.separator, newlines_in_values=options.newlines_in_values
+                ),
                 convert_options=pa_csv.ConvertOptions(column_types=declared),
             )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
@@ -236,12 +244,26 @@ class BlockReader:
                     if data:
                         yield offset, data
                     return
-                cut = data.rfind(b"\n") + 1
+                cut = self._last_record_end(data)
                 if cut == 0:  # no line ends in it yet: a line longer than the block
                     tail = data
                     continue
                 yield offset, data[:cut]
                 offset, tail = offset + cut, data[cut:]
+
+    def _last_record_end(self, data: bytes) -> int:
+        """Where the last whole line (CSV with newlines in values: record) of ``data`` ends, 0 if none does.
+
+        A newline ends a record when the quotes before it are even in number (a
+        quote inside a quoted value is written twice, so the count holds).
+        """
+        if not self.options.newlines_in_values:
+            return data.rfind(b"\n") + 1
+        bytes_ = np.frombuffer(data, dtype=np.uint8)
+        newlines = np.flatnonzero(bytes_ == ord("\n"))
+        quotes_before = np.cumsum(bytes_ == ord('"'))[newlines] if len(newlines) else newlines
+        outside = newlines[quotes_before % 2 == 0]
+        return int(outside[-1]) + 1 if len(outside) else 0
 
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
@@ -251,9 +273,12 @@ class BlockReader:
         try:
             if self.options.format == "jsonl":
                 return self._json(block)
-            return self._csv(block, first=start == 0, where=where)
+            table = self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(f"cannot read {where} as {self.options.format}: {_first_line(e)}") from None
+        if not self.options.newlines_in_values:
+            _refuse_newlines_in_values(table, where)
+        return table
 
     def _json(self, block: bytes) -> pa.Table:
         return pa_json.read_json(
@@ -281,9 +306,23 @@ class BlockReader:
                 skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
                 block_size=len(block) + 1,
             ),
-            parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=self.options.separator, newlines_in_values=self.options.newlines_in_values
+            ),
             convert_options=pa_csv.ConvertOptions(column_types=self.schema),
         )
+
+
+def _refuse_newlines_in_values(table: pa.Table, where: str) -> None:
+    """A quoted value holding a newline, which a cut into ranges or blocks could have split: refused."""
+    for name in table.column_names:
+        column = table.column(name)
+        textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        if textual and pc.any(pc.match_substring(column, "\n")).as_py():
+            raise ValueError(
+                f"column {name!r} of {where} holds a value with a newline inside quotes: pass the read option "
+                "newlines_in_values=true (--read-option newlines_in_values=true; the file is then read by one task)"
+            )
 
 
 def lines_table(block: bytes) -> pa.Table:
