@@ -360,8 +360,9 @@ def shuffle_parquet(
     read_options
         Text formats: ``delimiter`` (one character), ``autogenerate_column_names``
         (no header line: columns ``f0``, ``f1``, ...), ``column_types``
-        (``{"id": "int64"}``: Arrow type names, the others inferred), as
-        pyarrow names them.
+        (``{"id": "int64"}``: Arrow type names, the others inferred),
+        ``newlines_in_values`` (quoted values may hold newlines: each such file
+        is then one task, cut only between records), as pyarrow names them.
     output_format
         What each pile is written as: ``"parquet"`` (the default), ``"arrow"``
         (Arrow IPC files), ``"csv"`` (a header line per file), or ``"lines"``

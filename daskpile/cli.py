@@ -354,7 +354,7 @@ def cli():
     multiple=True,
     metavar="KEY=VALUE",
     help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
-    "column_types.NAME=TYPE (int64, string, ...).",
+    "column_types.NAME=TYPE (int64, string, ...), newlines_in_values=true.",
 )
 @click.option(
     "--output-format",

@@ -273,3 +273,20 @@ def test_with_newlines_in_values_a_csv_file_is_one_task_cut_between_records(tmp_
     oracle = pa_csv.read_csv(tmp_path / "notes.csv", parse_options=pa_csv.ParseOptions(newlines_in_values=True))
     assert read_output(tmp_path / "out").sort_by("id").equals(oracle)
     assert oracle.column("note")[0].as_py() == 'line one of 0\nline "two"\n'
+
+
+def test_the_same_seed_gives_the_same_bytes_on_a_cluster_and_on_one_thread(tmp_path, cluster):
+    """Ranges, blocks and generators depend on the file, blocksize and seed, never on the scheduler."""
+    import dask
+    from _util import file_bytes
+    from distributed import Client
+
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(AWKWARD * 20)
+    args = dict(piles=4, seed=9, blocksize=2**14, output_format="lines")
+    with Client(cluster):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "cluster"), **args)
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "sync"), **args)
+    assert len(file_bytes(tmp_path / "sync")) == 4
+    assert file_bytes(tmp_path / "cluster") == file_bytes(tmp_path / "sync")
