@@ -129,3 +129,27 @@ def test_once_the_result_is_printed_the_command_ends_as_it_said(source, tmp_path
         shuffle_args(source, tmp_path), lambda process: process.stdout.readline().startswith("shuffled ")
     )
     assert (status, stderr) == (0, "")
+
+
+def test_a_text_run_interrupted_in_pass_1_resumes_to_the_same_bytes(tmp_path):
+    """A file of lines cut into byte ranges: the ranges a rerun finds done are not read again."""
+    import dask
+
+    import daskpile
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"".join(b"line %d of the corpus\n" % i for i in range(1_500_000)))
+    args = [
+        DASKPILE, "shuffle", str(corpus), str(tmp_path / "out"), "--piles", "8", "--seed", "3", "--output-format",
+        "lines", "--blocksize", "16MiB", "--scratch", str(tmp_path / "scratch"), "--scheduler", "threads",
+    ]  # fmt: skip
+    (tmp_path / "scratch").mkdir()
+    status, _, stderr = interrupted_when(args, lambda _: finished_partitions(tmp_path / "scratch") >= 2)
+    assert status == 130 and the_one_line(stderr).startswith(RESUMABLE)
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(
+            str(corpus), str(tmp_path / "reference"), 8, seed=3, output_format="lines", blocksize=16 * 2**20
+        )
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "reference")
