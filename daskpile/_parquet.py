@@ -40,7 +40,7 @@ from daskpile._storage import (
 )
 from daskpile._validate import check_piles
 from daskpile._words import count
-from daskpile.sources import plan_sources, text
+from daskpile.sources import arrowfiles, plan_sources, text
 
 
 class VerificationError(RuntimeError):
@@ -350,8 +350,9 @@ def shuffle_parquet(
         names: Parquet if any is named so (or has no extension), else the
         one text format they name: ``.csv``, ``.tsv``, ``.jsonl``/``.ndjson``/
         ``.json`` (JSON lines), ``.txt`` (lines), each possibly ``.gz``,
-        ``.bz2``, ``.zst`` or ``.xz``.  Or one of ``"parquet"``, ``"csv"``,
-        ``"tsv"``, ``"jsonl"``, ``"lines"``.  Text is parsed by Arrow's CSV
+        ``.bz2``, ``.zst`` or ``.xz``; ``.arrow``/``.feather`` (Arrow IPC) and
+        ``.orc``.  Or one of ``"parquet"``, ``"csv"``, ``"tsv"``, ``"jsonl"``,
+        ``"lines"``, ``"arrow"``, ``"orc"``.  Text is parsed by Arrow's CSV
         and JSON readers, the column names and types taken from the first
         MiB of the first file; ``"lines"`` makes each line one row of a
         single binary column ``line``, its bytes exactly, without the newline.
@@ -1139,6 +1140,8 @@ def _estimate(plan) -> tuple[int, int]:
     if plan.reading.text is None:
         return _sizing.estimate_parquet(plan.fs, files, sizes, plan.metadata)
     first = next((f for f in plan.files if f.size), plan.files[0]).path
+    if plan.reading.text.format in arrowfiles.FORMATS:
+        return arrowfiles.estimate(plan.fs, first, sizes, plan.reading.text.format)
     compressed = [text.compression_of(f) is not None for f in files]
     return text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text)
 

@@ -342,11 +342,11 @@ def cli():
 @click.option(
     "--format",
     "source_format",
-    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines"]),
+    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc"]),
     default="auto",
     show_default=True,
     help="What SOURCE's files are; auto goes by their names (.csv, .tsv, .jsonl/.ndjson/.json, .txt, "
-    "compressed .gz/.bz2/.zst/.xz too). lines: each line one row, its bytes exactly.",
+    ".arrow/.feather, .orc; text compressed .gz/.bz2/.zst/.xz too). lines: each line one row, its bytes exactly.",
 )
 @click.option(
     "--read-option",

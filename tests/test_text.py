@@ -290,3 +290,30 @@ def test_the_same_seed_gives_the_same_bytes_on_a_cluster_and_on_one_thread(tmp_p
         daskpile.shuffle_parquet(str(path), str(tmp_path / "sync"), **args)
     assert len(file_bytes(tmp_path / "sync")) == 4
     assert file_bytes(tmp_path / "cluster") == file_bytes(tmp_path / "sync")
+
+
+@pytest.mark.parametrize("name", ["data.arrow", "data.feather", "data.orc"])
+def test_arrow_ipc_and_orc_files_read_a_batch_or_stripe_at_a_time(tmp_path, sync_scheduler, name):
+    import pyarrow.feather as feather
+    import pyarrow.orc as orc
+
+    table = numbers(30_000)
+    (tmp_path / "src").mkdir()
+    for k, part in enumerate([table.slice(0, 12_000), table.slice(12_000)]):
+        path = tmp_path / "src" / f"{k}-{name}"
+        if name.endswith(".orc"):
+            orc.write_table(part, path, stripe_size=64 * 1024)
+        elif name.endswith(".feather"):
+            feather.write_feather(part, path, chunksize=1000)
+        else:
+            with pa.ipc.new_file(path, part.schema) as writer:
+                for batch in part.to_batches(max_chunksize=1000):
+                    writer.write_batch(batch)
+    report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=3, seed=1, blocksize=2**16)
+    out = read_output(tmp_path / "out")
+    assert report.rows == 30_000 and out.sort_by("id").equals(table)
+    assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out")).ok
+    other = tmp_path / "src" / f"9-{name}"
+    (orc.write_table if name.endswith(".orc") else feather.write_feather)(pa.table({"id": [1]}), other)
+    with pytest.raises(ValueError, match=rf"9-{name}.*(unexpected|missing)"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "o2"), piles=3, seed=1)

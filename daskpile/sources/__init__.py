@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._storage import file_stamps, filesystem, full_url
-from daskpile.sources import hive, listing, schemas, tables, text
+from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
 
@@ -221,7 +221,10 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
 def _text_reading(fs, files: list[SourceFile], key_fields: pa.Schema, options: text.TextOptions) -> Reading:
     """The rows of text files: the columns of the first non-empty file's first MiB, then the partition keys."""
     first = next((f for f in files if f.size), files[0])
-    data = text.infer_schema(fs, first.path, options)
+    if options.format in arrowfiles.FORMATS:
+        data = arrowfiles.schema(fs, first.path, options.format)
+    else:
+        data = text.infer_schema(fs, first.path, options)
     clashes = [n for n in key_fields.names if n in data.names]
     if clashes:
         raise ValueError(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from daskpile._storage import full_url
-from daskpile.sources import text
+from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.sources.schemas import conformer
 from daskpile.sources.text import TextOptions
@@ -98,17 +98,27 @@ def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, 
     skipped = skip(0)
     for f in files:
         url = full_url(fs, f.path)
-        conform = conformer(data_schema, reading.schema, dict(f.keys), "strict", url, reading.reference)
-        reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize)
-        for block_start, block in reader.blocks(f.byte_range):
-            if size and size + len(block) > blocksize:
+        for nbytes, table, actual in _units(fs, f, reading, data_schema, blocksize):
+            if size and size + nbytes > blocksize:
                 yield piece, None if skipped else _concat(tables, reading.schema)
                 piece, size, tables = piece + 1, 0, []
                 skipped = skip(piece)
-            size += len(block)
+            size += nbytes
             if not skipped:
-                tables.append(conform(reader.parse(block, block_start), url))
+                conform = conformer(actual, reading.schema, dict(f.keys), "strict", url, reading.reference)
+                tables.append(conform(table(), url))
     yield piece, None if skipped else _concat(tables, reading.schema)
+
+
+def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksize: int) -> Iterator:
+    """(bytes, a function giving the table, its schema) of each block of lines, record batch or stripe."""
+    if reading.text.format in arrowfiles.FORMATS:
+        for nbytes, table in arrowfiles.units(fs, f.path, reading.text.format):
+            yield nbytes, lambda table=table: table, table.schema
+        return
+    reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize)
+    for start, block in reader.blocks(f.byte_range):
+        yield len(block), lambda block=block, start=start: reader.parse(block, start), data_schema
 
 
 def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:

@@ -35,9 +35,12 @@ import pyarrow.json as pa_json
 
 from daskpile._storage import full_url
 
-FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines")
+FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc")
 TEXT_FORMATS = ("csv", "tsv", "jsonl", "lines")
-EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "lines"}
+EXTENSIONS = {
+    ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "lines",
+    ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".orc": "orc",
+}  # fmt: skip
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
 LINE = "line"  # the column of the lines format
@@ -75,11 +78,13 @@ class TextOptions:
         return cls(format, column_types=tuple(sorted((str(k), str(v)) for k, v in types.items())), **options)
 
     def __post_init__(self):
-        if self.format not in TEXT_FORMATS:
+        if self.format not in FORMATS[1:]:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.format not in TEXT_FORMATS and self.read_options():
+            raise ValueError(f"read options apply to text formats (csv, tsv, jsonl, lines), not {self.format}")
         if self.delimiter is not None and (self.format not in ("csv", "tsv") or len(self.delimiter) != 1):
             raise ValueError(f"read option delimiter applies to csv and tsv, one character: got {self.delimiter!r}")
-        if self.format in ("jsonl", "lines") and (self.autogenerate_column_names or self.newlines_in_values):
+        if self.format not in ("csv", "tsv") and (self.autogenerate_column_names or self.newlines_in_values):
             raise ValueError("read options autogenerate_column_names and newlines_in_values apply to csv and tsv")
         if self.format == "lines" and self.column_types:
             raise ValueError("read option column_types does not apply to lines: each line is one binary value")
@@ -142,8 +147,10 @@ def compression_of(path: str) -> str | None:
 
 
 def splittable(path: str, options: TextOptions | None = None) -> bool:
-    """Whether a file can be cut into byte ranges: not compressed, and no newline inside a value."""
-    return compression_of(path) is None and not (options is not None and options.newlines_in_values)
+    """Whether a file can be cut into byte ranges: text, not compressed, and no newline inside a value."""
+    if options is not None and (options.format not in TEXT_FORMATS or options.newlines_in_values):
+        return False
+    return compression_of(path) is None
 
 
 @contextlib.contextmanager
