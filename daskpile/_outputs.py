@@ -15,7 +15,7 @@ metadata, so a rerun reuses them; a CSV or lines file is rewritten instead.
 from __future__ import annotations
 
 import dataclasses
-import io
+import json
 
 import fsspec
 import numpy as np
@@ -23,13 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
+import pyarrow.json as pa_json
 
 from daskpile._storage import atomic_sink
 from daskpile.sources.text import lines_table, open_decompressed
 
-OUTPUT_FORMATS = ("parquet", "arrow", "csv", "lines")
+OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
 COMPRESSIONS = ("gzip", "zstd")
-_SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow", "csv": ".csv", "lines": ".txt"}
+_SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow", "csv": ".csv", "jsonl": ".jsonl", "lines": ".txt"}
 _COMPRESSED_SUFFIXES = {"gzip": ".gz", "zstd": ".zst"}
 
 
@@ -60,12 +61,24 @@ class Output:
         return _SUFFIXES[self.format] + _COMPRESSED_SUFFIXES[self.compression]
 
     @property
+    def serialized(self) -> bool:
+        """Whether the rows are written as text that readers parse back (their fingerprint is taken so)."""
+        return self.format in ("csv", "jsonl")
+
+    @property
     def stamped(self) -> bool:
         """Whether the file carries the pile's stamp, so that a rerun can reuse it."""
         return self.format in ("parquet", "arrow")
 
     def check(self, schema: pa.Schema) -> None:
         """Refuse, before anything runs, rows this format cannot hold."""
+        if self.format == "jsonl":
+            nested = [f for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
+            if nested:
+                raise ValueError(
+                    f"output_format='jsonl' writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
+                    "write parquet or arrow"
+                )
         if self.format == "lines" and (
             len(schema) != 1 or not (pa.types.is_binary(schema[0].type) or pa.types.is_string(schema[0].type))
         ):
@@ -94,29 +107,99 @@ def require_parquet(manifest: dict | None, where: str, what: str) -> None:
         raise ValueError(f"{where!r} holds {output.format} files: {what} reads Parquet results only")
 
 
-def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Output) -> int:
-    """Write one pile that is not Parquet (``_passes.write_parquet`` writes those); its size in bytes."""
+def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Output, data=None) -> int:
+    """Write one pile that is not Parquet (``_passes.write_parquet`` writes those); its size in bytes.
+
+    ``data``: the pile already serialized (``serialize``), for text formats.
+    """
     with atomic_sink(fs, path) as sink:
         if output.format == "arrow":
             options = ipc.IpcWriteOptions(compression=output.compression)
             with ipc.new_file(sink, table.schema, options=options) as writer:
                 writer.write_table(table)
             return sink.tell()
-        if output.format == "csv":
-            data = pa.BufferOutputStream()
-            pa_csv.write_csv(table.replace_schema_metadata(None), data)
-            data = data.getvalue()
-        else:
-            data = _lines_bytes(table.column(0))
+        data = serialize(table, output) if data is None else data
         if output.compression:  # one shot, in memory: a pile fits it, and every zstd and gzip tool reads the frame
             data = pa.compress(data, output.compression, asbytes=False)
         sink.write(data)
         return sink.tell()
 
 
+def serialize(table: pa.Table, output: Output) -> pa.Buffer:
+    """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed."""
+    if output.format == "csv":
+        data = pa.BufferOutputStream()
+        pa_csv.write_csv(table.replace_schema_metadata(None), data)
+        return data.getvalue()
+    if output.format == "jsonl":
+        return _lines_bytes(pa.chunked_array([_json_objects(table)], pa.string()))
+    return _lines_bytes(table.column(0))
+
+
+def parse(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
+    """What a reader gets from ``serialize``'s bytes: the rows in ``schema``."""
+    if output.format == "csv":
+        return pa_csv.read_csv(
+            pa.BufferReader(data),
+            read_options=pa_csv.ReadOptions(use_threads=False, block_size=max(data.size, 1) + 1),
+            convert_options=pa_csv.ConvertOptions(column_types=schema),
+        )
+    if output.format == "jsonl":
+        if not data.size:
+            return schema.empty_table()
+        return pa_json.read_json(
+            pa.BufferReader(data),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=data.size + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+        ).select(schema.names)
+    lines = lines_table(data.to_pybytes()).column(0)
+    return pa.table({schema[0].name: lines.cast(schema[0].type)})
+
+
+def _json_objects(table: pa.Table) -> pa.Array:
+    """One JSON object per row, built by Arrow's casts and string kernels: numbers as Arrow prints them
+    (shortest round-trip floats), text, times and dates as strings, nulls as null."""
+    pieces: list = []
+    for k, name in enumerate(table.column_names):
+        pieces += [pa.scalar(("{" if k == 0 else ",") + json.dumps(name) + ":"), _json_values(table.column(name), name)]
+    pieces.append(pa.scalar("}" if pieces else "{}"))
+    if len(pieces) == 1:
+        return pa.array(["{}"] * table.num_rows, pa.string())
+    return pc.binary_join_element_wise(*pieces, "").combine_chunks()
+
+
+_JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")]
+
+
+def _json_values(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    kind = column.type
+    if pa.types.is_floating(kind) and pc.any(pc.invert(pc.is_finite(column))).as_py():
+        raise ValueError(f"column {name!r} holds NaN or an infinity, which JSON cannot hold: write another format")
+    if (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_decimal(kind)
+    ):
+        text = pc.cast(column, pa.string())
+    else:
+        try:
+            text = pc.cast(column, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ValueError(f"column {name!r} ({kind}) cannot be written as JSON text: {e}") from None
+        if pc.any(pc.match_substring_regex(text, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]")).as_py():
+            raise ValueError(f"column {name!r} holds a control character, which jsonl output does not escape")
+        for plain, escaped in _JSON_ESCAPES:
+            text = pc.replace_substring(text, plain, escaped)
+        text = pc.binary_join_element_wise('"', text, '"', "")
+    return pc.if_else(pc.is_null(column), "null", text)
+
+
 def _lines_bytes(column: pa.ChunkedArray) -> pa.Buffer:
     """Every value followed by a newline, end to end, joined by Arrow (a null is an empty line)."""
     values = column.combine_chunks().fill_null(b"" if pa.types.is_binary(column.type) else "")
+    if pc.any(pc.match_substring(values, "\n")).as_py():
+        raise ValueError("a value holds a newline: output_format='lines' would make it two lines; write another format")
     empty, newline = (pa.scalar(v, pa.binary()).cast(values.type) for v in (b"", b"\n"))
     joined = pc.binary_join_element_wise(values, empty, newline)
     if not len(joined):
@@ -138,14 +221,5 @@ def read(fs: fsspec.AbstractFileSystem, path: str, output: Output, schema: pa.Sc
 
 def _read(fs, path: str, output: Output, schema: pa.Schema) -> pa.Table:
     with open_decompressed(fs, path) as f:
-        data = f.read()
-    if output.format == "arrow":
-        return ipc.open_file(pa.py_buffer(data)).read_all()
-    if output.format == "csv":
-        return pa_csv.read_csv(
-            io.BytesIO(data),
-            read_options=pa_csv.ReadOptions(use_threads=False, block_size=len(data) + 1),
-            convert_options=pa_csv.ConvertOptions(column_types=schema),
-        )
-    lines = lines_table(data).column(0)
-    return pa.table({schema[0].name: lines.cast(schema[0].type)})
+        data = pa.py_buffer(f.read())
+    return ipc.open_file(data).read_all() if output.format == "arrow" else parse(data, output, schema)

@@ -366,11 +366,13 @@ def shuffle_parquet(
         is then one task, cut only between records), as pyarrow names them.
     output_format
         What each pile is written as: ``"parquet"`` (the default), ``"arrow"``
-        (Arrow IPC files), ``"csv"`` (a header line per file), or ``"lines"``
+        (Arrow IPC files), ``"csv"`` (a header line per file), ``"jsonl"`` (one
+        JSON object per row, flat columns, no NaN), or ``"lines"``
         (the single binary or string column, each value followed by a newline:
         with ``format="lines"``, the input's lines permuted, byte for byte, a
         final newline added to a last line that lacked one).  The names end in
-        ``.parquet``, ``.arrow``, ``.csv`` or ``.txt``.  PileLoader, quality and
+        ``.parquet``, ``.arrow``, ``.csv``, ``.jsonl`` or ``.txt``.  CSV and JSON
+        lines are fingerprinted as read back.  PileLoader, quality and
         the moving windows read Parquet results only.
     compression
         ``"gzip"`` or ``"zstd"``: of the whole file for csv and lines (``.gz``,
@@ -660,14 +662,22 @@ class _Run:
             self.scratch.remove()  # a rerun needs other arguments, so nothing here can be resumed
             raise
         target = self.staging or self.dest_path
+        made_dest = not self.dest_fs.exists(self.dest_path)
         self.dest_fs.makedirs(target, exist_ok=True)
         run_state.write(self.dest_fs, self.dest_path, self.spec)
         timer = Timer(self.progress)
-        names, gathered = _pass_2(
-            self.scratch, self.counts, split, self.seed, self.dest_fs, target, self.plan.schema, self.verify,
-            _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
-            self.second_pass == "eager", self.output,
-        )  # fmt: skip
+        try:
+            names, gathered = _pass_2(
+                self.scratch, self.counts, split, self.seed, self.dest_fs, target, self.plan.schema, self.verify,
+                _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
+                self.second_pass == "eager", self.output,
+            )  # fmt: skip
+        except ValueError:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
+            self.scratch.remove()
+            _discard_unfinished(self.dest_fs, self.dest_path)
+            if made_dest and not self.dest_fs.ls(self.dest_path):
+                self.dest_fs.rmdir(self.dest_path)
+            raise
         self.seconds_gather = timer.seconds
         _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
@@ -833,7 +843,7 @@ def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
 FOREIGN_NAMES_SHOWN = 10
 STAGING_PREFIX = ".daskpile-staging-"
 COMMIT_PLAN = "_commit.json"  # in a staging directory: the commit has begun; what it removes
-_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|txt)(\.gz|\.zst)?$")
+_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|jsonl|txt)(\.gz|\.zst)?$")
 
 
 def _dest_entries(fs, dest_path: str) -> dict[str, str]:

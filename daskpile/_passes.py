@@ -322,6 +322,10 @@ def _write_stamped(
 
     Returns its size in bytes and its fingerprint.
     """
+    if output.serialized:  # fingerprinted as a reader parses the text back, not as the rows were before
+        data = _outputs.serialize(table, output)
+        written = _outputs.parse(data, output, table.schema) if fingerprint else None
+        return _outputs.write(table, fs, path, output, data), _fingerprint.of(written) if fingerprint else None
     output_fingerprint = _fingerprint.of(table) if fingerprint else None
     if output_fingerprint is not None:
         stamp = {**stamp, "fingerprint": output_fingerprint.to_json()}

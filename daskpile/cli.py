@@ -358,7 +358,7 @@ def cli():
 )
 @click.option(
     "--output-format",
-    type=click.Choice(["parquet", "arrow", "csv", "lines"]),
+    type=click.Choice(["parquet", "arrow", "csv", "jsonl", "lines"]),
     default="parquet",
     show_default=True,
     help="What each pile is written as. lines: the single column, one value per line (lines in: the same lines).",

@@ -8,6 +8,7 @@ import bz2
 import collections
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -205,8 +206,8 @@ def test_lines_out_are_the_input_lines_permuted_byte_for_byte(tmp_path, sync_sch
     assert daskpile.verify(str(path), str(tmp_path / "out")).ok and daskpile.verify(str(tmp_path / "out")).ok
 
 
-@pytest.mark.parametrize("output_format", ["csv", "arrow"])
-def test_csv_and_arrow_out_read_back_as_the_rows(tmp_path, sync_scheduler, output_format):
+@pytest.mark.parametrize("output_format", ["csv", "arrow", "jsonl"])
+def test_csv_arrow_and_json_lines_out_read_back_as_the_rows(tmp_path, sync_scheduler, output_format):
     table = numbers(2000)
     write_jsonl(table, tmp_path / "data.jsonl")
     report = daskpile.shuffle_parquet(
@@ -216,6 +217,8 @@ def test_csv_and_arrow_out_read_back_as_the_rows(tmp_path, sync_scheduler, outpu
         parts = [
             pa_csv.read_csv(f, convert_options=pa_csv.ConvertOptions(column_types=table.schema)) for f in report.files
         ]
+    elif output_format == "jsonl":  # read by pyarrow's own JSON reader, its types inferred
+        parts = [pa_json.read_json(f) for f in report.files]
     else:
         parts = [pa.ipc.open_file(f).read_all() for f in report.files]
     out = pa.concat_tables(t.replace_schema_metadata(None) for t in parts)
@@ -317,3 +320,15 @@ def test_arrow_ipc_and_orc_files_read_a_batch_or_stripe_at_a_time(tmp_path, sync
     (orc.write_table if name.endswith(".orc") else feather.write_feather)(pa.table({"id": [1]}), other)
     with pytest.raises(ValueError, match=rf"9-{name}.*(unexpected|missing)"):
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "o2"), piles=3, seed=1)
+
+
+def test_json_lines_out_escapes_text_and_refuses_what_json_cannot_hold(tmp_path, sync_scheduler):
+    rows = [{"id": i, "s": s} for i, s in enumerate(['quote " and \\ backslash', "new\nline\ttab", None, "é€😀"])]
+    write_jsonl(pa.Table.from_pylist(rows), tmp_path / "a.jsonl")
+    report = daskpile.shuffle_parquet(str(tmp_path / "a.jsonl"), str(tmp_path / "out"), 2, output_format="jsonl")
+    back = [json.loads(line) for f in report.files for line in Path(f).read_text(encoding="utf-8").splitlines()]
+    assert sorted(back, key=lambda r: r["id"]) == rows  # Python's own JSON parser agrees
+    (tmp_path / "nan.csv").write_text("x\n1.5\ninf\n")
+    with pytest.raises(ValueError, match="column 'x' holds NaN or an infinity"):
+        daskpile.shuffle_parquet(str(tmp_path / "nan.csv"), str(tmp_path / "o2"), 2, output_format="jsonl")
+    assert not (tmp_path / "o2").exists()
