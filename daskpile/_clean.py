@@ -21,7 +21,7 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile import _manifest, _passes
+from daskpile import _manifest, _outputs, _passes
 from daskpile import _run as run_state
 from daskpile._scratch import Scratch, band_bounds, parse_scratch_name
 from daskpile._storage import file_stamps, filesystem, full_url, remove_tree
@@ -121,7 +121,8 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
     if changed:
         return f"its source changed since ({changed})"
     scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles))
-    if not _passes.scratch_can_finish(scratch, dest_fs, dest, spec.piles, spec.seed):
+    output = _outputs.Output.from_key(spec.output)
+    if not _passes.scratch_can_finish(scratch, dest_fs, dest, spec.piles, spec.seed, output):
         return f"pass 2 had used up part of it, and {spec.dest} no longer holds those piles"
     return None
 

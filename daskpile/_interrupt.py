@@ -29,6 +29,21 @@ T = TypeVar("T")
 _DISTRIBUTED_PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 
 
+_over = threading.Event()  # the command has printed its result: Ctrl-C stays ignored to the end
+
+
+def command_over() -> None:
+    """From now on, in the main thread, Ctrl-C is ignored: the command has said how it ended."""
+    if _in_main_thread():
+        _over.set()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _restore(previous) -> None:
+    if not _over.is_set():
+        signal.signal(signal.SIGINT, previous)
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -49,17 +64,17 @@ def start_fork_server_ignoring_ctrl_c() -> None:
     # distributed's rules: a variable already set wins, a None in the config sets nothing
     environ = {k: str(v) for k, v in dask.config.get(_DISTRIBUTED_PRE_SPAWN_ENVIRON).items() if v is not None}
     environ.setdefault("PYTHONHASHSEED", "6640")  # distributed's value
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in environ.items() if k not in saved})
+    added = {k: v for k, v in environ.items() if k not in os.environ}
+    os.environ.update(added)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
     try:
         with _short_temporary_directory():
             forkserver.ensure_running()
     finally:
         if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        os.environ.clear()
-        os.environ.update(saved)
+            _restore(previous)
+        for key in added:  # only what was added here: other threads may change the environment meanwhile
+            os.environ.pop(key, None)
 
 
 # The fork server listens on a Unix socket in multiprocessing's temporary directory, whose path may not
@@ -96,7 +111,7 @@ def workers_ignoring_ctrl_c():
     try:
         with dask.config.set(LOCAL_CLUSTER_CONFIG):
             start_fork_server_ignoring_ctrl_c()
-    except OSError:
+    except (OSError, ValueError):  # no fork server on this platform, or its socket cannot be made
         yield
         return
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
@@ -121,7 +136,7 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
             raise KeyboardInterrupt
         return started
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _restore(previous)
 
 
 @contextlib.contextmanager
@@ -137,7 +152,7 @@ def ctrl_c_ignorable():
     try:
         yield lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _restore(previous)
 
 
 def silence_shutdown_logs() -> None:
@@ -175,4 +190,4 @@ def quiet_on_ctrl_c(own_client=None):
                 own_client.run(lambda: logging.getLogger("distributed").setLevel(logging.CRITICAL))
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _restore(previous)

@@ -63,7 +63,7 @@ class Output:
     @property
     def serialized(self) -> bool:
         """Whether the rows are written as text that readers parse back (their fingerprint is taken so)."""
-        return self.format in ("csv", "jsonl")
+        return self.format in ("csv", "jsonl", "lines")
 
     @property
     def stamped(self) -> bool:
@@ -72,11 +72,11 @@ class Output:
 
     def check(self, schema: pa.Schema) -> None:
         """Refuse, before anything runs, rows this format cannot hold."""
-        if self.format == "jsonl":
+        if self.format in ("jsonl", "csv"):
             nested = [f for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
             if nested:
                 raise ValueError(
-                    f"output_format='jsonl' writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
+                    f"output_format={self.format!r} writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
                     "write parquet or arrow"
                 )
         if self.format == "lines" and (
@@ -85,6 +85,16 @@ class Output:
             raise ValueError(
                 f"output_format='lines' writes a single binary or string column, and the rows have {schema.names}"
             )
+
+    @classmethod
+    def from_key(cls, key: str) -> Output:
+        """The inverse of ``key``.
+
+        >>> Output.from_key("lines:zstd") == Output("lines", "zstd")
+        True
+        """
+        format, _, compression = key.partition(":")
+        return cls(format, compression or None)
 
     def key(self) -> str:
         """For a run's identity: ``"parquet"``, ``"lines:zstd"``."""

@@ -19,15 +19,13 @@ import contextlib
 import dataclasses
 import functools
 import json
-import signal
 import sys
-import threading
 import traceback
 
 import click
 
 from daskpile._compute import local_cluster
-from daskpile._interrupt import ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
+from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._words import count
 from daskpile.window.snapshot import WindowBusyError
@@ -154,8 +152,8 @@ def _result(text: str) -> None:
     In the console script, the command is over then: a Ctrl-C from there on is ignored, since it would
     turn a finished command into an interrupted one (exit status 130) while it only returns.
     """
-    if _CONSOLE_SCRIPT and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _CONSOLE_SCRIPT:
+        command_over()
     click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
 
 

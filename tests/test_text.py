@@ -332,3 +332,53 @@ def test_json_lines_out_escapes_text_and_refuses_what_json_cannot_hold(tmp_path,
     with pytest.raises(ValueError, match="column 'x' holds NaN or an infinity"):
         daskpile.shuffle_parquet(str(tmp_path / "nan.csv"), str(tmp_path / "o2"), 2, output_format="jsonl")
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_range_in_which_no_line_starts_gives_no_rows(tmp_path, sync_scheduler):
+    """Ranges of 16 bytes over lines longer than that: most ranges hold no line start."""
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "s": "x" * (40 + i)}) + "\n" for i in range(5)))
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, blocksize=256)
+    assert read_output(tmp_path / "out").sort_by("id").equals(pa_json.read_json(path))
+
+
+def test_values_a_format_cannot_tell_apart_fail_verification_not_pass_altered(tmp_path, sync_scheduler):
+    """A null string written as CSV or as a line comes back empty: the run says so."""
+    write_jsonl(pa.table({"s": ["a", None, "b"]}), tmp_path / "n.jsonl")
+    for output_format in ("lines", "csv"):
+        with pytest.raises(daskpile.VerificationError):
+            daskpile.shuffle_parquet(
+                str(tmp_path / "n.jsonl"), str(tmp_path / output_format), 2, output_format=output_format
+            )
+
+
+def test_newlines_in_values_past_the_first_mib(tmp_path, sync_scheduler):
+    """The schema's sample is cut between records too, not inside a quoted value."""
+    quoted_newlines_csv(tmp_path / "big.csv", rows=60_000)
+    assert (tmp_path / "big.csv").stat().st_size > 2**20
+    options = {"newlines_in_values": True}
+    daskpile.shuffle_parquet(str(tmp_path / "big.csv"), str(tmp_path / "out"), 3, read_options=options)
+    oracle = pa_csv.read_csv(tmp_path / "big.csv", parse_options=pa_csv.ParseOptions(newlines_in_values=True))
+    assert read_output(tmp_path / "out").sort_by("id").equals(oracle)
+
+
+def test_the_schema_comes_from_the_first_file_with_rows(tmp_path, sync_scheduler):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "0-empty.csv").write_text("id,name\n")
+    (tmp_path / "src" / "1.csv").write_text("id,name\n1,a\n2,b\n")
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), 2)
+    assert read_output(tmp_path / "out").schema.field("id").type == pa.int64()
+
+
+def test_a_file_without_extension_is_data_only_if_it_is_parquet(tmp_path, sync_scheduler):
+    import pyarrow.parquet as pq
+
+    (tmp_path / "csvs").mkdir()
+    (tmp_path / "csvs" / "a.csv").write_text("id\n1\n2\n")
+    (tmp_path / "csvs" / "LICENSE").write_text("Permission is hereby granted")
+    report = daskpile.shuffle_parquet(str(tmp_path / "csvs"), str(tmp_path / "o1"), 2)
+    assert report.rows == 2 and report.skipped_files == [str(tmp_path / "csvs" / "LICENSE")]
+    (tmp_path / "hive").mkdir()
+    pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "hive" / "000000_0")
+    (tmp_path / "hive" / "README.txt").write_text("a Hive table")
+    assert daskpile.shuffle_parquet(str(tmp_path / "hive"), str(tmp_path / "o2"), 2).rows == 3

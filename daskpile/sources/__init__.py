@@ -34,6 +34,8 @@ __all__ = ["Reading", "SourceFile", "SourcePlan", "plan_sources", "read_pieces"]
 # small enough that a file of a typical lake (tens of MiB and up) is a task of
 # its own, as it always was, and that there are many tasks for many cores.
 GROUP_FRACTION = 1 / 16
+# Text files sampled at most for the schema, until one has rows.
+SCHEMA_CANDIDATES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +171,8 @@ def _plan_sources(
     listed = [listing.list_source(url, storage_options, format=_listed_format(format)) for url in urls]
     if format == "auto":
         format = _format_of(listed, urls)
-        if format != "parquet":
-            listed = [listing.list_source(url, storage_options, format=format) for url in urls]
+        if format != "parquet":  # the files named so; one without an extension (LICENSE) is not data then
+            listed = [_named_only(listing.list_source(url, storage_options, format=format), format) for url in urls]
     if format != "parquet" and schema != "strict":
         raise ValueError(f"schema={schema!r} applies to Parquet: the rows of {format} files take the first file's")
     others = [url for url, item in zip(urls, listed, strict=True) if type(item.fs) is not type(fs)]
@@ -201,13 +203,23 @@ def _plan_sources(
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
 
 
+def _named_only(item: listing.Listed, format: str) -> listing.Listed:
+    named = [info for info in item.files if text.detect(info["name"])[0] == format]
+    others = [full_url(item.fs, info["name"]) for info in item.files if info not in named]
+    return dataclasses.replace(item, files=named, strays=[*item.strays, *others])
+
+
 def _listed_format(format: str) -> str:
     return "parquet" if format == "auto" else format
 
 
 def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
-    """What the names of the files say: Parquet if any is, else the one text format they name."""
-    if any(item.files for item in listed):
+    """What the files say: Parquet if any is named so or, without an extension (Hive's 000000_0), starts
+    as Parquet does; else the one text format their names say (a LICENSE beside CSV files is not data)."""
+    names = [info["name"] for item in listed for info in item.files]
+    if any(text.detect(name)[0] == "parquet" for name in names):
+        return "parquet"
+    if names and (_starts_as_parquet(listed[0].fs, names[0]) or not any(item.strays for item in listed)):
         return "parquet"
     said = sorted({text.detect(name)[0] for item in listed for name in item.strays} - {None, "parquet"})
     if len(said) > 1:
@@ -218,13 +230,22 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
     return said[0] if said else "parquet"
 
 
+def _starts_as_parquet(fs, path: str) -> bool:
+    with fs.open(path, "rb") as f:
+        return f.read(4) == b"PAR1"
+
+
 def _text_reading(fs, files: list[SourceFile], key_fields: pa.Schema, options: text.TextOptions) -> Reading:
     """The rows of text files: the columns of the first non-empty file's first MiB, then the partition keys."""
     first = next((f for f in files if f.size), files[0])
     if options.format in arrowfiles.FORMATS:
         data = arrowfiles.schema(fs, first.path, options.format)
-    else:
-        data = text.infer_schema(fs, first.path, options)
+    else:  # the first file with rows: a CSV shard of a header alone would make every column null
+        for candidate in [f for f in files if f.size][:SCHEMA_CANDIDATES] or [first]:
+            data, rows = text.infer_schema(fs, candidate.path, options)
+            first = candidate
+            if rows:
+                break
     clashes = [n for n in key_fields.names if n in data.names]
     if clashes:
         raise ValueError(

@@ -168,21 +168,36 @@ def open_decompressed(fs, path: str):
             stream.close()
 
 
-def sample(fs, path: str) -> bytes:
-    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line."""
+def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
+    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line (or record)."""
     with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
         if len(head) < SAMPLE_BYTES:
             return head
-    cut = head.rfind(b"\n")
-    return head[: cut + 1] if cut >= 0 else head
+    cut = record_end(head, options is not None and options.newlines_in_values)
+    return head[:cut] if cut else head
 
 
-def infer_schema(fs, path: str, options: TextOptions) -> pa.Schema:
-    """The schema of the rows of ``path``'s first MiB, with the declared types applied."""
+def record_end(data: bytes, newlines_in_values: bool) -> int:
+    """Where the last whole line (CSV with newlines in values: record) of ``data`` ends, 0 if none does.
+
+    A newline ends a record when the quotes before it are even in number (a
+    quote inside a quoted value is written twice, so the count holds).
+    """
+    if not newlines_in_values:
+        return data.rfind(b"\n") + 1
+    bytes_ = np.frombuffer(data, dtype=np.uint8)
+    newlines = np.flatnonzero(bytes_ == ord("\n"))
+    quotes_before = np.cumsum(bytes_ == ord('"'))[newlines] if len(newlines) else newlines
+    outside = newlines[quotes_before % 2 == 0]
+    return int(outside[-1]) + 1 if len(outside) else 0
+
+
+def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
+    """The schema of the rows of ``path``'s first MiB, with the declared types applied, and those rows' count."""
     if options.format == "lines":
-        return pa.schema([pa.field(LINE, pa.binary())])
-    head = sample(fs, path)
+        return pa.schema([pa.field(LINE, pa.binary())]), 1
+    head = sample(fs, path, options)
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
     url = full_url(fs, path)
     try:
@@ -210,7 +225,7 @@ def infer_schema(fs, path: str, options: TextOptions) -> pa.Schema:
     unknown = [name for name in declared if name not in table.schema.names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
-    return table.schema
+    return table.schema, table.num_rows
 
 
 # A compressed file's size in memory is unknown before it is read: taken as this many times its size
@@ -220,7 +235,7 @@ COMPRESSED_RATIO = 5
 
 def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
     """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
-    head = sample(fs, path)
+    head = sample(fs, path, options)
     table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
     if table is None or not table.num_rows:
         return 0, 0
@@ -251,31 +266,19 @@ class BlockReader:
                     if data:
                         yield offset, data
                     return
-                cut = self._last_record_end(data)
+                cut = record_end(data, self.options.newlines_in_values)
                 if cut == 0:  # no line ends in it yet: a line longer than the block
                     tail = data
                     continue
                 yield offset, data[:cut]
                 offset, tail = offset + cut, data[cut:]
 
-    def _last_record_end(self, data: bytes) -> int:
-        """Where the last whole line (CSV with newlines in values: record) of ``data`` ends, 0 if none does.
-
-        A newline ends a record when the quotes before it are even in number (a
-        quote inside a quoted value is written twice, so the count holds).
-        """
-        if not self.options.newlines_in_values:
-            return data.rfind(b"\n") + 1
-        bytes_ = np.frombuffer(data, dtype=np.uint8)
-        newlines = np.flatnonzero(bytes_ == ord("\n"))
-        quotes_before = np.cumsum(bytes_ == ord('"'))[newlines] if len(newlines) else newlines
-        outside = newlines[quotes_before % 2 == 0]
-        return int(outside[-1]) + 1 if len(outside) else 0
-
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
         if self.options.format == "lines":
             return lines_table(block)
+        if not block:  # a range in which no line starts
+            return self.schema.empty_table()
         where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
         try:
             if self.options.format == "jsonl":
@@ -347,7 +350,9 @@ def lines_table(block: bytes) -> pa.Table:
     starts[1:] = ends[:-1] + 1
     keep = np.ones(len(data), dtype=bool)
     keep[newlines] = False
-    values = data[keep]  # the lines' bytes, end to end (a block is at most a few blocksizes: int32 offsets)
+    values = data[keep]  # the lines' bytes, end to end
+    if len(values) >= 2**31:  # int32 offsets would wrap: refused, never corrupted
+        raise ValueError("a block of lines over 2 GiB (one line that long, or --blocksize): use a smaller --blocksize")
     offsets = np.empty(rows + 1, dtype=np.int32)
     offsets[:-1] = starts - np.arange(rows)  # each line starts earlier by the newlines before it
     offsets[-1] = len(values)
