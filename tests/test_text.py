@@ -382,3 +382,11 @@ def test_a_file_without_extension_is_data_only_if_it_is_parquet(tmp_path, sync_s
     pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "hive" / "000000_0")
     (tmp_path / "hive" / "README.txt").write_text("a Hive table")
     assert daskpile.shuffle_parquet(str(tmp_path / "hive"), str(tmp_path / "o2"), 2).rows == 3
+
+
+def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, sync_scheduler):
+    # Latin-1 past the first MiB, which typed the column as string (within it, pyarrow types it binary)
+    (tmp_path / "bad.csv").write_bytes(b"id,name\n" + b"1,ok\n" * 300_000 + b"2,caf\xe9\n")
+    with pytest.raises(ValueError, match=r"bad\.csv', bytes [0-9,]+ to [0-9,]+ as csv: .*(UTF8|utf)"):
+        daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "out"), 2)
+    assert not (tmp_path / "out").exists()
