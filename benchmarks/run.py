@@ -303,15 +303,21 @@ def main(argv=None) -> dict:
     return write_results(os.path.join(args.results_dir, f"{args.size}{suffix}"), meta, summarise(runs, rows), runs)
 
 
-def write_results(stem: str, meta: dict, summary: dict, runs: list[dict]) -> dict:
-    """``stem``.json (every run), .md (the table) and .png (the chart)."""
+def save(stem: str, meta: dict, summary: dict, runs: list[dict], table: str) -> None:
+    """``stem``.json (every run, the summary, how they were made) and ``stem``.md (the table), then print it."""
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     with open(stem + ".json", "w") as f:
         json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
-    table = markdown(summary, meta)
     with open(stem + ".md", "w") as f:
-        f.write(table + "\n")
-    chart(summary, meta, stem + ".png")
+        f.write(table if table.endswith("\n") else table + "\n")
     print(table)
+
+
+def write_results(stem: str, meta: dict, summary: dict, runs: list[dict]) -> dict:
+    """``stem``.json (every run), .md (the table) and .png (the chart)."""
+    table = markdown(summary, meta)
+    save(stem, meta, summary, runs, table)
+    chart(summary, meta, stem + ".png")
     if meta["skipped"]:
         print(f"skipped (package not installed): {', '.join(meta['skipped'])}")
     return {"meta": meta, "summary": summary}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import statistics
@@ -27,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import SIZES, dataset, machine, peak_rss  # noqa: E402
+from run import SIZES, dataset, machine, peak_rss, save  # noqa: E402
 
 DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
@@ -196,14 +195,7 @@ def main(argv=None) -> dict:
         "terashuf": how,
     }
     summary = summarise(runs)
-    os.makedirs(args.results_dir, exist_ok=True)
-    stem = os.path.join(args.results_dir, f"text-{args.rows}")
-    with open(stem + ".json", "w") as f:
-        json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
-    table = markdown(summary, meta)
-    with open(stem + ".md", "w") as f:
-        f.write(table + "\n")
-    print(table)
+    save(os.path.join(args.results_dir, f"text-{args.rows}"), meta, summary, runs, markdown(summary, meta))
     return summary
 
 

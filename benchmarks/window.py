@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import statistics
@@ -32,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import SIZES, dataset, machine, peak_rss, settle  # noqa: E402
+from run import SIZES, dataset, machine, peak_rss, save, settle  # noqa: E402
 
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 DAILY = ["append", "shuffle new rows alone", "expire"]
@@ -217,14 +216,7 @@ def main(argv=None) -> dict:
         "machine": machine(),
     }
     summary = summarise(runs)
-    os.makedirs(args.results_dir, exist_ok=True)
-    stem = os.path.join(args.results_dir, f"window-{args.size}")
-    with open(stem + ".json", "w") as f:
-        json.dump({"meta": meta, "summary": summary, "runs": runs}, f, indent=1)
-    text = markdown(summary, meta)
-    with open(stem + ".md", "w") as f:
-        f.write(text)
-    print(text)
+    save(os.path.join(args.results_dir, f"window-{args.size}"), meta, summary, runs, markdown(summary, meta))
     return summary
 
 

@@ -335,15 +335,15 @@ def _refuse_newlines_in_values(table: pa.Table, where: str) -> None:
             )
 
 
-def lines_table(block: bytes) -> pa.Table:
+def lines_table(block) -> pa.Table:
     """One row per line of ``block``: its bytes without the ``\\n``; a last line without one is a line too.
 
     >>> lines_table(b"a\\n\\nbc\\r\\nd").column("line").to_pylist()
     [b'a', b'', b'bc\\r', b'd']
     """
-    data = np.frombuffer(block, dtype=np.uint8)
+    data = np.frombuffer(block, dtype=np.uint8)  # bytes or an Arrow buffer, not copied
     newlines = np.flatnonzero(data == ord("\n"))
-    ends = newlines if block.endswith(b"\n") or not block else np.append(newlines, len(data))
+    ends = newlines if not len(data) or data[-1] == ord("\n") else np.append(newlines, len(data))
     rows = len(ends)
     starts = np.empty(rows, dtype=np.int64)
     starts[:1] = 0
