@@ -98,6 +98,34 @@ def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         sink.write(data)
 
 
+# A storage endpoint that cannot be reached or signed into: the command cannot run as asked, like a missing
+# file.  These come from the storage libraries (botocore, aiohttp), which the core does not import.
+_STORE_UNUSABLE = {
+    "EndpointConnectionError", "ConnectTimeoutError", "NoCredentialsError", "PartialCredentialsError",
+    "ClientConnectorError", "ServerTimeoutError", "InvalidEndpointError",
+}  # fmt: skip
+
+
+class StoreUnreachable(ConnectionError):
+    """The store behind a path cannot be reached or signed into: the command cannot run as asked."""
+
+
+def store_unusable(e: BaseException) -> bool:
+    """Whether ``e`` says the store cannot be reached or signed into at all (not: this object is refused)."""
+    return any(c.__name__ in _STORE_UNUSABLE for c in type(e).__mro__)
+
+
+@contextlib.contextmanager
+def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[None]:
+    """Requests to the store of ``path``; one that cannot reach or sign into the store is said naming ``role``."""
+    try:
+        yield
+    except Exception as e:
+        if store_unusable(e):
+            raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot reach the store: {e}") from e
+        raise
+
+
 def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """Fail early, naming ``path``, if a local ``path`` could not be created or written.
 
@@ -107,12 +135,15 @@ def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """
     if not is_local(fs):
         bucket = fs._strip_protocol(path).split("/", 1)[0]
-        try:
-            fs.info(bucket)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
-        except Exception:  # (``exists`` says False to these too) access scoped to a prefix: let the writes say
-            pass
+        # Said now if the store cannot be reached: every later request would wait out the library's retries again.
+        with reaching(fs, path, role):
+            try:
+                fs.info(bucket)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
+            except Exception as e:  # (``exists`` says False to these too) access scoped to a prefix: the writes say
+                if store_unusable(e):
+                    raise
         return
     existing = _existing_ancestor(path)
     if os.path.exists(existing) and not os.path.isdir(existing):

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import sys
 import traceback
 
@@ -27,6 +28,7 @@ import click
 from daskpile._compute import local_cluster
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
 from daskpile._parquet import PileTooLargeError, RunMismatchError
+from daskpile._storage import StoreUnreachable, store_unusable
 from daskpile._words import count
 from daskpile.window.snapshot import WindowBusyError
 
@@ -39,18 +41,13 @@ class SchedulerUnreachable(ConnectionError):
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
     IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable, WindowBusyError,
+    StoreUnreachable,
 )  # fmt: skip
-# A storage endpoint that cannot be reached or signed into is a request that cannot run, like a missing
-# file; these come from the storage libraries (botocore, aiohttp), which the core does not import.
-_STORAGE_REQUEST_ERRORS = {
-    "EndpointConnectionError", "ConnectTimeoutError", "NoCredentialsError", "PartialCredentialsError",
-    "ClientConnectorError", "ServerTimeoutError", "InvalidEndpointError",
-}  # fmt: skip
 
 
 def _cannot_run_as_asked(e: BaseException) -> bool:
     """Exit status 2: the command could not run as asked (as opposed to 1, a run that failed or a check that did)."""
-    return isinstance(e, _REQUEST_ERRORS) or any(c.__name__ in _STORAGE_REQUEST_ERRORS for c in type(e).__mro__)
+    return isinstance(e, _REQUEST_ERRORS) or store_unusable(e)
 
 
 class _Piles(click.ParamType):
@@ -678,6 +675,9 @@ def main(argv: list[str] | None = None, *, console_script: bool = False) -> None
     """The ``daskpile`` command with arguments ``argv`` (default: ``sys.argv[1:]``), in this process."""
     global _CONSOLE_SCRIPT
     _CONSOLE_SCRIPT = console_script
+    # gcsfs logs every request that ran out of retries with its traceback (Python's last-resort handler
+    # prints it); the error itself reaches the user as one line.  A logging set-up of the caller's still gets it.
+    logging.getLogger("gcsfs").addHandler(logging.NullHandler())
     cli.main(args=argv, prog_name="daskpile")
 
 

@@ -194,6 +194,7 @@ def test_secrets_are_never_printed_logged_or_written(s3):
     for failed in runs[3:6]:
         assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
     assert "bucket 'no-such-bucket' does not exist" in runs[4].stderr
+    assert runs[5].stderr.startswith("daskpile: error: source 's3://lake/secret-in': cannot reach the store: ")
     assert "Traceback" in runs[6].stderr  # --debug: the whole traceback, and still no secret
     assert "already done" in runs[1].stdout
     assert not fs.exists("lake/secret-never")
@@ -234,3 +235,15 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     assert done.stderr.startswith("daskpile: error: source 's3://lake/in': access denied: The AWS Access Key Id")
     assert len(done.stderr.splitlines()) == 1 and SECRET not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
+    """Before any data is read: a dest whose store cannot be reached is one line naming it, nothing written."""
+    write_reference_dataset(tmp_path / "events", rows=1_000, files=1)
+    unreachable = ["--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:9", "--storage-option=key=k",
+                   "--storage-option=secret=s", "--storage-option=config_kwargs.connect_timeout=1",
+                   "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
+    done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", *unreachable)
+    assert done.returncode == 2
+    assert done.stderr.startswith("daskpile: error: dest 's3://lake/out': cannot reach the store: "), done.stderr
+    assert len(done.stderr.splitlines()) == 1

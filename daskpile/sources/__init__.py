@@ -21,7 +21,7 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import file_stamps, filesystem, full_url
+from daskpile._storage import file_stamps, filesystem, full_url, reaching
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -142,8 +142,12 @@ def plan_sources(
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
     (['id', 'v', 'year'], 2000)
     """
+    first = source[0] if isinstance(source, (list, tuple)) and source else source
     try:
-        return _plan_sources(source, storage_options, partitioning, schema, version, stray_files, format, read_options)
+        with reaching(*filesystem(first, storage_options), "source"):
+            return _plan_sources(
+                source, storage_options, partitioning, schema, version, stray_files, format, read_options
+            )
     except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
         raise PermissionError(f"source {source!r}: access denied: {e}") from None
 
