@@ -174,3 +174,51 @@ def test_s3_options_reach_the_table_libraries_under_their_names():
         "s3.region": "eu-west-1", "s3.anonymous": "true"
     }  # fmt: skip
     assert _delta_options(None) is None  # nothing given, nothing forced (the environment's region stays)
+
+
+def _commit_position_deletes(table, data_file: str, positions: list[int], path: str) -> None:
+    """A merge-on-read delete of rows ``positions`` of ``data_file``, as Spark or Flink would commit it.
+
+    pyiceberg reads positional delete files but writes none (its ``delete`` rewrites data files), so
+    the delete file and its manifest are made here with pyiceberg's own writers: a Parquet file of
+    (file_path, pos) under the spec's reserved field ids, appended in a manifest whose content is
+    "deletes" (pyiceberg's V2 writer says "data", hence the patch, for this one commit).
+    """
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestWriterV2
+    from pyiceberg.typedef import Record
+
+    schema = pa.schema([
+        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+    ])  # fmt: skip
+    pq.write_table(pa.table({"file_path": [data_file] * len(positions), "pos": positions}, schema=schema), path)
+    delete_file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=f"file://{path}", file_format=FileFormat.PARQUET,
+        partition=Record(), record_count=len(positions), file_size_in_bytes=os.path.getsize(path),
+    )  # fmt: skip
+    content, meta = ManifestWriterV2.content, ManifestWriterV2._meta
+    ManifestWriterV2.content = lambda self: ManifestContent.DELETES
+    ManifestWriterV2._meta = property(lambda self: {**meta.fget(self), "content": "deletes"})
+    try:
+        with table.transaction() as transaction, transaction.update_snapshot().fast_append() as append:
+            append.append_data_file(delete_file)
+    finally:
+        ManifestWriterV2.content, ManifestWriterV2._meta = content, meta
+
+
+def test_iceberg_positional_deletes_are_refused_by_name(sync_scheduler, tmp_path, iceberg_catalog):
+    """Rows deleted by a delete file, which the data files still hold: refused, never shuffled back to life."""
+    table = iceberg_catalog.create_table("db.events", schema=events(0, 2).schema)
+    table.append(events(0, 500))
+    (data_file,) = [task.file.file_path for task in table.scan().plan_files()]
+    _commit_position_deletes(table, data_file, [0, 1, 7], str(tmp_path / "deletes.parquet"))
+    table = iceberg_catalog.load_table("db.events")
+    assert table.scan().to_arrow().num_rows == 497  # pyiceberg applies them: the table is a real one
+    location = table.location().removeprefix("file://")
+    with pytest.raises(ValueError, match=r"row-level delete files for 1 data files \(the first: '.*\.parquet'\)"):
+        daskpile.shuffle_parquet(location, str(tmp_path / "out"), piles=2, seed=1)
+    assert not os.path.exists(tmp_path / "out")
+    first = table.history()[0].snapshot_id  # before the delete: no delete file applies, so it is read
+    daskpile.shuffle_parquet(location, str(tmp_path / "first"), piles=2, seed=1, version=first)
+    assert rows(read_output(tmp_path / "first")) == rows(table.scan(snapshot_id=first).to_arrow())
