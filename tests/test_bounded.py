@@ -115,18 +115,21 @@ def split_shuffle(rows_by_partition, sub_piles, seed, directory, permute=True) -
 
 
 def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path):
-    """4 rows in 2 partitions, all in one pile that is split in 3: chi-square on 2,400 seeds, alpha 1e-3."""
+    """4 rows in 2 partitions, all in one pile that is split in 3: chi-square on 2,400 seeds, alpha 1e-3.
+
+    The teeth need fewer seeds: sub-piles left in input order make some orders impossible.
+    """
     orders = list(itertools.permutations(range(4)))
 
-    def pvalue(permute):
+    def pvalue(permute, seeds):
         counts = collections.Counter(
             tuple(split_shuffle([[0, 1], [2, 3]], 3, seed, tmp_path / f"{permute}-{seed}", permute))
-            for seed in range(2400)
+            for seed in range(seeds)
         )
         return stats.chisquare([counts[o] for o in orders]).pvalue
 
-    assert pvalue(permute=True) > 1e-3
-    assert pvalue(permute=False) < 1e-3  # teeth: sub-piles left in input order
+    assert pvalue(permute=True, seeds=2400) > 1e-3
+    assert pvalue(permute=False, seeds=480) < 1e-3  # teeth: sub-piles left in input order
 
 
 def test_piles_over_memory_per_pile_are_split_into_consecutive_files(big_files, tmp_path, client):
