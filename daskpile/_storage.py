@@ -135,15 +135,15 @@ def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
     """
     if not is_local(fs):
         bucket = fs._strip_protocol(path).split("/", 1)[0]
-        # Said now if the store cannot be reached: every later request would wait out the library's retries again.
-        with reaching(fs, path, role):
-            try:
+        try:
+            with reaching(fs, path, role):
                 fs.info(bucket)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
-            except Exception as e:  # (``exists`` says False to these too) access scoped to a prefix: the writes say
-                if store_unusable(e):
-                    raise
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
+        except StoreUnreachable:  # said now: every later request would wait out the library's retries again
+            raise
+        except Exception:  # (``exists`` says False to these too) access scoped to a prefix: let the writes say
+            pass
         return
     existing = _existing_ancestor(path)
     if os.path.exists(existing) and not os.path.isdir(existing):

@@ -668,6 +668,10 @@ def _report_json(report) -> dict:
     return data
 
 
+# gcsfs logs every request that ran out of retries with its traceback (Python's last-resort handler
+# prints it); the error itself reaches the user as one line.  A logging set-up of the caller's still gets it.
+logging.getLogger("gcsfs").addHandler(logging.NullHandler())
+
 _CONSOLE_SCRIPT = False  # the command runs as the process's main program (daskpile.__main__), not in a test
 
 
@@ -675,9 +679,6 @@ def main(argv: list[str] | None = None, *, console_script: bool = False) -> None
     """The ``daskpile`` command with arguments ``argv`` (default: ``sys.argv[1:]``), in this process."""
     global _CONSOLE_SCRIPT
     _CONSOLE_SCRIPT = console_script
-    # gcsfs logs every request that ran out of retries with its traceback (Python's last-resort handler
-    # prints it); the error itself reaches the user as one line.  A logging set-up of the caller's still gets it.
-    logging.getLogger("gcsfs").addHandler(logging.NullHandler())
     cli.main(args=argv, prog_name="daskpile")
 
 

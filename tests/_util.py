@@ -28,6 +28,44 @@ def read_output(dest) -> pa.Table:
     return pa.concat_tables([pq.read_table(f) for f in files])
 
 
+def read_store_output(fs, dest: str) -> pa.Table:
+    """``read_output`` for a dest on an object store (``fs`` its fsspec filesystem, ``dest`` without the scheme)."""
+    files = sorted(p for p in fs.ls(dest) if p.rsplit("/", 1)[-1].startswith("part-"))
+    tables = []
+    for path in files:
+        with fs.open(path, "rb") as f:
+            tables.append(pq.read_table(f))
+    return pa.concat_tables(tables)
+
+
+def shuffle_on_a_store(fs, scheme: str, storage: list[str]) -> list[subprocess.CompletedProcess]:
+    """The command with source, dest and scratch under ``{scheme}://lake/``: shuffled and verified, verified
+    again, retried, nothing left in scratch, a missing bucket refused in one line.  Returns the runs, whose
+    output the caller may search for its secret.  ``lake/events`` must hold 20,000 rows in 3 files.
+    """
+    root = f"{scheme}://lake"
+    run = ["shuffle", f"{root}/events", f"{root}/shuffled", "--piles=4", "--seed=1",
+           f"--scratch={root}/tmp", "--scheduler=threads", *storage]  # fmt: skip
+    done = daskpile_command(*run)
+    assert done.returncode == 0, done.stderr
+    assert f"shuffled 20,000 rows from 3 files into 4 piles (seed 1) at {root}/shuffled" in done.stdout
+    assert "verified" in done.stdout
+    verified = daskpile_command("verify", f"{root}/events", f"{root}/shuffled", "--scheduler=sync", *storage)
+    assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
+    retried = daskpile_command(*run)
+    assert retried.returncode == 0 and retried.stdout.startswith(f"already done: {root}/shuffled"), retried.stderr
+    fs.invalidate_cache()
+    assert fs.find("lake/tmp") == []
+    missing = daskpile_command(
+        "shuffle", f"{root}/events", f"{scheme}://no-such-bucket/out", "--scheduler=sync", *storage
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr == (
+        f"daskpile: error: dest '{scheme}://no-such-bucket/out': bucket 'no-such-bucket' does not exist\n"
+    )
+    return [done, verified, retried, missing]
+
+
 def file_bytes(dest) -> dict[str, bytes]:
     return {os.path.basename(f): Path(f).read_bytes() for f in sorted(glob.glob(os.path.join(dest, "part-*")))}
 

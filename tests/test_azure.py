@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _util import daskpile_command
+from _util import shuffle_on_a_store
 
 from daskpile.datasets import write_reference_dataset
 
@@ -59,24 +59,5 @@ def test_abfs_source_dest_and_scratch(azure):
     fs, options = azure
     write_reference_dataset("abfs://lake/events", rows=20_000, files=3, storage_options=options)
     storage = [f"--storage-option=connection_string={options['connection_string']}"]
-    run = ["shuffle", "abfs://lake/events", "abfs://lake/shuffled", "--piles=4", "--seed=1",
-           "--scratch=abfs://lake/tmp", "--scheduler=threads", *storage]  # fmt: skip
-    done = daskpile_command(*run)
-    assert done.returncode == 0, done.stderr
-    assert "shuffled 20,000 rows from 3 files into 4 piles (seed 1) at abfs://lake/shuffled" in done.stdout
-    assert "verified" in done.stdout
-    verified = daskpile_command("verify", "abfs://lake/events", "abfs://lake/shuffled", "--scheduler=sync", *storage)
-    assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
-    retried = daskpile_command(*run)
-    assert retried.returncode == 0 and retried.stdout.startswith("already done: abfs://lake/shuffled"), retried.stderr
-    fs.invalidate_cache()
-    assert fs.find("lake/tmp") == []
-    missing = daskpile_command(
-        "shuffle", "abfs://lake/events", "abfs://no-such-container/out", "--scheduler=sync", *storage
-    )
-    assert missing.returncode == 2, missing.stderr
-    assert missing.stderr == (
-        "daskpile: error: dest 'abfs://no-such-container/out': bucket 'no-such-container' does not exist\n"
-    )
-    for output in (done, verified, retried, missing):
+    for output in shuffle_on_a_store(fs, "abfs", storage):
         assert ACCOUNT_KEY not in output.stdout + output.stderr

@@ -16,10 +16,8 @@ import subprocess
 import sys
 import time
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command, read_output
+from _util import daskpile_command, read_output, read_store_output, shuffle_on_a_store
 
 from daskpile.datasets import write_reference_dataset
 
@@ -51,31 +49,10 @@ def gcs():
         server.wait()
 
 
-def read_gcs_output(fs, dest) -> pa.Table:
-    files = sorted(p for p in fs.ls(dest) if p.rsplit("/", 1)[-1].startswith("part-"))
-    tables = []
-    for path in files:
-        with fs.open(path, "rb") as f:
-            tables.append(pq.read_table(f))
-    return pa.concat_tables(tables)
-
-
 def test_gs_source_dest_and_scratch(gcs, tmp_path):
     fs, options = gcs
     write_reference_dataset("gs://lake/events", rows=20_000, files=3, storage_options=options)
-    storage = [f"--storage-option={k}={v}" for k, v in options.items()]
-    run = ["shuffle", "gs://lake/events", "gs://lake/shuffled", "--piles=4", "--seed=1",
-           "--scratch=gs://lake/tmp", "--scheduler=threads", *storage]  # fmt: skip
-    done = daskpile_command(*run)
-    assert done.returncode == 0, done.stderr
-    assert "shuffled 20,000 rows from 3 files into 4 piles (seed 1) at gs://lake/shuffled" in done.stdout
-    assert "verified" in done.stdout
-    verified = daskpile_command("verify", "gs://lake/events", "gs://lake/shuffled", "--scheduler=sync", *storage)
-    assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
-    retried = daskpile_command(*run)
-    assert retried.returncode == 0 and retried.stdout.startswith("already done: gs://lake/shuffled"), retried.stderr
-    fs.invalidate_cache()
-    assert fs.find("lake/tmp") == []
+    shuffle_on_a_store(fs, "gs", [f"--storage-option={k}={v}" for k, v in options.items()])
 
     # The same rows in the same order as from a local copy of the same files: the store changes nothing.
     fs.get("lake/events", str(tmp_path / "events"), recursive=True)
@@ -83,8 +60,4 @@ def test_gs_source_dest_and_scratch(gcs, tmp_path):
         "shuffle", str(tmp_path / "events"), str(tmp_path / "out"), "--piles=4", "--seed=1", "--scheduler=sync"
     )
     assert local.returncode == 0, local.stderr
-    assert read_gcs_output(fs, "lake/shuffled").equals(read_output(tmp_path / "out"))
-
-    missing = daskpile_command("shuffle", "gs://lake/events", "gs://no-such-bucket/out", "--scheduler=sync", *storage)
-    assert missing.returncode == 2, missing.stderr
-    assert missing.stderr == "daskpile: error: dest 'gs://no-such-bucket/out': bucket 'no-such-bucket' does not exist\n"
+    assert read_store_output(fs, "lake/shuffled").equals(read_output(tmp_path / "out"))

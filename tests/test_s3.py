@@ -9,9 +9,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command
+from _util import daskpile_command, read_store_output
 from click.testing import CliRunner
 
 import daskpile
@@ -43,15 +42,6 @@ def s3():
     server.stop()
 
 
-def read_s3_output(fs, dest) -> pa.Table:
-    files = sorted(p for p in fs.ls(dest) if p.rsplit("/", 1)[-1].startswith("part-"))
-    tables = []
-    for path in files:
-        with fs.open(path, "rb") as f:
-            tables.append(pq.read_table(f))
-    return pa.concat_tables(tables)
-
-
 def test_shuffle_parquet_on_s3(client, s3):
     fs, options = s3
     write_reference_dataset("s3://lake/sorted", rows=20_000, files=4, storage_options=options)
@@ -59,7 +49,7 @@ def test_shuffle_parquet_on_s3(client, s3):
         "s3://lake/sorted", "s3://lake/shuffled", piles=6, seed=3, scratch="s3://scratch/tmp", storage_options=options
     )
     assert report.files[0] == "s3://lake/shuffled/part-00000.parquet" and report.rows == 20_000
-    out = read_s3_output(fs, "lake/shuffled")
+    out = read_store_output(fs, "lake/shuffled")
     assert np.array_equal(np.sort(out["id"].to_numpy()), np.arange(20_000))
     assert daskpile.read_manifest("s3://lake/shuffled", storage_options=options)["rows"] == 20_000
     fs.invalidate_cache()
