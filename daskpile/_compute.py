@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import time
 
 import dask
@@ -119,13 +120,27 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
     client = current_client()
     if client is not None and (bars or on_done is not None):
         futures = client.compute(tasks)
+        # The client runs done-callbacks on a thread of its own, which may still be on the last one when
+        # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
+        called = threading.Semaphore(0)
+
+        def done(future, i):
+            try:
+                if future.status == "finished":
+                    on_done(i)
+            finally:
+                called.release()
+
         for i, future in enumerate(futures if on_done is not None else []):
-            future.add_done_callback(lambda f, i=i: on_done(i) if f.status == "finished" else None)
+            future.add_done_callback(functools.partial(done, i=i))
         if bars:
             from distributed import progress as show_progress
 
             show_progress(futures)
-        return client.gather(futures)
+        results = client.gather(futures)
+        for _ in futures if on_done is not None else []:
+            called.acquire()
+        return results
     with contextlib.ExitStack() as callbacks:
         if on_done is not None:
             from dask.callbacks import Callback
