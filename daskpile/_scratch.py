@@ -34,6 +34,7 @@ import posixpath
 import re
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -433,6 +434,71 @@ class PileReader:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# How long the process keeps a scratch run's files open after its last pile read (``read_pile``): a
+# removed file's disk space is freed only once nothing maps it.
+IDLE_SECONDS = 2.0
+
+
+class _OpenRun:
+    """The ``PileReader`` of the scratch run this process last read a pile of, closed once idle."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reader: PileReader | None = None
+        self.last_read = 0.0
+        self.timer: threading.Timer | None = None
+
+    def pile(self, scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
+        with self.lock:
+            if self.reader is None or self.reader.scratch != scratch:
+                self._close()
+                self.reader = PileReader(scratch)
+            try:
+                batches = self.reader.pile(pile)
+            except BaseException:
+                self._close()  # a file may have changed or gone (a rerun of pass 1): reopen next time
+                raise
+            self.last_read = time.monotonic()
+            if self.timer is None:
+                self._arm(IDLE_SECONDS)
+        return batches
+
+    def _arm(self, seconds: float) -> None:
+        self.timer = threading.Timer(seconds, self._close_if_idle)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _close_if_idle(self) -> None:
+        with self.lock:
+            self.timer = None
+            idle = time.monotonic() - self.last_read
+            if self.reader is not None and idle < IDLE_SECONDS:
+                self._arm(IDLE_SECONDS - idle)
+            else:
+                self._close()
+
+    def _close(self) -> None:
+        if self.reader is not None:
+            self.reader.release()
+        self.reader = None
+
+
+_OPEN_RUN = _OpenRun()
+
+
+def read_pile(scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
+    """The slices of one pile, one per scratch file, from files this process keeps open between calls.
+
+    For ``shuffle(ddf)``, whose pass 2 is a task per pile, each reading a
+    slice of every scratch file: opening them all for every pile cost 0.41 s
+    of the 3.9 s of dataset A in 64 piles on one thread (2,560 opens, most of
+    it reading footers).  The files stay open as in one ``PileReader`` (so
+    mapped pages are released past ``RELEASE_BYTES``), for one run at a time,
+    and are closed ``IDLE_SECONDS`` after the last read.
+    """
+    return _OPEN_RUN.pile(scratch, pile)
 
 
 class BandRemover:

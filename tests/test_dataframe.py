@@ -201,6 +201,65 @@ def test_to_parquet_after_the_shuffle_writes_the_piles_in_order(uneven, tmp_path
     np.testing.assert_array_equal(back["id"].to_numpy(), shuffled.compute()["id"].to_numpy())
 
 
+def test_to_parquet_is_one_task_per_input_partition_and_per_pile(uneven):
+    """Reading a partition and its pass 1 are one task, a pile's pass 2 and its write another (fused)."""
+    from dask.utils import key_split
+
+    write = daskpile.shuffle(dd.read_parquet(uneven), piles=6, seed=2).to_parquet("unused", compute=False)
+    names = [key_split(k) for k in write.__dask_graph__()]
+    assert len(names) == len(UNEVEN_ROWS) + 1 + 6 + 1, sorted(set(names))  # + the pass-1 summary, + the barrier
+    assert "toparquetdata" not in names and "daskpile-gather" not in names
+
+
+def test_to_parquet_writes_what_dasks_writer_writes_snappy_only_where_it_pays(tmp_path, sync_scheduler):
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"id": np.arange(40_000), "noise": rng.random(40_000), "word": ["ab"] * 40_000})
+    shuffled = daskpile.shuffle(dd.from_pandas(df, npartitions=3), piles=2, seed=4)
+    shuffled.to_parquet(str(tmp_path / "ours"))
+    dd.DataFrame.to_parquet(shuffled, str(tmp_path / "dask"), write_statistics=False, use_dictionary=False)
+    for name in ("part.0.parquet", "part.1.parquet"):
+        ours, theirs = pq.ParquetFile(tmp_path / "ours" / name), pq.ParquetFile(tmp_path / "dask" / name)
+        assert ours.schema_arrow.equals(theirs.schema_arrow, check_metadata=True)
+        assert ours.read().equals(theirs.read())
+        codecs = {ours.schema_arrow.names[i]: ours.metadata.row_group(0).column(i).compression for i in range(4)}
+        assert codecs == {"id": "SNAPPY", "noise": "UNCOMPRESSED", "word": "SNAPPY", "__null_dask_index__": "SNAPPY"}
+    assert sorted(os.listdir(tmp_path / "ours")) == ["part.0.parquet", "part.1.parquet"]  # no temporary file left
+    pd.testing.assert_frame_equal(dd.read_parquet(str(tmp_path / "ours")).compute(), shuffled.compute())
+    # a codec given wins, on every column
+    shuffled.to_parquet(str(tmp_path / "zstd"), compression="zstd")
+    meta = pq.ParquetFile(tmp_path / "zstd" / "part.0.parquet").metadata.row_group(0)
+    assert {meta.column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+
+
+def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle(sync_scheduler, monkeypatch):
+    from daskpile import _scratch
+
+    monkeypatch.setattr(_scratch, "IDLE_SECONDS", 0.2)
+    opened = []
+    monkeypatch.setattr(_scratch, "_open_scratch", lambda fs, path: opened.append(path) or pa_memory_map(path))
+    ddf = dd.from_pandas(frame(2000), npartitions=4)
+    first, second = daskpile.shuffle(ddf, piles=5, seed=1), daskpile.shuffle(ddf, piles=3, seed=1)
+    first.persist(), second.persist()  # pass 1 of each
+    opened.clear()
+    piles = [first.partitions[j].compute() for j in range(5)] + [second.partitions[j].compute() for j in range(3)]
+    assert len(opened) == 2 * 4  # each run's 4 files, once, not once per pile
+    pd.testing.assert_frame_equal(pd.concat(piles[:5]).sort_index(), ddf.compute())
+    pd.testing.assert_frame_equal(pd.concat(piles[5:]).sort_index(), ddf.compute())
+    assert _scratch._OPEN_RUN.reader is not None
+    deadline = time.monotonic() + 5  # a timer armed by an earlier test may still run with the default delay
+    while _scratch._OPEN_RUN.reader is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _scratch._OPEN_RUN.reader is None  # closed once idle: a removed file's space is freed
+
+
+def pa_memory_map(path):
+    import pyarrow as pa
+
+    return pa.memory_map(path)
+
+
 def test_a_projection_is_pushed_below_the_shuffle_so_only_its_columns_are_read_and_shuffled(uneven, tmp_path):
     import pyarrow.ipc as ipc
 
