@@ -43,6 +43,7 @@ from dask.dataframe.dask_expr._expr import (
     Expr,
     PartitionsFiltered,
     Projection,
+    ResetIndex,
     determine_column_projection,
 )
 from dask.dataframe.dask_expr._reductions import Count, Max, Min, NBytes
@@ -353,8 +354,9 @@ class PileShuffle(PartitionsFiltered, Expr):
 
     # ``meta`` is the input's, taken on the client: the scheduler, which builds the graph from a pickled
     # expression, may infer another (Dask's string conversion is the client's setting).
-    _parameters = ["frame", "piles", "seed", "run", "meta", "_partitions"]  # noqa: RUF012 (Dask's own convention)
-    _defaults = {"_partitions": None}  # noqa: RUF012
+    # ``keep_index=False``: the index is not carried (each pile gets a RangeIndex), for a parent that drops it.
+    _parameters = ["frame", "piles", "seed", "run", "meta", "keep_index", "_partitions"]  # noqa: RUF012 (Dask's own)
+    _defaults = {"keep_index": True, "_partitions": None}  # noqa: RUF012
 
     @property
     def _funcname(self) -> str:
@@ -382,6 +384,10 @@ class PileShuffle(PartitionsFiltered, Expr):
                 frame = self.frame[wanted]
                 projected = self.substitute_parameters({"frame": frame, "meta": frame._meta})
                 return projected[parent.operand("columns")]
+        if isinstance(parent, ResetIndex) and parent.drop and self.keep_index:
+            # ``to_parquet(write_index=False)`` and ``reset_index(drop=True)`` drop the index: pass 1 need not
+            # carry it (8 bytes a row of dataset A's 50 in scratch, for a RangeIndex).  The rows keep their order.
+            return type(parent)(self.substitute_parameters({"keep_index": False}), *parent.operands[1:])
         if isinstance(parent, (Count, NBytes, Min, Max)) and not self._filtered:
             return type(parent)(self.frame, *parent.operands[1:])  # the order of all rows does not matter to these
         return None
@@ -391,18 +397,19 @@ class PileShuffle(PartitionsFiltered, Expr):
         self.run.check_workers_see_it()
         frame = _unfused(self.frame)
         # What the scratch depends on (not which piles are wanted): its subdirectory and task names.
-        variant = tokenize(frame._name, self.piles, self.seed)
+        variant = tokenize(frame._name, self.piles, self.seed, self.keep_index)
+        codec = FrameCodec(self._meta, self.keep_index)
         scattered = _read_run_file(self.run.variant(variant))  # pass 1 already ran for this shuffle
         if scattered is None:
-            scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, self._meta)
+            scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, codec)
             scattered = ScatterSummary(scatter, self.piles, self.run, variant)
-        return GatherPiles(scattered, self.piles, self.seed, self.run, variant, self._meta, self.operand("_partitions"))
+        return GatherPiles(scattered, self.piles, self.seed, self.run, variant, codec, self.operand("_partitions"))
 
 
 class ScatterPartitions(Blockwise):
     """Pass 1: a task per input partition, writing its scratch file; its output is the pile counts."""
 
-    _parameters = ["frame", "piles", "seed", "run", "variant", "meta"]  # noqa: RUF012
+    _parameters = ["frame", "piles", "seed", "run", "variant", "codec"]  # noqa: RUF012
 
     @property
     def _name(self) -> str:
@@ -417,7 +424,7 @@ class ScatterPartitions(Blockwise):
 
     def _task(self, name, index: int) -> Task:
         frame, run = TaskRef((self.frame._name, index)), self.run.borrowed()
-        return Task(name, scatter_partition, frame, index, self.piles, self.seed, run, self.variant, self.meta)
+        return Task(name, scatter_partition, frame, index, self.piles, self.seed, run, self.variant, self.codec)
 
 
 class ScatterSummary(Expr):
@@ -445,7 +452,7 @@ class ScatterSummary(Expr):
 class GatherPiles(PartitionsFiltered, BlockwiseIO):
     """Pass 2: a task per pile, from ``scattered``, a ``ScatterSummary`` or what a finished pass 1 recorded."""
 
-    _parameters = ["scattered", "piles", "seed", "run", "variant", "meta", "_partitions"]  # noqa: RUF012
+    _parameters = ["scattered", "piles", "seed", "run", "variant", "codec", "_partitions"]  # noqa: RUF012
     _defaults = {"_partitions": None}  # noqa: RUF012
 
     @property
@@ -457,7 +464,7 @@ class GatherPiles(PartitionsFiltered, BlockwiseIO):
 
     @property
     def _meta(self):
-        return self.operand("meta")
+        return self.codec.meta
 
     def _divisions(self):
         return (None,) * (self.piles + 1)
@@ -465,7 +472,7 @@ class GatherPiles(PartitionsFiltered, BlockwiseIO):
     def _filtered_task(self, name, pile: int) -> Task:
         scattered = self.scattered
         summary = TaskRef((scattered._name, 0)) if isinstance(scattered, Expr) else scattered
-        return Task(name, gather_partition, summary, self.run.borrowed(), self.variant, pile, self.seed, self.meta)
+        return Task(name, gather_partition, summary, self.run.borrowed(), self.variant, pile, self.seed, self.codec)
 
 
 def _unfused(expr: Expr) -> Expr:
@@ -489,7 +496,7 @@ def _unfused(expr: Expr) -> Expr:
 
 
 def scatter_partition(
-    frame: pd.DataFrame, partition: int, piles: int, seed: int, run: ScratchRun, variant: str, meta: pd.DataFrame
+    frame: pd.DataFrame, partition: int, piles: int, seed: int, run: ScratchRun, variant: str, codec: FrameCodec
 ) -> dict:
     """Pass 1 for one partition: its rows to scratch, grouped by pile."""
     scratch = run.variant(variant)
@@ -497,7 +504,7 @@ def scatter_partition(
         # Not makedirs: a task still running after its run's scratch was removed must not bring it back.
         with contextlib.suppress(FileExistsError):
             scratch.fs.mkdir(scratch.directory, create_parents=False)
-    result = _passes.scatter_table(FrameCodec(meta).to_arrow(frame), partition, piles, seed, scratch)
+    result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
     return {"partition": partition, "counts": result.counts}
 
 
@@ -526,7 +533,7 @@ def _read_run_file(scratch: Scratch) -> dict | None:
 
 
 def gather_partition(
-    scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, meta: pd.DataFrame
+    scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
 ) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
     batches = read_pile(run.variant(variant, scattered["partitions"]), pile)
@@ -536,7 +543,7 @@ def gather_partition(
     expected = scattered["rows_per_pile"][pile]
     if table.num_rows != expected:
         raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {expected}")
-    return FrameCodec(meta).to_pandas(table)
+    return codec.to_pandas(table)
 
 
 def _remove_when_unused(scratch: Scratch) -> None:

@@ -1,6 +1,7 @@
 """Pandas partitions as Arrow tables and back, exactly, for ``shuffle(ddf)``.
 
-A partition goes to Arrow column by column: the index first, then every
+A partition goes to Arrow column by column: the index first (unless what
+follows the shuffle drops it), then every
 column, named by position (``"0"`` is the index, ``"1"`` the first column), so
 that labels of any type or repetition survive, and back to pandas with the
 dtypes of the input's ``_meta``.  Each column takes the conversion its dtype
@@ -41,6 +42,7 @@ class FrameCodec:
     """
 
     meta: pd.DataFrame
+    index: bool = True  # False: the index is left out, and comes back a RangeIndex
 
     def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
         """One partition as an Arrow table: the index, then the columns, named by position."""
@@ -53,20 +55,24 @@ class FrameCodec:
             frame = frame[meta.columns]  # the same columns in another order: by label, as Dask aligns them
         if isinstance(frame.index, pd.MultiIndex):
             raise TypeError("daskpile cannot shuffle a partition with a MultiIndex (Dask DataFrames have none)")
-        arrays = [_to_arrow(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")]
+        arrays = [_to_arrow(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")] if self.index else []
         arrays += [
             _to_arrow(frame.iloc[:, i], dtype, repr(label))
             for i, (label, dtype) in enumerate(zip(meta.columns, meta.dtypes.tolist(), strict=True))
         ]
-        return pa.Table.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
+        first = 0 if self.index else 1
+        return pa.Table.from_arrays(arrays, names=[str(i) for i in range(first, first + len(arrays))])
 
     def to_pandas(self, table: pa.Table) -> pd.DataFrame:
         """A table made by ``to_arrow`` (or the concatenation of several) as pandas, with the dtypes of ``meta``."""
         meta = self.meta
-        index = pd.Index(
-            _to_pandas(table.column(0), meta.index.dtype), dtype=meta.index.dtype, name=meta.index.name, copy=False
-        )
-        columns = {i: _to_pandas(table.column(i + 1), dtype, index) for i, dtype in enumerate(meta.dtypes.tolist())}
+        if self.index:
+            values = _to_pandas(table.column(0), meta.index.dtype)
+            index = pd.Index(values, dtype=meta.index.dtype, name=meta.index.name, copy=False)
+        else:
+            index = pd.RangeIndex(table.num_rows)
+        first = 1 if self.index else 0
+        columns = {i: _to_pandas(table.column(first + i), dtype, index) for i, dtype in enumerate(meta.dtypes.tolist())}
         frame = pd.DataFrame(columns, index=index, copy=False)
         return frame.set_axis(meta.columns, axis=1)
 

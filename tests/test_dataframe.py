@@ -233,6 +233,28 @@ def test_to_parquet_writes_what_dasks_writer_writes_snappy_only_where_it_pays(tm
     assert {meta.column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
 
 
+def test_an_index_dropped_after_the_shuffle_is_not_shuffled_and_the_rows_keep_their_order(tmp_path):
+    import pyarrow.ipc as ipc
+
+    ddf = dd.from_pandas(frame(3000), npartitions=3)
+    shuffled = daskpile.shuffle(ddf, piles=4, seed=6, scratch=str(tmp_path / "scratch"))
+    with dask.config.set(scheduler="sync"):
+        piles = [shuffled.partitions[j].compute() for j in range(4)]
+        dropped = shuffled.reset_index(drop=True).compute()
+        shuffled.to_parquet(str(tmp_path / "out"), write_index=False)
+    pd.testing.assert_frame_equal(dropped, pd.concat([p.reset_index(drop=True) for p in piles]))
+    written = dd.read_parquet(str(tmp_path / "out")).compute()
+    pd.testing.assert_frame_equal(
+        written.reset_index(drop=True), dropped.reset_index(drop=True), check_categorical=False
+    )
+    schemas = {}
+    for path in (tmp_path / "scratch").glob("*/*/scatter-*.arrow"):
+        with ipc.open_file(str(path)) as reader:
+            schemas.setdefault(path.parent.name, reader.schema.names)
+    # the whole frame with its index ("0"), and the frame without it (twice: compute and to_parquet share it)
+    assert sorted(schemas.values()) == [[str(i) for i in range(9)], [str(i) for i in range(1, 9)]]
+
+
 def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle(sync_scheduler, monkeypatch):
     from daskpile import _scratch
 
