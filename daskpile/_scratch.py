@@ -344,8 +344,8 @@ class ScratchFile:
     >>> rows, row_bytes = f.pile(3)  # doctest: +SKIP
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None):
-        self.file = _open_scratch(fs, path)
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None, mapped: bool = True):
+        self.file = _open_scratch(fs, path, mapped)
         self.reader = ipc.open_file(self.file)
         self.index = index or PileIndex.from_footer(self.reader.metadata or {})
         self._batch: tuple[int, pa.RecordBatch, float] | None = None  # number, batch, bytes per row
@@ -385,8 +385,9 @@ class PileReader:
     ...     batches = reader.pile(3)  # one record batch per input partition
     """
 
-    def __init__(self, scratch: Scratch):
+    def __init__(self, scratch: Scratch, mapped: bool = True):
         self.scratch = scratch
+        self.mapped = mapped and is_local(scratch.fs)
         self._files: list[ScratchFile] = []
         self._band = 0  # of the open files
         self._indexes: dict[str, PileIndex] = {}
@@ -396,7 +397,7 @@ class PileReader:
         return self
 
     def _open(self, path: str) -> ScratchFile:
-        f = ScratchFile(self.scratch.fs, path, self._indexes.get(path))
+        f = ScratchFile(self.scratch.fs, path, self._indexes.get(path), self.mapped)
         self._indexes[path] = f.index
         return f
 
@@ -407,7 +408,7 @@ class PileReader:
         if not self._files:
             self._files, self._band = [self._open(path) for path in self.scratch.paths(band)], band
         slices = [f.pile(pile) for f in self._files]
-        if is_local(self.scratch.fs):
+        if self.mapped:
             # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
             self._mapped += sum(row_bytes for _, row_bytes in slices)
         return [batch for batch, _ in slices]
@@ -454,7 +455,9 @@ class _OpenRun:
         with self.lock:
             if self.reader is None or self.reader.scratch != scratch:
                 self._close()
-                self.reader = PileReader(scratch)
+                # Read, not mapped: pages mapped between tasks would count in the worker's memory
+                # (100 MiB more a worker on dataset A, where the reader of one task unmaps its pages).
+                self.reader = PileReader(scratch, mapped=False)
             try:
                 batches = self.reader.pile(pile)
             except BaseException:
@@ -494,9 +497,9 @@ def read_pile(scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
     For ``shuffle(ddf)``, whose pass 2 is a task per pile, each reading a
     slice of every scratch file: opening them all for every pile cost 0.41 s
     of the 3.9 s of dataset A in 64 piles on one thread (2,560 opens, most of
-    it reading footers).  The files stay open as in one ``PileReader`` (so
-    mapped pages are released past ``RELEASE_BYTES``), for one run at a time,
-    and are closed ``IDLE_SECONDS`` after the last read.
+    it reading footers).  The files stay open, read rather than memory-mapped
+    (a batch is copied once, as ``take`` would copy it anyway), for one run at a
+    time, and are closed ``IDLE_SECONDS`` after the last read.
     """
     return _OPEN_RUN.pile(scratch, pile)
 
@@ -541,6 +544,8 @@ class BandRemover:
         self._thread.shutdown(wait=True)
 
 
-def _open_scratch(fs: fsspec.AbstractFileSystem, path: str):
+def _open_scratch(fs: fsspec.AbstractFileSystem, path: str, mapped: bool = True):
     # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
-    return pa.memory_map(path) if is_local(fs) else fs.open(path, "rb", cache_type="none")
+    if not is_local(fs):
+        return fs.open(path, "rb", cache_type="none")
+    return pa.memory_map(path) if mapped else pa.OSFile(path)

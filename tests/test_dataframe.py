@@ -260,7 +260,8 @@ def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle
 
     monkeypatch.setattr(_scratch, "IDLE_SECONDS", 0.2)
     opened = []
-    monkeypatch.setattr(_scratch, "_open_scratch", lambda fs, path: opened.append(path) or pa_memory_map(path))
+    real_open = _scratch._open_scratch
+    monkeypatch.setattr(_scratch, "_open_scratch", lambda *a: opened.append(a[1]) or real_open(*a))
     ddf = dd.from_pandas(frame(2000), npartitions=4)
     first, second = daskpile.shuffle(ddf, piles=5, seed=1), daskpile.shuffle(ddf, piles=3, seed=1)
     first.persist(), second.persist()  # pass 1 of each
@@ -270,16 +271,11 @@ def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle
     pd.testing.assert_frame_equal(pd.concat(piles[:5]).sort_index(), ddf.compute())
     pd.testing.assert_frame_equal(pd.concat(piles[5:]).sort_index(), ddf.compute())
     assert _scratch._OPEN_RUN.reader is not None
+    assert not _scratch._OPEN_RUN.reader.mapped  # pages mapped between tasks would stay in the worker's memory
     deadline = time.monotonic() + 5  # a timer armed by an earlier test may still run with the default delay
     while _scratch._OPEN_RUN.reader is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _scratch._OPEN_RUN.reader is None  # closed once idle: a removed file's space is freed
-
-
-def pa_memory_map(path):
-    import pyarrow as pa
-
-    return pa.memory_map(path)
 
 
 def test_a_projection_is_pushed_below_the_shuffle_so_only_its_columns_are_read_and_shuffled(uneven, tmp_path):
