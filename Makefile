@@ -19,10 +19,12 @@ TORCHDATA_VERSION := 0.11.0
 
 .PHONY: demo test test-torch docs lint format bench bench-b bench-memory clean
 
-$(STAMP): pyproject.toml
+# The venv takes the image's versions (deploy/constraints.txt) of what both have, so that a release on PyPI
+# (cloudpickle 3.1.3, 2026-11) cannot make the client differ from the image it would talk to.
+$(STAMP): pyproject.toml deploy/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]" -c deploy/constraints.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	if command -v npm >/dev/null; then npm install --silent --no-audit --no-fund --prefix $(VENV)/tools/azurite \
