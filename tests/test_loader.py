@@ -207,6 +207,23 @@ def test_memory_holds_prefetch_plus_one_groups(datasets):
     assert iterator.gi_frame.f_locals["loaded"].produced == 1 + 2
 
 
+def test_loading_a_pile_does_not_hold_it_read_and_permuted_whole_at_once(tmp_path):
+    """Each column read is let go once taken: the Arrow pool peaks near one copy of the pile, not two."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    pile = pa.table({f"c{i}": rng.random(300_000) for i in range(6)})
+    pq.write_table(pile, tmp_path / "part-0.parquet", compression="none")
+    pool, default = pa.proxy_memory_pool(pa.default_memory_pool()), pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        rows = sum(batch.num_rows for batch in daskpile.PileLoader(str(tmp_path), batch_size=1000, seed=0, prefetch=0))
+    finally:
+        pa.set_memory_pool(default)
+    assert rows == 300_000
+    assert pool.max_memory() < 1.6 * pile.nbytes  # 1.34 measured; 2.02 when read columns were kept to the end
+
+
 def test_outputs_columns_and_filters(datasets):
     frame = next(iter(daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="pandas")))
     assert list(frame.columns) == pq.read_schema(datasets["source"] + "/in-000.parquet").names
