@@ -260,25 +260,17 @@ class PileParquetEngine(ArrowDatasetEngine):
     """
 
     @classmethod
-    def write_partition(cls, df, path, fs, filename, partition_on, return_metadata, **kwargs):
+    def write_partition(
+        cls, df, path, fs, filename, partition_on, return_metadata, fmd=None, compression=None, index_cols=None,
+        schema=None, head=False, custom_metadata=None, **kwargs,
+    ):  # fmt: skip
         if partition_on:
-            if kwargs.get("compression") == SNAPPY_WHERE_IT_PAYS:
-                kwargs["compression"] = "snappy"
-            return super().write_partition(df, path, fs, filename, partition_on, return_metadata, **kwargs)
-        table, compression, head = cls._pile_table(df, **kwargs)
-        for key in ("compression", "index_cols", "schema", "head", "custom_metadata", "fmd"):
-            kwargs.pop(key, None)
-        collected: list = []
-        with atomic_sink(fs, fs.sep.join([path, filename])) as sink:
-            pq.write_table(table, sink, compression=compression, metadata_collector=collected, **kwargs)
-        if not return_metadata:
-            return []
-        collected[0].set_file_path(filename)
-        return [{"meta": collected[0], **({"schema": table.schema} if head else {})}]
-
-    @classmethod
-    def _pile_table(cls, df, compression=None, index_cols=None, schema=None, head=False, custom_metadata=None, **_):
-        """The pile as Dask's engine converts it, and its codecs."""
+            return super().write_partition(
+                df, path, fs, filename, partition_on, return_metadata, fmd,
+                "snappy" if compression == SNAPPY_WHERE_IT_PAYS else compression, index_cols, schema, head,
+                custom_metadata, **kwargs,
+            )  # fmt: skip
+        # The table as Dask's engine makes it
         preserve_index = _index_in_schema(index_cols, schema)
         if preserve_index:
             df = df.set_index(index_cols)
@@ -287,7 +279,13 @@ class PileParquetEngine(ArrowDatasetEngine):
             table = table.replace_schema_metadata({**table.schema.metadata, **custom_metadata})
         if compression == SNAPPY_WHERE_IT_PAYS:
             compression = _passes.compression(table)
-        return table, compression, head
+        collected: list = []
+        with atomic_sink(fs, fs.sep.join([path, filename])) as sink:
+            pq.write_table(table, sink, compression=compression, metadata_collector=collected, **kwargs)
+        if not return_metadata:
+            return []
+        collected[0].set_file_path(filename)
+        return [{"meta": collected[0], **({"schema": table.schema} if head else {})}]
 
 
 class ScratchRun:

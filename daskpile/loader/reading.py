@@ -63,41 +63,24 @@ def load_group(
         return parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], parts[0].type)
 
     # Each column taken in as many parts as there are threads: a column far costlier than the others
-    # (strings: 12.5 ns a row against 2 for numbers, on A) does not leave the other threads idle.  A column
-    # read is let go as soon as its parts are taken, so the load does not hold the group read and taken
-    # whole at once (mix 4 on A: the Arrow pool's peak 86 MiB against 109; mix 1: 16 against 26).  Reads
-    # are queued first: a take queued before the read of the next column would leave a thread waiting
-    # (6-15 % slower, measured alternating in one process).
-    read_columns: dict[str, Future] = {name: pool.submit(read, name) for name in names}
+    # (strings: 12.5 ns a row against 2 for numbers, on A) does not leave the other threads idle.  Only the
+    # queued takes hold a column's read, so it is let go as soon as its parts are taken: the load does not
+    # hold the group read and taken whole at once (mix 4 on A: the Arrow pool's peak 86 MiB against 109;
+    # mix 1: 16 against 26).  Reads are queued first: a take queued before the read of the next column
+    # would leave a thread waiting (6-15 % slower, measured alternating in one process).
+    reads = [pool.submit(read, name) for name in names]
     parts = np.array_split(order.result(), threads)
-    taken: dict[str, list[Future]] = {}
-    for name in names:
-        taken[name] = [pool.submit(_take_part, read_columns, name, part) for part in parts]
-        _release_when_taken(read_columns, name, taken[name])
+    taken = [[pool.submit(_take_read, read, part) for part in parts] for read in reads]
+    del reads
     columns_taken = []
-    for name in names:
-        chunks = [chunk for future in taken[name] for chunk in future.result().chunks]
-        columns_taken.append(pa.chunked_array(chunks, taken[name][0].result().type))
+    for futures in taken:
+        chunks = [chunk for future in futures for chunk in future.result().chunks]
+        columns_taken.append(pa.chunked_array(chunks, futures[0].result().type))
     return pa.Table.from_arrays(columns_taken, names=names)
 
 
-def _take_part(read_columns: dict, name: str, part: np.ndarray) -> pa.ChunkedArray:
-    return _take(read_columns[name].result(), part)
-
-
-def _release_when_taken(read_columns: dict, name: str, takes: list[Future]) -> None:
-    """Drop the read column ``name`` once every part of it is taken (or failed: the load fails then)."""
-    remaining = [len(takes)]
-    lock = threading.Lock()
-
-    def done(_):
-        with lock:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                read_columns.pop(name, None)
-
-    for future in takes:
-        future.add_done_callback(done)
+def _take_read(read: Future, indices: np.ndarray) -> pa.ChunkedArray:
+    return _take(read.result(), indices)
 
 
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
