@@ -221,7 +221,8 @@ def test_loading_a_pile_does_not_hold_it_read_and_permuted_whole_at_once(tmp_pat
     finally:
         pa.set_memory_pool(default)
     assert rows == 300_000
-    assert pool.max_memory() < 1.6 * pile.nbytes  # 1.34 measured; 2.02 when read columns were kept to the end
+    # 1.28-1.56 measured (it depends on how the threads interleave); 2.02, every time, when reads were kept to the end
+    assert pool.max_memory() < 1.8 * pile.nbytes
 
 
 def test_outputs_columns_and_filters(datasets):
