@@ -133,11 +133,12 @@ def shuffle(
     -------
     dask.dataframe.DataFrame
         A lazy Dask DataFrame with ``npartitions == piles`` and unknown
-        divisions.  Its ``to_parquet`` writes one file per pile, with no
-        min/max statistics and dictionary encoding for categorical columns
-        only, unless you pass those options: a pile spans nearly every value,
-        so statistics let a reader skip nothing, and dictionaries of values in
-        random order cost time and bytes.  Collections derived from it
+        divisions.  Its ``to_parquet`` writes one file per pile, each under a
+        temporary name then renamed, with no min/max statistics, dictionary
+        encoding for categorical columns only and Snappy only on the columns
+        it shrinks, unless you pass those options: a pile spans nearly every
+        value, so statistics let a reader skip nothing, and dictionaries of
+        values in random order cost time and bytes.  Collections derived from it
         (``s[cols]``, ``s.persist()``) are plain Dask DataFrames with Dask's
         defaults; pass ``write_statistics=False, use_dictionary=False`` to
         theirs.
