@@ -390,3 +390,24 @@ def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, syn
     with pytest.raises(ValueError, match=r"bad\.csv', bytes [0-9,]+ to [0-9,]+ as csv: .*(UTF8|utf)"):
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "out"), 2)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_value_holding_a_newline_is_refused_as_lines_and_nothing_is_written(tmp_path, sync_scheduler):
+    """Written as lines it would become two rows: the run refuses before anything lands in dest."""
+    write_jsonl(pa.table({"s": ["a", "b", "x" * 100 + "\nsecond half"]}), tmp_path / "n.jsonl")
+    with pytest.raises(ValueError, match="a value holds a newline"):
+        daskpile.shuffle_parquet(str(tmp_path / "n.jsonl"), str(tmp_path / "out"), 2, output_format="lines")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
+def test_the_newline_check_scans_only_the_values_in_view(kind):
+    """A slice's buffer holds bytes around it: a newline there is not in a value."""
+    from daskpile._outputs import _holds_newline
+
+    values = pa.array(["a\nb", "cd", "ef", "g\n"], kind)
+    assert _holds_newline(values)
+    assert not _holds_newline(values.slice(1, 2))
+    assert _holds_newline(values.slice(2, 2))
+    assert not _holds_newline(values.slice(1, 0))
+    assert not _holds_newline(pa.array([], kind))
