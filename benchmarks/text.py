@@ -79,6 +79,11 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
         ),
         "daskpile lines to lines, threads": ([*lines, "--seed", "1", "--scheduler", "threads", "-q"], {}),
         "daskpile lines to lines": ([*lines, "--seed", "1", "-q"], {}),
+        "daskpile JSON lines to JSON lines, parsed, threads": (
+            [DASKPILE, "shuffle", src, out, "--output-format", "jsonl", "--piles", "64", "--seed", "1"]
+            + ["--scheduler", "threads", "-q"],
+            {},
+        ),
         "daskpile JSON lines to Parquet, threads": (
             [DASKPILE, "shuffle", src, out, "--piles", "64", "--seed", "1", "--scheduler", "threads", "-q"],
             {},
