@@ -159,3 +159,27 @@ def test_long_strings_hash_the_same_whatever_the_chunks_of_their_tails(monkeypat
     assert _fingerprint.of(table) == chunked
     monkeypatch.setattr(_fingerprint, "TAIL_WORDS", 1)
     assert _fingerprint.of(table) == chunked
+
+
+def test_strings_near_2_gib_hash_as_their_large_type(monkeypatch):
+    """Padding each string to whole words adds up to 7 bytes a string: past int32 offsets, the large type."""
+    values = ["x" * 20, "yz" * 30, None, "w" * 13]
+    expected = _fingerprint.value_words(pa.array(values, pa.large_string())).tolist()
+    spy = _PaddedSpy(_fingerprint._padded_to_words)
+    monkeypatch.setattr(_fingerprint, "_padded_to_words", spy)
+    small = pa.array(values, pa.string())
+    assert _fingerprint.value_words(small).tolist() == expected
+    assert spy.types == [pa.string()]
+    # as if the values were 2 GiB: the check compares the data's span, plus the pads, to 2**31
+    monkeypatch.setattr(_fingerprint, "_OFFSET_LIMIT", 100)
+    assert _fingerprint.value_words(small).tolist() == expected
+    assert spy.types[-1] == pa.large_string()
+
+
+class _PaddedSpy:
+    def __init__(self, wrapped):
+        self.wrapped, self.types = wrapped, []
+
+    def __call__(self, array, lengths):
+        self.types.append(array.type)
+        return self.wrapped(array, lengths)
