@@ -63,6 +63,7 @@ def build_terashuf(source: str, build_dir: str) -> tuple[str | None, str]:
 def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[str] | str, dict]]:
     """name -> (command, extra environment); a string command runs in a shell."""
     lines = [DASKPILE, "shuffle", src, out, "--format", "lines", "--output-format", "lines", "--piles", "64"]
+    jsonl = [DASKPILE, "shuffle", src, out, "--output-format", "jsonl", "--piles", "64", "--seed", "1"]
     found = {
         "shuf": (["shuf", src, "-o", os.path.join(out, "shuffled.jsonl")], {}),
         "duckdb ORDER BY random() (JSON lines to JSON lines)": (
@@ -79,11 +80,7 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
         ),
         "daskpile lines to lines, threads": ([*lines, "--seed", "1", "--scheduler", "threads", "-q"], {}),
         "daskpile lines to lines": ([*lines, "--seed", "1", "-q"], {}),
-        "daskpile JSON lines to JSON lines, parsed, threads": (
-            [DASKPILE, "shuffle", src, out, "--output-format", "jsonl", "--piles", "64", "--seed", "1"]
-            + ["--scheduler", "threads", "-q"],
-            {},
-        ),
+        "daskpile JSON lines to JSON lines, parsed, threads": ([*jsonl, "--scheduler", "threads", "-q"], {}),
         "daskpile JSON lines to Parquet, threads": (
             [DASKPILE, "shuffle", src, out, "--piles", "64", "--seed", "1", "--scheduler", "threads", "-q"],
             {},
