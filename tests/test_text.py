@@ -411,3 +411,11 @@ def test_the_newline_check_scans_only_the_values_in_view(kind):
     assert _holds_newline(values.slice(2, 2))
     assert not _holds_newline(values.slice(1, 0))
     assert not _holds_newline(pa.array([], kind))
+
+
+def test_a_null_value_is_an_empty_line_not_a_lost_one():
+    from daskpile._outputs import _lines_bytes
+
+    column = pa.chunked_array([pa.array(["a", None], pa.string()), pa.array([None, "b"], pa.string())])
+    assert _lines_bytes(column).to_pybytes() == b"a\n\n\nb\n"
+    assert _lines_bytes(pa.chunked_array([pa.array([b"x", None], pa.binary())])).to_pybytes() == b"x\n\n"

@@ -342,11 +342,13 @@ def lines_table(block) -> pa.Table:
     [b'a', b'', b'bc\\r', b'd']
     """
     data = np.frombuffer(block, dtype=np.uint8)  # bytes or an Arrow buffer, not copied
-    if len(data) and data[-1] != ord("\n"):
-        block = bytes(data) + b"\n"  # only a file's last block can lack it: one copy, so every line ends alike
-        data = np.frombuffer(block, dtype=np.uint8)
-    if len(data) >= 2**31:  # int32 offsets would wrap: refused, never corrupted
+    if len(data) + 1 >= 2**31:  # int32 offsets would wrap: refused, never corrupted
         raise ValueError("a block of lines over 2 GiB (one line that long, or --blocksize): use a smaller --blocksize")
+    if len(data) and data[-1] != ord("\n"):
+        ended = np.empty(len(data) + 1, dtype=np.uint8)  # only a file's last block can lack it: one copy
+        ended[:-1] = data
+        ended[-1] = ord("\n")
+        block = data = ended
     ends = np.flatnonzero(data == ord("\n")) + 1
     offsets = np.empty(len(ends) + 1, dtype=np.int32)
     offsets[0] = 0
