@@ -419,3 +419,19 @@ def test_a_null_value_is_an_empty_line_not_a_lost_one():
     column = pa.chunked_array([pa.array(["a", None], pa.string()), pa.array([None, "b"], pa.string())])
     assert _lines_bytes(column).to_pybytes() == b"a\n\n\nb\n"
     assert _lines_bytes(pa.chunked_array([pa.array([b"x", None], pa.binary())])).to_pybytes() == b"x\n\n"
+
+
+def test_json_objects_escape_only_what_needs_it_and_refuse_control_characters():
+    import datetime
+
+    from daskpile._outputs import _json_objects
+
+    stamps = [datetime.datetime(2024, 5, 17, 8, 30, 15, 250000)] * 3
+    table = pa.table({"plain": ["a", "b c", "é€"], "mixed": ["x", 'q"\\', "n\nt\t"], "ts": stamps})
+    lines = _json_objects(table).to_pylist()
+    assert [json.loads(line) for line in lines] == [
+        {"plain": p, "mixed": m, "ts": "2024-05-17 08:30:15.250000"}
+        for p, m in zip(table["plain"].to_pylist(), table["mixed"].to_pylist(), strict=True)
+    ]
+    with pytest.raises(ValueError, match="column 'bell' holds a control character"):
+        _json_objects(pa.table({"bell": ["fine", "ding\x07"]}))
