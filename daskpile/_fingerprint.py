@@ -221,19 +221,17 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
     the buffer.
     """
     n = len(array)
-    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     lengths = ws.lengths[:n]
-    offsets = _offsets(array, large)
+    offsets = _kernels.value_offsets(array)
     np.subtract(offsets[1:], offsets[:-1], out=lengths, casting="unsafe")
     if int(lengths.max()) <= INLINE_STRING_BYTES:
         _inline_string_words_into(array, lengths, ws, out)
         return
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
-    if not large and int(offsets[-1]) - int(offsets[0]) + 7 * n >= _OFFSET_LIMIT:  # pads past int32 offsets
+    if offsets.dtype == np.int32 and int(offsets[-1]) - int(offsets[0]) + 7 * n >= _OFFSET_LIMIT:  # pads too
         array = array.cast(pa.large_binary() if pa.types.is_binary(array.type) else pa.large_string())
-        large = True
     padded = _padded_to_words(array, lengths)
-    word_offsets = _offsets(padded, large).astype(np.int64) >> 3
+    word_offsets = _kernels.value_offsets(padded).astype(np.int64) >> 3
     words = np.frombuffer(padded.buffers()[2], dtype="<u8", count=int(word_offsets[-1]))
     # Rows in chunks of about TAIL_WORDS words: the prefix sums stay in cache
     cuts = np.searchsorted(word_offsets[1:], np.arange(TAIL_WORDS, int(word_offsets[-1]), TAIL_WORDS), "right")
@@ -241,12 +239,6 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
         if end > begin:
             _add_word_sums(words, word_offsets[begin : end + 1], out[begin:end])
     _mix_in_place(out, ws.tmp[:n])
-
-
-def _offsets(array: pa.Array, large: bool) -> np.ndarray:
-    return np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)[
-        array.offset : array.offset + len(array) + 1
-    ]
 
 
 # b"", b"\0", ..., b"\0" * 7; built from buffers: ``pa.array`` of a list imports pandas (0.13 s a process)

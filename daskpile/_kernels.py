@@ -147,6 +147,28 @@ def _unsliced(array: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(array.type, len(array), [None, offsets, array.buffers()[2]])
 
 
+def value_offsets(array: pa.Array) -> np.ndarray:
+    """Where each value of a string or binary array (large too) starts and ends in its data buffer.
+
+    >>> value_offsets(pa.array(["ab", "", "c"]).slice(1)).tolist()
+    [2, 2, 3]
+    """
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
+    return offsets[array.offset : array.offset + len(array) + 1]
+
+
+def value_bytes(array: pa.Array) -> pa.Buffer:
+    """The bytes of a string or binary array's values, end to end (what its slice sees of the data buffer).
+
+    >>> value_bytes(pa.array(["ab", "", "c"]).slice(1)).to_pybytes()
+    b'c'
+    """
+    offsets = value_offsets(array)
+    data = array.buffers()[2]
+    return pa.py_buffer(b"") if data is None else data[int(offsets[0]) : int(offsets[-1])]
+
+
 def as_record_batch(table: pa.Table) -> pa.RecordBatch:
     """The whole table as a single record batch (empty tables included)."""
     batches = table.combine_chunks().to_batches()

@@ -454,9 +454,7 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
     if pa.types.is_boolean(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
         return None
     if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        offsets = array.buffers()[1]
-        width = 8 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else 4
-        first = int.from_bytes(offsets[array.offset * width : (array.offset + 1) * width], "little", signed=True)
+        first = int(_kernels.value_offsets(array)[0])
         data = array.buffers()[2]
         return None if data is None else data.slice(first, min(limit, data.size - first))
     if not pa.types.is_primitive(t) and not pa.types.is_decimal(t) and not pa.types.is_fixed_size_binary(t):
