@@ -59,6 +59,27 @@ def local_cluster(**kwargs):
         return LocalCluster(processes=True, **kwargs)
 
 
+def quiet_worker_shutdown(client) -> None:
+    """Drop the heartbeat error a worker of a LocalCluster this process started logs while the cluster closes.
+
+    The scheduler runs in this process, so a worker's heartbeat fails only when
+    the cluster closes under it (distributed's race: a heartbeat in flight as
+    the scheduler goes).  The worker then logs a 30-line traceback to this
+    process's stderr, after the command's one-line error.
+    """
+    client.run(_filter_heartbeat_failures)
+
+
+def _filter_heartbeat_failures() -> None:
+    import logging
+
+    logging.getLogger("distributed.worker").addFilter(_not_a_heartbeat_failure)
+
+
+def _not_a_heartbeat_failure(record) -> bool:
+    return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+
+
 def current_client():
     """The running ``distributed`` client, or None."""
     if "distributed" not in sys.modules:  # no client can exist, and importing distributed takes half a second

@@ -87,9 +87,9 @@ def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.C
     """A column as Arrow, converted by the dtype the DataFrame says it has (``dtype``, from ``_meta``)."""
     if pickled(dtype):
         return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
+    if values.dtype != dtype:
+        values = _as_meta_says(values, dtype, name)
     try:
-        if values.dtype != dtype:
-            values = _as_meta_says(values, dtype, name)
         # numpy arrays without from_pandas, so NaN stays NaN (and costs no null bitmap)
         return pa.array(values.array if not isinstance(values.dtype, np.dtype) else values.to_numpy())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
@@ -100,21 +100,52 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     """A partition's column whose dtype differs from the DataFrame's, cast to it where that loses nothing.
 
     Dask's fused ``read_parquet`` gives object strings where its meta says
-    string: the meta is what the result promises.  A numpy cast that would
-    change values (floats under an int meta) is refused, naming the column,
-    rather than done silently.
+    string: the meta is what the result promises.  A cast that would change
+    values is refused, naming the column, rather than done silently: numbers
+    a narrower type cannot hold (a Parquet lake whose newer files widened an
+    int32 to int64, a ``meta=`` that says int8), fractions under an integer
+    meta, integers past 2**53 under a float one, missing values under a
+    numpy integer.  Where every value of the partition fits, the cast is made.
     """
     if isinstance(dtype, pd.CategoricalDtype):
         # Categories are the data's (Dask's meta may not know them; an empty partition of
         # read_parquet comes as object)
         return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
-    both_numpy = isinstance(values.dtype, np.dtype) and isinstance(dtype, np.dtype)
-    if not both_numpy or values.dtype.kind == "O" or np.can_cast(values.dtype, dtype, casting="same_kind"):
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind == "O":
         return values.astype(dtype)
-    raise TypeError(
+    refused = (
         f"daskpile: column {name} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
-        "give map_partitions or from_delayed a meta= that matches the data"
+        f"{'cast the index' if name.startswith('the index') else f'cast it (ddf.astype({{{name}: ...}}))'} first, "
+        "or give map_partitions or from_delayed a meta= that matches"
     )
+    try:
+        with np.errstate(all="ignore"):
+            cast = values.astype(dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{refused}; converting fails: {e}") from None
+    if _is_number(values.dtype) and _is_number(dtype) and not _holds_the_same_numbers(values, cast):
+        raise TypeError(f"{refused}; converting would change its values")
+    return cast
+
+
+def _is_number(dtype) -> bool:
+    """Integers, floats and booleans, numpy's or pandas' nullable or Arrow-backed ones."""
+    return getattr(dtype, "kind", None) in ("i", "u", "f", "b")
+
+
+def _holds_the_same_numbers(values: pd.Series | pd.Index, cast: pd.Series | pd.Index) -> bool:
+    """Whether ``cast`` holds every value of ``values``: in range, and unchanged when cast back."""
+    if values.dtype.kind in "iu" and cast.dtype.kind in "iu" and len(values):
+        limits = np.iinfo(np.dtype(getattr(cast.dtype, "numpy_dtype", cast.dtype)))
+        low, high = values.min(), values.max()  # missing values skipped; all missing gives NA
+        if not pd.isna(low) and (int(low) < limits.min or int(high) > limits.max):
+            return False  # signed and unsigned wrap around and back: a round trip alone would not see it
+    try:
+        with np.errstate(all="ignore"):
+            back = cast.astype(values.dtype)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return pd.Series(back.array, copy=False).equals(pd.Series(values.array, copy=False))
 
 
 def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None):

@@ -7,6 +7,8 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import daskpile
@@ -382,6 +384,42 @@ def test_a_partition_that_disagrees_with_the_meta_is_aligned_by_label_or_refused
     floats = floats.map_partitions(lambda f: f.assign(a=f.a + 0.5), meta=floats._meta)  # meta says int64
     with pytest.raises(TypeError, match="column 'a' of a partition is float64, the DataFrame's meta says int64"):
         daskpile.shuffle(floats, piles=1, seed=0).compute()
+
+
+# (partition values, the meta's dtype): each cast would change a value, so each is refused by name
+CHANGED_BY_THE_META = {
+    "int64 past int32": (pd.array([1, 5_000_000_000]), "int32"),
+    "int64 past int8": (pd.array([300, 70_000]), "int8"),
+    "float64 past float32": (np.array([1e-60, 1e300]), "float32"),
+    "float64 rounded by float32": (np.array([0.1]), "float32"),
+    "fractions under int64": (np.array([0.5]), "int64"),
+    "int64 past 2**53 under float64": (np.array([2**53 + 1]), "float64"),
+    "uint64 past int64": (np.array([2**63 + 1], dtype=np.uint64), "int64"),
+    "nullable past Int8": (pd.array([300, None], dtype="Int64"), "Int8"),
+    "missing under int64": (pd.array([1, None], dtype="Int64"), "int64"),
+}
+
+
+@pytest.mark.parametrize("case", CHANGED_BY_THE_META)
+def test_a_partition_whose_values_its_meta_cannot_hold_is_refused_by_name_never_changed(case, sync_scheduler):
+    values, meta_dtype = CHANGED_BY_THE_META[case]
+    meta = pd.DataFrame({"v": pd.Series([], dtype=meta_dtype)})
+    ddf = dd.from_pandas(pd.DataFrame({"v": [0]}), npartitions=1).map_partitions(
+        lambda _: pd.DataFrame({"v": values}), meta=meta, enforce_metadata=False
+    )
+    with pytest.raises(TypeError, match=f"column 'v' of a partition is .*, the DataFrame's meta says {meta_dtype}"):
+        daskpile.shuffle(ddf, piles=1, seed=0).compute()
+
+
+def test_an_evolved_lake_is_refused_where_dask_narrows_and_cast_where_every_value_fits(tmp_path, sync_scheduler):
+    """Dask takes a lake's dtypes from its first file; a newer file's wider values must not wrap around."""
+    pq.write_table(pa.table({"id": [0, 1], "v": pa.array([1, 2], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [2, 3], "v": pa.array([5_000_000_000, 7], pa.int64())}), tmp_path / "b.parquet")
+    with pytest.raises(TypeError, match="column 'v' of a partition is int64, the DataFrame's meta says int32"):
+        daskpile.shuffle(dd.read_parquet(tmp_path), piles=2, seed=0).compute()
+    pq.write_table(pa.table({"id": [2, 3], "v": pa.array([6, 7], pa.int64())}), tmp_path / "b.parquet")
+    out = daskpile.shuffle(dd.read_parquet(tmp_path), piles=2, seed=0).compute()
+    assert out.v.dtype == np.int32 and sorted(out.v) == [1, 2, 6, 7]
 
 
 def test_a_task_that_runs_after_its_scratch_was_removed_does_not_bring_it_back(tmp_path):

@@ -87,13 +87,42 @@ def test_resume_yields_exactly_the_batches_not_seen(datasets, stop_after, world)
         del iterator
         resumed = daskpile.PileLoader(datasets["lazy"], **{**options, "epoch": 0, "seed": 99})
         resumed.load_state_dict(state)
-        if stop == len(whole):  # taken after the last batch: the next unseen batch is the next epoch's first
+        if stop == len(whole):  # taken after the last batch: nothing is left of epoch 3, then epoch 4 whole
+            assert resumed.epoch == 3 and len(resumed) == 0 and ids(resumed) == []
             assert resumed.epoch == 4 and len(resumed) == len(whole)
             continue
         assert len(resumed) == len(whole) - stop
         rest = ids(resumed)
         assert [b.tolist() for b in seen + rest] == [b.tolist() for b in whole]
         assert resumed.epoch == 4
+
+
+@pytest.mark.parametrize("checkpoint_step", ["last of epoch 0", "first of epoch 1"])
+@pytest.mark.parametrize("calls_set_epoch", [True, False], ids=["set_epoch", "no set_epoch"])
+def test_a_training_loop_resumed_from_its_checkpoint_sees_every_batch_once(datasets, checkpoint_step, calls_set_epoch):
+    """The guide's loop, checkpointing (epoch, state_dict()) after a step, crashed and resumed from it."""
+    epochs = 2
+
+    def train(loader, start_epoch, crash_at=None):
+        steps = []
+        for epoch in range(start_epoch, epochs):
+            if calls_set_epoch:
+                loader.set_epoch(epoch)
+            for batch in loader:
+                steps.append(batch["id"].to_pylist())
+                if len(steps) == crash_at:
+                    return steps, (epoch, loader.state_dict())
+        return steps, None
+
+    options = dict(batch_size=1000, seed=3)
+    whole, _ = train(daskpile.PileLoader(datasets["eager"], **options), 0)
+    per_epoch = len(whole) // epochs
+    crash_at = per_epoch if checkpoint_step == "last of epoch 0" else per_epoch + 1
+    before, (epoch, state) = train(daskpile.PileLoader(datasets["eager"], **options), 0, crash_at)
+    resumed = daskpile.PileLoader(datasets["eager"], **options)
+    resumed.load_state_dict(state)
+    after, _ = train(resumed, epoch)
+    assert before + after == whole
 
 
 @pytest.mark.parametrize("old_world,new_world", [(2, 3), (6, 2), (3, 1)])

@@ -301,8 +301,11 @@ class PileLoader:
         )  # fmt: skip
         self.seed, self._epoch = state["seed"], state["epoch"]
         plan = self._plan(self._epoch)
-        if state["batches"] >= old.batches(plan):  # taken after the last batch: the next epoch
-            self._start_epoch(self._epoch + 1)
+        if state["batches"] >= old.batches(plan):
+            # Taken after the last batch: the loader stays at the end of this epoch, so that the loop that
+            # saved it, set_epoch(e) or not, finds nothing left of epoch e and goes on with e + 1
+            self._start_epoch(self._epoch)
+            self._batches = self._layout.batches(plan)
             return
         ours = (self.world_size, self.batch_size, self._layout.drop_last)
         if (old.world_size, old.batch_size, old.drop_last) == ours:
