@@ -59,7 +59,7 @@ from daskpile._pandas import FrameCodec
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch, read_pile
 from daskpile._storage import atomic_sink, is_local, write_bytes
-from daskpile._validate import check_piles
+from daskpile._validate import check_bytes, check_piles
 
 logger = logging.getLogger("daskpile")
 
@@ -199,6 +199,7 @@ def shuffle(
     """
     if not isinstance(ddf, dd.DataFrame):
         raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
+    memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
     if piles == "auto":
         plan = plan_piles(ddf, memory_per_pile)
         logger.info("piles='auto': %s", plan)

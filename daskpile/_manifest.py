@@ -116,19 +116,19 @@ def write(fs: fsspec.AbstractFileSystem, directory: str, manifest: dict) -> str:
     return path
 
 
-def result_files(dest: str | list[str], storage_options: dict | None = None):
+def result_files(dest: str | list[str], storage_options: dict | None = None, role: str = "dest"):
     """(filesystem, files in reading order, manifest or None) of ``dest``.
 
     A daskpile result is exactly the files its manifest lists, in sequence
     order; any other Parquet dataset (a directory, glob or list of files) is
-    its data files in name order.
+    its data files in name order.  ``role`` names ``dest`` in errors.
     """
     if isinstance(dest, str):
         fs, path = filesystem(dest, storage_options)
         if fs.exists(posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
-    return (*data_files(dest, storage_options, role="dest"), None)
+    return (*data_files(dest, storage_options, role=role), None)
 
 
 def version_path(directory: str, version: int) -> str:

@@ -19,7 +19,6 @@ import tempfile
 
 import dask
 import numpy as np
-from dask.utils import parse_bytes
 
 from daskpile import _fingerprint, _manifest, _passes, _scratch, _sizing
 from daskpile import _run as run_state
@@ -38,7 +37,7 @@ from daskpile._storage import (
     remove_tree,
     write_bytes,
 )
-from daskpile._validate import check_piles
+from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.sources import arrowfiles, plan_sources, text
 
@@ -432,9 +431,8 @@ def shuffle_parquet(
     (30000, 8)
     >>> shuffle_parquet("s3://lake/events/", "s3://lake/shuffled/", scratch="s3://lake/tmp/")  # doctest: +SKIP
     """
-    blocksize = parse_bytes(blocksize) if isinstance(blocksize, str) else int(blocksize)
-    if blocksize < 1:
-        raise ValueError(f"blocksize must be positive, got {blocksize!r}")
+    blocksize = check_bytes("blocksize", blocksize)
+    memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
     if second_pass not in ("eager", "lazy"):
         raise ValueError(f"second_pass must be 'eager' or 'lazy', got {second_pass!r}")
     if second_pass == "lazy" and rows_per_file is not None:

@@ -17,3 +17,24 @@ def check_piles(piles: object, auto_allowed: bool = False) -> int:
     if piles < 1:
         raise ValueError(f"piles must be at least 1, got {piles}")
     return int(piles)
+
+
+def check_bytes(name: str, value: object) -> int | None:
+    """A size in bytes given as an int or as Dask writes sizes (``"64MiB"``, ``"2GB"``); None stays None.
+
+    >>> check_bytes("memory_per_pile", "64MiB")
+    67108864
+    """
+    if value is None:
+        return None
+    given = value
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            value = parse_bytes(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of bytes or a size such as '512MiB', got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive number of bytes or a size such as '512MiB', got {given!r}")
+    return int(value)

@@ -287,6 +287,36 @@ def test_arguments_are_checked(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="torch")
 
 
+def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
+    with pytest.raises(ValueError, match=r"columns: 'lable' not in .*, whose columns are id, label"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, columns=["id", "lable"])
+    with pytest.raises(FileNotFoundError, match=r"^path '.*nope' does not exist"):
+        daskpile.PileLoader(datasets["eager"] + "/nope", batch_size=10, seed=1)
+    (batch,) = daskpile.PileLoader(datasets["eager"], batch_size=ROWS, seed=1, columns="label")  # one name
+    assert batch.column_names == ["label"]
+
+
+def test_batches_hold_the_users_columns_with_the_dtypes_pandas_gives_the_files(tmp_path):
+    """shuffle(ddf).to_parquet writes Dask's __null_dask_index__ and pandas metadata (Int64 stays Int64)."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": range(100), "clicks": pd.array([None, *range(99)], dtype="Int64")})
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(dd.from_pandas(frame, npartitions=2), piles=2, seed=0).to_parquet(str(tmp_path / "p"))
+        daskpile.shuffle(dd.from_pandas(frame.set_index("id"), npartitions=2), piles=2, seed=0).to_parquet(
+            str(tmp_path / "named")
+        )
+    assert "__null_dask_index__" in pq.read_schema(next((tmp_path / "p").glob("*.parquet"))).names
+    (arrow,) = daskpile.PileLoader(str(tmp_path / "p"), batch_size=100, seed=0)
+    assert arrow.column_names == ["id", "clicks"]
+    (batch,) = daskpile.PileLoader(str(tmp_path / "p"), batch_size=100, seed=0, output="pandas")
+    assert batch.dtypes.to_dict() == {"id": np.dtype("int64"), "clicks": pd.Int64Dtype()}
+    pd.testing.assert_frame_equal(batch.sort_values("id", ignore_index=True), frame)
+    (named,) = daskpile.PileLoader(str(tmp_path / "named"), batch_size=100, seed=0, output="pandas")
+    pd.testing.assert_frame_equal(named.sort_index(), frame.set_index("id"))
+
+
 def test_on_s3(datasets):
     """Through fsspec, by row groups: two ranks over an S3-compatible server read every row once."""
     with moto_s3(buckets=("lake",)) as (fs, options):

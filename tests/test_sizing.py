@@ -87,3 +87,15 @@ def test_shuffle_dataframe_with_auto_piles(sync_scheduler):
     sizes = shuffled.map_partitions(len).compute()
     assert sizes.max() * bytes_per_row <= budget
     pd.testing.assert_frame_equal(shuffled.compute().sort_index(), ddf.compute())
+
+
+def test_memory_per_pile_takes_a_size_as_dask_writes_them_and_refuses_zero(tmp_path):
+    ddf = dd.from_pandas(pd.DataFrame({"x": np.arange(100_000)}), npartitions=4)
+    assert daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile="100kB").npartitions == (
+        daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=100_000).npartitions
+    )
+    for wrong in (0, "0B", "a lot", -5, 2.5):
+        with pytest.raises(ValueError, match=f"memory_per_pile must be .*got {wrong!r}"):
+            daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=wrong)
+        with pytest.raises(ValueError, match=f"memory_per_pile must be .*got {wrong!r}"):
+            daskpile.shuffle_parquet(str(tmp_path), str(tmp_path / "out"), "auto", memory_per_pile=wrong)

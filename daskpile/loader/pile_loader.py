@@ -97,16 +97,19 @@ class PileLoader:
         columns read and permuted on every core).  0 loads each when it is
         needed.
     columns, filters
-        Read only these columns; only the rows passing ``filters`` (pyarrow's
-        DNF lists or a ``pyarrow.dataset`` expression; they are counted once
-        when the loader is made).
+        Read only these columns (default: every column but the
+        ``__null_dask_index__`` Dask writes for an unnamed index); only the
+        rows passing ``filters`` (pyarrow's DNF lists or a
+        ``pyarrow.dataset`` expression; they are counted once when the
+        loader is made).
     drop_last
         Drop each rank's rows beyond the shortest rank's whole batches.
         Default False: every row is read, and a rank with fewer rows than the
         longest wraps around to rows of its own from this epoch.
     output
-        ``"arrow"`` (a ``pyarrow.Table`` per batch), ``"pandas"``, or
-        ``"numpy"`` (a dict of column name to array).
+        ``"arrow"`` (a ``pyarrow.Table`` per batch), ``"pandas"`` (with the
+        dtypes and index pandas gives the files: nullable integers stay
+        ``Int64``), or ``"numpy"`` (a dict of column name to array).
     storage_options
         Passed to fsspec.
     version
@@ -159,7 +162,7 @@ class PileLoader:
         self.units: Units = discover(path, storage_options, filters, version)
         self.seed = resolve_seed(seed)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
-        self.columns, self.output = columns, output
+        self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         canonical = canonical_ranks or world_size
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
@@ -364,8 +367,8 @@ class PileLoader:
         return self._cached_plan[1]
 
     def _convert(self, batch: pa.Table):
-        if self.output == "pandas":
-            return batch.to_pandas()
+        if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
+            return batch.replace_schema_metadata(self.units.schema.metadata).to_pandas()
         if self.output == "numpy":
             return {name: column.to_numpy() for name, column in zip(batch.column_names, batch.columns, strict=True)}
         return batch
@@ -407,6 +410,23 @@ def _batches(tables, batch_size: int):
 
 def _copy(table: pa.Table) -> pa.Table:
     return _kernels.take(table, np.arange(table.num_rows)) if table.num_rows else table
+
+
+DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data
+
+
+def _columns_to_read(columns: list[str] | str | None, schema: pa.Schema, path) -> list[str]:
+    """The columns a batch holds: those asked for, each checked now rather than by the first load."""
+    if columns is None:
+        return [name for name in schema.names if name != DASK_NULL_INDEX]
+    if isinstance(columns, str):
+        columns = [columns]
+    missing = [name for name in columns if name not in schema.names]
+    if missing:
+        raise ValueError(
+            f"columns: {', '.join(map(repr, missing))} not in {path!r}, whose columns are {', '.join(schema.names)}"
+        )
+    return list(columns)
 
 
 def _positive(**values) -> None:

@@ -58,7 +58,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     rank can plan the epoch.  A window's units are its piles, as the version
     ``_daskpile.json`` holds (or ``version``) lists them.
     """
-    fs, paths, manifest = _manifest.result_files(path, storage_options)
+    fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
     _outputs.require_parquet(manifest, path, "PileLoader")
     if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):
         if manifest is None:
