@@ -59,25 +59,30 @@ def local_cluster(**kwargs):
         return LocalCluster(processes=True, **kwargs)
 
 
-def quiet_worker_shutdown(client) -> None:
-    """Drop the heartbeat error a worker of a LocalCluster this process started logs while the cluster closes.
+def quiet_workers(client) -> None:
+    """Keep the workers of a LocalCluster this process started from repeating, on its stderr, what it reports.
 
-    The scheduler runs in this process, so a worker's heartbeat fails only when
-    the cluster closes under it (distributed's race: a heartbeat in flight as
-    the scheduler goes).  The worker then logs a 30-line traceback to this
-    process's stderr, after the command's one-line error.
+    A task's error reaches the client, which the command reports in one
+    line; the worker also logs it with its traceback ("Compute Failed").  And
+    the scheduler runs in this process, so a worker's heartbeat fails only
+    when the cluster closes under it (distributed's race: a heartbeat in
+    flight as the scheduler goes), logged as a 30-line traceback.  Other
+    worker logs (memory warnings, restarts) stay.
     """
-    client.run(_filter_heartbeat_failures)
+    client.run(_filter_worker_logs)
 
 
-def _filter_heartbeat_failures() -> None:
+_REPORTED_ELSEWHERE = ("Compute Failed", "Failed to communicate with scheduler during heartbeat")
+
+
+def _filter_worker_logs() -> None:
     import logging
 
-    logging.getLogger("distributed.worker").addFilter(_not_a_heartbeat_failure)
+    logging.getLogger("distributed.worker").addFilter(_not_reported_elsewhere)
 
 
-def _not_a_heartbeat_failure(record) -> bool:
-    return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+def _not_reported_elsewhere(record) -> bool:
+    return not record.getMessage().startswith(_REPORTED_ELSEWHERE)
 
 
 def current_client():

@@ -181,6 +181,7 @@ def _json_objects(table: pa.Table) -> pa.Array:
 
 _NEEDS_ESCAPE = '[\\x00-\\x1f"\\\\]'  # a control character, a quote or a backslash
 _JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")]
+_OTHER_CONTROLS = "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]"  # JSON writes these as \\u00XX
 
 
 def _json_values(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
@@ -194,6 +195,9 @@ def _json_values(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
         or pa.types.is_decimal(kind)
     ):
         text = pc.cast(column, pa.string())
+        if pa.types.is_floating(kind):  # 3.0, not Arrow's 3: a reader would take a whole float for an integer
+            whole = pc.invert(pc.match_substring_regex(text, "[.eE]"))
+            text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
     else:
         try:
             text = pc.cast(column, pa.string())
@@ -202,10 +206,12 @@ def _json_values(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
         # Dates and times print without quotes, backslashes or control characters; other text is scanned
         # once, and escaped only if it needs it (most text does not: 5 passes of replace_substring saved)
         if not pa.types.is_temporal(kind) and pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE)).as_py():
-            if pc.any(pc.match_substring_regex(text, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]")).as_py():
-                raise ValueError(f"column {name!r} holds a control character, which jsonl output does not escape")
             for plain, escaped in _JSON_ESCAPES:
                 text = pc.replace_substring(text, plain, escaped)
+            # Form feeds of PDF text, ANSI escapes, NULs: rare, so their 27 passes run only where one is
+            if pc.any(pc.match_substring_regex(text, _OTHER_CONTROLS)).as_py():
+                for code in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20)]:
+                    text = pc.replace_substring(text, chr(code), f"\\u{code:04x}")
         text = pc.binary_join_element_wise('"', text, '"', "")
     return pc.if_else(pc.is_null(column), "null", text)
 

@@ -25,7 +25,7 @@ import traceback
 
 import click
 
-from daskpile._compute import local_cluster, quiet_worker_shutdown
+from daskpile._compute import local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._storage import StoreUnreachable, store_unusable
@@ -272,7 +272,7 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             client = stack.enter_context(Client(cluster))
         _wait_for_a_worker(client, description)
         if description == "LocalCluster":
-            quiet_worker_shutdown(client)
+            quiet_workers(client)
         if not quiet:
             click.echo(f"{description}: {count(len(client.nthreads()), 'worker')}, dashboard {client.dashboard_link}")
         stack.callback(ignore_ctrl_c)  # while the client and cluster close, the command is over

@@ -7,6 +7,7 @@ import pytest
 
 from daskpile import _kernels, _passes, _random, _scratch
 from daskpile._storage import filesystem
+from daskpile.datasets import write_reference_dataset
 
 
 @pytest.mark.parametrize("run_bytes", [1, 300, 1 << 30], ids=["a batch per pile", "runs", "one batch"])
@@ -103,3 +104,25 @@ def test_a_partition_is_finished_once_its_band_0_written_last_is_there_whatever_
     assert _passes._finished_scatter(dataclasses.replace(run, bands=(0, 4, 8)), 0, 0, 8, fingerprint=False) is None
     run.remove_band(0)
     assert _passes._finished_scatter(run, 0, 0, 8, fingerprint=False) is None
+
+
+@pytest.mark.parametrize("hard", ["above", "at"], ids=["soft limit raised", "one file at a time"])
+def test_pass_2_reads_more_scratch_files_than_the_open_files_limit(tmp_path, hard):
+    """A band holds a scratch file per pass-1 task; a process's soft limit of open files is often 1,024."""
+    import subprocess
+    import sys
+
+    source, dest = tmp_path / "source", tmp_path / "dest"
+    write_reference_dataset(str(source), rows=6_000, files=150)  # 150 tasks: 150 scratch files per band
+    limits = "(48, 4096)" if hard == "above" else "(48, 48)"
+    script = f"""
+import resource, dask, daskpile
+resource.setrlimit(resource.RLIMIT_NOFILE, {limits})
+with dask.config.set(scheduler="threads", num_workers=2):
+    report = daskpile.shuffle_parquet({str(source)!r}, {str(dest)!r}, piles=3, seed=1, blocksize=1)
+print(report.rows, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows, soft = map(int, done.stdout.split())
+    assert rows == 6_000 and soft == (4096 if hard == "above" else 48)

@@ -421,7 +421,7 @@ def test_a_null_value_is_an_empty_line_not_a_lost_one():
     assert _lines_bytes(pa.chunked_array([pa.array([b"x", None], pa.binary())])).to_pybytes() == b"x\n\n"
 
 
-def test_json_objects_escape_only_what_needs_it_and_refuse_control_characters():
+def test_json_objects_escape_only_what_needs_it_control_characters_too():
     import datetime
 
     from daskpile._outputs import _json_objects
@@ -433,5 +433,19 @@ def test_json_objects_escape_only_what_needs_it_and_refuse_control_characters():
         {"plain": p, "mixed": m, "ts": "2024-05-17 08:30:15.250000"}
         for p, m in zip(table["plain"].to_pylist(), table["mixed"].to_pylist(), strict=True)
     ]
-    with pytest.raises(ValueError, match="column 'bell' holds a control character"):
-        _json_objects(pa.table({"bell": ["fine", "ding\x07"]}))
+    controls = ["".join(map(chr, range(32))), "page 1\fpage 2", "\x1b[1mbold\x1b[0m", None]
+    lines = _json_objects(pa.table({"text": controls})).to_pylist()
+    assert [json.loads(line)["text"] for line in lines] == controls
+    assert "\\u000c" in lines[1] and all(ord(c) >= 32 for line in lines for c in line)
+
+
+def test_json_objects_write_whole_floats_as_floats_so_a_reader_reads_floats_back():
+    """Arrow prints 3.0 as 3: pyarrow's JSON reader then takes a pile of whole ratings for int64."""
+    from daskpile._outputs import _json_objects
+
+    values = [1.0, 4.5, -0.0, 1e300, 2.5e-10, None, 123456789.0]
+    lines = _json_objects(pa.table({"rating": pa.array(values, pa.float64())})).to_pylist()
+    assert [json.loads(line)["rating"] for line in lines] == values
+    assert lines[0] == '{"rating":1.0}'
+    back = pa_json.read_json(pa.BufferReader("\n".join(lines[:1]).encode()))
+    assert back.schema.field("rating").type == pa.float64()

@@ -115,7 +115,7 @@ class SourcePlan:
         limit = blocksize * GROUP_FRACTION
         groups: list[list[SourceFile]] = []
         size = 0
-        for f in self._ranges(int(limit)):
+        for f in self._ranges(max(1, int(limit))):  # (a blocksize under 16 bytes: ranges of one byte)
             if groups and size + f.size <= limit:
                 groups[-1].append(f)
                 size += f.size
