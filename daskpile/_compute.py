@@ -10,6 +10,7 @@ line of each pass says what matters.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -18,6 +19,7 @@ import threading
 import time
 
 import dask
+import dask.threaded
 import psutil
 
 # The LocalCluster daskpile starts (the command line, the demo, and every Dask system of the benchmarks)
@@ -72,13 +74,19 @@ def quiet_workers(client) -> None:
     client.run(_filter_worker_logs)
 
 
-_REPORTED_ELSEWHERE = ("Compute Failed", "Failed to communicate with scheduler during heartbeat")
+_REPORTED_ELSEWHERE = (
+    "Compute Failed",  # the task's error, which the command reports
+    "Failed to communicate with scheduler during heartbeat",  # the cluster closing
+    "Async instruction for",  # a running task cancelled because another failed
+)
 
 
 def _filter_worker_logs() -> None:
     import logging
 
-    logging.getLogger("distributed.worker").addFilter(_not_reported_elsewhere)
+    # On the handlers distributed set up, which every distributed.* logger's records reach
+    for handler in logging.getLogger("distributed").handlers or logging.getLogger().handlers:
+        handler.addFilter(_not_reported_elsewhere)
 
 
 def _not_reported_elsewhere(record) -> bool:
@@ -134,7 +142,10 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
     """Compute Dask delayed ``tasks`` and return their results, in order.
 
     ``on_done(i)``, if given, is called as soon as task ``i`` has succeeded,
-    on a thread of Dask's (so it must be quick and thread-safe).
+    on a thread of Dask's (so it must be quick and thread-safe).  When a task
+    fails, the tasks still running are waited for (those not started are
+    cancelled) before the error is raised: a caller that then removes what
+    the run wrote finds every file a task will write already there.
 
     >>> compute([dask.delayed(abs)(-1), dask.delayed(abs)(-2)], on_done=print)  # doctest: +SKIP
     0
@@ -144,29 +155,8 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
     tasks = list(tasks)
     bars = progress and _shows_bars()
     client = current_client()
-    if client is not None and (bars or on_done is not None):
-        futures = client.compute(tasks)
-        # The client runs done-callbacks on a thread of its own, which may still be on the last one when
-        # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
-        called = threading.Semaphore(0)
-
-        def done(future, i):
-            try:
-                if future.status == "finished":
-                    on_done(i)
-            finally:
-                called.release()
-
-        for i, future in enumerate(futures if on_done is not None else []):
-            future.add_done_callback(functools.partial(done, i=i))
-        if bars:
-            from distributed import progress as show_progress
-
-            show_progress(futures)
-        results = client.gather(futures)
-        for _ in futures if on_done is not None else []:
-            called.acquire()
-        return results
+    if client is not None:
+        return _compute_on_cluster(client, tasks, bars, on_done)
     with contextlib.ExitStack() as callbacks:
         if on_done is not None:
             from dask.callbacks import Callback
@@ -177,7 +167,77 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
             from dask.diagnostics import ProgressBar
 
             callbacks.enter_context(ProgressBar(out=sys.stdout))
-        return list(dask.compute(*tasks, scheduler=_local_scheduler()))
+        if _configured() not in (None, "threads", "threading"):
+            return list(dask.compute(*tasks, scheduler=_local_scheduler()))
+        # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
+        pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        try:
+            return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
+        except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
+    futures = client.compute(tasks)
+    # The client runs done-callbacks on a thread of its own, which may still be on the last one when
+    # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
+    called = threading.Semaphore(0)
+
+    def done(future, i):
+        try:
+            if future.status == "finished":
+                on_done(i)
+        finally:
+            called.release()
+
+    for i, future in enumerate(futures if on_done is not None else []):
+        future.add_done_callback(functools.partial(done, i=i))
+    if bars:
+        from distributed import progress as show_progress
+
+        show_progress(futures)
+    try:
+        results = client.gather(futures)
+    except BaseException:
+        _cancel_and_wait(client, futures)
+        raise
+    for _ in futures if on_done is not None else []:
+        called.acquire()
+    return results
+
+
+RUNNING_WAIT_SECONDS = 120  # a task's write, at most: a pile, or an input partition's scatter
+
+
+def _cancel_and_wait(client, futures) -> None:
+    """Cancel ``futures``; return once no worker still runs one of them (or after a while).
+
+    A cancelled task already running goes on in its worker's thread, which
+    cannot be stopped: the scheduler forgets it, its worker does not.
+    """
+    keys = {f.key for f in futures}
+    with contextlib.suppress(Exception):
+        client.cancel(futures)
+        deadline = time.monotonic() + RUNNING_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            running = client.run(_running_keys)
+            if not keys.intersection(key for found in running.values() for key in found):
+                return
+            time.sleep(0.05)
+
+
+def _running_keys(dask_worker) -> list:
+    """The keys of the tasks a worker's threads run, cancelled ones too."""
+    return [ts.key for ts in dask_worker.state.executing | dask_worker.state.long_running]
+
+
+def _configured():
+    """The scheduler Dask's configuration names (lower case), None where it names none."""
+    configured = dask.config.get("scheduler", None)
+    return configured.lower() if isinstance(configured, str) else configured
 
 
 def _local_scheduler():

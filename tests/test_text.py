@@ -449,3 +449,21 @@ def test_json_objects_write_whole_floats_as_floats_so_a_reader_reads_floats_back
     assert lines[0] == '{"rating":1.0}'
     back = pa_json.read_json(pa.BufferReader("\n".join(lines[:1]).encode()))
     assert back.schema.field("rating").type == pa.float64()
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
+def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(tmp_path, scheduler):
+    """One pile fails in pass 2 while others are being written: the error waits for them, then removes them."""
+    path = tmp_path / "corpus.txt"
+    lines = [b"line %d" % i for i in range(40_000)]
+    lines[123] = b"not utf-8: \xff"  # a lines column holds bytes: JSON text cannot
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    options = ["--scheduler", "threads"] if scheduler == "threads" else ["--workers", "2"]
+    done = daskpile_command(
+        "shuffle", str(path), str(tmp_path / "out"), "--output-format", "jsonl", "--piles", "16", "-q", *options
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "daskpile: error: column 'line' (binary) cannot be written as JSON text: Invalid UTF8 payload"
+    ]
+    assert not (tmp_path / "out").exists()
