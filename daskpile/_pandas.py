@@ -87,13 +87,19 @@ def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.C
     """A column as Arrow, converted by the dtype the DataFrame says it has (``dtype``, from ``_meta``)."""
     if pickled(dtype):
         return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
-    if values.dtype != dtype:
-        values = _as_meta_says(values, dtype, name)
     try:
+        if values.dtype != dtype:
+            values = _as_meta_says(values, dtype, name)
         # numpy arrays without from_pandas, so NaN stays NaN (and costs no null bitmap)
         return pa.array(values.array if not isinstance(values.dtype, np.dtype) else values.to_numpy())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+    except MetaMismatch:
+        raise
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
         raise TypeError(f"daskpile cannot convert column {name} of dtype {values.dtype} to Arrow: {e}") from e
+
+
+class MetaMismatch(TypeError):
+    """A partition's column whose values the DataFrame's meta dtype cannot hold."""
 
 
 def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
@@ -111,29 +117,43 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         # Categories are the data's (Dask's meta may not know them; an empty partition of
         # read_parquet comes as object)
         return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
-    if isinstance(values.dtype, np.dtype) and values.dtype.kind == "O":
-        return values.astype(dtype)
     refused = (
         f"daskpile: column {name} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
         f"{'cast the index' if name.startswith('the index') else f'cast it (ddf.astype({{{name}: ...}}))'} first, "
         "or give map_partitions or from_delayed a meta= that matches"
     )
+    source, target = _kind(values.dtype), _kind(dtype)
+    if {source, target} & {"number"} and {source, target} & {"time"}:  # 1 under a datetime meta is 1 ns
+        raise MetaMismatch(f"{refused}; numbers and times do not convert")
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(f"{refused}; converting fails: {e}") from None
-    if _is_number(values.dtype) and _is_number(dtype) and not _holds_the_same_numbers(values, cast):
-        raise TypeError(f"{refused}; converting would change its values")
+    except (TypeError, ValueError, OverflowError, NotImplementedError, pa.ArrowException) as e:
+        raise MetaMismatch(f"{refused}; converting fails: {e}") from None
+    # Objects and text under a number or time meta too ("007" would become 7, 1.5 would become 1); not
+    # strings under a string meta, which is what Dask's fused read_parquet gives
+    checked = target in ("number", "time") and source in ("number", "time", "object", "text")
+    if checked and not _holds_the_same_values(values, cast):
+        raise MetaMismatch(f"{refused}; converting would change its values")
     return cast
 
 
-def _is_number(dtype) -> bool:
-    """Integers, floats and booleans, numpy's or pandas' nullable or Arrow-backed ones."""
-    return getattr(dtype, "kind", None) in ("i", "u", "f", "b")
+def _kind(dtype) -> str | None:
+    """ "number" (integers, floats, booleans: numpy's, pandas' nullable or Arrow-backed), "time" (datetimes,
+    timedeltas), "text", "object", or None."""
+    kind = getattr(dtype, "kind", None)
+    if isinstance(dtype, pd.CategoricalDtype):
+        return None
+    if isinstance(dtype, pd.StringDtype) or (
+        isinstance(dtype, pd.ArrowDtype) and pa.types.is_string(dtype.pyarrow_dtype)
+    ):
+        return "text"
+    return {"i": "number", "u": "number", "f": "number", "b": "number", "M": "time", "m": "time"}.get(
+        kind, "object" if isinstance(dtype, np.dtype) and kind == "O" else None
+    )
 
 
-def _holds_the_same_numbers(values: pd.Series | pd.Index, cast: pd.Series | pd.Index) -> bool:
+def _holds_the_same_values(values: pd.Series | pd.Index, cast: pd.Series | pd.Index) -> bool:
     """Whether ``cast`` holds every value of ``values``: in range, and unchanged when cast back."""
     if values.dtype.kind in "iu" and cast.dtype.kind in "iu" and len(values):
         limits = np.iinfo(np.dtype(getattr(cast.dtype, "numpy_dtype", cast.dtype)))

@@ -35,6 +35,8 @@ def check_bytes(name: str, value: object) -> int | None:
             value = parse_bytes(value)
         except ValueError:
             raise ValueError(f"{name} must be a number of bytes or a size such as '512MiB', got {value!r}") from None
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float(value).is_integer():
+        value = int(value)  # 1e9
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive number of bytes or a size such as '512MiB', got {given!r}")
     return int(value)

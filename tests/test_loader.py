@@ -294,6 +294,9 @@ def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
         daskpile.PileLoader(datasets["eager"] + "/nope", batch_size=10, seed=1)
     (batch,) = daskpile.PileLoader(datasets["eager"], batch_size=ROWS, seed=1, columns="label")  # one name
     assert batch.column_names == ["label"]
+    for wrong in ([], ["id", "id"]):
+        with pytest.raises(ValueError, match="columns must name at least one column, each once"):
+            daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, columns=wrong)
 
 
 def test_batches_hold_the_users_columns_with_the_dtypes_pandas_gives_the_files(tmp_path):
@@ -315,6 +318,13 @@ def test_batches_hold_the_users_columns_with_the_dtypes_pandas_gives_the_files(t
     pd.testing.assert_frame_equal(batch.sort_values("id", ignore_index=True), frame)
     (named,) = daskpile.PileLoader(str(tmp_path / "named"), batch_size=100, seed=0, output="pandas")
     pd.testing.assert_frame_equal(named.sort_index(), frame.set_index("id"))
+    # asked for by name, the index column is a column, as in the arrow and numpy batches
+    (asked,) = daskpile.PileLoader(str(tmp_path / "named"), batch_size=100, seed=0, columns=["id"], output="pandas")
+    assert list(asked.columns) == ["id"] and sorted(asked["id"]) == list(range(100))
+    # a file's RangeIndex (pandas writes it as metadata, start 10 here) is not a batch's index
+    frame.iloc[10:].to_parquet(tmp_path / "ranged.parquet")
+    batches = list(daskpile.PileLoader(str(tmp_path / "ranged.parquet"), batch_size=90, seed=0, output="pandas"))
+    assert [list(b.index) for b in batches] == [list(range(90))]
 
 
 def test_on_s3(datasets):

@@ -94,6 +94,9 @@ def test_memory_per_pile_takes_a_size_as_dask_writes_them_and_refuses_zero(tmp_p
     assert daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile="100kB").npartitions == (
         daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=100_000).npartitions
     )
+    assert daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=1e5).npartitions == (
+        daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=100_000).npartitions
+    )
     for wrong in (0, "0B", "a lot", -5, 2.5):
         with pytest.raises(ValueError, match=f"memory_per_pile must be .*got {wrong!r}"):
             daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=wrong)

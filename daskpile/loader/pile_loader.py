@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,7 @@ class PileLoader:
         self.seed = resolve_seed(seed)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
+        self._batch_metadata = _batch_metadata(self.units.schema.metadata, index=columns is None)
         canonical = canonical_ranks or world_size
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
@@ -368,7 +370,7 @@ class PileLoader:
 
     def _convert(self, batch: pa.Table):
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
-            return batch.replace_schema_metadata(self.units.schema.metadata).to_pandas()
+            return batch.replace_schema_metadata(self._batch_metadata).to_pandas()
         if self.output == "numpy":
             return {name: column.to_numpy() for name, column in zip(batch.column_names, batch.columns, strict=True)}
         return batch
@@ -419,14 +421,25 @@ def _columns_to_read(columns: list[str] | str | None, schema: pa.Schema, path) -
     """The columns a batch holds: those asked for, each checked now rather than by the first load."""
     if columns is None:
         return [name for name in schema.names if name != DASK_NULL_INDEX]
-    if isinstance(columns, str):
-        columns = [columns]
+    columns = [columns] if isinstance(columns, str) else list(columns)
     missing = [name for name in columns if name not in schema.names]
     if missing:
         raise ValueError(
             f"columns: {', '.join(map(repr, missing))} not in {path!r}, whose columns are {', '.join(schema.names)}"
         )
-    return list(columns)
+    if not columns or len(set(columns)) < len(columns):
+        raise ValueError(f"columns must name at least one column, each once, got {columns!r}")
+    return columns
+
+
+def _batch_metadata(metadata: dict | None, index: bool) -> dict | None:
+    """The files' schema metadata, with pandas' as it holds for a batch: the index a range of a file
+    has is not a batch's, and the columns asked for by name (``index=False``) stay columns."""
+    if not metadata or b"pandas" not in metadata:
+        return metadata
+    pandas = json.loads(metadata[b"pandas"])
+    pandas["index_columns"] = [c for c in pandas.get("index_columns", []) if index and isinstance(c, str)]
+    return {**metadata, b"pandas": json.dumps(pandas).encode()}
 
 
 def _positive(**values) -> None:
