@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
+import pyarrow.parquet as pq
 import pytest
 from _util import daskpile_command, read_output
 
@@ -467,3 +468,24 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
         "daskpile: error: column 'line' (binary) cannot be written as JSON text: Invalid UTF8 payload"
     ]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path, sync_scheduler, fmt):
+    """Arrow infers float64 for them and rounds (a uint64 hash came out changed, and "verified")."""
+    hashes = [9223372036854775813, 1, 18446744073709551615]
+    path = tmp_path / f"hashes.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(f'{{"id":{i},"h":{h}}}\n' for i, h in enumerate(hashes)))
+    else:
+        path.write_text("id,h\n" + "".join(f"{i},{h}\n" for i, h in enumerate(hashes)))
+    with pytest.raises(ValueError, match=r"column 'h' holds integers past int64 .* column_types\.h=uint64"):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1)
+    assert not (tmp_path / "out").exists()
+    daskpile.shuffle_parquet(
+        str(path), str(tmp_path / "out"), piles=2, seed=1, read_options={"column_types": {"h": "uint64"}}
+    )
+    assert sorted(pq.read_table(tmp_path / "out").column("h").to_pylist()) == sorted(hashes)
+    floats = tmp_path / f"floats.{fmt}"  # floats that large, but not whole: floats
+    floats.write_text('{"x":1.5e19}\n{"x":2.5}\n' if fmt == "jsonl" else "x\n1.5e19\n2.5\n1.00000000000000001e300\n")
+    daskpile.shuffle_parquet(str(floats), str(tmp_path / "floats-out"), piles=1, seed=1)

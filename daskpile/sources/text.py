@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import io
 import posixpath
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -225,7 +226,39 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     unknown = [name for name in declared if name not in table.schema.names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    _refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
     return table.schema, table.num_rows
+
+
+TWO_TO_THE_63 = 2.0**63
+
+
+def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
+    """Refuse integers past int64 in a column whose type was inferred: Arrow reads them as float64, rounded.
+
+    A uint64 hash (xxhash64, simhash) would come out changed, and verified,
+    since the fingerprints are of what Arrow read.  Floats that large are
+    left alone: the text is searched for an integer literal of 19 digits or
+    more only where a float column holds a value past 2**63.
+    """
+    declared = {name for name, _ in options.column_types}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if name in declared or not pa.types.is_float64(column.type) or not len(column):
+            continue
+        low, high = pc.min_max(column).values()  # one pass: most float columns stop here
+        if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
+            continue
+        found = _LONG_INTEGER.search(text)
+        if found is not None:
+            raise ValueError(
+                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
+                f"({found.group().decode()}), which Arrow reads as floats, rounded: declare its type (read option "
+                "column_types: uint64 up to 2**64, else string; double if they are floats), "
+                f"e.g. --read-option column_types.{name}=uint64"
+            )
+
+
+_LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{19,}(?![0-9.eE])")
 
 
 # A compressed file's size in memory is unknown before it is read: taken as this many times its size
@@ -282,12 +315,15 @@ class BlockReader:
         where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
         try:
             if self.options.format == "jsonl":
-                return self._json(block)
+                table = self._json(block)
+                _refuse_rounded_integers(table, block, self.options, where)
+                return table
             table = self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(f"cannot read {where} as {self.options.format}: {_first_line(e)}") from None
         if not self.options.newlines_in_values:
             _refuse_newlines_in_values(table, where)
+        _refuse_rounded_integers(table, block, self.options, where)
         return table
 
     def _json(self, block: bytes) -> pa.Table:
