@@ -85,6 +85,11 @@ class Output:
         ):
             raise ValueError(
                 f"output_format='lines' writes a single binary or string column, and the rows have {schema.names}"
+                + (
+                    ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
+                    if len(schema) > 1
+                    else ""
+                )
             )
 
     @classmethod

@@ -183,7 +183,7 @@ def _source_options(f):
             type=click.Choice(["skip", "error"]),
             default="skip",
             show_default=True,
-            help="Files that are not Parquet by their extension (README.txt): skip and list them, or stop.",
+            help="Files of no data format by their extension (README.md, LICENSE): skip and list them, or stop.",
         ),
     ]
     return _with_options(options, f)
@@ -363,7 +363,7 @@ def cli():
 @click.option(
     "--compression",
     type=click.Choice(["gzip", "zstd"]),
-    help="Of each csv or lines file (.gz, .zst), inside arrow (zstd) and parquet files [none; parquet's own].",
+    help="Of each csv, jsonl or lines file (.gz, .zst), inside arrow (zstd) and parquet files [none; parquet's own].",
 )
 @_source_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
