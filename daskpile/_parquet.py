@@ -171,7 +171,7 @@ class ShuffleReport:
         if self.skipped_files:
             shown = ", ".join(self.skipped_files[:3])
             more = ", ..." if len(self.skipped_files) > 3 else ""
-            verified += f"; skipped, not Parquet: {count(len(self.skipped_files), 'file')} ({shown}{more})"
+            verified += f"; skipped, not data: {count(len(self.skipped_files), 'file')} ({shown}{more})"
         return (
             f"shuffled {count(self.rows, 'row')} from {count(len(self.source_files), 'file')} into "
             f"{count(self.piles, 'pile')} "

@@ -217,7 +217,7 @@ def test_sidecars_and_markers_are_not_data_and_strays_are_listed(sync_scheduler,
     assert plan.reading.reference == "_metadata" and plan.metadata.num_rows == 100  # planning from the sidecar
     report = shuffle(str(lake), tmp_path / "out")
     assert report.rows == 100 and [os.path.basename(f) for f in report.skipped_files] == ["README.txt"]
-    assert "skipped, not Parquet: 1 file (" in str(report)
+    assert "skipped, not data: 1 file (" in str(report)
     with pytest.raises(ValueError, match=r"README\.txt' is not a Parquet file"):
         shuffle(str(lake), tmp_path / "strict", stray_files="error")
 

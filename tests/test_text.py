@@ -489,3 +489,19 @@ def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path,
     floats = tmp_path / f"floats.{fmt}"  # floats that large, but not whole: floats
     floats.write_text('{"x":1.5e19}\n{"x":2.5}\n' if fmt == "jsonl" else "x\n1.5e19\n2.5\n1.00000000000000001e300\n")
     daskpile.shuffle_parquet(str(floats), str(tmp_path / "floats-out"), piles=1, seed=1)
+
+
+def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync_scheduler):
+    """A Hugging Face dataset folder: data files, a README.md and a LICENSE with no extension."""
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    write_jsonl(numbers(100), folder / "part-0.jsonl")
+    (folder / "LICENSE").write_text("MIT License\n")
+    (folder / "README.md").write_text("# a dataset\n")
+    for fmt in ("auto", "jsonl"):
+        out = tmp_path / f"out-{fmt}"
+        report = daskpile.shuffle_parquet(str(folder), str(out), piles=2, seed=1, format=fmt)
+        assert report.rows == 100 and sorted(p.rsplit("/", 1)[1] for p in report.skipped_files) == [
+            "LICENSE",
+            "README.md",
+        ]

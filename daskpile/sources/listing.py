@@ -107,8 +107,19 @@ def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)
 
 
+# Files that sit beside data in the folders people publish (a Hugging Face dataset's LICENSE), named so by
+# convention, without an extension that would say they are not data
+NOT_DATA = {"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CONTRIBUTORS", "README", "CHANGELOG", "MAKEFILE"}
+
+
 def _is_stray(name: str, format: str = "parquet") -> bool:
-    """A file whose extension says it is not of ``format`` (``B.PARQUET`` is Parquet)."""
+    """A file whose extension says it is not of ``format`` (``B.PARQUET`` is Parquet), or a LICENSE.
+
+    >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
+    (True, False, False)
+    """
+    if name.upper() in NOT_DATA:
+        return True
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))
