@@ -505,3 +505,12 @@ def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync
             "LICENSE",
             "README.md",
         ]
+
+
+def test_a_bad_row_in_a_later_range_says_where_its_row_number_counts_from(tmp_path, sync_scheduler):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b\n" + "".join(f"{i},x{i}\n" for i in range(150_000)) + "1,2,3\n")  # past the first MiB
+    where = r"bytes ([\d,]+) to [\d,]+ as csv: .*Row #\d+.* \(rows counted from byte \1\)"
+    with pytest.raises(ValueError, match=where):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1, blocksize=2**18)
+    assert not (tmp_path / "out").exists()

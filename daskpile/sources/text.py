@@ -320,7 +320,10 @@ class BlockReader:
                 return table
             table = self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise ValueError(f"cannot read {where} as {self.options.format}: {_first_line(e)}") from None
+            message = _first_line(e)
+            if start and re.search(r"\b[Rr]ow\b", message):  # Arrow counts rows from the start of the block
+                message += f" (rows counted from byte {start:,})"
+            raise ValueError(f"cannot read {where} as {self.options.format}: {message}") from None
         if not self.options.newlines_in_values:
             _refuse_newlines_in_values(table, where)
         _refuse_rounded_integers(table, block, self.options, where)
