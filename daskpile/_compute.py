@@ -171,13 +171,14 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
             return list(dask.compute(*tasks, scheduler=_local_scheduler()))
         # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
         pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        interrupted = False
         try:
             return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
         except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
-            pool.shutdown(wait=False, cancel_futures=True)
+            interrupted = True
             raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
 def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
