@@ -251,8 +251,8 @@ def _local_scheduler():
         return None
     from dask.base import named_schedulers
 
-    configured = dask.config.get("scheduler", None) or "threads"
-    return named_schedulers.get(configured.lower()) if isinstance(configured, str) else None
+    configured = _configured() or "threads"
+    return named_schedulers.get(configured) if isinstance(configured, str) else None
 
 
 def _shows_bars() -> bool:

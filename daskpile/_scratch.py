@@ -399,7 +399,8 @@ class PileReader:
     def __enter__(self) -> PileReader:
         return self
 
-    def _open_all(self, paths: list[str]) -> list[ScratchFile]:
+    def _open_all(self, paths: list[str]) -> list[ScratchFile] | None:
+        """Every file of ``paths`` open; None if there are more than this process may hold open."""
         raise_open_files_limit()
         files: list[ScratchFile] = []
         try:
@@ -408,9 +409,9 @@ class PileReader:
         except OSError as e:
             for f in files:
                 f.close()
-            if e.errno == errno.EMFILE:
-                raise TooManyOpenFiles from e
-            raise
+            if e.errno != errno.EMFILE:
+                raise
+            return None
         return files
 
     def _open(self, path: str) -> ScratchFile:
@@ -422,14 +423,12 @@ class PileReader:
         band = self.scratch.band_of(pile)
         if self._mapped > RELEASE_BYTES or band != self._band:
             self.release()
+        if not self._files and not self._one_at_a_time:
+            files = self._open_all(self.scratch.paths(band))
+            self._one_at_a_time = files is None  # more scratch files than this process may hold open
+            self._files, self._band = files or [], band
         if self._one_at_a_time:
             return list(self.pile_slices(pile))
-        if not self._files:
-            try:
-                self._files, self._band = self._open_all(self.scratch.paths(band)), band
-            except TooManyOpenFiles:
-                self._one_at_a_time = True  # more scratch files than this process may hold open
-                return list(self.pile_slices(pile))
         slices = [f.pile(pile) for f in self._files]
         if self.mapped:
             # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
@@ -463,10 +462,6 @@ class PileReader:
 # How long the process keeps a scratch run's files open after its last pile read (``read_pile``): a
 # removed file's disk space is freed only once nothing maps it.
 IDLE_SECONDS = 2.0
-
-
-class TooManyOpenFiles(Exception):
-    """A band has more scratch files than this process may hold open at once."""
 
 
 @functools.cache

@@ -313,18 +313,15 @@ class BlockReader:
         if not block:  # a range in which no line starts
             return self.schema.empty_table()
         where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
+        jsonl = self.options.format == "jsonl"
         try:
-            if self.options.format == "jsonl":
-                table = self._json(block)
-                _refuse_rounded_integers(table, block, self.options, where)
-                return table
-            table = self._csv(block, first=start == 0, where=where)
+            table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             message = _first_line(e)
             if start and re.search(r"\b[Rr]ow\b", message):  # Arrow counts rows from the start of the block
                 message += f" (rows counted from byte {start:,})"
             raise ValueError(f"cannot read {where} as {self.options.format}: {message}") from None
-        if not self.options.newlines_in_values:
+        if not jsonl and not self.options.newlines_in_values:
             _refuse_newlines_in_values(table, where)
         _refuse_rounded_integers(table, block, self.options, where)
         return table
