@@ -401,7 +401,8 @@ class PileReader:
 
     def _open_all(self, paths: list[str]) -> list[ScratchFile] | None:
         """Every file of ``paths`` open; None if there are more than this process may hold open."""
-        raise_open_files_limit()
+        if len(paths) > open_files_budget():
+            return None
         files: list[ScratchFile] = []
         try:
             for path in paths:
@@ -464,21 +465,31 @@ class PileReader:
 IDLE_SECONDS = 2.0
 
 
+OPEN_FILES_SHARE = 8  # of the process's limit, what one reader may hold: every thread may hold a band at once
+
+
 @functools.cache
-def raise_open_files_limit() -> None:
-    """Raise this process's soft limit of open files to its hard limit, once (as Go's runtime does at start).
+def open_files_budget() -> int:
+    """How many scratch files one ``PileReader`` may hold open; it reads one file at a time past that.
 
     Pass 2 holds every scratch file of a band open (one per pass-1 task), in
     every thread: the common soft limit of 1,024 is passed by 400 tasks on 3
-    threads (a 6 GB text file in 16 MiB ranges).  The hard limit is usually
-    hundreds of thousands; past it, ``PileReader`` reads one file at a time.
+    threads (a 6 GB text file in 16 MiB ranges).  So the soft limit is first
+    raised to the hard one, once (as Go's runtime does at start): usually
+    hundreds of thousands.  Decided before opening, rather than on the first
+    ``Too many open files``: a thread holding a band then would make another
+    thread's open of its output file fail.
     """
-    with contextlib.suppress(ImportError, ValueError, OSError):
+    try:
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard != resource.RLIM_INFINITY and soft < hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    except (ImportError, ValueError, OSError):  # not on this platform, or not allowed
+        return 256
+    return 2**20 if soft == resource.RLIM_INFINITY else soft // OPEN_FILES_SHARE
 
 
 class _OpenRun:
