@@ -6,7 +6,6 @@ same lake (``pyarrow.dataset`` with hive partitioning), as a multiset of rows.
 
 import itertools
 import os
-import shutil
 
 import dask
 import dask.dataframe as dd
@@ -317,9 +316,15 @@ def test_the_command_prints_the_unified_schema(tmp_path):
 
 
 def test_a_file_pyarrow_opens_but_cannot_read_is_named(sync_scheduler, tmp_path):
-    os.makedirs(tmp_path / "lake")
-    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "large_string_map.brotli.parquet"), tmp_path / "lake")
-    with pytest.raises(ValueError, match=r"cannot read '.*large_string_map\.brotli\.parquet' as Parquet"):
+    """Its footer is whole, so planning passes; a page in the middle is garbled, so pass 1's read fails."""
+    path = tmp_path / "lake" / "garbled.parquet"
+    write(str(path), id=list(range(1000)), s=[str(i) * 5 for i in range(1000)])
+    column = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    data = bytearray(path.read_bytes())
+    middle = (column.dictionary_page_offset or column.data_page_offset) + column.total_compressed_size // 2
+    data[middle : middle + 64] = b"\xff" * 64
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=r"cannot read '.*garbled\.parquet' as Parquet: Corrupt snappy"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
