@@ -1,6 +1,7 @@
 """Source, destination and scratch on object storage, against a real S3-compatible
 server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster would."""
 
+import concurrent.futures
 import dataclasses
 import gc
 import socket
@@ -162,22 +163,26 @@ def test_secrets_are_never_printed_logged_or_written(s3):
     unreachable = ["--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:9", "--storage-option=key=testing",
                    f"--storage-option=secret={SECRET}", "--storage-option=config_kwargs.connect_timeout=1",
                    "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
-    runs = [
-        # credentials from the environment, on a LocalCluster (its workers log to this stderr), then as options;
-        # a retry; verify
-        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
-                    "--scratch=s3://scratch/secret", *endpoint_options, "--debug", env=env),
-        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
-                    "--scratch=s3://scratch/secret", *in_options, "--scheduler=threads", "--debug"),
-        daskpile_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options, "--scheduler=sync",
-                    "--json"),
-        # failures: a missing bucket as source and as dest, an endpoint that does not answer
-        daskpile_command("shuffle", "s3://no-such-bucket/x", "s3://lake/secret-never", *in_options),
-        daskpile_command("shuffle", "s3://lake/secret-in", "s3://no-such-bucket/out", "--piles=2", *in_options),
-        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable),
-        daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", "--debug",
-                         *unreachable),
-    ]  # fmt: skip
+    failures = [
+        # a missing bucket as source and as dest, an endpoint that does not answer
+        ("shuffle", "s3://no-such-bucket/x", "s3://lake/secret-never", *in_options),
+        ("shuffle", "s3://lake/secret-in", "s3://no-such-bucket/out", "--piles=2", *in_options),
+        ("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", *unreachable),
+        ("shuffle", "s3://lake/secret-in", "s3://lake/secret-never", "--piles=2", "--debug", *unreachable),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(failures)) as pool:  # beside the runs, which wait on each other
+        failed = [pool.submit(daskpile_command, *args) for args in failures]
+        runs = [
+            # credentials from the environment, on a LocalCluster (its workers log to this stderr), then as
+            # options; a retry; verify
+            daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+                             "--scratch=s3://scratch/secret", *endpoint_options, "--debug", env=env),
+            daskpile_command("shuffle", "s3://lake/secret-in", "s3://lake/secret-out", "--piles=3", "--seed=1",
+                             "--scratch=s3://scratch/secret", *in_options, "--scheduler=threads", "--debug"),
+            daskpile_command("verify", "s3://lake/secret-in", "s3://lake/secret-out", *in_options,
+                             "--scheduler=sync", "--json"),
+        ]  # fmt: skip
+        runs += [future.result() for future in failed]
     assert [r.returncode for r in runs] == [0, 0, 0, 2, 2, 2, 2], [r.stderr for r in runs]
     for r in runs:
         assert SECRET not in r.stdout + r.stderr
