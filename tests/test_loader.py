@@ -416,3 +416,28 @@ def test_lazy_piles_named_without_their_manifest_are_still_lazy(datasets):
     assert (
         loader.units.lazy and not daskpile.PileLoader(datasets["eager"] + "/*.parquet", batch_size=1, seed=1).units.lazy
     )
+
+
+def test_one_iterator_at_a_time_a_replaced_one_stops_and_the_position_stays_true(datasets):
+    """A loop left with break, then another loop: the new iterator goes on, the old one cannot count into it."""
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=3)
+    first = iter(loader)
+    seen = [next(first)["id"].to_numpy() for _ in range(3)]
+    second = iter(loader)
+    seen += [next(second)["id"].to_numpy() for _ in range(2)]
+    with pytest.raises(RuntimeError, match="this iterator of the PileLoader was replaced"):
+        next(first)
+    assert loader.state_dict()["batches"] == 5
+    seen += ids(second)
+    assert len(seen) == 24 and sorted(np.concatenate(seen).tolist()) == list(range(ROWS))
+    assert loader.state_dict()["epoch"] == 1
+    third = iter(loader)
+    next(third)
+    loader.set_epoch(4)
+    with pytest.raises(RuntimeError, match="replaced"):
+        next(third)
+    fourth = iter(loader)
+    next(fourth)
+    loader.load_state_dict(loader.state_dict())
+    with pytest.raises(RuntimeError, match="replaced"):
+        next(fourth)

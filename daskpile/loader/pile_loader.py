@@ -175,6 +175,7 @@ class PileLoader:
         self._threads = os.cpu_count() or 1
         self._pools: dict[int, ThreadPoolExecutor] = {}
         self.stats: LoadStats | None = None
+        self._iteration = 0  # which iterator is current (see __iter__)
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
                 f"drop_last: each of the {world_size} ranks has fewer than batch_size={batch_size:,} rows, "
@@ -227,6 +228,7 @@ class PileLoader:
         return _manifest.version_of(_manifest.read(path, storage_options))
 
     def _start_epoch(self, epoch: int) -> None:
+        self._iteration += 1  # a live iterator was of the position this replaces
         self._epoch, self._batches = epoch, 0
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
 
@@ -241,6 +243,13 @@ class PileLoader:
         return self._layout.batches(self._plan(self._epoch)) - self._batches
 
     def __iter__(self):
+        # The loader has one position: a new iterator goes on from it, and an older one still alive
+        # (a loop left with break, a peek with next(iter(loader))) stops rather than counting its
+        # batches into the same position, which state_dict would then misreport.
+        self._iteration += 1
+        return self._iterate(self._iteration)
+
+    def _iterate(self, iteration: int):
         plan = self._plan(self._epoch)
         takes = self._layout.takes(plan, self.rank, skip_batches=self._batches)
         held = len(range(self.rank, self.canonical_ranks, self.world_size))
@@ -254,11 +263,20 @@ class PileLoader:
         loaded = Prefetcher(takes, load, held=held, ahead=self.prefetch)
         try:
             for batch in _batches(loaded, self.batch_size):
+                self._check_current(iteration)
                 self._batches += 1
                 yield self._convert(batch)
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
+        self._check_current(iteration)
         self._start_epoch(self._epoch + 1)
+
+    def _check_current(self, iteration: int) -> None:
+        if iteration != self._iteration:
+            raise RuntimeError(
+                "this iterator of the PileLoader was replaced: the loader was iterated again, or its position "
+                "set (set_epoch, load_state_dict), and goes on from there; use one iterator at a time"
+            )
 
     def _column_pool(self) -> ThreadPoolExecutor:
         # One per process: a process forked from this one (a DataLoader worker) inherits a pool whose
@@ -300,6 +318,7 @@ class PileLoader:
         if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
+        self._iteration += 1  # a live iterator was of the position this replaces
         old = Layout(
             state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
             tuple(state["starts"]),
