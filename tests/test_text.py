@@ -491,6 +491,31 @@ def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path,
     daskpile.shuffle_parquet(str(floats), str(tmp_path / "floats-out"), piles=1, seed=1)
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_declared_type_keeps_its_column_where_the_file_has_it(tmp_path, sync_scheduler, fmt):
+    """Arrow's JSON reader puts an explicit schema's fields first; the result keeps the order it has without.
+
+    In JSON lines key ``b`` is first seen on the second line, so it comes last; the file is read in ranges."""
+    path = tmp_path / f"rows.{fmt}"
+    if fmt == "jsonl":
+        path.write_text(
+            '{"a":1,"c":2.5,"d":0}\n' + "".join(f'{{"a":{i},"b":"x{i}","c":2.5,"d":0}}\n' for i in range(20))
+        )
+    else:
+        path.write_text("a,c,b,d\n" + "".join(f"{i},2.5,x{i},0\n" for i in range(20)))
+
+    def names(declared: dict) -> list[str]:
+        out = tmp_path / f"out-{len(declared)}"
+        options = {"column_types": declared} if declared else None
+        daskpile.shuffle_parquet(str(path), str(out), piles=2, seed=1, blocksize=200, read_options=options)
+        schema = pq.read_schema(sorted(out.glob("part-*"))[0])
+        assert not declared or schema.field("b").type == pa.large_string()
+        return schema.names
+
+    expected = ["a", "c", "d", "b"] if fmt == "jsonl" else ["a", "c", "b", "d"]
+    assert names({"b": "large_string", "c": "float32"}) == names({}) == expected
+
+
 def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync_scheduler):
     """A Hugging Face dataset folder: data files, a README.md and a LICENSE with no extension."""
     folder = tmp_path / "dataset"

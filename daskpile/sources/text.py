@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import posixpath
 import re
 
@@ -227,7 +228,28 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
     _refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
-    return table.schema, table.num_rows
+    schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
+    return schema, table.num_rows
+
+
+def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
+    """``schema`` with its fields in the order the file's keys first appear, as without declared types.
+
+    Arrow puts the fields of an explicit schema first; a declared type must not move its column.
+
+    >>> _in_file_order(pa.schema([("b", pa.string()), ("a", pa.int64())]), b'{"a": 1, "b": "x"}\n').names
+    ['a', 'b']
+    """
+    order: dict[str, None] = {}
+    for line in head.splitlines():  # usually the first line names every column
+        with contextlib.suppress(ValueError):  # a line Arrow read is valid JSON; a cut last one may not be
+            record = json.loads(line) if line.strip() else None
+            if isinstance(record, dict):
+                order.update(dict.fromkeys(k for k in record if k in schema.names))
+        if len(order) == len(schema):
+            break
+    names = [*order, *(n for n in schema.names if n not in order)]
+    return pa.schema([schema.field(n) for n in names], metadata=schema.metadata)
 
 
 TWO_TO_THE_63 = 2.0**63
