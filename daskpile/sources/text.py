@@ -237,7 +237,7 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
 
     Arrow puts the fields of an explicit schema first; a declared type must not move its column.
 
-    >>> _in_file_order(pa.schema([("b", pa.string()), ("a", pa.int64())]), b'{"a": 1, "b": "x"}\n').names
+    >>> _in_file_order(pa.schema([("b", pa.string()), ("a", pa.int64())]), b'{"a": 1, "b": "x"}\\n').names
     ['a', 'b']
     """
     order: dict[str, None] = {}
