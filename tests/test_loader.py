@@ -441,3 +441,25 @@ def test_one_iterator_at_a_time_a_replaced_one_stops_and_the_position_stays_true
     loader.load_state_dict(loader.state_dict())
     with pytest.raises(RuntimeError, match="replaced"):
         next(fourth)
+
+
+def test_a_result_written_with_partition_on_keeps_its_keys_and_mixes_them_in_every_batch(tmp_path):
+    """``to_parquet(partition_on=["day"])`` writes pile k as ``day=*/part.k.parquet``: one pile, several files."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": np.arange(2000), "day": np.repeat(["mon", "tue", "wed", "thu"], 500)})
+    with dask.config.set(scheduler="sync"):
+        shuffled = daskpile.shuffle(dd.from_pandas(frame, npartitions=4), piles=3, seed=1)
+        shuffled.to_parquet(str(tmp_path / "by-day"), partition_on=["day"])
+    loader = daskpile.PileLoader(str(tmp_path / "by-day"), batch_size=100, seed=0)
+    assert len(loader.units.paths) == 3 and all(len(files) == 4 for files in loader.units.paths)
+    batches = list(loader)
+    ids = np.concatenate([b["id"].to_numpy() for b in batches])
+    days = np.concatenate([b["day"].to_numpy(zero_copy_only=False) for b in batches])
+    assert sorted(ids.tolist()) == list(range(2000))
+    assert (days == frame["day"].to_numpy()[ids]).all()  # every row with its own key
+    # a pile's files read one after the other would give batches of one day (p under 1e-50 here)
+    assert all(len(set(b["day"].to_pylist())) > 1 for b in batches)
+    tuesdays = daskpile.PileLoader(str(tmp_path / "by-day"), batch_size=100, seed=0, filters=[("day", "=", "tue")])
+    assert sorted(np.concatenate([b["id"].to_numpy() for b in tuesdays]).tolist()) == list(range(500, 1000))

@@ -101,7 +101,7 @@ class _PieceReader:
         start, stop = (piece.start, piece.stop) if chosen is None else (0, int(units.rows[piece.unit]))
         self.rows, self.table = stop - start, None
         fs, paths, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
-        if units.filter is not None or len(paths) != 1:
+        if units.filter is not None or units.keys is not None or len(paths) != 1:
             self.table = _whole_unit(units, self.unit, columns).slice(start, stop - start)
             return
         with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
@@ -130,8 +130,8 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
     parts = []
     for path in units.paths[unit]:
         with parquet_errors(full_url(fs, path)):
-            if units.filter is not None:
-                table = parquet_dataset(fs, path).to_table(columns=names, filter=units.filter)
+            if units.filter is not None or units.keys is not None:
+                table = parquet_dataset(fs, path, units.keys).to_table(columns=names, filter=units.filter)
             else:
                 with open_parquet(fs, path) as parquet:
                     table = parquet.read(columns=names, use_threads=False)

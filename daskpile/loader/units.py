@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import operator
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 
 from daskpile import _manifest, _outputs
 from daskpile._storage import filesystem, full_url
+from daskpile.sources import hive
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
@@ -38,6 +41,7 @@ class Units:
     schema: pa.Schema
     filter: ds.Expression | None  # noqa: F821 - pyarrow.dataset, imported only with filters
     version: int | None = None
+    keys: FolderKeys | None = None  # key=value folders above the files (``to_parquet(partition_on=...)``)
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -68,26 +72,88 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
     expression = None if filters is None else _expression(filters)
     window = (manifest or {}).get("window")
+    keys = FolderKeys.of(fs, paths) if manifest is None else None
     if manifest is not None and expression is None:
         file_rows = np.array(manifest["rows_per_file"], dtype=np.int64)
         schema = _manifest.arrow_schema(manifest)
         lazy = manifest.get("second_pass") == "lazy"
     else:
         with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-            counted = list(pool.map(lambda p: _count(fs, p, expression), paths))
+            counted = list(pool.map(lambda p: _count(fs, p, expression, keys), paths))
         file_rows = np.array([c.rows for c in counted], dtype=np.int64)
-        schema = counted[0].schema
+        schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
     version = None if manifest is None else _manifest.version_of(manifest)
-    if window is None:
+    if window is not None:
+        file_piles, piles = window["file_piles"], manifest["piles"]
+    elif keys is not None:
+        file_piles, piles = _piles_by_name(paths)
+    else:
         return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version)
-    piles = np.array(window["file_piles"], dtype=np.int64)
-    units = pile_files(paths, window["file_piles"], manifest["piles"])
-    rows = np.bincount(piles, weights=file_rows, minlength=manifest["piles"]).astype(np.int64)
-    # a pile of several generations is in generation order, so it is read whole and permuted as a lazy pile is
+    units = pile_files(paths, file_piles, piles)
+    rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
+    # a pile of several files (generations, key values) is in their order, so it is read whole and
+    # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
-    return Units(fs, units, rows, lazy, schema, expression, version)
+    return Units(fs, units, rows, lazy, schema, expression, version, keys)
+
+
+def _piles_by_name(paths: list[str]) -> tuple[list[int], int]:
+    """Each file's pile where the files of one pile share a name across key folders, and how many piles.
+
+    ``shuffle(ddf).to_parquet(partition_on=...)`` writes pile 3's rows as
+    ``day=mon/part.3.parquet``, ``day=tue/part.3.parquet``...: read alone,
+    each would give batches of one day.  Names that are all different, or
+    all the same (a lake's ``data.parquet`` in every folder), are not piles:
+    each file is its own unit.
+
+    >>> _piles_by_name(["d=1/part.0.parquet", "d=2/part.0.parquet", "d=2/part.1.parquet"])
+    ([0, 0, 1], 2)
+    """
+    names = [posixpath.basename(p) for p in paths]
+    distinct = sorted(set(names))
+    if len(distinct) in (1, len(names)):
+        return list(range(len(paths))), len(paths)
+    number = {name: i for i, name in enumerate(distinct)}
+    return [number[name] for name in names], len(distinct)
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderKeys:
+    """The key=value folders of a dataset's files, as columns: their schema and each file's values."""
+
+    schema: pa.Schema
+    values: dict[str, tuple]  # file path -> its key values (Arrow scalars), in schema order
+
+    @classmethod
+    def of(cls, fs, paths: list[str]) -> FolderKeys | None:
+        """The keys of ``paths``' folders (types as pyarrow infers them), or None when there are none."""
+        pairs = [hive.folder_keys(p) for p in paths]
+        if not any(pairs):
+            return None
+        urls = [full_url(fs, p) for p in paths]
+        schema = hive.key_schema(pairs, "hive", urls)
+        values = {p: hive.key_values(k, schema, u) for p, k, u in zip(paths, pairs, urls, strict=True)}
+        return cls(schema, values)
+
+    def expression(self, path: str):
+        """The file's keys as a pyarrow.dataset partition expression, from which its key columns are filled."""
+        import pyarrow.dataset as ds
+
+        terms = [
+            ds.field(f.name).is_null() if not v.is_valid else ds.field(f.name) == v
+            for f, v in zip(self.schema, self.values[path], strict=True)
+        ]
+        return functools.reduce(operator.and_, terms)
+
+
+def _with_keys(schema: pa.Schema, keys: FolderKeys) -> pa.Schema:
+    """A file's schema and the key columns after it, as pyarrow.dataset reads a hive dataset."""
+    clash = [name for name in keys.schema.names if name in schema.names]
+    if clash:
+        raise ValueError(f"column {clash[0]!r} is both in the files and a key=value folder above them")
+    return pa.schema([*schema, *keys.schema], metadata=schema.metadata)
 
 
 def pile_files(paths: list[str], file_piles: list[int], piles: int) -> tuple[tuple[str, ...], ...]:
@@ -115,22 +181,28 @@ class _Counted:
     lazy: bool
 
 
-def _count(fs, path: str, expression) -> _Counted:
+def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
     with open_parquet(fs, path) as parquet:
         stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
         lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
+        schema = parquet.schema_arrow
         if expression is None:
-            return _Counted(parquet.metadata.num_rows, parquet.schema_arrow, lazy)
+            return _Counted(parquet.metadata.num_rows, schema, lazy)
     with parquet_errors(full_url(fs, path)):
-        dataset = parquet_dataset(fs, path)
-        return _Counted(dataset.count_rows(filter=expression), dataset.schema, lazy)
+        return _Counted(parquet_dataset(fs, path, keys).count_rows(filter=expression), schema, lazy)
 
 
-def parquet_dataset(fs, path: str):
-    """One file as a ``pyarrow.dataset``, for a filter.
+def parquet_dataset(fs, path: str, keys: FolderKeys | None = None):
+    """One file as a ``pyarrow.dataset``, for a filter, with its folders' key columns if there are ``keys``.
 
-    Imported here, only with filters: ``pyarrow.dataset`` imports pandas (0.3 s, holding the GIL).
+    Imported here, only with filters or keys: ``pyarrow.dataset`` imports pandas (0.3 s, holding the GIL).
     """
     import pyarrow.dataset as ds
 
-    return ds.dataset(path, filesystem=fs, format="parquet")
+    dataset = ds.dataset(path, filesystem=fs, format="parquet")
+    if keys is None:
+        return dataset
+    return ds.FileSystemDataset.from_paths(
+        [path], schema=_with_keys(dataset.schema, keys), format=dataset.format, filesystem=dataset.filesystem,
+        partitions=[keys.expression(path)],
+    )  # fmt: skip
