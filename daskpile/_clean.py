@@ -3,9 +3,11 @@
 Every run keeps its scratch in a directory ``daskpile-<name>`` under the
 scratch root (the temporary directory by default).  A ``shuffle_parquet`` run
 writes its description (``_daskpile.run.json``, with its dest) there, so its
-scratch can be judged: it is a leftover when its dest is gone, holds a
-finished its run's result, holds another run, its source changed, or pass 2
-had consumed scratch whose piles dest no longer holds.  Anything else may be
+scratch can be judged: it is a leftover when its dest holds its run's
+finished result or another run, its source changed, or pass 2 had consumed
+scratch whose piles dest no longer holds.  A dest deleted while the scratch
+can still finish it is not a reason: the same command resumes from the scratch
+(and pass 1 writes nothing in dest to tell a deleted dest from one not made yet).  Anything else may be
 resumed, or be running: it stays, unless ``older_than`` says it is stale.
 Scratch without a description (``shuffle(ddf)``'s, owned by a live Python
 session) goes only when older than ``older_than``.
@@ -57,7 +59,7 @@ def clean(
 
     >>> for leftover in clean(older_than="1d", dry_run=True):  # doctest: +SKIP
     ...     print(leftover)
-    remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 30.2 h old): its dest /data/out is gone
+    remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 30.2 h old): its run finished: /data/out holds its result
     """
     fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
     min_age = parse_timedelta(older_than) if older_than is not None else None
