@@ -69,9 +69,18 @@ def quiet_workers(client) -> None:
     the scheduler runs in this process, so a worker's heartbeat fails only
     when the cluster closes under it (distributed's race: a heartbeat in
     flight as the scheduler goes), logged as a 30-line traceback.  Other
-    worker logs (memory warnings, restarts) stay.
+    worker logs (memory warnings, restarts) stay.  A plugin, so that a worker
+    restarted after a crash (the nanny starts a new process) is quiet too.
     """
-    client.run(_filter_worker_logs)
+    from distributed.diagnostics.plugin import WorkerPlugin  # here: importing distributed takes half a second
+
+    class QuietWorker(WorkerPlugin):
+        name = "daskpile-quiet-worker"
+
+        def setup(self, worker) -> None:
+            _filter_worker_logs()
+
+    client.register_plugin(QuietWorker())
 
 
 _REPORTED_ELSEWHERE = (

@@ -94,7 +94,10 @@ if __name__ == "__main__":
         client.run(log, "Failed to communicate with scheduler during heartbeat.")
         client.run(log, "Compute Failed Key: daskpile-gather-0")
         client.run(log, "another worker error")
+        client.restart()  # new worker processes, as after a crash
+        client.run(log, "Compute Failed Key: daskpile-gather-1")
+        client.run(log, "an error after the restart")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
-    assert "another worker error" in done.stderr
+    assert "another worker error" in done.stderr and "an error after the restart" in done.stderr
     assert "heartbeat" not in done.stderr and "Compute Failed" not in done.stderr
