@@ -463,3 +463,16 @@ def test_a_result_written_with_partition_on_keeps_its_keys_and_mixes_them_in_eve
     assert all(len(set(b["day"].to_pylist())) > 1 for b in batches)
     tuesdays = daskpile.PileLoader(str(tmp_path / "by-day"), batch_size=100, seed=0, filters=[("day", "=", "tue")])
     assert sorted(np.concatenate([b["id"].to_numpy() for b in tuesdays]).tolist()) == list(range(500, 1000))
+
+
+def test_key_folders_count_below_the_path_given_and_a_files_own_column_wins(tmp_path):
+    """As pyarrow.dataset reads a hive dataset: a result kept under ``year=2024/`` gets no year column."""
+    import pyarrow as pa
+
+    for folder, name in [("year=2024/shuffled/day=1", "part.0"), ("year=2024/shuffled/day=2", "part.0")]:
+        (tmp_path / folder).mkdir(parents=True)
+        pq.write_table(pa.table({"id": [len(name), 7], "year": [2023, 2023]}), tmp_path / folder / f"{name}.parquet")
+    for path in [tmp_path / "year=2024" / "shuffled", tmp_path / "year=2024" / "shuffled" / "day=*" / "*.parquet"]:
+        batch = next(iter(daskpile.PileLoader(str(path), batch_size=10, seed=0)))
+        assert batch.schema.names == ["id", "year", "day"] and set(batch["year"].to_pylist()) == {2023}
+        assert sorted(batch["day"].to_pylist()) == [1, 1, 2, 2]

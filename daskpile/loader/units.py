@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from daskpile import _manifest, _outputs
 from daskpile._storage import filesystem, full_url
 from daskpile.sources import hive
+from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
@@ -72,7 +73,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
     expression = None if filters is None else _expression(filters)
     window = (manifest or {}).get("window")
-    keys = FolderKeys.of(fs, paths) if manifest is None else None
+    keys = FolderKeys.below(path, fs, paths, storage_options) if manifest is None else None
     if manifest is not None and expression is None:
         file_rows = np.array(manifest["rows_per_file"], dtype=np.int64)
         schema = _manifest.arrow_schema(manifest)
@@ -127,9 +128,23 @@ class FolderKeys:
     values: dict[str, tuple]  # file path -> its key values (Arrow scalars), in schema order
 
     @classmethod
-    def of(cls, fs, paths: list[str]) -> FolderKeys | None:
-        """The keys of ``paths``' folders (types as pyarrow infers them), or None when there are none."""
-        pairs = [hive.folder_keys(p) for p in paths]
+    def below(cls, root: str | list[str], fs, paths: list[str], storage_options) -> FolderKeys | None:
+        """The keys of the folders between directory ``root`` and ``paths``, or None when there are none.
+
+        Only below the directory the loader was given (or a glob's part before
+        its first wildcard), as pyarrow.dataset and Dask read a hive dataset;
+        none for a list of files.  A key that is also a column of the files is
+        left to the files.  Types as pyarrow infers them.
+        """
+        if not isinstance(root, str):
+            return None
+        prefix = literal_prefix(filesystem(root, storage_options)[1].rstrip("/") + "/x") + "/"
+        pairs = [hive.folder_keys(p[len(prefix) :]) if p.startswith(prefix) else [] for p in paths]
+        if not any(pairs):
+            return None
+        with open_parquet(fs, paths[0]) as parquet:
+            columns = set(parquet.schema_arrow.names)
+        pairs = [[(key, value) for key, value in found if key not in columns] for found in pairs]
         if not any(pairs):
             return None
         urls = [full_url(fs, p) for p in paths]

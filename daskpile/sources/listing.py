@@ -46,7 +46,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     fs, path = filesystem(url, storage_options)
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
-        root = _literal_prefix(path)
+        root = literal_prefix(path)
         above = tables.table_around(fs, root)
     elif fs.isdir(path):
         found = fs.find(path, detail=True)
@@ -92,7 +92,7 @@ def data_files(
     return listed[0].fs, files
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
     """The directory part of a glob before its first wildcard: where partition folders start."""
     parts = pattern.split("/")
     literal = []
