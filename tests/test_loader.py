@@ -443,17 +443,20 @@ def test_one_iterator_at_a_time_a_replaced_one_stops_and_the_position_stays_true
         next(fourth)
 
 
-def test_a_result_written_with_partition_on_keeps_its_keys_and_mixes_them_in_every_batch(tmp_path):
+@pytest.mark.parametrize("piles", [1, 3])
+@pytest.mark.parametrize("given", ["folder", "list"])
+def test_a_result_written_with_partition_on_keeps_its_keys_and_mixes_them_in_every_batch(tmp_path, piles, given):
     """``to_parquet(partition_on=["day"])`` writes pile k as ``day=*/part.k.parquet``: one pile, several files."""
     import dask.dataframe as dd
     import pandas as pd
 
     frame = pd.DataFrame({"id": np.arange(2000), "day": np.repeat(["mon", "tue", "wed", "thu"], 500)})
     with dask.config.set(scheduler="sync"):
-        shuffled = daskpile.shuffle(dd.from_pandas(frame, npartitions=4), piles=3, seed=1)
+        shuffled = daskpile.shuffle(dd.from_pandas(frame, npartitions=4), piles=piles, seed=1)
         shuffled.to_parquet(str(tmp_path / "by-day"), partition_on=["day"])
-    loader = daskpile.PileLoader(str(tmp_path / "by-day"), batch_size=100, seed=0)
-    assert len(loader.units.paths) == 3 and all(len(files) == 4 for files in loader.units.paths)
+    path = str(tmp_path / "by-day") if given == "folder" else sorted(map(str, tmp_path.glob("by-day/*/*.parquet")))
+    loader = daskpile.PileLoader(path, batch_size=100, seed=0)
+    assert len(loader.units.paths) == piles and all(len(files) == 4 for files in loader.units.paths)
     batches = list(loader)
     ids = np.concatenate([b["id"].to_numpy() for b in batches])
     days = np.concatenate([b["day"].to_numpy(zero_copy_only=False) for b in batches])
@@ -461,8 +464,30 @@ def test_a_result_written_with_partition_on_keeps_its_keys_and_mixes_them_in_eve
     assert (days == frame["day"].to_numpy()[ids]).all()  # every row with its own key
     # a pile's files read one after the other would give batches of one day (p under 1e-50 here)
     assert all(len(set(b["day"].to_pylist())) > 1 for b in batches)
-    tuesdays = daskpile.PileLoader(str(tmp_path / "by-day"), batch_size=100, seed=0, filters=[("day", "=", "tue")])
+    tuesdays = daskpile.PileLoader(path, batch_size=100, seed=0, filters=[("day", "=", "tue")])
     assert sorted(np.concatenate([b["id"].to_numpy() for b in tuesdays]).tolist()) == list(range(500, 1000))
+
+
+def test_a_lakes_files_are_units_of_their_own_and_a_keyed_file_is_read_by_row_groups(tmp_path, monkeypatch):
+    """Only Dask's part.N names make piles of several files: pyarrow's part-0 in every folder would make
+    most of a lake one unit, read whole.  A file with keys is still read by the row groups a rank needs."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from daskpile.loader import reading
+
+    year = np.concatenate([np.repeat(np.arange(2015, 2024), 1000), np.repeat(2024, 3000)])
+    ds.write_dataset(
+        pa.table({"x": np.arange(len(year)), "year": year}), tmp_path / "lake", format="parquet",
+        partitioning=["year"], partitioning_flavor="hive", max_rows_per_file=2000, max_rows_per_group=500,
+    )  # fmt: skip
+    monkeypatch.setattr(reading, "_whole_unit", None)  # a call would fail: no unit is read whole
+    loader = daskpile.PileLoader(str(tmp_path / "lake"), batch_size=100, seed=0, rank=1, world_size=4)
+    assert [len(files) for files in loader.units.paths] == [1] * 11 and not loader.units.lazy
+    batches = list(loader)
+    assert sum(b.num_rows for b in batches) == 3000
+    x, years = (np.concatenate([b[c].to_numpy() for b in batches]) for c in ("x", "year"))
+    assert (years == year[x]).all()
 
 
 def test_key_folders_count_below_the_path_given_and_a_files_own_column_wins(tmp_path):

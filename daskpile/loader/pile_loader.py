@@ -250,6 +250,7 @@ class PileLoader:
         return self._iterate(self._iteration)
 
     def _iterate(self, iteration: int):
+        self._check_current(iteration)  # before loading anything
         plan = self._plan(self._epoch)
         takes = self._layout.takes(plan, self.rank, skip_batches=self._batches)
         held = len(range(self.rank, self.canonical_ranks, self.world_size))

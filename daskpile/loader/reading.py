@@ -101,7 +101,7 @@ class _PieceReader:
         start, stop = (piece.start, piece.stop) if chosen is None else (0, int(units.rows[piece.unit]))
         self.rows, self.table = stop - start, None
         fs, paths, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
-        if units.filter is not None or units.keys is not None or len(paths) != 1:
+        if units.filter is not None or len(paths) != 1:
             self.table = _whole_unit(units, self.unit, columns).slice(start, stop - start)
             return
         with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
@@ -113,8 +113,11 @@ class _PieceReader:
         self.offset = start - (int(ends[first - 1]) if first else 0)
 
     def column(self, name: str) -> pa.ChunkedArray:
+        keys = self.units.keys
         if self.table is not None:
             values = self.table.column(name)
+        elif keys is not None and name in keys.schema.names:  # a key=value folder's: the same in every row
+            values = pa.chunked_array([pa.repeat(keys.value(self.units.paths[self.unit][0], name), self.rows)])
         else:
             fs, (path,) = self.units.fs, self.units.paths[self.unit]
             with open_parquet(fs, path, self.footer) as parquet, parquet_errors(self.units.url(self.unit)):
@@ -131,7 +134,8 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
     for path in units.paths[unit]:
         with parquet_errors(full_url(fs, path)):
             if units.filter is not None or units.keys is not None:
-                table = parquet_dataset(fs, path, units.keys).to_table(columns=names, filter=units.filter)
+                dataset = parquet_dataset(fs, path, units.keys, units.schema)
+                table = dataset.to_table(columns=names, filter=units.filter)
             else:
                 with open_parquet(fs, path) as parquet:
                     table = parquet.read(columns=names, use_threads=False)

@@ -7,6 +7,7 @@ import functools
 import json
 import operator
 import posixpath
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile import _manifest, _outputs
-from daskpile._storage import filesystem, full_url
+from daskpile._storage import filesystem, full_url, is_local
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -100,24 +101,29 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     return Units(fs, units, rows, lazy, schema, expression, version, keys)
 
 
+DASK_PART = re.compile(r"part\.([0-9]+)\.parquet")  # Dask's to_parquet names: part.<partition>.parquet
+
+
 def _piles_by_name(paths: list[str]) -> tuple[list[int], int]:
-    """Each file's pile where the files of one pile share a name across key folders, and how many piles.
+    """Each file's pile when the files are Dask's ``part.N.parquet`` in key folders, and how many piles.
 
     ``shuffle(ddf).to_parquet(partition_on=...)`` writes pile 3's rows as
     ``day=mon/part.3.parquet``, ``day=tue/part.3.parquet``...: read alone,
-    each would give batches of one day.  Names that are all different, or
-    all the same (a lake's ``data.parquet`` in every folder), are not piles:
-    each file is its own unit.
+    each would give batches of one day.  Files named otherwise (pyarrow's
+    ``part-0.parquet`` in every folder of a lake) are each a unit of their
+    own: grouping them by name could make most of a lake one unit, read whole.
 
     >>> _piles_by_name(["d=1/part.0.parquet", "d=2/part.0.parquet", "d=2/part.1.parquet"])
     ([0, 0, 1], 2)
+    >>> _piles_by_name(["d=1/part-0.parquet", "d=2/part-0.parquet"])
+    ([0, 1], 2)
     """
-    names = [posixpath.basename(p) for p in paths]
-    distinct = sorted(set(names))
-    if len(distinct) in (1, len(names)):
+    parts = [DASK_PART.fullmatch(posixpath.basename(p)) for p in paths]
+    if not all(parts):
         return list(range(len(paths))), len(paths)
-    number = {name: i for i, name in enumerate(distinct)}
-    return [number[name] for name in names], len(distinct)
+    numbers = sorted({int(m.group(1)) for m in parts})
+    pile = {n: i for i, n in enumerate(numbers)}
+    return [pile[int(m.group(1))] for m in parts], len(numbers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,14 +137,12 @@ class FolderKeys:
     def below(cls, root: str | list[str], fs, paths: list[str], storage_options) -> FolderKeys | None:
         """The keys of the folders between directory ``root`` and ``paths``, or None when there are none.
 
-        Only below the directory the loader was given (or a glob's part before
-        its first wildcard), as pyarrow.dataset and Dask read a hive dataset;
-        none for a list of files.  A key that is also a column of the files is
-        left to the files.  Types as pyarrow infers them.
+        Below the directory the loader was given (or a glob's part before its
+        first wildcard), anywhere in the paths of a list of files, as
+        pyarrow.dataset and Dask read a hive dataset.  A key that is also a
+        column of the files is left to the files.  Types as pyarrow infers them.
         """
-        if not isinstance(root, str):
-            return None
-        prefix = literal_prefix(filesystem(root, storage_options)[1].rstrip("/") + "/x") + "/"
+        prefix = "" if not isinstance(root, str) else literal_prefix(filesystem(root, storage_options)[1] + "/x") + "/"
         pairs = [hive.folder_keys(p[len(prefix) :]) if p.startswith(prefix) else [] for p in paths]
         if not any(pairs):
             return None
@@ -151,6 +155,10 @@ class FolderKeys:
         schema = hive.key_schema(pairs, "hive", urls)
         values = {p: hive.key_values(k, schema, u) for p, k, u in zip(paths, pairs, urls, strict=True)}
         return cls(schema, values)
+
+    def value(self, path: str, name: str) -> pa.Scalar:
+        """The value of key ``name`` for the file ``path``."""
+        return self.values[path][self.schema.get_field_index(name)]
 
     def expression(self, path: str):
         """The file's keys as a pyarrow.dataset partition expression, from which its key columns are filled."""
@@ -204,20 +212,22 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         if expression is None:
             return _Counted(parquet.metadata.num_rows, schema, lazy)
     with parquet_errors(full_url(fs, path)):
-        return _Counted(parquet_dataset(fs, path, keys).count_rows(filter=expression), schema, lazy)
+        dataset = parquet_dataset(fs, path, keys, None if keys is None else _with_keys(schema, keys))
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy)
 
 
-def parquet_dataset(fs, path: str, keys: FolderKeys | None = None):
-    """One file as a ``pyarrow.dataset``, for a filter, with its folders' key columns if there are ``keys``.
+def parquet_dataset(fs, path: str, keys: FolderKeys | None = None, schema: pa.Schema | None = None):
+    """One file as a ``pyarrow.dataset``, for a filter; with ``keys``, ``schema`` (the file's and the keys')
+    and the file's key columns filled from its folders.
 
     Imported here, only with filters or keys: ``pyarrow.dataset`` imports pandas (0.3 s, holding the GIL).
     """
     import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
-    dataset = ds.dataset(path, filesystem=fs, format="parquet")
     if keys is None:
-        return dataset
+        return ds.dataset(path, filesystem=fs, format="parquet")
+    arrow_fs = pafs.LocalFileSystem() if is_local(fs) else pafs.PyFileSystem(pafs.FSSpecHandler(fs))
     return ds.FileSystemDataset.from_paths(
-        [path], schema=_with_keys(dataset.schema, keys), format=dataset.format, filesystem=dataset.filesystem,
-        partitions=[keys.expression(path)],
-    )  # fmt: skip
+        [path], schema=schema, format=ds.ParquetFileFormat(), filesystem=arrow_fs, partitions=[keys.expression(path)]
+    )

@@ -243,7 +243,7 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
     order: dict[str, None] = {}
     for line in head.splitlines():  # usually the first line names every column
         with contextlib.suppress(ValueError):  # a line Arrow read is valid JSON; a cut last one may not be
-            record = json.loads(line) if line.strip() else None
+            record = json.loads(line.decode("utf-8", "replace")) if line.strip() else None
             if isinstance(record, dict):
                 order.update(dict.fromkeys(k for k in record if k in schema.names))
         if len(order) == len(schema):
