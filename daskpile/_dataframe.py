@@ -21,7 +21,6 @@ compute (another pile, another epoch) reads scratch without reading the input.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import json
@@ -547,16 +546,16 @@ def gather_partition(
 
 
 def _remove_when_unused(scratch: Scratch) -> None:
-    """Remove a run's scratch, once what the client is still computing is done.
+    """Remove a run's scratch, once what the client is still computing is done, on a thread of its own.
 
     The result may be gone while a ``persist()`` or ``client.compute()`` of it
     still runs; the futures of those need not name the shuffle (a compute's
     future is the key of the concatenated result), so every future of the
     client pending at this moment is waited for.  Runs from the garbage
-    collector or at exit, where an exception would only be printed; from a
-    thread running an event loop (the client's, where the last reference may
-    go), on a thread of its own, since a store's filesystem cannot wait for its
-    requests inside a running loop.
+    collector, in whatever thread it ran in: that thread may hold a lock the
+    removal's requests need (an S3 server's, in the same process; a client's
+    event loop), so the removal never runs in it, but at exit, where a thread
+    would not finish.  An exception is only a warning.
     """
     client = current_client()
     try:
@@ -567,9 +566,6 @@ def _remove_when_unused(scratch: Scratch) -> None:
         futures = [Future(key, client) for key in pending]
     except Exception:  # a closing client, or the interpreter's exit: nothing can still need scratch
         futures = []
-    if not futures and not _in_event_loop():
-        _remove_quietly(scratch)
-        return
 
     def remove_after():
         try:
@@ -578,15 +574,10 @@ def _remove_when_unused(scratch: Scratch) -> None:
         finally:
             _remove_quietly(scratch)
 
+    if not threading.main_thread().is_alive():  # the interpreter's exit
+        remove_after()
+        return
     threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _remove_quietly(scratch: Scratch) -> None:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,12 @@ def run_in_fresh_process(script: str, *args: str):
         [sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout)
+
+
+def eventually(condition, timeout: float = 10, what: str = "condition") -> None:
+    """Wait until ``condition()`` is true: for what daskpile does on a thread of its own (removing dropped scratch)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not so after {timeout} s")
+        time.sleep(0.02)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from _util import daskpile_command, read_store_output
+from _util import daskpile_command, eventually, read_store_output
 from click.testing import CliRunner
 
 import daskpile
@@ -103,8 +103,7 @@ def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     assert sorted(names) == ["_scattered.json"] + [f"scatter-00000{k}.arrow" for k in range(4)]  # one per partition
     del shuffled
     gc.collect()
-    fs.invalidate_cache()
-    assert fs.find("scratch/df") == []
+    eventually(lambda: fs.invalidate_cache() or fs.find("scratch/df") == [], what="scratch removed")
 
 
 def test_the_command_on_s3(s3):
