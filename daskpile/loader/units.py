@@ -142,7 +142,12 @@ class FolderKeys:
         pyarrow.dataset and Dask read a hive dataset.  A key that is also a
         column of the files is left to the files.  Types as pyarrow infers them.
         """
-        prefix = "" if not isinstance(root, str) else literal_prefix(filesystem(root, storage_options)[1] + "/x") + "/"
+        # a directory, or a glob's part before its first wildcard; a list's paths are read whole
+        prefix = (
+            ""
+            if not isinstance(root, str)
+            else literal_prefix(filesystem(root, storage_options)[1].rstrip("/") + "/") + "/"
+        )
         pairs = [hive.folder_keys(p[len(prefix) :]) if p.startswith(prefix) else [] for p in paths]
         if not any(pairs):
             return None
