@@ -6,7 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor, Future
 
 import numpy as np
 import pyarrow as pa
@@ -45,42 +45,97 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
     return ids[group_permutation(seed, epoch, group)]
 
 
-def load_group(
-    units: Units, group: Group, seed: int, epoch: int, columns: list[str] | None, pool: Executor, threads: int
-) -> pa.Table:
-    """A group's rows, read and permuted: the table its takes slice.
+# A group is taken in parts of this many rows, each a table of its own: the consumer lets each part go
+# once it has passed it, so that the next group's files can be read while this one is consumed.  On B
+# (piles of 1.56 M rows, mix 1), parts of 2**16 rows took the Arrow pool's peak from 164 to 141 MiB
+# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.
+PART_ROWS = 1 << 20
 
-    Column by column in ``pool``: each column is read (its pieces' row
-    groups) and taken in the group's order, in parts, as soon as it is read,
-    so reading one column overlaps permuting another, on every core.
+
+class GroupLoad:
+    """A group's reads and takes, queued in a pool; ``parts()`` waits for them.
+
+    The parts are the group's rows in its permuted order: consecutive tables
+    of ``PART_ROWS`` rows (the last one the rest).
     """
-    order = pool.submit(group_permutation, seed, epoch, group)
-    readers = [_PieceReader(units, piece, piece_order(units, piece, seed, epoch), columns) for piece in group.pieces]
+
+    def __init__(self, names: list[str], taken: list[list[Future]], stopped: threading.Event):
+        self.names, self._taken, self._stopped = names, taken, stopped
+
+    def parts(self) -> list[pa.Table]:
+        taken, self._taken = self._taken, []  # the parts' only owner is then the caller
+        columns = [[future.result() for future in futures] for futures in taken]
+        return [pa.Table.from_arrays(list(arrays), names=self.names) for arrays in zip(*columns, strict=True)]
+
+    def cancel(self) -> None:
+        """Its tasks not yet started do nothing."""
+        self._stopped.set()
+
+
+def load_group(
+    units: Units,
+    group: Group,
+    seed: int,
+    epoch: int,
+    columns: list[str] | None,
+    pool: Executor,
+    reserve: Callable[[int], None] | None = None,
+) -> GroupLoad:
+    """Queue the reading and permuting of a group's rows in ``pool``; returns at once.
+
+    Each piece's columns are read, each as a task of its own, once
+    ``reserve(rows)`` has returned for it (it may wait for the consumer to let
+    rows go).  Then each column is made ready for taking, and taken part by
+    part in the group's order.  Tasks run in the order they were queued, every
+    read first: a take waits only for work queued before it, so a pool's
+    threads never all wait (and reading one column overlaps taking another).
+    A column's read is let go once it is ready for taking, and that once its
+    parts are taken: the load never holds the group read, ready and taken at
+    once.
+    """
+    stopped = threading.Event()
+
+    def submit(fn, *args) -> Future:
+        return pool.submit(_unless_stopped, stopped, fn, *args)
+
     names = list(columns) if columns is not None else units.schema.names
-
-    def read(name: str) -> pa.ChunkedArray:
-        parts = [reader.column(name) for reader in readers]
-        return parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], parts[0].type)
-
-    # Each column taken in as many parts as there are threads: a column far costlier than the others
-    # (strings: 12.5 ns a row against 2 for numbers, on A) does not leave the other threads idle.  Only the
-    # queued takes hold a column's read, so it is let go as soon as its parts are taken: the load does not
-    # hold the group read and taken whole at once (mix 4 on A: the Arrow pool's peak 86 MiB against 109;
-    # mix 1: 16 against 26).  Reads are queued first: a take queued before the read of the next column
-    # would leave a thread waiting (6-15 % slower, measured alternating in one process).
-    reads = [pool.submit(read, name) for name in names]
-    parts = np.array_split(order.result(), threads)
-    taken = [[pool.submit(_take_read, read, part) for part in parts] for read in reads]
-    del reads
-    columns_taken = []
-    for futures in taken:
-        chunks = [chunk for future in futures for chunk in future.result().chunks]
-        columns_taken.append(pa.chunked_array(chunks, futures[0].result().type))
-    return pa.Table.from_arrays(columns_taken, names=names)
+    order = submit(group_permutation, seed, epoch, group)
+    reads: dict[str, list[Future]] = {name: [] for name in names}
+    for piece in group.pieces:
+        if reserve is not None:
+            try:
+                reserve(piece.rows)
+            except BaseException:
+                stopped.set()  # the pieces queued already are not wanted either
+                raise
+        reader = submit(_PieceReader, units, piece, piece_order(units, piece, seed, epoch), columns)
+        for name in names:
+            reads[name].append(submit(_read_column, reader, name))
+    sources = [submit(_take_source, reads.pop(name)) for name in names]
+    starts = range(0, group.rows, PART_ROWS)
+    taken = [[submit(_take_part, source, order, start) for start in starts] for source in sources]
+    return GroupLoad(names, taken, stopped)
 
 
-def _take_read(read: Future, indices: np.ndarray) -> pa.ChunkedArray:
-    return _take(read.result(), indices)
+def _unless_stopped(stopped: threading.Event, fn, *args):
+    if stopped.is_set():  # the consumer stopped: the load it was for is not wanted
+        raise CancelledError
+    return fn(*args)
+
+
+def _read_column(reader: Future, name: str) -> pa.ChunkedArray:
+    return reader.result().column(name)
+
+
+def _take_source(reads: list[Future]) -> _kernels.TakeSource:
+    parts = [read.result() for read in reads]
+    chunks = [chunk for part in parts for chunk in part.chunks]
+    return _kernels.TakeSource(pa.chunked_array(chunks, parts[0].type))
+
+
+def _take_part(source: Future, order: Future, start: int) -> pa.Array:
+    indices = order.result()[start : start + PART_ROWS]
+    return source.result().take(_kernels.as_arrow_indices(indices))
 
 
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
@@ -153,37 +208,105 @@ def _check_rows(url: str, found: int, expected: int, what: str) -> None:
         )
 
 
-class Prefetcher:
-    """A rank's takes with their groups' tables, the groups loaded in a thread ahead of the consumer.
+StartLoad = Callable[[Group, Callable[[int], None]], "GroupLoad"]  # (group, reserve) -> its load, queued
 
-    At most ``held + ahead`` groups are in memory: the ``held`` the consumer
-    is reading (one per stream it interleaves) and ``ahead`` loaded or being
-    loaded.  A group is let go when its last rows are taken.  ``waited``
+
+class RowBudget:
+    """The rows a rank's loader may hold: a piece is read once its rows fit beside those not yet let go.
+
+    ``reserve`` waits for room (a piece larger than the whole budget waits
+    for an empty one); ``close`` wakes every waiter with ``BudgetClosed``.
+    """
+
+    def __init__(self, rows: int):
+        self.limit, self.held, self.closed = rows, 0, False
+        self._changed = threading.Condition()
+
+    def reserve(self, rows: int) -> None:
+        with self._changed:
+            while not self.closed and self.held and self.held + rows > self.limit:
+                self._changed.wait()
+            if self.closed:
+                raise BudgetClosed
+            self.held += rows
+
+    def release(self, rows: int) -> None:
+        with self._changed:
+            self.held -= rows
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        with self._changed:
+            self.closed = True
+            self._changed.notify_all()
+
+
+class BudgetClosed(Exception):
+    """The consumer stopped: nothing more is to be read."""
+
+
+class _HeldGroup:
+    """A loaded group's parts, let go one by one as the consumer passes them."""
+
+    def __init__(self, parts: list[pa.Table], rows: int, budget: RowBudget):
+        self.parts, self.budget = parts, budget
+        self.ends = np.cumsum([part.num_rows for part in parts])
+        self.released = 0  # parts let go, from the first
+        self.unreleased_rows = rows
+
+    def slices(self, start: int, stop: int) -> Iterator[pa.Table]:
+        """Rows ``[start, stop)`` of the group, as slices of its parts; then the parts before ``stop`` are let go."""
+        first = int(np.searchsorted(self.ends, start, side="right"))
+        for i in range(first, len(self.parts)):
+            begin = int(self.ends[i]) - self.parts[i].num_rows
+            if begin >= stop:
+                break
+            yield self.parts[i].slice(max(start, begin) - begin, min(stop, int(self.ends[i])) - max(start, begin))
+        while self.released < len(self.parts) and self.ends[self.released] <= stop:
+            self._let_go(self.parts[self.released].num_rows)
+
+    def release_all(self) -> None:
+        while self.released < len(self.parts):
+            self._let_go(self.parts[self.released].num_rows)
+        self.budget.release(self.unreleased_rows)  # rows reserved beyond the parts' (none, when the load is whole)
+        self.unreleased_rows = 0
+
+    def _let_go(self, rows: int) -> None:
+        self.parts[self.released] = None
+        self.released += 1
+        self.unreleased_rows -= rows
+        self.budget.release(rows)
+
+
+class Prefetcher:
+    """A rank's takes with their groups' rows, each group loaded ahead of the consumer as memory allows.
+
+    A thread queues the loads, in the order of the takes.  The loader holds at
+    most ``budget_rows`` rows (see ``RowBudget``): a piece of a group is read
+    once its rows fit beside those the consumer has not passed yet, and the
+    consumer lets a group go part by part (``PART_ROWS``).  ``waited``
     counts the seconds the consumer waited after its first group arrived.
     """
 
-    def __init__(self, takes: Iterator[Take], load: Callable[[Group], pa.Table], held: int, ahead: int):
-        self._permits = threading.Semaphore(held + ahead)
-        # Groups load in a pool of their own, so that the next starts as soon as memory allows, not when
-        # the last column of the one before is taken (a core would wait at each group's end otherwise)
-        self._loads = ThreadPoolExecutor(max(1, ahead), thread_name_prefix="daskpile-group")
+    def __init__(self, takes: Iterator[Take], load: StartLoad, budget_rows: int):
+        self._budget = RowBudget(budget_rows)
         self._events: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
+        self._pending: set[GroupLoad] = set()  # queued, not yet received: cancelled if the consumer stops
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
         self.waited = 0.0
         self.first_wait = 0.0
         self.loaded = 0  # groups the consumer received
-        self.produced = 0  # groups the thread loaded
+        self.produced = 0  # groups the thread queued
 
     def __iter__(self) -> Iterator[pa.Table]:
         """The rows of each take, in order."""
         self._thread.start()
-        tables: dict[int, pa.Table] = {}
+        groups: dict[int, _HeldGroup] = {}
         try:
             while True:
                 started = time.perf_counter()
                 kind, item, payload = self._events.get()
-                table = payload.result() if kind == "table" else None  # a group's load: waited for here
+                parts = payload.parts() if kind == "group" else None  # a group's load: waited for here
                 waited = time.perf_counter() - started
                 if self.loaded:
                     self.waited += waited
@@ -193,40 +316,39 @@ class Prefetcher:
                     return
                 if kind == "error":
                     raise payload
-                if kind == "table":
-                    if item.stream in tables:
-                        self._permits.release()
-                    tables[item.stream] = table
+                if kind == "group":
+                    self._pending.discard(payload)
+                    if item.stream in groups:
+                        groups.pop(item.stream).release_all()
+                    groups[item.stream] = _HeldGroup(parts, item.rows, self._budget)
                     self.loaded += 1
                     continue
-                yield tables[item.group.stream].slice(item.start, item.stop - item.start)
+                yield from groups[item.group.stream].slices(item.start, item.stop)
                 if item.last:
-                    del tables[item.group.stream]
-                    self._permits.release()
+                    groups.pop(item.group.stream).release_all()
         finally:
-            self._stop.set()
-            self._permits.release()  # a producer waiting for room sees the stop
-            self._loads.shutdown(wait=False, cancel_futures=True)
+            self._budget.close()
+            for load in list(self._pending):
+                load.cancel()
 
-    def _produce(self, takes: Iterator[Take], load: Callable[[Group], pa.Table]) -> None:
+    def _produce(self, takes: Iterator[Take], load: StartLoad) -> None:
         current: dict[int, Group] = {}
         try:
             for take in takes:
                 if current.get(take.group.stream) is not take.group:
-                    if not self._acquire():
+                    loading = load(take.group, self._budget.reserve)
+                    self._pending.add(loading)
+                    if self._budget.closed:  # the consumer stopped while the load was queued
+                        loading.cancel()
                         return
-                    self._events.put(("table", take.group, self._loads.submit(load, take.group)))
+                    self._events.put(("group", take.group, loading))
                     self.produced += 1
                     current[take.group.stream] = take.group
                 self._events.put(("take", take, None))
                 if take.last:
                     current.pop(take.group.stream, None)
             self._events.put(("end", None, None))
+        except BudgetClosed:
+            return
         except BaseException as error:
             self._events.put(("error", None, error))
-
-    def _acquire(self) -> bool:
-        while not self._stop.is_set():
-            if self._permits.acquire(timeout=0.1):
-                return not self._stop.is_set()
-        return False
