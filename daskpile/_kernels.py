@@ -129,7 +129,9 @@ class TakeSource:
     def __init__(self, column: pa.ChunkedArray | pa.Array):
         self.type = column.type
         combined = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        self.view_type = _VIEW_TYPES.get(column.type) if len(column) >= VIEW_TAKE_MIN_ROWS else None
+        # (a user's Python extension type may be unhashable: only the four types below have views)
+        plain = not isinstance(column.type, pa.BaseExtensionType)
+        self.view_type = _VIEW_TYPES.get(column.type) if plain and len(column) >= VIEW_TAKE_MIN_ROWS else None
         if self.view_type is not None and (pc.max(pc.binary_length(combined)).as_py() or 0) <= INLINE_STRING_BYTES:
             # Strings combined, then cast: combining views instead rewrites each one (measured 7x slower).
             views = inline_views(combined)

@@ -100,3 +100,15 @@ def test_a_type_that_cannot_be_fingerprinted_names_the_column_and_no_verify():
     intervals = pa.array([pa.scalar((1, 2, 3), pa.month_day_nano_interval())] * 3)
     with pytest.raises(TypeError, match=r"column 'when': unsupported Arrow type .*--no-verify"):
         _fingerprint.of(pa.table({"when": intervals}))
+
+
+def test_a_long_column_of_a_users_extension_type_is_taken():
+    """Above VIEW_TAKE_MIN_ROWS, a take looks for a view layout: a Python extension type is unhashable."""
+    from daskpile import _kernels
+
+    rows = _kernels.VIEW_TAKE_MIN_ROWS
+    channel = pa.array(np.arange(rows) % 256, pa.uint8())
+    storage = pa.StructArray.from_arrays([channel] * 3, names=["r", "g", "b"])
+    table = pa.table({"c": pa.ExtensionArray.from_storage(Rgb(), storage)})
+    order = np.random.default_rng(0).permutation(rows)
+    assert _kernels.take(table, order).equals(table.take(order))

@@ -245,6 +245,25 @@ def test_a_loop_left_early_stops_the_reading_ahead(datasets):
     assert SlowFileSystem.opens - at_break <= 4  # the reads running at the break (2 threads) finish
 
 
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_many_small_files_are_read_ahead_by_the_file_not_by_the_row(tmp_path, prefetch):
+    """Beside one large file, 60 small ones each count as a file: `prefetch` of them are read ahead, not all.
+
+    Counted in rows alone (as many as the largest file's), every small file fitted in the first one's room.
+    """
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"id": np.arange(20_000)}), tmp_path / "part-000.parquet")
+    for i in range(1, 61):
+        pq.write_table(pa.table({"id": np.arange(20) + 20_000 * i}), tmp_path / f"part-{i:03}.parquet")
+    loader = daskpile.PileLoader(str(tmp_path), batch_size=10, seed=3, prefetch=prefetch)
+    iterator = iter(loader)
+    next(iterator)
+    time.sleep(0.5)  # room for the reader to run ahead as far as it may
+    assert iterator.gi_frame.f_locals["loaded"].produced <= 1 + prefetch + 1  # +1: the group just let go
+    assert sum(batch.num_rows for batch in iterator) + 10 == 20_000 + 60 * 20
+
+
 def test_memory_holds_prefetch_plus_one_groups(datasets):
     """With one file a group, the reader never runs more than `prefetch` groups ahead of the consumer."""
     loader = daskpile.PileLoader(datasets["eager"], batch_size=3000, seed=1, prefetch=2, mix=1)
@@ -255,9 +274,10 @@ def test_memory_holds_prefetch_plus_one_groups(datasets):
 
 
 MIX_MEMORY = """
-import sys, time
+import os, sys, time
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 import daskpile
+os.cpu_count = lambda: 2  # the loader's column threads, each permuting a column at a time: as measured
 from daskpile.loader import reading
 
 directory, mix, prefetch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -280,7 +300,7 @@ def test_mix_holds_mix_plus_prefetch_files_not_two_groups(tmp_path, mix, prefetc
 
     Measured, in files of the Arrow pool's peak (a fresh process, so the pool's own peak is this loader's):
     mix 4 6.9-7.1 and mix 2 4.3, against 11.1-11.6 and 5.8 when the next whole group was loaded beside the
-    one consumed.  Beyond the mix + prefetch files: the column being permuted, read and taken at once.
+    one consumed.  Beyond the mix + prefetch files: the columns being permuted, each read and taken at once.
     """
     out = subprocess.run(
         [sys.executable, "-c", MIX_MEMORY, str(tmp_path), str(mix), str(prefetch)],

@@ -14,7 +14,7 @@ import pyarrow as pa
 from daskpile import _kernels
 from daskpile._random import resolve_seed
 from daskpile.loader.plan import EpochPlan, Layout
-from daskpile.loader.reading import Prefetcher, group_row_ids, load_group
+from daskpile.loader.reading import Budget, Prefetcher, group_row_ids, load_group
 from daskpile.loader.units import Units, discover
 
 STATE_FORMAT = "daskpile.loader/1"
@@ -93,15 +93,18 @@ class PileLoader:
         times less often.
     prefetch
         Files read and permuted ahead, beyond the group being consumed, in
-        background threads (on every core).  The loader holds at most
-        ``mix + prefetch`` files' rows (a group is let go part by part as it
-        is consumed), plus the column being permuted and the batches you
-        keep: measured on B, the Arrow pool peaks at 2.1 files for ``mix=1``
-        and 7.6 for ``mix=4``.  0 loads each group when it is needed.  With
-        ``mix`` above 1, ``prefetch=mix`` loads a whole group ahead, so that
-        a consumer that keeps up never waits at a group's start; a smaller
-        one holds less, and the next group's last files are read only as the
-        current group is consumed.
+        background threads (one a core).  The loader holds at most ``mix +
+        prefetch`` files, and as many rows as that many of the largest
+        file (a group is let go part by part as it is consumed; a rank
+        reading several streams, see ``canonical_ranks``, holds ``mix`` files
+        for each).  On top come the columns being permuted, up to one a
+        thread, and the batches you keep: measured on B with 2 cores, the
+        Arrow pool peaks at 2.1 files for ``mix=1`` and 7.6 for ``mix=4``.
+        0 loads each group when it is needed.  With ``mix`` above 1,
+        ``prefetch=mix`` loads a whole group ahead, so that a consumer that
+        keeps up never waits at a group's start; a smaller one holds less,
+        and the next group's last files are read only as the current group is
+        consumed.
     columns, filters
         Read only these columns (default: every column but the
         ``__null_dask_index__`` Dask writes for an unnamed index); only the
@@ -264,7 +267,7 @@ class PileLoader:
         def load(group, reserve):
             return load_group(units, group, self.seed, epoch, self.columns, pool, reserve)
 
-        loaded = Prefetcher(takes, load, budget_rows=self._budget_rows())
+        loaded = Prefetcher(takes, load, self._budget())
         try:
             for batch in _batches(loaded, self.batch_size):
                 self._check_current(iteration)
@@ -275,11 +278,14 @@ class PileLoader:
         self._check_current(iteration)
         self._start_epoch(self._epoch + 1)
 
-    def _budget_rows(self) -> int:
-        """The rows a rank holds at most: a group of ``mix`` piles for each stream it reads, and ``prefetch`` piles."""
-        streams = len(range(self.rank, self.canonical_ranks, self.world_size))
-        pile = int(self.units.rows.max()) if len(self.units.rows) else 0
-        return (streams * self.mix + self.prefetch) * max(pile, 1)
+    def _budget(self) -> Budget:
+        """What a rank holds at most: for each stream it reads a group of ``mix`` files, and ``prefetch`` files.
+
+        Counted in files, and in rows as files of the largest file's rows.
+        """
+        files = len(range(self.rank, self.canonical_ranks, self.world_size)) * self.mix + self.prefetch
+        largest = int(self.units.rows.max()) if len(self.units.rows) else 0
+        return Budget(rows=files * max(largest, 1), files=files)
 
     def _check_current(self, iteration: int) -> None:
         if iteration != self._iteration:

@@ -101,16 +101,16 @@ def load_group(
     names = list(columns) if columns is not None else units.schema.names
     order = submit(group_permutation, seed, epoch, group)
     reads: dict[str, list[Future]] = {name: [] for name in names}
-    for piece in group.pieces:
-        if reserve is not None:
-            try:
+    try:
+        for piece in group.pieces:
+            if reserve is not None:
                 reserve(piece.rows)
-            except BaseException:
-                stopped.set()  # the pieces queued already are not wanted either
-                raise
-        reader = submit(_PieceReader, units, piece, piece_order(units, piece, seed, epoch), columns)
-        for name in names:
-            reads[name].append(submit(_read_column, reader, name))
+            reader = submit(_PieceReader, units, piece, piece_order(units, piece, seed, epoch), columns)
+            for name in names:
+                reads[name].append(submit(_read_column, reader, name))
+    except BaseException:
+        stopped.set()  # the pieces queued already are not wanted either
+        raise
     sources = [submit(_take_source, reads.pop(name)) for name in names]
     starts = range(0, group.rows, PART_ROWS)
     taken = [[submit(_take_part, source, order, start) for start in starts] for source in sources]
@@ -211,28 +211,39 @@ def _check_rows(url: str, found: int, expected: int, what: str) -> None:
 StartLoad = Callable[[Group, Callable[[int], None]], "GroupLoad"]  # (group, reserve) -> its load, queued
 
 
-class RowBudget:
-    """The rows a rank's loader may hold: a piece is read once its rows fit beside those not yet let go.
+class Budget:
+    """What a rank's loader may hold, in rows and in files: a piece is read once it fits beside what is not let go.
 
-    ``reserve`` waits for room (a piece larger than the whole budget waits
-    for an empty one); ``close`` wakes every waiter with ``BudgetClosed``.
+    Both count: rows bound the memory, files the reading ahead when files
+    differ in size (200 files of 20 rows are 200 opens, not a tenth of a
+    pile of 40,000 rows).  ``reserve`` waits for room (a piece larger than
+    the whole budget waits for an empty one); ``close`` wakes every waiter
+    with ``BudgetClosed``.
     """
 
-    def __init__(self, rows: int):
-        self.limit, self.held, self.closed = rows, 0, False
+    def __init__(self, rows: int, files: int):
+        self.rows, self.files = rows, files
+        self.held_rows = self.held_files = 0
+        self.closed = False
         self._changed = threading.Condition()
 
     def reserve(self, rows: int) -> None:
+        """Room for a piece of ``rows`` rows, one file."""
         with self._changed:
-            while not self.closed and self.held and self.held + rows > self.limit:
+            while not self.closed and self.held_files and not self._fits(rows):
                 self._changed.wait()
             if self.closed:
                 raise BudgetClosed
-            self.held += rows
+            self.held_rows += rows
+            self.held_files += 1
 
-    def release(self, rows: int) -> None:
+    def _fits(self, rows: int) -> bool:
+        return self.held_rows + rows <= self.rows and self.held_files < self.files
+
+    def release(self, rows: int, files: int) -> None:
         with self._changed:
-            self.held -= rows
+            self.held_rows -= rows
+            self.held_files -= files
             self._changed.notify_all()
 
     def close(self) -> None:
@@ -246,17 +257,24 @@ class BudgetClosed(Exception):
 
 
 class _HeldGroup:
-    """A loaded group's parts, let go one by one as the consumer passes them."""
+    """A loaded group's parts, let go one by one as the consumer passes them.
 
-    def __init__(self, parts: list[pa.Table], rows: int, budget: RowBudget):
+    Its files are let go in proportion to its rows: a group of 4 files
+    half consumed gives back 2.
+    """
+
+    def __init__(self, parts: list[pa.Table], group: Group, budget: Budget):
         self.parts, self.budget = parts, budget
         self.ends = np.cumsum([part.num_rows for part in parts])
         self.released = 0  # parts let go, from the first
-        self.unreleased_rows = rows
+        self.rows, self.files = group.rows, len(group.pieces)
+        self.released_rows = self.released_files = 0
 
     def slices(self, start: int, stop: int) -> Iterator[pa.Table]:
         """Rows ``[start, stop)`` of the group, as slices of its parts; then the parts before ``stop`` are let go."""
         first = int(np.searchsorted(self.ends, start, side="right"))
+        if first < self.released:  # the plan reads a group's rows forward only (Layout.takes)
+            raise RuntimeError(f"rows {start}-{stop} of a group were asked for after rows past them")
         for i in range(first, len(self.parts)):
             begin = int(self.ends[i]) - self.parts[i].num_rows
             if begin >= stop:
@@ -268,28 +286,31 @@ class _HeldGroup:
     def release_all(self) -> None:
         while self.released < len(self.parts):
             self._let_go(self.parts[self.released].num_rows)
-        self.budget.release(self.unreleased_rows)  # rows reserved beyond the parts' (none, when the load is whole)
-        self.unreleased_rows = 0
+        self._give_back(self.rows - self.released_rows, self.files - self.released_files)
 
     def _let_go(self, rows: int) -> None:
         self.parts[self.released] = None
         self.released += 1
-        self.unreleased_rows -= rows
-        self.budget.release(rows)
+        self._give_back(rows, self.files * (self.released_rows + rows) // self.rows - self.released_files)
+
+    def _give_back(self, rows: int, files: int) -> None:
+        self.released_rows += rows
+        self.released_files += files
+        self.budget.release(rows, files)
 
 
 class Prefetcher:
     """A rank's takes with their groups' rows, each group loaded ahead of the consumer as memory allows.
 
-    A thread queues the loads, in the order of the takes.  The loader holds at
-    most ``budget_rows`` rows (see ``RowBudget``): a piece of a group is read
-    once its rows fit beside those the consumer has not passed yet, and the
-    consumer lets a group go part by part (``PART_ROWS``).  ``waited``
-    counts the seconds the consumer waited after its first group arrived.
+    A thread queues the loads, in the order of the takes, within ``budget``:
+    a piece of a group is read once it fits beside what the consumer has not
+    passed yet, and the consumer lets a group go part by part
+    (``PART_ROWS``).  ``waited`` counts the seconds the consumer waited after
+    its first group arrived.
     """
 
-    def __init__(self, takes: Iterator[Take], load: StartLoad, budget_rows: int):
-        self._budget = RowBudget(budget_rows)
+    def __init__(self, takes: Iterator[Take], load: StartLoad, budget: Budget):
+        self._budget = budget
         self._events: queue.Queue = queue.Queue()
         self._pending: set[GroupLoad] = set()  # queued, not yet received: cancelled if the consumer stops
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
@@ -320,7 +341,7 @@ class Prefetcher:
                     self._pending.discard(payload)
                     if item.stream in groups:
                         groups.pop(item.stream).release_all()
-                    groups[item.stream] = _HeldGroup(parts, item.rows, self._budget)
+                    groups[item.stream] = _HeldGroup(parts, item, self._budget)
                     self.loaded += 1
                     continue
                 yield from groups[item.group.stream].slices(item.start, item.stop)
