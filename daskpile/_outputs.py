@@ -134,26 +134,52 @@ def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Out
             with ipc.new_file(sink, table.schema, options=options) as writer:
                 writer.write_table(table)
             return sink.tell()
-        data = serialize(table, output) if data is None else data
-        if output.compression:  # one shot, in memory: a pile fits it, and every zstd and gzip tool reads the frame
-            data = pa.compress(data, output.compression, asbytes=False)
-        sink.write(data)
+        for run in serialize(table, output) if data is None else data:
+            if output.compression:  # a frame a run, in memory; zstd and gzip tools read frames end to end
+                run = pa.compress(run, output.compression, asbytes=False)
+            sink.write(run)
         return sink.tell()
 
 
-def serialize(table: pa.Table, output: Output) -> pa.Buffer:
-    """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed."""
+# The bytes of text a run of a pile is serialized and parsed in: under the 2 GiB that Arrow's string
+# arrays (32-bit offsets) and its readers' blocks hold, so a pile of any size is written and read back.
+RUN_BYTES = 2**30
+
+
+def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
+    """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole lines."""
     if output.format == "csv":
         data = pa.BufferOutputStream()
         pa_csv.write_csv(table.replace_schema_metadata(None), data)
-        return data.getvalue()
+        return [data.getvalue()]
     if output.format == "jsonl":
-        return _lines_bytes(pa.chunked_array([_json_objects(table)], pa.string()))
+        return _lines_bytes(_json_objects(table))
     return _lines_bytes(table.column(0))
 
 
-def parse(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
+def parse(data: list[pa.Buffer], output: Output, schema: pa.Schema) -> pa.Table:
     """What a reader gets from ``serialize``'s bytes: the rows in ``schema``."""
+    if output.format != "csv":
+        runs = [part for run in data for part in _runs_of_lines(run)]
+        tables = [_parse_run(run, output, schema) for run in runs]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+    (data,) = data
+    return _parse_run(data, output, schema)
+
+
+def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
+    """``data`` cut after newlines into runs of at most ``RUN_BYTES`` (a longer line is a run of its own)."""
+    runs, start = [], 0
+    while data.size - start > RUN_BYTES:
+        window = np.frombuffer(data, dtype=np.uint8, count=RUN_BYTES, offset=start)
+        newlines = np.flatnonzero(window == ord("\n"))
+        end = start + int(newlines[-1]) + 1 if len(newlines) else data.size
+        runs.append(data.slice(start, end - start))
+        start = end
+    return [*runs, data.slice(start)] if start < data.size or not runs else runs
+
+
+def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
     if output.format == "csv":
         return pa_csv.read_csv(
             pa.BufferReader(data),
@@ -181,7 +207,7 @@ def _json_objects(table: pa.Table) -> pa.Array:
     pieces.append(pa.scalar("}" if pieces else "{}"))
     if len(pieces) == 1:
         return pa.array(["{}"] * table.num_rows, pa.string())
-    return pc.binary_join_element_wise(*pieces, "").combine_chunks()
+    return pc.binary_join_element_wise(*pieces, "")
 
 
 _NEEDS_ESCAPE = '[\\x00-\\x1f"\\\\]'  # a control character, a quote or a backslash
@@ -221,11 +247,29 @@ def _json_values(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
     return pc.if_else(pc.is_null(column), "null", text)
 
 
-def _lines_bytes(column: pa.ChunkedArray) -> pa.Buffer:
-    """Every value followed by a newline, end to end, joined by Arrow (a null is an empty line)."""
-    values = column.combine_chunks()
+def _lines_bytes(column: pa.ChunkedArray | pa.Array) -> list[pa.Buffer]:
+    """Every value followed by a newline, end to end, joined by Arrow (a null is an empty line).
+
+    One buffer for each run of chunks of up to ``RUN_BYTES``: a column's
+    chunks are each under 2 GiB, but not the pile they make together.
+    """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    runs, run, size = [], [], 0
+    for chunk in chunks:
+        if run and size + chunk.nbytes > RUN_BYTES:
+            runs.append(run)
+            run, size = [], 0
+        run.append(chunk)
+        size += chunk.nbytes
+    return [_run_bytes(run, column.type) for run in [*runs, run] if run] or [pa.py_buffer(b"")]
+
+
+def _run_bytes(chunks: list[pa.Array], kind: pa.DataType) -> pa.Buffer:
+    values = chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, kind).combine_chunks()
+    if values.nbytes > RUN_BYTES:  # a chunk of up to 2 GiB, and a newline a value, outgrow 32-bit offsets
+        values = values.cast(pa.large_binary() if pa.types.is_binary(kind) else pa.large_string())
     if values.null_count:
-        values = values.fill_null(b"" if pa.types.is_binary(column.type) else "")
+        values = values.fill_null(pa.scalar(b"", pa.binary()).cast(values.type))
     if _holds_newline(values):
         raise ValueError("a value holds a newline: output_format='lines' would make it two lines; write another format")
     empty, newline = (pa.scalar(v, pa.binary()).cast(values.type) for v in (b"", b"\n"))
@@ -254,4 +298,4 @@ def read(fs: fsspec.AbstractFileSystem, path: str, output: Output, schema: pa.Sc
 def _read(fs, path: str, output: Output, schema: pa.Schema) -> pa.Table:
     with open_decompressed(fs, path) as f:
         data = pa.py_buffer(f.read())
-    return ipc.open_file(data).read_all() if output.format == "arrow" else parse(data, output, schema)
+    return ipc.open_file(data).read_all() if output.format == "arrow" else parse([data], output, schema)
