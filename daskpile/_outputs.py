@@ -173,7 +173,11 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
     while data.size - start > RUN_BYTES:
         window = np.frombuffer(data, dtype=np.uint8, count=RUN_BYTES, offset=start)
         newlines = np.flatnonzero(window == ord("\n"))
-        end = start + int(newlines[-1]) + 1 if len(newlines) else data.size
+        if len(newlines):
+            end = start + int(newlines[-1]) + 1
+        else:  # a line longer than a run: to its end
+            rest = np.frombuffer(data, dtype=np.uint8, offset=start + RUN_BYTES) == ord("\n")
+            end = start + RUN_BYTES + int(rest.argmax()) + 1 if rest.any() else data.size
         runs.append(data.slice(start, end - start))
         start = end
     return [*runs, data.slice(start)] if start < data.size or not runs else runs

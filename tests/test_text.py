@@ -583,3 +583,16 @@ def test_a_pile_past_the_2_gib_of_a_string_array_is_taken_written_and_read_back_
         if output_format == "jsonl":
             values = [json.loads(value)["line"].encode() for value in values]
     assert sorted(values) == sorted(lines) and values != lines
+
+
+def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_its_own(monkeypatch):
+    from daskpile import _outputs
+
+    monkeypatch.setattr(_outputs, "RUN_BYTES", 8)
+    cases = {
+        b"": [b""],
+        b"a\nb\nc\nd\ne\nf\ng\nh\ni\n": [b"a\nb\nc\nd\n", b"e\nf\ng\nh\n", b"i\n"],
+        b"x" * 20 + b"\nyy\n" + b"z" * 30: [b"x" * 20 + b"\n", b"yy\n", b"z" * 30],
+    }
+    for data, runs in cases.items():
+        assert [run.to_pybytes() for run in _outputs._runs_of_lines(pa.py_buffer(data))] == runs
