@@ -159,7 +159,8 @@ class TakeSource:
         ends = np.cumsum(np.asarray(_take(self.lengths, indices)))
         chunks, start, done = [], 0, 0
         while start < len(indices):
-            stop = int(np.searchsorted(ends, done + OFFSETS_LIMIT, side="right"))
+            # (at least one row: a string array's one value is under the limit)
+            stop = max(int(np.searchsorted(ends, done + OFFSETS_LIMIT, side="right")), start + 1)
             chunks.append(_take(self.values, indices.slice(start, stop - start)).cast(self.type))
             start, done = stop, int(ends[stop - 1])
         return pa.chunked_array(chunks, self.type)
@@ -171,7 +172,9 @@ _WIDE_TYPES = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
 
 
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(column, pa.Array):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # (combining one chunk copies it)
 
 
 def inline_views(array: pa.Array) -> pa.Array:
