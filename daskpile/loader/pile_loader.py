@@ -265,7 +265,7 @@ class PileLoader:
         pool = self._column_pool()
 
         def load(group, reserve):
-            return load_group(units, group, self.seed, epoch, self.columns, pool, reserve)
+            return load_group(units, group, self.seed, epoch, self.columns, pool, reserve, self._threads)
 
         loaded = Prefetcher(takes, load, self._budget())
         try:
@@ -423,14 +423,14 @@ class PileLoader:
 
 
 def _batches(tables, batch_size: int):
-    """Slices regrouped into tables of ``batch_size`` rows (the last one the rest).
+    """Slices, each with whether it ends its group, regrouped into tables of ``batch_size`` rows (the last the rest).
 
-    Zero-copy, except the rows left at the end of a table short of a batch:
-    those are copied, so that the part of a group they are a view of can be
-    let go.
+    Zero-copy, except the rows left at the end of a group short of a batch:
+    those are copied, so that the group they are a view of can be let go
+    while the next one loads.
     """
     pending, rows = [], 0
-    for table in tables:
+    for table, ends_group in tables:
         while table.num_rows:
             take = min(batch_size - rows, table.num_rows)
             pending.append(table.slice(0, take))
@@ -439,7 +439,7 @@ def _batches(tables, batch_size: int):
             if rows == batch_size:
                 yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
                 pending, rows = [], 0
-        if pending:
+        if pending and ends_group:
             pending = [_copy(t) for t in pending]
     if pending:
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]

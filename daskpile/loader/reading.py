@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -45,10 +46,12 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
     return ids[group_permutation(seed, epoch, group)]
 
 
-# A group is taken in parts of this many rows, each a table of its own: the consumer lets each part go
-# once it has passed it, so that the next group's files can be read while this one is consumed.  On B
-# (piles of 1.56 M rows, mix 1), parts of 2**16 rows took the Arrow pool's peak from 164 to 141 MiB
-# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.
+# A group is taken in parts of at most this many rows, each a table of its own: the consumer lets each
+# part go once it has passed it, so that the next group's files can be read while this one is consumed.
+# On B (piles of 1.56 M rows, mix 1), parts of 2**16 rows took the Arrow pool's peak from 164 to 141 MiB
+# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.  A group has at
+# least a part a thread, so that a column far costlier than the others (strings: 12.5 ns a row against
+# 2 for numbers, on A) is taken on every core.
 PART_ROWS = 1 << 20
 
 
@@ -56,7 +59,7 @@ class GroupLoad:
     """A group's reads and takes, queued in a pool; ``parts()`` waits for them.
 
     The parts are the group's rows in its permuted order: consecutive tables
-    of ``PART_ROWS`` rows (the last one the rest).
+    of equal rows (the last one the rest).
     """
 
     def __init__(self, names: list[str], taken: list[list[Future]], stopped: threading.Event):
@@ -80,6 +83,7 @@ def load_group(
     columns: list[str] | None,
     pool: Executor,
     reserve: Callable[[int], None] | None = None,
+    threads: int = 1,
 ) -> GroupLoad:
     """Queue the reading and permuting of a group's rows in ``pool``; returns at once.
 
@@ -112,8 +116,9 @@ def load_group(
         stopped.set()  # the pieces queued already are not wanted either
         raise
     sources = [submit(_take_source, reads.pop(name)) for name in names]
-    starts = range(0, group.rows, PART_ROWS)
-    taken = [[submit(_take_part, source, order, start) for start in starts] for source in sources]
+    rows = max(1, min(PART_ROWS, -(-group.rows // threads)))
+    starts = range(0, group.rows, rows)
+    taken = [[submit(_take_part, source, order, start, rows) for start in starts] for source in sources]
     return GroupLoad(names, taken, stopped)
 
 
@@ -133,8 +138,8 @@ def _take_source(reads: list[Future]) -> _kernels.TakeSource:
     return _kernels.TakeSource(pa.chunked_array(chunks, parts[0].type))
 
 
-def _take_part(source: Future, order: Future, start: int) -> pa.Array:
-    indices = order.result()[start : start + PART_ROWS]
+def _take_part(source: Future, order: Future, start: int, rows: int) -> pa.Array:
+    indices = order.result()[start : start + rows]
     return source.result().take(_kernels.as_arrow_indices(indices))
 
 
@@ -265,21 +270,23 @@ class _HeldGroup:
 
     def __init__(self, parts: list[pa.Table], group: Group, budget: Budget):
         self.parts, self.budget = parts, budget
-        self.ends = np.cumsum([part.num_rows for part in parts])
+        self.ends = list(itertools.accumulate(part.num_rows for part in parts))  # ints: a take costs microseconds
         self.released = 0  # parts let go, from the first
         self.rows, self.files = group.rows, len(group.pieces)
         self.released_rows = self.released_files = 0
 
     def slices(self, start: int, stop: int) -> Iterator[pa.Table]:
         """Rows ``[start, stop)`` of the group, as slices of its parts; then the parts before ``stop`` are let go."""
-        first = int(np.searchsorted(self.ends, start, side="right"))
-        if first < self.released:  # the plan reads a group's rows forward only (Layout.takes)
+        if self.released and start < self.ends[self.released - 1]:  # the plan reads a group forward (Layout.takes)
             raise RuntimeError(f"rows {start}-{stop} of a group were asked for after rows past them")
-        for i in range(first, len(self.parts)):
-            begin = int(self.ends[i]) - self.parts[i].num_rows
+        for i in range(self.released, len(self.parts)):
+            end = self.ends[i]
+            begin = end - self.parts[i].num_rows
             if begin >= stop:
                 break
-            yield self.parts[i].slice(max(start, begin) - begin, min(stop, int(self.ends[i])) - max(start, begin))
+            if start < end:
+                low = max(start, begin)
+                yield self.parts[i].slice(low - begin, min(stop, end) - low)
         while self.released < len(self.parts) and self.ends[self.released] <= stop:
             self._let_go(self.parts[self.released].num_rows)
 
@@ -319,8 +326,8 @@ class Prefetcher:
         self.loaded = 0  # groups the consumer received
         self.produced = 0  # groups the thread queued
 
-    def __iter__(self) -> Iterator[pa.Table]:
-        """The rows of each take, in order."""
+    def __iter__(self) -> Iterator[tuple[pa.Table, bool]]:
+        """The rows of each take, in order: (a table, whether it ends its group)."""
         self._thread.start()
         groups: dict[int, _HeldGroup] = {}
         try:
@@ -344,7 +351,10 @@ class Prefetcher:
                     groups[item.stream] = _HeldGroup(parts, item, self._budget)
                     self.loaded += 1
                     continue
-                yield from groups[item.group.stream].slices(item.start, item.stop)
+                held = groups[item.group.stream]
+                slices = list(held.slices(item.start, item.stop))
+                for k, rows in enumerate(slices):
+                    yield rows, item.last and k == len(slices) - 1
                 if item.last:
                     groups.pop(item.group.stream).release_all()
         finally:
