@@ -180,7 +180,9 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
             end = start + RUN_BYTES + int(rest.argmax()) + 1 if rest.any() else data.size
         runs.append(data.slice(start, end - start))
         start = end
-    return [*runs, data.slice(start)] if start < data.size or not runs else runs
+    if start < data.size or not runs:
+        runs.append(data.slice(start))
+    return runs
 
 
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:

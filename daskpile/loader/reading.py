@@ -275,10 +275,11 @@ class _HeldGroup:
         self.rows, self.files = group.rows, len(group.pieces)
         self.released_rows = self.released_files = 0
 
-    def slices(self, start: int, stop: int) -> Iterator[pa.Table]:
-        """Rows ``[start, stop)`` of the group, as slices of its parts; then the parts before ``stop`` are let go."""
+    def slices(self, start: int, stop: int) -> list[pa.Table]:
+        """Rows ``[start, stop)`` of the group, as slices of its parts; the parts before ``stop`` are let go."""
         if self.released and start < self.ends[self.released - 1]:  # the plan reads a group forward (Layout.takes)
             raise RuntimeError(f"rows {start}-{stop} of a group were asked for after rows past them")
+        found = []
         for i in range(self.released, len(self.parts)):
             end = self.ends[i]
             begin = end - self.parts[i].num_rows
@@ -286,13 +287,14 @@ class _HeldGroup:
                 break
             if start < end:
                 low = max(start, begin)
-                yield self.parts[i].slice(low - begin, min(stop, end) - low)
+                found.append(self.parts[i].slice(low - begin, min(stop, end) - low))
         while self.released < len(self.parts) and self.ends[self.released] <= stop:
             self._let_go(self.parts[self.released].num_rows)
+        return found
 
     def release_all(self) -> None:
-        while self.released < len(self.parts):
-            self._let_go(self.parts[self.released].num_rows)
+        self.parts[self.released :] = [None] * (len(self.parts) - self.released)
+        self.released = len(self.parts)
         self._give_back(self.rows - self.released_rows, self.files - self.released_files)
 
     def _let_go(self, rows: int) -> None:
@@ -351,8 +353,7 @@ class Prefetcher:
                     groups[item.stream] = _HeldGroup(parts, item, self._budget)
                     self.loaded += 1
                     continue
-                held = groups[item.group.stream]
-                slices = list(held.slices(item.start, item.stop))
+                slices = groups[item.group.stream].slices(item.start, item.stop)
                 for k, rows in enumerate(slices):
                     yield rows, item.last and k == len(slices) - 1
                 if item.last:
