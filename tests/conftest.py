@@ -1,3 +1,6 @@
+import concurrent.futures
+import multiprocessing
+
 import dask
 import pytest
 from distributed import Client, LocalCluster
@@ -20,3 +23,10 @@ def client(cluster):
 def sync_scheduler():
     with dask.config.set(scheduler="sync"):
         yield
+
+
+@pytest.fixture(scope="session")
+def two_processes():
+    """Two fresh processes for ``_util.over_processes``, started once for the session."""
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import file_bytes, read_output, run_in_fresh_process
+from _util import file_bytes, over_processes, read_output, run_in_fresh_process
 from scipy import stats
 
 import daskpile
@@ -114,7 +114,11 @@ def split_shuffle(rows_by_partition, sub_piles, seed, directory, permute=True) -
     return order
 
 
-def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path):
+def split_orders(part, seeds, directory, permute) -> list[tuple]:
+    return [tuple(split_shuffle([[0, 1], [2, 3]], 3, seed, directory / f"{permute}-{seed}", permute)) for seed in seeds]
+
+
+def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path, two_processes):
     """4 rows in 2 partitions, all in one pile that is split in 3: chi-square on 960 seeds (40 an order), alpha 1e-3.
 
     The teeth need fewer seeds: sub-piles left in input order make some orders impossible.
@@ -122,10 +126,7 @@ def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path):
     orders = list(itertools.permutations(range(4)))
 
     def pvalue(permute, seeds):
-        counts = collections.Counter(
-            tuple(split_shuffle([[0, 1], [2, 3]], 3, seed, tmp_path / f"{permute}-{seed}", permute))
-            for seed in range(seeds)
-        )
+        counts = collections.Counter(over_processes(two_processes, split_orders, range(seeds), tmp_path, permute))
         return stats.chisquare([counts[o] for o in orders]).pvalue
 
     assert pvalue(permute=True, seeds=960) > 1e-3

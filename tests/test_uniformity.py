@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import read_output, write_parts
+from _util import over_processes, read_output, write_parts
 from scipy import stats
 
 import daskpile
@@ -44,15 +44,18 @@ def tiny_input():
     return dd.from_pandas(pd.DataFrame({"x": [0, 1, 2, 3]}), npartitions=2, sort=False)
 
 
+def api_orders(part, seeds):
+    ddf = tiny_input()
+    return [daskpile.shuffle(ddf, piles=3, seed=seed).compute()["x"].tolist() for seed in seeds]
+
+
 @pytest.mark.slow
-def test_all_24_orders_equally_likely_through_the_api(sync_scheduler):
+def test_all_24_orders_equally_likely_through_the_api(two_processes):
     """720 seeds through daskpile.shuffle (scratch files and all), 3 piles: chi-square, 23 dof.
 
     30 expected per order; the kernel test below runs 200 per order for more power.
     """
-    ddf = tiny_input()
-    orders = [daskpile.shuffle(ddf, piles=3, seed=seed).compute()["x"].tolist() for seed in range(720)]
-    counts = order_counts(orders)
+    counts = order_counts(over_processes(two_processes, api_orders, range(720)))
     assert (counts > 0).all()
     assert uniformity_pvalue(counts) > ALPHA
 
@@ -80,19 +83,24 @@ def kernel_shuffle(partitions, piles, seed, permute_piles=True, key_pieces=True)
     return out
 
 
+def kernel_orders(part, seeds, partitions, piles, key_pieces=True):
+    return [kernel_shuffle(partitions, piles, seed, key_pieces=key_pieces) for seed in seeds]
+
+
 @pytest.mark.parametrize("piles", [1, 3, 7])
-def test_all_24_orders_equally_likely_for_the_kernels(piles):
+def test_all_24_orders_equally_likely_for_the_kernels(piles, two_processes):
     """4,800 seeds of the kernels alone, for several pile counts (piles > rows included)."""
-    counts = order_counts(kernel_shuffle([[0, 1], [2, 3]], piles, seed) for seed in range(4800))
+    counts = order_counts(over_processes(two_processes, kernel_orders, range(4800), [[0, 1], [2, 3]], piles))
     assert uniformity_pvalue(counts) > ALPHA
 
 
-def test_all_24_orders_equally_likely_when_a_file_is_read_in_pieces():
+def test_all_24_orders_equally_likely_when_a_file_is_read_in_pieces(two_processes):
     """Partition 0 read as two one-row pieces (a file larger than blocksize), partition 1 whole."""
-    counts = order_counts(kernel_shuffle([[[0], [1]], [2, 3]], 3, seed) for seed in range(4800))
+    pieces = [[[0], [1]], [2, 3]]
+    counts = order_counts(over_processes(two_processes, kernel_orders, range(4800), pieces, 3))
     assert uniformity_pvalue(counts) > ALPHA
     # teeth: pieces drawing from the same generator send rows 0 and 1 to the same pile
-    biased = order_counts(kernel_shuffle([[[0], [1]], [2, 3]], 3, s, key_pieces=False) for s in range(4800))
+    biased = order_counts(over_processes(two_processes, kernel_orders, range(4800), pieces, 3, False))
     assert uniformity_pvalue(biased) < ALPHA
 
 
@@ -181,23 +189,24 @@ def test_the_scale_checks_have_teeth(client, sorted_source, tmp_path):
 # -- a moving window: generations appended and expired, read through the loader -------------------
 
 
-def window_orders(tmp_path, trials: int, biased: bool = False) -> list[tuple]:
+def window_orders(part, seeds, tmp_path, biased: bool = False) -> list[tuple]:
     """The loader's epoch-0 order of a window: generation 0 (rows 10, 11), appends of [0, 1] and [2, 3],
-    generation 0 expired; window seed and loader seed both the trial's.
+    generation 0 expired; window seed and loader seed both the seed's.
 
     ``biased``: the appends send their rows to piles in turn (row k to pile k mod 3) instead of drawing
     them: new rows go to the end of fixed piles, without a random pile draw.
     """
     import unittest.mock
 
+    tmp_path = tmp_path / f"part-{part}"
     for name, rows in [("g0", [10, 11]), ("g1", [0, 1]), ("g2", [2, 3])]:
-        (tmp_path / name).mkdir()
+        (tmp_path / name).mkdir(parents=True)
         pq.write_table(pa.table({"x": pa.array(rows, pa.int64())}), tmp_path / name / "a.parquet")
     in_turn = unittest.mock.patch.object(
         _kernels, "random_piles", lambda rng, rows, piles: (np.arange(rows) % piles).astype(np.uint16)
     )
     orders = []
-    for seed in range(trials):
+    for seed in seeds:
         dest = str(tmp_path / f"w{seed}")
         daskpile.shuffle_parquet(str(tmp_path / "g0"), dest, piles=3, seed=seed, verify=False)
         with in_turn if biased else contextlib.nullcontext():
@@ -210,38 +219,41 @@ def window_orders(tmp_path, trials: int, biased: bool = False) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_all_24_orders_of_a_window_equally_likely_through_append_expire_and_the_loader(sync_scheduler, tmp_path):
+def test_all_24_orders_of_a_window_equally_likely_through_append_expire_and_the_loader(two_processes, tmp_path):
     """480 seeds through the real append, expire and loader code (20 per order): chi-square, 23 dof, alpha 1e-3."""
-    counts = order_counts(window_orders(tmp_path, 480))
+    counts = order_counts(over_processes(two_processes, window_orders, range(480), tmp_path))
     assert (counts > 0).all()
     assert uniformity_pvalue(counts) > ALPHA
 
 
 def test_the_window_test_has_teeth(sync_scheduler, tmp_path):
     """Appends without a random pile draw fail it: rows 0 and 2 always share a pile, so do 1 and 3."""
-    counts = order_counts(window_orders(tmp_path, 48, biased=True))  # p about 1e-14 here
+    counts = order_counts(window_orders(0, range(48), tmp_path, biased=True))  # p about 1e-14 here
     assert uniformity_pvalue(counts) < ALPHA
 
 
-def lines_path_orders(tmp_path, seeds: int, second_pass: str = "eager") -> np.ndarray:
-    """Order counts of 4 lines shuffled by shuffle_parquet, the file cut into two byte ranges (two tasks)."""
+def lines_path_orders(part, seeds, tmp_path, second_pass: str = "eager") -> list[list[int]]:
+    """Orders of 4 lines shuffled by shuffle_parquet, the file cut into two byte ranges (two tasks)."""
+    tmp_path = tmp_path / f"part-{part}"
+    tmp_path.mkdir()
     path = tmp_path / "four.txt"
     path.write_bytes(b"0\n1\n2\n3\n")
     orders = []
-    for seed in range(seeds):
+    for seed in seeds:
         out = tmp_path / f"{second_pass}-{seed}"
         daskpile.shuffle_parquet(str(path), str(out), 3, seed=seed, blocksize=64, verify=False, second_pass=second_pass)
         orders.append([int(line) for line in read_output(out).column("line").to_pylist()])
-    return order_counts(orders)
+    return orders
 
 
 @pytest.mark.slow
-def test_all_24_orders_equally_likely_through_the_lines_path(sync_scheduler, tmp_path):
+def test_all_24_orders_equally_likely_through_the_lines_path(two_processes, tmp_path):
     """480 seeds through a text file read in two ranges of 4 bytes, 3 piles: chi-square, 23 dof, 20 per order."""
-    assert uniformity_pvalue(lines_path_orders(tmp_path, 480)) > ALPHA
+    counts = order_counts(over_processes(two_processes, lines_path_orders, range(480), tmp_path))
+    assert uniformity_pvalue(counts) > ALPHA
 
 
 @pytest.mark.slow
 def test_the_lines_path_test_has_teeth(sync_scheduler, tmp_path):
     """Piles left unpermuted (a lazy result read by a plain reader) keep lines of one range in order."""
-    assert uniformity_pvalue(lines_path_orders(tmp_path, 96, second_pass="lazy")) < ALPHA
+    assert uniformity_pvalue(order_counts(lines_path_orders(0, range(96), tmp_path, "lazy"))) < ALPHA
