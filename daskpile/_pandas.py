@@ -55,24 +55,33 @@ class FrameCodec:
             frame = frame[meta.columns]  # the same columns in another order: by label, as Dask aligns them
         if isinstance(frame.index, pd.MultiIndex):
             raise TypeError("daskpile cannot shuffle a partition with a MultiIndex (Dask DataFrames have none)")
-        arrays = [_to_arrow(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")] if self.index else []
-        arrays += [
-            _to_arrow(frame.iloc[:, i], dtype, repr(label))
+        columns = [(frame.index, meta.index.dtype, f"the index ({meta.index.name!r})")] if self.index else []
+        columns += [
+            (frame.iloc[:, i], dtype, repr(label))
             for i, (label, dtype) in enumerate(zip(meta.columns, meta.dtypes.tolist(), strict=True))
         ]
+        arrays = [_to_arrow(values, dtype, name) for values, dtype, name in columns]
         first = 0 if self.index else 1
-        return pa.Table.from_arrays(arrays, names=[str(i) for i in range(first, first + len(arrays))])
+        fields = [
+            pa.field(str(first + k), array.type, metadata=_categories_note(values))
+            for k, (array, (values, _, _)) in enumerate(zip(arrays, columns, strict=True))
+        ]
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
     def to_pandas(self, table: pa.Table) -> pd.DataFrame:
         """A table made by ``to_arrow`` (or the concatenation of several) as pandas, with the dtypes of ``meta``."""
         meta = self.meta
+        notes = [field.metadata for field in table.schema]
         if self.index:
-            values = _to_pandas(table.column(0), meta.index.dtype)
+            values = _to_pandas(table.column(0), meta.index.dtype, note=notes[0])
             index = pd.Index(values, dtype=meta.index.dtype, name=meta.index.name, copy=False)
         else:
             index = pd.RangeIndex(table.num_rows)
         first = 1 if self.index else 0
-        columns = {i: _to_pandas(table.column(first + i), dtype, index) for i, dtype in enumerate(meta.dtypes.tolist())}
+        columns = {
+            i: _to_pandas(table.column(first + i), dtype, index, notes[first + i])
+            for i, dtype in enumerate(meta.dtypes.tolist())
+        }
         frame = pd.DataFrame(columns, index=index, copy=False)
         return frame.set_axis(meta.columns, axis=1)
 
@@ -168,8 +177,8 @@ def _holds_the_same_values(values: pd.Series | pd.Index, cast: pd.Series | pd.In
     return pd.Series(back.array, copy=False).equals(pd.Series(values.array, copy=False))
 
 
-def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None):
-    """A column as a pandas array (or numpy array) of ``dtype``."""
+def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, note: dict | None = None):
+    """A column as a pandas array (or numpy array) of ``dtype``; ``note``: its Arrow field's metadata."""
     if pickled(dtype):
         values = np.fromiter((pickle.loads(v) for v in column.to_pylist()), dtype=object, count=len(column))
         # A Series, not the bare array, from which pandas would infer strings.
@@ -185,5 +194,29 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None):
         categories = values.cat.categories
         if dtype.categories is not None and categories.isin(dtype.categories).all():
             return pd.Categorical(values, dtype=dtype)
-        return values.array
+        return _categories_as_noted(values.array, note)
     return values.to_numpy(dtype=dtype)
+
+
+# A categorical column's field in a partition's table notes its categories' dtype: Arrow's dictionary
+# gives strings back as pandas' default ``str``, whether they were ``string``, ``str`` or ``object``, and
+# where Dask's meta does not know the categories (``cat.as_unknown()``, ``read_parquet``) only the
+# partitions say which it was.
+CATEGORIES_DTYPE_KEY = b"daskpile.categories_dtype"
+
+
+def _categories_note(values: pd.Series | pd.Index) -> dict | None:
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        return None
+    return {CATEGORIES_DTYPE_KEY: pickle.dumps(values.dtype.categories.dtype, protocol=5)}
+
+
+def _categories_as_noted(values: pd.Categorical, note: dict | None) -> pd.Categorical:
+    noted = (note or {}).get(CATEGORIES_DTYPE_KEY)
+    if noted is None:
+        return values
+    dtype = pickle.loads(noted)
+    if values.categories.dtype == dtype:
+        return values
+    categories = values.categories.astype(dtype)
+    return pd.Categorical.from_codes(values.codes, categories=categories, ordered=values.ordered)

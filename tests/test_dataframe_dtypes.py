@@ -165,12 +165,18 @@ def categorical(**kwargs) -> Callable[[], pd.Categorical]:
     return lambda: pd.Categorical(per_row(lambda i: f"c{i % 3}"), **kwargs)
 
 
-def unknown_categories(_parquet_dir: str) -> dd.DataFrame:
-    frame = pd.DataFrame({"id": ID, "c": categorical(categories=["c2", "c0", "c1"])()})
+def unknown_categories(_parquet_dir: str, categories_dtype=None) -> dd.DataFrame:
+    categories = pd.Index(["c2", "c0", "c1"], dtype=categories_dtype)
+    frame = pd.DataFrame({"id": ID, "c": categorical(categories=categories)()})
     ddf = dd.from_pandas(frame, npartitions=4, sort=False)
     ddf = ddf.assign(c=ddf["c"].cat.as_unknown())
     assert not ddf["c"].cat.known
     return keep_middle(ddf)
+
+
+def unknown_categories_of(categories_dtype) -> Callable[[str], dd.DataFrame]:
+    """Unknown categories that are not pandas' default ``str``: Arrow's dictionary alone would give ``str``."""
+    return lambda parquet_dir: unknown_categories(parquet_dir, categories_dtype)
 
 
 def timestamps(unit: str, tz: str | None = None) -> Callable[[], pd.Series]:
@@ -217,6 +223,8 @@ ROUND_TRIP_CASES = [
     Case("category-ordered", from_pandas(categorical(categories=["c2", "c0", "c1"], ordered=True))),
     Case("category-int", from_pandas(lambda: pd.Categorical(ID % 5 * 10, categories=[40, 30, 20, 10, 0]))),
     Case("category-unknown", unknown_categories, unknown_categories=True),
+    Case("category-unknown-string", unknown_categories_of(pd.StringDtype("pyarrow")), unknown_categories=True),
+    Case("category-unknown-object", unknown_categories_of(object), unknown_categories=True, convert_string=False),
     Case("category-parquet", from_parquet("dictionary"), unknown_categories=True),
     Case("category-all-missing", from_pandas(lambda: pd.Categorical([None] * ROWS, categories=["a", "b"]))),
     Case("category-all-missing-no-categories", from_pandas(lambda: pd.Series([np.nan] * ROWS, dtype="category"))),
