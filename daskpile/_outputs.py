@@ -144,6 +144,7 @@ def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Out
 # The bytes of text a run of a pile is serialized and parsed in: under the 2 GiB that Arrow's string
 # arrays (32-bit offsets) and its readers' blocks hold, so a pile of any size is written and read back.
 RUN_BYTES = 2**30
+CSV_BLOCK_LIMIT = 2**31 - 1  # the bytes of the largest block Arrow's CSV reader takes
 
 
 def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
@@ -187,11 +188,18 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
 
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
     if output.format == "csv":
-        return pa_csv.read_csv(
+        # One block where Arrow's reader takes it (under 2 GiB); past that, blocks of RUN_BYTES cut by its
+        # quote-aware chunker, so that a quoted newline never ends a block.  That chunker, in pyarrow 26,
+        # drops the \n of a quoted \r\n that a block's end splits: the pile then fails verification,
+        # and nothing is written, which is why it is not used where one block does.
+        block = data.size + 1 if data.size < CSV_BLOCK_LIMIT else RUN_BYTES
+        reader = pa_csv.open_csv(
             pa.BufferReader(data),
-            read_options=pa_csv.ReadOptions(use_threads=False, block_size=max(data.size, 1) + 1),
+            read_options=pa_csv.ReadOptions(use_threads=False, block_size=block),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(column_types=schema),
         )
+        return reader.read_all()
     if output.format == "jsonl":
         if not data.size:
             return schema.empty_table()

@@ -585,6 +585,26 @@ def test_a_pile_past_the_2_gib_of_a_string_array_is_taken_written_and_read_back_
     assert sorted(values) == sorted(lines) and values != lines
 
 
+def test_a_csv_pile_is_read_back_in_blocks_that_never_end_inside_quotes(sync_scheduler, tmp_path, monkeypatch):
+    """Arrow's CSV reader takes no block of 2 GiB: a CSV pile past that is verified in blocks of RUN_BYTES (the
+    limits lowered here to 1 KiB), and values holding newlines, quotes and commas cross the blocks' ends (checked
+    by hand: 2.3 GB of lines as one CSV pile, which the reader refused as one block, read back whole)."""
+    from daskpile import _outputs
+
+    monkeypatch.setattr(_outputs, "RUN_BYTES", 1024)
+    monkeypatch.setattr(_outputs, "CSV_BLOCK_LIMIT", 1024)
+    texts = [f'line {i},\n"quoted" {"y" * (i % 90)}\nend' if i % 3 else f"plain {i}" for i in range(3_000)]
+    source = tmp_path / "src"
+    source.mkdir()
+    pq.write_table(pa.table({"id": pa.array(range(3_000), pa.int64()), "text": texts}), source / "a.parquet")
+    report = daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, seed=1, output_format="csv")
+    assert report.rows == 3_000  # verified: each pile read back in blocks has the fingerprint of its rows
+    piles = sorted((tmp_path / "out").glob("part-*.csv"))
+    read = pa.concat_tables(pa_csv.read_csv(p) for p in piles)  # as a user's tool reads them
+    assert sorted(read.column("text").to_pylist()) == sorted(texts)
+    assert all(p.stat().st_size > 40 * 1024 for p in piles)
+
+
 def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_its_own(monkeypatch):
     from daskpile import _outputs
 
