@@ -218,5 +218,8 @@ def _categories_as_noted(values: pd.Categorical, note: dict | None) -> pd.Catego
     dtype = pickle.loads(noted)
     if values.categories.dtype == dtype:
         return values
-    categories = values.categories.astype(dtype)
+    try:
+        categories = values.categories.astype(dtype)
+    except (TypeError, ValueError):  # partitions whose categories disagree: the pile's first one noted
+        return values
     return pd.Categorical.from_codes(values.codes, categories=categories, ordered=values.ordered)

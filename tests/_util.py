@@ -23,15 +23,18 @@ def daskpile_command(*args: str, timeout: float = 300, env: dict | None = None) 
     return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+PROCESSES = 2  # of the ``two_processes`` pool (conftest.py)
+
+
 def over_processes(pool, trials, seeds: range, *args) -> list:
-    """``trials(part, seeds[i::n], *args)`` in the ``n`` processes of ``pool``, results back in seed order.
+    """``trials(part, seeds[i::n], *args)`` in the ``n = PROCESSES`` processes of ``pool``, results in seed order.
 
     The exhaustive uniformity tests run hundreds of whole shuffles of 4 rows, each a fixed cost of Python
     on one core: shared by two processes, they take half the time on CI's two cores.  ``trials`` is a
     module-level function (a process imports it by name) that takes its part's number (for a directory
     of its own), its seeds and ``args``, and returns one result a seed; it runs on the sync scheduler.
     """
-    n = pool._max_workers
+    n = PROCESSES
     parts = [pool.submit(_synchronously, trials, i, seeds[i::n], *args) for i in range(n)]
     results = [part.result() for part in parts]
     return [results[i % n][i // n] for i in range(len(seeds))]

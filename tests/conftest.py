@@ -3,6 +3,7 @@ import multiprocessing
 
 import dask
 import pytest
+from _util import PROCESSES
 from distributed import Client, LocalCluster
 
 
@@ -28,5 +29,5 @@ def sync_scheduler():
 @pytest.fixture(scope="session")
 def two_processes():
     """Two fresh processes for ``_util.over_processes``, started once for the session."""
-    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with concurrent.futures.ProcessPoolExecutor(PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
         yield pool
