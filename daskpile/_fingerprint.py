@@ -112,7 +112,6 @@ def total(parts) -> Fingerprint:
 # set, which makes each large numpy temporary cost fresh pages from the kernel:
 # the allocating version of this code was measured 2.3x slower in a worker.
 BLOCK_ROWS = 32768
-_OFFSET_LIMIT = 2**31  # bytes a string or binary array with int32 offsets holds
 TAIL_WORDS = 2**16  # words of long strings summed per step (0.5 MiB an array: in cache)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 
@@ -228,8 +227,8 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
         _inline_string_words_into(array, lengths, ws, out)
         return
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
-    if offsets.dtype == np.int32 and int(offsets[-1]) - int(offsets[0]) + 7 * n >= _OFFSET_LIMIT:  # pads too
-        array = array.cast(pa.large_binary() if pa.types.is_binary(array.type) else pa.large_string())
+    if offsets.dtype == np.int32 and int(offsets[-1]) - int(offsets[0]) + 7 * n > _kernels.OFFSETS_LIMIT:  # pads too
+        array = _kernels.as_wide(array)
     padded = _padded_to_words(array, lengths)
     word_offsets = _kernels.value_offsets(padded).astype(np.int64) >> 3
     words = np.frombuffer(padded.buffers()[2], dtype="<u8", count=int(word_offsets[-1]))

@@ -171,6 +171,15 @@ OFFSETS_LIMIT = 2**31 - 1
 _WIDE_TYPES = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
 
 
+def as_wide(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A string or binary array with 64-bit offsets (its large type), for more bytes than ``OFFSETS_LIMIT``.
+
+    >>> as_wide(pa.array(["a"])).type, as_wide(pa.array([1])).type
+    (DataType(large_string), DataType(int64))
+    """
+    return values.cast(_WIDE_TYPES.get(values.type, values.type))
+
+
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     if isinstance(column, pa.Array):
         return column

@@ -281,7 +281,7 @@ def _lines_bytes(column: pa.ChunkedArray | pa.Array) -> list[pa.Buffer]:
 def _run_bytes(chunks: list[pa.Array], kind: pa.DataType) -> pa.Buffer:
     values = chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, kind).combine_chunks()
     if values.nbytes > RUN_BYTES:  # a chunk of up to 2 GiB, and a newline a value, outgrow 32-bit offsets
-        values = values.cast(pa.large_binary() if pa.types.is_binary(kind) else pa.large_string())
+        values = _kernels.as_wide(values)
     if values.null_count:
         values = values.fill_null(pa.scalar(b"", pa.binary()).cast(values.type))
     if _holds_newline(values):

@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 from _util import every_type_table
 
-from daskpile import _fingerprint
+from daskpile import _fingerprint, _kernels
 from daskpile._fingerprint import Fingerprint
 
 
@@ -170,8 +170,8 @@ def test_strings_near_2_gib_hash_as_their_large_type(monkeypatch):
     small = pa.array(values, pa.string())
     assert _fingerprint.value_words(small).tolist() == expected
     assert spy.types == [pa.string()]
-    # as if the values were 2 GiB: the check compares the data's span, plus the pads, to 2**31
-    monkeypatch.setattr(_fingerprint, "_OFFSET_LIMIT", 100)
+    # as if the values were 2 GiB: the check compares the data's span, plus the pads, to _kernels.OFFSETS_LIMIT
+    monkeypatch.setattr(_kernels, "OFFSETS_LIMIT", 99)
     assert _fingerprint.value_words(small).tolist() == expected
     assert spy.types[-1] == pa.large_string()
 
