@@ -32,7 +32,8 @@ _MASK = (1 << 64) - 1
 
 # Fingerprints are comparable only between equal versions of the row hash.
 # 2: string words are hashed with a multiplier per word position (faster than 1).
-HASH_VERSION = 2
+# 3: that multiplier is R**k, not affine in k (one prefix sum a word, not two).
+HASH_VERSION = 3
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -197,27 +198,48 @@ def _mix_in_place(x: np.ndarray, tmp: np.ndarray) -> None:
     np.bitwise_xor(x, tmp, out=x)
 
 
-def _word_multipliers(word_index: np.ndarray) -> np.ndarray:
-    """The odd multiplier of each word position: a word's hash depends on where in its string it is."""
-    with np.errstate(over="ignore"):
-        return (_M2 + word_index.astype(np.uint64) * (_GOLDEN << np.uint64(1))) | np.uint64(1)
+# A word's hash depends on where in its string it is: word k is weighted by R**k (R odd, so invertible
+# modulo 2**64).  Then a string's sum over its words is a difference of prefix sums over all the words
+# of a buffer, weighted by R**j from the buffer's start, times R**-start: one multiply and one prefix sum
+# a word, with no gather per word and no position arithmetic.
+_R = _GOLDEN
+_R_INVERSE = np.uint64(pow(int(_R), -1, 1 << 64))
 
 
-_FIRST_MULTIPLIERS = _word_multipliers(np.arange(4))
+def _powers_of(base: np.uint64, n: int) -> np.ndarray:
+    """``base ** k`` modulo ``2**64`` for k < n."""
+    powers = np.full(n, base, dtype=np.uint64)
+    powers[0] = 1
+    return np.multiply.accumulate(powers)  # wraps, as uint64 arithmetic does
+
+
+class _Powers:
+    """R**k and R**-k for the word positions of a step, grown on demand (a line longer than a step)."""
+
+    def __init__(self, n: int):
+        self.up, self.down = _powers_of(_R, n), _powers_of(_R_INVERSE, n)
+
+    @classmethod
+    def at_least(cls, n: int) -> _Powers:
+        global _POWERS
+        if len(_POWERS.up) < n:
+            _POWERS = cls(max(n, 2 * len(_POWERS.up)))
+        return _POWERS
+
+
+_POWERS = _Powers(2 * TAIL_WORDS)
 
 
 def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None:
     """The hash of each string (or binary value) of ``array``, written into ``out``.
 
     A string hashes as its length plus, for each 8-byte word ``w`` counted
-    from its start (the last zero-padded), ``(w ^ w >> 32) * m`` with the odd
-    multiplier ``m`` of the word's position.  Every string is first padded to
-    whole words by Arrow, so that the words of all strings are one aligned
-    uint64 array; since ``m`` is affine in the position, each string's sum
-    comes from two prefix sums over that array, with no gather per word
-    (measured 1.5x faster on 140-byte lines than the gather it replaced, and
-    the same hash, bit for bit).  A string hashes the same wherever it sits in
-    the buffer.
+    from its start (the last zero-padded), ``(w ^ w >> 32) * R**k`` where
+    ``k`` is the word's position.  Every string is first padded to whole
+    words by Arrow, so that the words of all strings are one aligned uint64
+    array, and each string's sum comes from one prefix sum over that array
+    (``_add_word_sums``).  A string hashes the same wherever it sits in the
+    buffer.
     """
     n = len(array)
     lengths = ws.lengths[:n]
@@ -240,40 +262,35 @@ def _string_words_into(array: pa.Array, ws: _Workspace, out: np.ndarray) -> None
     _mix_in_place(out, ws.tmp[:n])
 
 
-# b"", b"\0", ..., b"\0" * 7; built from buffers: ``pa.array`` of a list imports pandas (0.13 s a process)
-_PAD_OFFSETS = np.concatenate([[0], np.cumsum(np.arange(8))]).astype(np.int32)
-_ZERO_PADS = pa.Array.from_buffers(pa.binary(), 8, [None, pa.py_buffer(_PAD_OFFSETS), pa.py_buffer(bytes(28))])
-
-
 def _padded_to_words(array: pa.Array, lengths: np.ndarray) -> pa.Array:
     """Each value followed by the zero bytes that make it whole 8-byte words, starting at 0 (Arrow aligns)."""
-    pads = pc.take(_ZERO_PADS.cast(array.type), _kernels.as_arrow_indices((-lengths) & 7))
+    pad_lengths = (-lengths) & 7
+    offsets = np.empty(len(lengths) + 1, dtype=_kernels.value_offsets(array).dtype)
+    offsets[0] = 0
+    np.cumsum(pad_lengths, out=offsets[1:])
+    zeros = np.zeros(int(offsets[-1]), dtype=np.uint8)
+    # built from buffers: 13x faster than a take of one-to-seven-byte pads
+    pads = pa.Array.from_buffers(array.type, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(zeros)])
     return pc.binary_join_element_wise(array, pads, pa.scalar(b"", pa.binary()).cast(array.type))
 
 
 def _add_word_sums(words: np.ndarray, word_offsets: np.ndarray, out: np.ndarray) -> None:
-    """Add to ``out[i]`` the sum over the words ``w`` of string ``i`` of ``(w ^ w >> 32) * m(position)``.
-
-    With ``m(k) = M2 + 2 GOLDEN k`` (odd: M2 is), the sum is ``M2 S + 2 GOLDEN K`` where ``S`` sums the mixed
-    words and ``K`` sums them times their position: ``K = sum (j - first) g_j``, from prefix sums over ``j``.
-    """
+    """Add to ``out[i]`` the sum over the words ``w`` of string ``i`` of ``(w ^ w >> 32) * R**k``, k the word's
+    position in the string: ``R**-first * (P[end] - P[first])``, where P sums ``(w ^ w >> 32) * R**j``
+    over the words j of the step (measured 1.8x faster than the two prefix sums of version 2's weights)."""
     base = int(word_offsets[0])
     chunk = words[base : int(word_offsets[-1])]
     starts = word_offsets[:-1] - base
     ends = word_offsets[1:] - base
+    powers = _Powers.at_least(len(chunk) + 1)
     with np.errstate(over="ignore"):
-        mixed = chunk ^ (chunk >> np.uint64(32))
-        sums = np.zeros(len(mixed) + 1, dtype=np.uint64)
+        mixed = chunk >> np.uint64(32)
+        np.bitwise_xor(mixed, chunk, out=mixed)
+        np.multiply(mixed, powers.up[: len(chunk)], out=mixed)
+        sums = np.empty(len(mixed) + 1, dtype=np.uint64)
+        sums[0] = 0
         np.cumsum(mixed, out=sums[1:])
-        np.multiply(mixed, np.arange(len(mixed), dtype=np.uint64), out=mixed)
-        weighted = np.zeros(len(mixed) + 1, dtype=np.uint64)
-        np.cumsum(mixed, out=weighted[1:])
-        s = sums[ends] - sums[starts]
-        k = weighted[ends] - weighted[starts] - starts.astype(np.uint64) * s
-        out += s * _M2 + k * _TWO_GOLDEN
-
-
-_TWO_GOLDEN = np.uint64((int(_GOLDEN) << 1) & _MASK)
+        out += (sums[ends] - sums[starts]) * powers.down[starts]
 
 
 def _inline_string_words_into(array: pa.Array, lengths: np.ndarray, ws: _Workspace, out: np.ndarray) -> None:
@@ -294,11 +311,10 @@ def _inline_string_words_into(array: pa.Array, lengths: np.ndarray, ws: _Workspa
     np.multiply(lengths.view(np.uint64), _GOLDEN, out=out)
     np.right_shift(word_0, np.uint64(32), out=tmp)
     np.bitwise_xor(word_0, tmp, out=value)
-    np.multiply(value, _FIRST_MULTIPLIERS[0], out=value)
-    np.add(out, value, out=out)
+    np.add(out, value, out=out)  # times R**0
     # word 1 is field 3, whose upper half is zero
     np.copyto(value, fields[:, 3], casting="unsafe")
-    np.multiply(value, _FIRST_MULTIPLIERS[1], out=value)
+    np.multiply(value, _R, out=value)
     np.add(out, value, out=out)
     _mix_in_place(out, tmp)
 
