@@ -271,7 +271,7 @@ def _padded_to_words(array: pa.Array, lengths: np.ndarray) -> pa.Array:
     zeros = np.zeros(int(offsets[-1]), dtype=np.uint8)
     # built from buffers: 13x faster than a take of one-to-seven-byte pads
     pads = pa.Array.from_buffers(array.type, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(zeros)])
-    return pc.binary_join_element_wise(array, pads, pa.scalar(b"", pa.binary()).cast(array.type))
+    return pc.binary_join_element_wise(array, pads, _kernels.binary_scalar(b"", array.type))
 
 
 def _add_word_sums(words: np.ndarray, word_offsets: np.ndarray, out: np.ndarray) -> None:

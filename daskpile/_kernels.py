@@ -106,6 +106,18 @@ def as_arrow_indices(indices: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(indices), [None, pa.py_buffer(indices)])
 
 
+def binary_scalar(value: bytes, kind: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, kind)`` for a string or binary ``kind``, built from buffers, since ``pa.scalar``
+    imports pandas, as ``pa.array`` does.
+
+    >>> binary_scalar(b"\\n", pa.large_string()).as_py()
+    '\\n'
+    """
+    large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    offsets = np.array([0, len(value)], dtype=np.int64 if large else np.int32)
+    return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(value)])[0]
+
+
 def _take(data, indices: pa.Array):
     # Every caller's indices are a permutation or a stable sort of the rows, so in bounds.  Arrow checks
     # them again for every column: a tenth of the time of a take of B's numeric columns (6.6 against

@@ -283,10 +283,10 @@ def _run_bytes(chunks: list[pa.Array], kind: pa.DataType) -> pa.Buffer:
     if values.nbytes > RUN_BYTES:  # a chunk of up to 2 GiB, and a newline a value, outgrow 32-bit offsets
         values = _kernels.as_wide(values)
     if values.null_count:
-        values = values.fill_null(pa.scalar(b"", pa.binary()).cast(values.type))
+        values = values.fill_null(_kernels.binary_scalar(b"", values.type))
     if _holds_newline(values):
         raise ValueError("a value holds a newline: output_format='lines' would make it two lines; write another format")
-    empty, newline = (pa.scalar(v, pa.binary()).cast(values.type) for v in (b"", b"\n"))
+    empty, newline = (_kernels.binary_scalar(v, values.type) for v in (b"", b"\n"))
     joined = pc.binary_join_element_wise(values, empty, newline)
     return _kernels.value_bytes(joined) if len(joined) else pa.py_buffer(b"")
 
