@@ -435,6 +435,17 @@ def test_a_null_value_is_an_empty_line_not_a_lost_one():
     assert [run.to_pybytes() for run in _lines_bytes(pa.chunked_array([pa.array([b"x", None])]))] == [b"x\n\n"]
 
 
+@pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
+def test_lines_of_a_slice_are_its_values_each_ended(kind):
+    """The lines of a run are joined from the values' offsets: a slice's start, end and empty values count."""
+    from daskpile._outputs import _lines_bytes
+
+    values = pa.array(["skipped", "", "ab", None, "", "cde", "skipped too"], kind).slice(1, 5)
+    assert b"".join(run.to_pybytes() for run in _lines_bytes(values)) == b"\nab\n\n\ncde\n"
+    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 1))] == [b"\n"]
+    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 0))] == [b""]
+
+
 def test_json_objects_escape_only_what_needs_it_control_characters_too():
     import datetime
 
@@ -629,3 +640,18 @@ def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_
     }
     for data, runs in cases.items():
         assert [run.to_pybytes() for run in _outputs._runs_of_lines(pa.py_buffer(data))] == runs
+
+
+def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
+    """Lines are split, and values checked for newlines, a step of SCAN_BYTES at a time."""
+    from daskpile.sources import text
+
+    data = b"ab\n\ncdefg\nh\n\n\nijklmnop\nq"
+    expected = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    for step in (1, 2, 3, 7, 2**20):
+        monkeypatch.setattr(text, "SCAN_BYTES", step)
+        assert text.line_offsets(np.frombuffer(data, dtype=np.uint8)).tolist() == expected
+        assert text.lines_table(data).column("line").to_pylist() == data.split(b"\n")
+        assert text.holds_newline(np.frombuffer(b"x" * 10 + b"\n", dtype=np.uint8))
+        assert not text.holds_newline(np.frombuffer(b"x" * 11, dtype=np.uint8))
+        assert not text.holds_newline(np.frombuffer(b"", dtype=np.uint8))
