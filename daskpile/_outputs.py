@@ -292,7 +292,8 @@ def _run_bytes(chunks: list[pa.Array], kind: pa.DataType) -> pa.Buffer:
     # each value (binary_join_element_wise), which builds an array of n values on the way
     offsets = _kernels.value_offsets(values)
     ended = np.append(offsets, offsets[-1])  # one more value, empty, so that the last line ends too
-    lines = pa.Array.from_buffers(values.type, len(ended) - 1, [None, pa.py_buffer(ended), values.buffers()[2]])
+    data = values.buffers()[2] or pa.py_buffer(b"")  # an array of empty values may have none
+    lines = pa.Array.from_buffers(values.type, len(ended) - 1, [None, pa.py_buffer(ended), data])
     one_list = pa.Array.from_buffers(pa.int32(), 2, [None, pa.py_buffer(np.array([0, len(lines)], dtype=np.int32))])
     joined = pc.binary_join(pa.ListArray.from_arrays(one_list, lines), _kernels.binary_scalar(b"\n", values.type))
     return _kernels.value_bytes(joined)

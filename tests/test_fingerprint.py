@@ -126,18 +126,18 @@ HASH_VERSION_3 = {
     "f32": "7df4ec5abc80c912 d652236433b8d820",
     "f64_nan": "594dcb86dd645965 75f12d804b217a0d",
     "flag": "ca99ff5526bfcc6e eeb68caef7350b9c",
-    "s": "c6faecfa47b43e8d d0e1ec4e5e2b3f19",
-    "ls": "bab68ac0bccb9dd5 9d262a7ddea9d467",
+    "s": "473ef238f9b0fb96 f9c09f48bc9400f2",
+    "ls": "0993410ef1098c14 76a33f3144cb8b54",
     "bin": "31dd21a377a19a3d 072134bea1cdf2c7",
     "ts": "848f2c1bf4a19fc4 a79dbdbfe02e4522",
     "ts_tz": "86fa86cc4514e299 4142aa6439e5b7fb",
     "dec": "2fe243c6224d4228 a91ac5b2c5f5bf16",
     "cat": "8b81397a48c6eac9 4adb6145d7811e59",
     "lst": "981f0605fb285d94 1f58975bf7dda5d8",
-    "st": "73f1507e001338bb cf0cce89d127d16d",
+    "st": "e6cd806091c58595 38567b7ec38110c3",
     "all_null": "48b000e49ed4b6f8 0000000000000000",
-    "long": "3064fe3c90008e22 63a20995847f6bc4",  # 1 to 43 bytes: the inline, word and tail paths
-    "*": "981f58b73c5ff49a f3dd9e0e6894c85e",  # every column of the table, in order
+    "long": "d2ef957691199116 77e6b36a3699a804",  # 1 to 43 bytes: the inline, word and tail paths
+    "*": "ed5bf13e80d90572 59c2037cb840d398",  # every column of the table, in order
 }
 
 
@@ -174,6 +174,48 @@ def test_strings_near_2_gib_hash_as_their_large_type(monkeypatch):
     monkeypatch.setattr(_kernels, "OFFSETS_LIMIT", 99)
     assert _fingerprint.value_words(small).tolist() == expected
     assert spy.types[-1] == pa.large_string()
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (b"abcdefghabcdefg\0", b"abcdefgh`bcdefg"),  # a length against word 1
+        (b"abc!xyz!abcaxyza", b"abcaxyzaabc!xyz!"),  # two words swapped, differing in their top bits only
+        (b"abcDefgHxxxxxxxxabcdefgh", b"abcdefghxxxxxxxxabcDefgH"),  # case flips moved two words on
+        (b"abc\xe9" * 4, b"abci" * 4),  # bit 7 of bytes 3 and 7 of two words
+    ],
+)
+def test_structured_changes_change_the_hash(a, b):
+    """Differences confined to a word's top bits are where a sum of multiplied words is weakest."""
+    words = _fingerprint.value_words(pa.array([a, b], pa.binary()))
+    assert words[0] != words[1]
+
+
+def test_case_flips_in_words_apart_change_the_hash():
+    """Bytes i and i + 4 of one word upper-cased, or of another word 1 or 2 words on: 0 of 20,000 hash alike."""
+    rng = np.random.default_rng(11)
+    lower = rng.integers(ord("a"), ord("z") + 1, size=(20_000, 48), dtype=np.uint8)
+    one, other = lower.copy(), lower.copy()
+    rows = np.arange(len(lower))
+    first, distance = rng.integers(0, 3, size=len(lower)), rng.integers(1, 3, size=len(lower))
+    byte = rng.integers(0, 4, size=len(lower))
+    for shift in (0, 4):
+        one[rows, 8 * first + byte + shift] ^= 0x20
+        other[rows, 8 * (first + distance) + byte + shift] ^= 0x20
+    a = _fingerprint.value_words(pa.array([bytes(r) for r in one], pa.binary()))
+    b = _fingerprint.value_words(pa.array([bytes(r) for r in other], pa.binary()))
+    assert not (a == b).any()
+
+
+def test_a_line_longer_than_the_shared_powers_does_not_grow_them():
+    """Powers for a step longer than the shared tables are the step's own: kept, they would pin twice the line."""
+    shared = len(_fingerprint._POWERS.up)
+    long_line = pa.array([b"x" * (8 * shared + 100), b"short but over twelve"], pa.binary())
+    expected = _fingerprint.value_words(long_line).tolist()
+    assert len(_fingerprint._POWERS.up) == shared
+    # the same hash as if the powers were shared: a table's first entries are the same whatever its length
+    assert _fingerprint._Powers(8).up.tolist() == _fingerprint._POWERS.up[:8].tolist()
+    assert expected[1] == _fingerprint.value_words(pa.array([b"short but over twelve"], pa.binary()))[0]
 
 
 class _PaddedSpy:

@@ -444,6 +444,8 @@ def test_lines_of_a_slice_are_its_values_each_ended(kind):
     assert b"".join(run.to_pybytes() for run in _lines_bytes(values)) == b"\nab\n\n\ncde\n"
     assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 1))] == [b"\n"]
     assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 0))] == [b""]
+    no_nulls = pa.array(["skipped", "ab", "", "cde", "skipped too"], kind).slice(1, 3)  # joined in place
+    assert b"".join(run.to_pybytes() for run in _lines_bytes(no_nulls)) == b"ab\n\ncde\n"
 
 
 def test_json_objects_escape_only_what_needs_it_control_characters_too():
