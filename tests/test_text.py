@@ -478,6 +478,18 @@ def test_json_objects_write_whole_floats_as_floats_so_a_reader_reads_floats_back
     assert back.schema.field("rating").type == pa.float64()
 
 
+@pytest.mark.parametrize("order", [["s", "n", "t"], ["n", "t", "s"], ["t", "s", "n"], ["s"], ["t"]])
+def test_json_objects_quote_text_beside_numbers_and_nulls_in_any_column_order(order):
+    """Text without nulls is quoted by the object's join, text with nulls by its own: either way, valid JSON."""
+    from daskpile._outputs import _json_objects
+
+    columns = {"s": pa.array(["a", 'q"', ""]), "n": pa.array([1, None, 3]), "t": pa.array(["x", None, "z"])}
+    table = pa.table({name: columns[name] for name in order})
+    lines = _json_objects(table).to_pylist()
+    assert [json.loads(line) for line in lines] == table.to_pylist()
+    assert lines[1] == "{" + ",".join(f'"{k}":' + {"s": '"q\\""', "n": "null", "t": "null"}[k] for k in order) + "}"
+
+
 @pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
 def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(tmp_path, scheduler):
     """One pile fails in pass 2 while others are being written: the error waits for them, then removes them."""
