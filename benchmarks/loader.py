@@ -267,7 +267,8 @@ def settle(path: str) -> None:
 
 def spawn(mode: str, spec: dict, timeout: float | None = None) -> dict:
     args = [sys.executable, os.path.abspath(__file__), mode, json.dumps(spec)]
-    completed = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, **spec.get("env", {})}
+    completed = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     if completed.returncode:
         return {"ok": False, "error": completed.stderr.strip()[-2000:]}
     return {"ok": True, **json.loads(completed.stdout.strip().splitlines()[-1])}
@@ -289,6 +290,11 @@ def systems(eager: str, lazy: str, args) -> dict[str, dict]:
             }  # fmt: skip
     if args.prefetch != 0:
         found["PileLoader eager, prefetch 0, mix 1"] = {"kind": "loader", "path": eager, "prefetch": 0, "mix": 1}
+    if 1 in args.mix:  # Arrow's jemalloc pool gives freed pages back sooner than its default, mimalloc
+        found[f"PileLoader eager, prefetch {args.prefetch}, mix 1, ARROW_DEFAULT_MEMORY_POOL=jemalloc"] = {
+            "kind": "loader", "path": eager, "prefetch": args.prefetch, "mix": 1,
+            "env": {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"},
+        }  # fmt: skip
     return {name: {**spec, **common} for name, spec in found.items()}
 
 
