@@ -666,6 +666,6 @@ def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
         monkeypatch.setattr(text, "SCAN_BYTES", step)
         assert text.line_offsets(np.frombuffer(data, dtype=np.uint8)).tolist() == expected
         assert text.lines_table(data).column("line").to_pylist() == data.split(b"\n")
-        assert text.holds_newline(np.frombuffer(b"x" * 10 + b"\n", dtype=np.uint8))
-        assert not text.holds_newline(np.frombuffer(b"x" * 11, dtype=np.uint8))
-        assert not text.holds_newline(np.frombuffer(b"", dtype=np.uint8))
+        assert text.first_newline(np.frombuffer(b"x" * 10 + b"\n", dtype=np.uint8)) == 10
+        assert text.first_newline(np.frombuffer(b"x" * 11, dtype=np.uint8)) == -1
+        assert text.first_newline(np.frombuffer(b"", dtype=np.uint8)) == -1
