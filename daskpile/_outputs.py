@@ -3,7 +3,9 @@
 Every format writes a whole pile at once, atomically (a temporary name, then
 a rename), and reads it back for ``verify``.  Parquet and Arrow files carry
 the pile's stamp (which pile, seed, rows, fingerprint) in their schema
-metadata, so a rerun reuses them; a CSV or lines file is rewritten instead.
+metadata, so a rerun of an interrupted run reuses them; a text file's stamp is
+a small file beside it (``write_stamp``), valid while the file keeps the size
+and modification time (or ETag) it was written with.
 
 - ``lines``: the single binary or string column of the rows, each value
   followed by ``\\n``: with lines in (``format="lines"``), the output is the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 
 import fsspec
 import numpy as np
@@ -26,7 +29,7 @@ import pyarrow.ipc as ipc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
-from daskpile._storage import atomic_sink
+from daskpile._storage import atomic_sink, file_stamp, write_bytes
 from daskpile.sources.text import first_newline, line_offsets, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
@@ -65,11 +68,6 @@ class Output:
     def serialized(self) -> bool:
         """Whether the rows are written as text that readers parse back (their fingerprint is taken so)."""
         return self.format in ("csv", "jsonl", "lines")
-
-    @property
-    def stamped(self) -> bool:
-        """Whether the file carries the pile's stamp, so that a rerun can reuse it."""
-        return self.format in ("parquet", "arrow")
 
     def check(self, schema: pa.Schema) -> None:
         """Refuse, before anything runs, rows this format cannot hold."""
@@ -121,6 +119,39 @@ def require_parquet(manifest: dict | None, where: str, what: str) -> None:
     output = of_manifest(manifest)
     if output.format != "parquet":
         raise ValueError(f"{where!r} holds {output.format} files: {what} reads Parquet results only")
+
+
+# Beside the text files of a run in progress, in the same directory: hidden, so that readers of the
+# directory skip it, and removed when the run commits (its manifest then records the files).
+STAMPS_DIR = ".daskpile-stamps"
+
+
+def stamp_path(path: str) -> str:
+    """Where the stamp of the text file ``path`` is kept while its run is under way.
+
+    >>> stamp_path("out/part-00003.txt.zst")
+    'out/.daskpile-stamps/part-00003.txt.zst.json'
+    """
+    directory, name = posixpath.split(path)
+    return posixpath.join(directory, STAMPS_DIR, name + ".json")
+
+
+def write_stamp(fs: fsspec.AbstractFileSystem, path: str, stamp: dict) -> None:
+    """Record what the text file ``path``, just written, holds, with its size and modification stamp."""
+    record = {**stamp, "file": file_stamp(fs.info(path))}
+    write_bytes(fs, stamp_path(path), json.dumps(record).encode())
+
+
+def read_stamp(fs: fsspec.AbstractFileSystem, path: str) -> dict | None:
+    """The stamp ``write_stamp`` recorded, if ``path`` is still the file it was recorded for; else None."""
+    fs.invalidate_cache(path)  # an object store's listing and HEAD can word a modification time differently
+    try:
+        with fs.open(stamp_path(path), "rb") as f:
+            record = json.load(f)
+        now = file_stamp(fs.info(path))
+    except (FileNotFoundError, ValueError):
+        return None
+    return record if record.pop("file", None) == now else None
 
 
 def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Output, data=None) -> int:

@@ -20,7 +20,7 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile import _fingerprint, _manifest, _passes, _scratch, _sizing
+from daskpile import _fingerprint, _manifest, _outputs, _passes, _scratch, _sizing
 from daskpile import _run as run_state
 from daskpile._compute import Timer, compute, task, total_threads, workers_blind_to
 from daskpile._fingerprint import Fingerprint
@@ -711,7 +711,7 @@ class _Run:
             output=self.output,
         )
         manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
-        run_state.remove(self.dest_fs, self.dest_path)
+        _remove_run_state(self.dest_fs, self.dest_path)
         self.scratch.remove()
         return ShuffleReport(
             rows=int(self.counts.sum()),
@@ -789,7 +789,7 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
             f"it changed or went since it was written ({', '.join(changed[:3])}): pass overwrite=True "
             "(--overwrite) to write it again"
         )
-    run_state.remove(dest_fs, dest_path)
+    _remove_run_state(dest_fs, dest_path)
     scratch_dir.remove()
     fingerprint = manifest.get("fingerprint")
     return ShuffleReport(
@@ -810,6 +810,12 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
         source_description=manifest.get("source", {}),
         already_finished=True,
     )
+
+
+def _remove_run_state(fs, dest_path: str) -> None:
+    """What a run kept in dest for a rerun: once its manifest is written, nothing needs it."""
+    run_state.remove(fs, dest_path)
+    remove_tree(fs, posixpath.join(dest_path, _outputs.STAMPS_DIR))
 
 
 @contextlib.contextmanager
@@ -857,7 +863,7 @@ def _dest_entries(fs, dest_path: str) -> dict[str, str]:
 def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
     """Whether daskpile wrote ``name`` in dest: its result, its run state, an unfinished run's parts, temporaries."""
     return (
-        name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE)
+        name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE, _outputs.STAMPS_DIR)
         or _is_window_state(name, manifest)
         or name in (manifest or {}).get("files", ())
         or name.startswith(STAGING_PREFIX)
@@ -922,7 +928,7 @@ def _discard_unfinished(fs, dest_path: str) -> None:
     finished = _manifest.MANIFEST_NAME in entries
     for name, path in entries.items():
         if (
-            name == run_state.RUN_FILE
+            name in (run_state.RUN_FILE, _outputs.STAMPS_DIR)
             or name.startswith(STAGING_PREFIX)
             or (not finished and _PART_NAME.match(name))
             or _is_part_temporary(name)

@@ -197,7 +197,7 @@ def gather_to_parquet(
     ``permute=False`` the piles are written unpermuted (the lazy second pass).
     """
     results = []
-    existing = set() if as_arrow or not output.stamped else _existing(fs, paths)
+    existing = set() if as_arrow else _existing(fs, paths)
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
             pile, sub = (index, None) if parent is None else (parent, index)
@@ -243,7 +243,7 @@ def rechunk_to_parquet(
     """
     rows = sum(stop - start for _, start, stop in ranges)
     stamp = {"file": int(file_index), "seed": int(seed), "rows": int(rows), "ranges": len(ranges)}
-    finished = _finished_pile(fs, path, stamp, fingerprint) if output.stamped else None
+    finished = _finished_pile(fs, path, stamp, fingerprint)
     if finished is not None:
         return finished
     parts = [_scratch.read_rows(fs_scratch, scratch_path, start, stop) for scratch_path, start, stop in ranges]
@@ -324,16 +324,21 @@ def _write_stamped(
     """
     if output.serialized:  # fingerprinted as a reader parses the text back, not as the rows were before
         data = _outputs.serialize(table, output)
-        written = _outputs.parse(data, output, table.schema) if fingerprint else None
-        return _outputs.write(table, fs, path, output, data), _fingerprint.of(written) if fingerprint else None
+        output_fingerprint = _fingerprint.of(_outputs.parse(data, output, table.schema)) if fingerprint else None
+        size = _outputs.write(table, fs, path, output, data)
+        _outputs.write_stamp(fs, path, _with_fingerprint(stamp, output_fingerprint))  # text has no footer
+        return size, output_fingerprint
     output_fingerprint = _fingerprint.of(table) if fingerprint else None
-    if output_fingerprint is not None:
-        stamp = {**stamp, "fingerprint": output_fingerprint.to_json()}
+    stamp = _with_fingerprint(stamp, output_fingerprint)
     metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
     table = table.replace_schema_metadata(metadata)
     if output.format == "parquet":
         return write_parquet(table, fs, path, output.compression), output_fingerprint
     return _outputs.write(table, fs, path, output), output_fingerprint
+
+
+def _with_fingerprint(stamp: dict, fingerprint: Fingerprint | None) -> dict:
+    return stamp if fingerprint is None else {**stamp, "fingerprint": fingerprint.to_json()}
 
 
 def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
@@ -351,7 +356,10 @@ def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
 
 
 def pile_stamp(fs, path: str) -> dict | None:
-    """What an output file's footer says it holds (pile, piles, seed, rows...), None if no such file or stamp."""
+    """What an output file says it holds (pile, piles, seed, rows...): its footer, or beside a text file
+    the stamp written with it; None if no such file or stamp."""
+    if not path.endswith((".parquet", ".arrow")):
+        return _outputs.read_stamp(fs, path)
     try:
         if path.endswith(".arrow"):
             with fs.open(path, "rb") as f:

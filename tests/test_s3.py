@@ -15,7 +15,7 @@ from _util import daskpile_command, eventually, read_store_output
 from click.testing import CliRunner
 
 import daskpile
-from daskpile import _kernels, _random, _scratch
+from daskpile import _kernels, _outputs, _random, _scratch
 from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
 
@@ -89,6 +89,33 @@ def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
     fs.invalidate_cache()
     assert sorted(p.rsplit("-", 1)[-1] for p in fs.find("scratch/bands")) == ["b0.arrow"] * 3 + ["b2.arrow"] * 3
     run.remove()
+
+
+def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3, monkeypatch):
+    """A text file's stamp lies beside it: on a store, it must name the object as a later HEAD sees it."""
+    fs, options = s3
+    fs.pipe("lake/corpus.txt", b"".join(b"line %d\n" % i for i in range(2000)))
+    kwargs = dict(piles=6, seed=2, output_format="lines", compression="gzip", storage_options=options)
+    source, dest, scratch = "s3://lake/corpus.txt", "s3://lake/corpus-out", "s3://scratch/corpus"
+    real_write, written = _outputs.write, []
+
+    def write_then_stop(*args, **kw):
+        if len(written) == 4:
+            raise KeyboardInterrupt
+        written.append(args[2])
+        return real_write(*args, **kw)
+
+    monkeypatch.setattr(_outputs, "write", write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(source, dest, scratch=scratch, **kwargs)
+    monkeypatch.setattr(_outputs, "write", real_write)
+    report = daskpile.shuffle_parquet(source, dest, scratch=scratch, **kwargs)
+    assert report.resumed_piles == 4 and report.resumed_partitions == 1
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find("lake/corpus-out")) == ["_daskpile.json"] + [
+        f"part-{j:05d}.txt.gz" for j in range(6)
+    ]
+    assert daskpile.verify(source, dest, storage_options=options).ok
 
 
 def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):

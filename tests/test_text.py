@@ -669,3 +669,61 @@ def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
         assert text.first_newline(np.frombuffer(b"x" * 10 + b"\n", dtype=np.uint8)) == 10
         assert text.first_newline(np.frombuffer(b"x" * 11, dtype=np.uint8)) == -1
         assert text.first_newline(np.frombuffer(b"", dtype=np.uint8)) == -1
+
+
+def interrupted_text_run(source, dest, scratch, monkeypatch, after_files: int, **kwargs):
+    """A run stopped (as by Ctrl-C) in pass 2 once ``after_files`` of its files are written."""
+    from daskpile import _outputs
+
+    real_write, written = _outputs.write, []
+
+    def write_then_stop(*args, **kw):
+        if len(written) == after_files:
+            raise KeyboardInterrupt
+        written.append(args[2])
+        return real_write(*args, **kw)
+
+    monkeypatch.setattr(_outputs, "write", write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(source, str(dest), scratch=str(scratch), **kwargs)
+    monkeypatch.setattr(_outputs, "write", real_write)
+    return [Path(p) for p in written]
+
+
+@pytest.mark.parametrize("output_format, compression", [("lines", None), ("jsonl", "zstd")])
+def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
+    tmp_path, sync_scheduler, monkeypatch, output_format, compression
+):
+    """Text files have no footer for a stamp: one beside them lets a rerun keep them, and its scratch."""
+    source = tmp_path / "corpus.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(3000)))
+    kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format=output_format, compression=compression)
+    if output_format == "lines":
+        kwargs["format"] = "lines"
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "reference"), **kwargs)
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    assert len(written) == 5 and all(p.exists() for p in written)
+
+    report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
+    assert report.resumed_piles == 5 and report.resumed_partitions > 0  # pass 2 had removed bands of scratch
+    names = sorted(p.name for p in (tmp_path / "reference").iterdir())
+    assert sorted(p.name for p in dest.iterdir()) == names  # nothing of the stamps is left
+    parts = [n for n in names if n.startswith("part-")]
+    assert all((dest / n).read_bytes() == (tmp_path / "reference" / n).read_bytes() for n in parts)
+    assert daskpile.verify(str(source), str(dest)).ok
+    (dest / ".daskpile-stamps").mkdir()  # as a run killed right after its manifest leaves them
+    assert daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs).already_finished
+    assert sorted(p.name for p in dest.iterdir()) == names
+
+
+def test_a_text_file_changed_after_an_interruption_is_written_again(tmp_path, sync_scheduler, monkeypatch):
+    source = tmp_path / "corpus.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    written[0].write_bytes(written[0].read_bytes() + b"line 0\n")  # a line more: its stamp no longer holds
+    report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
+    assert report.resumed_piles == 4
+    assert daskpile.verify(str(source), str(dest)).ok
