@@ -179,11 +179,9 @@ CSV_BLOCK_LIMIT = 2**31 - 1  # the bytes of the largest block Arrow's CSV reader
 
 
 def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
-    """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole lines."""
+    """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole records."""
     if output.format == "csv":
-        data = pa.BufferOutputStream()
-        pa_csv.write_csv(table.replace_schema_metadata(None), data)
-        return [data.getvalue()]
+        return _csv_runs(table.replace_schema_metadata(None))
     if output.format == "jsonl":
         return _lines_bytes(_json_objects(table))
     return _lines_bytes(table.column(0))
@@ -191,12 +189,42 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
 
 def parse(data: list[pa.Buffer], output: Output, schema: pa.Schema) -> pa.Table:
     """What a reader gets from ``serialize``'s bytes: the rows in ``schema``."""
-    if output.format != "csv":
-        runs = [part for run in data for part in _runs_of_lines(run)]
-        tables = [_parse_run(run, output, schema) for run in runs]
-        return pa.concat_tables(tables) if tables else schema.empty_table()
-    (data,) = data
-    return _parse_run(data, output, schema)
+    if output.format == "csv":  # runs of whole records already, the first with the header
+        tables = [_parse_csv(run, schema, header=i == 0) for i, run in enumerate(data)]
+    else:
+        tables = [_parse_run(part, output, schema) for run in data for part in _runs_of_lines(run)]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _csv_runs(table: pa.Table) -> list[pa.Buffer]:
+    """``table`` as CSV in runs of whole records of about ``RUN_BYTES`` (the header in the first), each
+    under ``CSV_BLOCK_LIMIT``: a run is parsed back as one block, since a pile's text may hold quoted
+    newlines that a cut by bytes could split.  Together the runs are the bytes of one ``write_csv``."""
+    rows = max(1, int(RUN_BYTES * table.num_rows / max(table.nbytes, 1)))
+    runs = []
+    for start in range(0, max(table.num_rows, 1), rows):
+        runs += _csv_run(table.slice(start, rows), header=start == 0)
+    return runs
+
+
+def _csv_run(table: pa.Table, header: bool) -> list[pa.Buffer]:
+    data = pa.BufferOutputStream()
+    pa_csv.write_csv(table, data, pa_csv.WriteOptions(include_header=header))
+    if data.tell() < CSV_BLOCK_LIMIT or table.num_rows <= 1:
+        return [data.getvalue()]
+    half = table.num_rows // 2  # more text than Arrow bytes (booleans, timestamps): in halves
+    return _csv_run(table.slice(0, half), header) + _csv_run(table.slice(half), header=False)
+
+
+def _parse_csv(data: pa.Buffer, schema: pa.Schema, header: bool) -> pa.Table:
+    return pa_csv.read_csv(
+        pa.BufferReader(data),
+        read_options=pa_csv.ReadOptions(
+            use_threads=False, block_size=data.size + 1, column_names=None if header else schema.names
+        ),
+        parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+        convert_options=pa_csv.ConvertOptions(column_types=schema),
+    )
 
 
 def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
@@ -217,19 +245,6 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
 
 
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
-    if output.format == "csv":
-        # One block where Arrow's reader takes it (under 2 GiB); past that, blocks of RUN_BYTES cut by its
-        # quote-aware chunker, so that a quoted newline never ends a block.  That chunker, in pyarrow 26,
-        # drops the \n of a quoted \r\n that a block's end splits: the pile then fails verification,
-        # and nothing is written, which is why it is not used where one block does.
-        block = data.size + 1 if data.size < CSV_BLOCK_LIMIT else RUN_BYTES
-        reader = pa_csv.open_csv(
-            pa.BufferReader(data),
-            read_options=pa_csv.ReadOptions(use_threads=False, block_size=block),
-            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-            convert_options=pa_csv.ConvertOptions(column_types=schema),
-        )
-        return reader.read_all()
     if output.format == "jsonl":
         if not data.size:
             return schema.empty_table()
