@@ -193,7 +193,7 @@ def parse(data: list[pa.Buffer], output: Output, schema: pa.Schema) -> pa.Table:
         tables = [_parse_csv(run, schema, header=i == 0) for i, run in enumerate(data)]
     else:
         tables = [_parse_run(part, output, schema) for run in data for part in _runs_of_lines(run)]
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return pa.concat_tables(tables) if tables else _kernels.empty_table(schema)
 
 
 def _csv_runs(table: pa.Table) -> list[pa.Buffer]:
@@ -247,7 +247,7 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
     if output.format == "jsonl":
         if not data.size:
-            return schema.empty_table()
+            return _kernels.empty_table(schema)
         return pa_json.read_json(
             pa.BufferReader(data),
             read_options=pa_json.ReadOptions(use_threads=False, block_size=data.size + 1),

@@ -247,7 +247,7 @@ def rechunk_to_parquet(
     if finished is not None:
         return finished
     parts = [_scratch.read_rows(fs_scratch, scratch_path, start, stop) for scratch_path, start, stop in ranges]
-    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    table = pa.concat_tables(parts) if parts else _kernels.empty_table(schema)
     size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint, output)
     return GatherResult(file_index, rows, path, size, output_fingerprint)
 

@@ -1,10 +1,28 @@
 import concurrent.futures
 import multiprocessing
+import pathlib
+import shutil
+import tempfile
 
 import dask
 import pytest
 from _util import PROCESSES
 from distributed import Client, LocalCluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_scratch_left_in_tmp():
+    """Remove the default scratch directories the session's runs leave in the temporary directory.
+
+    A run that fails or is interrupted keeps its scratch there on purpose (a rerun resumes from it), and
+    its name comes from dest's path: left behind, it would meet a later session's test whose tmp_path
+    happens to be the same, as an unfinished run of another source.
+    """
+    root = pathlib.Path(tempfile.gettempdir())
+    before = set(root.glob("daskpile-*"))
+    yield
+    for path in set(root.glob("daskpile-*")) - before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

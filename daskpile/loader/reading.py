@@ -200,7 +200,7 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
                 with open_parquet(fs, path) as parquet:
                     table = parquet.read(columns=names, use_threads=False)
         parts.append(table.select(names))
-    table = pa.concat_tables(parts, promote_options="permissive") if parts else units.schema.empty_table()
+    table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
     _check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
     return table
 

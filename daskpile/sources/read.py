@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
+from daskpile import _kernels
 from daskpile._storage import full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -129,6 +130,6 @@ def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
 
 def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     if not tables:
-        return schema.empty_table()
+        return _kernels.empty_table(schema)
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     return table.replace_schema_metadata(schema.metadata)

@@ -147,7 +147,7 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
                 cut = cut + _fingerprint.of(table.filter(pc.invert(keep)))
                 table = table.filter(keep)
             kept.append(table.cast(schema) if not table.schema.equals(schema) else table)
-        merged = pa.concat_tables(kept) if kept else schema.empty_table()
+        merged = pa.concat_tables(kept) if kept else _kernels.empty_table(schema)
         rng = _random.keyed(seed, _random.COMPACT, generation, pile)
         merged = _kernels.permute(merged, rng)
         stamp.update(rows=merged.num_rows, cut=cut.to_json())
