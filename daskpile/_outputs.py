@@ -29,7 +29,7 @@ import pyarrow.ipc as ipc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
-from daskpile._storage import atomic_sink, file_stamp, write_bytes
+from daskpile._storage import atomic_sink, write_bytes
 from daskpile.sources.text import first_newline, line_offsets, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
@@ -136,22 +136,49 @@ def stamp_path(path: str) -> str:
     return posixpath.join(directory, STAMPS_DIR, name + ".json")
 
 
+# The stamp's key for the file it describes: no stamp of a pile or of a file of rows_per_file uses it.
+_WRITTEN = "written"
+# What tells a file from one put in its place: a store's ETag or generation; locally its inode and
+# change time, which copying tools cannot set (cp -p and rsync -t keep a size and modification time).
+_IDENTITY = ("size", "ETag", "etag", "generation", "LastModified", "last_modified", "mtime", "ino", "created")
+
+
+def file_identity(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """What ``fs`` says of ``path`` that changes when the file is written or replaced.
+
+    >>> import fsspec, tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     file_identity(fsspec.filesystem("file"), f.name).startswith("size=0 ")
+    True
+    """
+    fs.invalidate_cache(path)  # from the file itself (a HEAD), never from a listing, which words it otherwise
+    info = fs.info(path)
+    return " ".join(f"{k}={info[k]}" for k in _IDENTITY if k in info)
+
+
 def write_stamp(fs: fsspec.AbstractFileSystem, path: str, stamp: dict) -> None:
-    """Record what the text file ``path``, just written, holds, with its size and modification stamp."""
-    record = {**stamp, "file": file_stamp(fs.info(path))}
-    write_bytes(fs, stamp_path(path), json.dumps(record).encode())
+    """Record what the text file ``path``, just written, holds, with its identity (``file_identity``)."""
+    write_bytes(fs, stamp_path(path), json.dumps({**stamp, _WRITTEN: file_identity(fs, path)}).encode())
 
 
 def read_stamp(fs: fsspec.AbstractFileSystem, path: str) -> dict | None:
     """The stamp ``write_stamp`` recorded, if ``path`` is still the file it was recorded for; else None."""
-    fs.invalidate_cache(path)  # an object store's listing and HEAD can word a modification time differently
     try:
         with fs.open(stamp_path(path), "rb") as f:
             record = json.load(f)
-        now = file_stamp(fs.info(path))
+        now = file_identity(fs, path)
     except (FileNotFoundError, ValueError):
         return None
-    return record if record.pop("file", None) == now else None
+    return record if record.pop(_WRITTEN, None) == now else None
+
+
+def stamped_beside(path: str) -> bool:
+    """Whether a part file's stamp is beside it (text) rather than in its footer (Parquet, Arrow).
+
+    >>> stamped_beside("out/part-00003.txt.zst"), stamped_beside("out/part-00003.parquet")
+    (True, False)
+    """
+    return not path.endswith((".parquet", ".arrow"))
 
 
 def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Output, data=None) -> int:

@@ -963,9 +963,19 @@ def _finish_commit(fs, dest_path: str, staging: str) -> None:
     for name in plan["remove"]:
         remove_tree(fs, posixpath.join(dest_path, name))
     for name in plan["move"]:
-        if fs.exists(posixpath.join(staging, name)):  # (those moved before an interruption are there already)
-            fs.mv(posixpath.join(staging, name), posixpath.join(dest_path, name))
+        source, target = posixpath.join(staging, name), posixpath.join(dest_path, name)
+        if fs.exists(source):  # (those moved before an interruption are there already)
+            _move_part(fs, source, target)
     remove_tree(fs, staging)
+
+
+def _move_part(fs, source: str, target: str) -> None:
+    """Move a staged part into dest; a text part's stamp goes with it, so a run killed before its manifest
+    still finds the part done (a move on a store is a copy: the stamp is made again for the copy)."""
+    stamp = _outputs.read_stamp(fs, source) if _outputs.stamped_beside(source) else None
+    fs.mv(source, target)
+    if stamp is not None:
+        _outputs.write_stamp(fs, target, stamp)
 
 
 def _finish_interrupted_commits(fs, dest_path: str) -> None:

@@ -318,7 +318,8 @@ def gather_split_to_parquet(
 def _write_stamped(
     table, fs, path: str, schema: pa.Schema, stamp: dict, fingerprint: bool, output: Output = PARQUET
 ) -> tuple[int, Fingerprint | None]:
-    """Write an output file whose footer says what it holds (``stamp`` and fingerprint), for a rerun to reuse.
+    """Write an output file stamped with what it holds (``stamp`` and fingerprint), for a rerun to reuse:
+    in its footer, or for text beside it (``_outputs.write_stamp``).
 
     Returns its size in bytes and its fingerprint.
     """
@@ -358,7 +359,7 @@ def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
 def pile_stamp(fs, path: str) -> dict | None:
     """What an output file says it holds (pile, piles, seed, rows...): its footer, or beside a text file
     the stamp written with it; None if no such file or stamp."""
-    if not path.endswith((".parquet", ".arrow")):
+    if _outputs.stamped_beside(path):
         return _outputs.read_stamp(fs, path)
     try:
         if path.endswith(".arrow"):

@@ -8,6 +8,7 @@ import bz2
 import collections
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -761,3 +762,58 @@ def test_csv_runs_are_the_bytes_of_one_csv_file_cut_between_records(monkeypatch,
     assert len(runs) > 3 and all(run.size < block_limit for run in runs)
     assert b"".join(run.to_pybytes() for run in runs) == whole.getvalue().to_pybytes()
     assert _outputs.parse(runs, _outputs.Output("csv"), table.schema).equals(table)
+
+
+def test_a_text_run_cut_into_files_of_equal_rows_resumes_with_the_files_it_wrote(tmp_path, sync_scheduler, monkeypatch):
+    source = tmp_path / "corpus.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    kwargs = dict(piles=4, seed=3, blocksize=2**14, output_format="lines", rows_per_file=500)
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "reference"), **kwargs)
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=3, **kwargs)
+    report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
+    assert report.resumed_piles == 3 and len(report.files) == 6
+    assert all(Path(f).read_bytes() == (tmp_path / "reference" / Path(f).name).read_bytes() for f in report.files)
+
+
+def test_an_overwrite_killed_between_its_commit_and_its_manifest_keeps_its_text_parts(
+    tmp_path, sync_scheduler, monkeypatch
+):
+    from daskpile import _manifest
+
+    source = tmp_path / "corpus.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(str(source), str(dest), piles=3, seed=1, output_format="lines")
+    kwargs = dict(piles=5, seed=2, blocksize=2**14, output_format="lines", scratch=str(tmp_path / "scratch"))
+
+    def stop(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_manifest, "write", stop)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(str(source), str(dest), overwrite=True, **kwargs)
+    monkeypatch.undo()
+    assert sorted(p.name for p in dest.glob("part-*")) == [f"part-{j:05d}.txt" for j in range(5)]  # moved in
+    report = daskpile.shuffle_parquet(str(source), str(dest), overwrite=True, **kwargs)
+    assert report.resumed_piles == 5 and daskpile.verify(str(source), str(dest)).ok
+    assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json"] + [f"part-{j:05d}.txt" for j in range(5)]
+
+
+def test_a_text_part_replaced_keeping_its_size_and_modification_time_is_written_again(
+    tmp_path, sync_scheduler, monkeypatch
+):
+    """As ``cp -p`` or ``rsync -t`` would leave it: the stamp also records the inode and its change time."""
+    source = tmp_path / "corpus.txt"
+    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    before = written[0].stat()
+    replacement = tmp_path / "replacement"
+    replacement.write_bytes(written[0].read_bytes().replace(b"line", b"LINE"))
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(replacement, written[0])
+    assert written[0].stat().st_size == before.st_size and written[0].stat().st_mtime_ns == before.st_mtime_ns
+    report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
+    assert report.resumed_piles == 4 and daskpile.verify(str(source), str(dest)).ok
