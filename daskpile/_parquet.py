@@ -501,7 +501,7 @@ def shuffle_plan(
     with _resumable(run.scratch, run.dest_url):
         scattered = run.scatter()
         names, gathered = run.gather(scattered)
-        fingerprint = _check_fingerprints(scattered, gathered, run.dest_url) if verify else None
+        fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
         run.commit_staged(names)
     return run.finish(scattered, names, gathered, fingerprint)
 
@@ -660,7 +660,7 @@ class _Run:
             self.scratch.remove()  # a rerun needs other arguments, so nothing here can be resumed
             raise
         target = self.staging or self.dest_path
-        made_dest = not self.dest_fs.exists(self.dest_path)
+        self.made_dest = not self.dest_fs.exists(self.dest_path)
         self.dest_fs.makedirs(target, exist_ok=True)
         run_state.write(self.dest_fs, self.dest_path, self.spec)
         timer = Timer(self.progress)
@@ -671,10 +671,7 @@ class _Run:
                 self.second_pass == "eager", self.output,
             )  # fmt: skip
         except ValueError:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
-            self.scratch.remove()
-            _discard_unfinished(self.dest_fs, self.dest_path)
-            if made_dest and not self.dest_fs.ls(self.dest_path):
-                self.dest_fs.rmdir(self.dest_path)
+            self.discard()
             raise
         self.seconds_gather = timer.seconds
         _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
@@ -685,6 +682,25 @@ class _Run:
             f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"
         )
         return names, gathered
+
+    def check_fingerprints(self, scattered, gathered) -> Fingerprint:
+        """The fingerprint of the rows read, which must be that of the rows written; if not, nothing is kept.
+
+        Which file is wrong is unknown, and a rerun that reused the run's files would fail alike, while the
+        cause may have passed (a disk or a store that corrupted a write once).
+        """
+        try:
+            return _check_fingerprints(scattered, gathered, self.dest_url)
+        except VerificationError:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        """Remove what this run wrote, to scratch and to dest, after a failure that a rerun must not resume."""
+        self.scratch.remove()
+        _discard_unfinished(self.dest_fs, self.dest_path)
+        if self.made_dest and not self.dest_fs.ls(self.dest_path):
+            self.dest_fs.rmdir(self.dest_path)
 
     def commit_staged(self, names: list[str]) -> None:
         """An overwrite's new files, written beside the old result, replace it."""
@@ -839,7 +855,7 @@ def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
     if read != written:
         raise VerificationError(
             f"the output at {dest_url!r} is not a permutation of the input: read {read}, wrote {written}. "
-            "No manifest was written."
+            "No manifest was written, and what the run wrote was removed: a rerun starts afresh."
         )
     return read
 

@@ -122,9 +122,14 @@ def test_a_changed_row_fails_loudly_and_leaves_no_manifest(sync_scheduler, sourc
         return permuted.set_column(permuted.column_names.index("x"), "x", pa.array(x))
 
     monkeypatch.setattr(_kernels, "permute", corrupting_permute)
-    with pytest.raises(daskpile.VerificationError, match="not a permutation"):
-        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0)
-    assert not (tmp_path / "out" / "_daskpile.json").exists()
+    scratch = tmp_path / "scratch"
+    with pytest.raises(daskpile.VerificationError, match=r"not a permutation.*a rerun starts afresh"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0, scratch=str(scratch))
+    assert not (tmp_path / "out").exists() and list(scratch.iterdir()) == []
+    # The fault has passed (a disk that corrupted a write once): the rerun reuses nothing of the failed run
+    monkeypatch.setattr(_kernels, "permute", honest)
+    report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0, scratch=str(scratch))
+    assert report.resumed_piles == 0 and daskpile.verify(source, str(tmp_path / "out")).ok
 
 
 def test_verification_can_be_turned_off(sync_scheduler, source, tmp_path):
