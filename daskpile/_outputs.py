@@ -30,7 +30,7 @@ import pyarrow.json as pa_json
 
 from daskpile import _kernels
 from daskpile._storage import atomic_sink, write_bytes
-from daskpile.sources.text import first_newline, line_offsets, lines_table, open_decompressed
+from daskpile.sources.text import SCAN_BYTES, first_newline, line_offsets, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
 COMPRESSIONS = ("gzip", "zstd")
@@ -227,11 +227,26 @@ def _csv_runs(table: pa.Table) -> list[pa.Buffer]:
     """``table`` as CSV in runs of whole records of about ``RUN_BYTES`` (the header in the first), each
     under ``CSV_BLOCK_LIMIT``: a run is parsed back as one block, since a pile's text may hold quoted
     newlines that a cut by bytes could split.  Together the runs are the bytes of one ``write_csv``."""
-    rows = max(1, int(RUN_BYTES * table.num_rows / max(table.nbytes, 1)))
+    rows = _csv_rows_per_run(table)
     runs = []
     for start in range(0, max(table.num_rows, 1), rows):
         runs += _csv_run(table.slice(start, rows), header=start == 0)
     return runs
+
+
+# Text of a row against its Arrow bytes: at most about 48 (a boolean, one bit, is "false,"); the text of
+# a table under RUN_BYTES / 64 of Arrow bytes is one run without measuring it.
+_TEXT_PER_ARROW_BYTE = 64
+_SAMPLE_ROWS = 1000
+
+
+def _csv_rows_per_run(table: pa.Table) -> int:
+    """Rows of about ``RUN_BYTES`` of CSV text, from the text of the first rows (a pile is a uniform sample)."""
+    if table.nbytes * _TEXT_PER_ARROW_BYTE < RUN_BYTES:
+        return max(table.num_rows, 1)
+    sample = pa.BufferOutputStream()
+    pa_csv.write_csv(table.slice(0, _SAMPLE_ROWS), sample, pa_csv.WriteOptions(include_header=False))
+    return max(1, int(RUN_BYTES * min(table.num_rows, _SAMPLE_ROWS) / max(sample.tell(), 1)))
 
 
 def _csv_run(table: pa.Table, header: bool) -> list[pa.Buffer]:
@@ -239,7 +254,8 @@ def _csv_run(table: pa.Table, header: bool) -> list[pa.Buffer]:
     pa_csv.write_csv(table, data, pa_csv.WriteOptions(include_header=header))
     if data.tell() < CSV_BLOCK_LIMIT or table.num_rows <= 1:
         return [data.getvalue()]
-    half = table.num_rows // 2  # more text than Arrow bytes (booleans, timestamps): in halves
+    del data  # rows longer than the sample's: in halves
+    half = table.num_rows // 2
     return _csv_run(table.slice(0, half), header) + _csv_run(table.slice(half), header=False)
 
 
@@ -400,7 +416,7 @@ def read(fs: fsspec.AbstractFileSystem, path: str, output: Output, schema: pa.Sc
     """A pile file as the table that was written (its rows in ``schema``), for ``verify``."""
     try:
         return _read(fs, path, output, schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, OverflowError) as e:
         if isinstance(e, FileNotFoundError):
             raise
         raise ValueError(f"cannot read {path!r} as {output.format}: {e}") from e
@@ -409,4 +425,48 @@ def read(fs: fsspec.AbstractFileSystem, path: str, output: Output, schema: pa.Sc
 def _read(fs, path: str, output: Output, schema: pa.Schema) -> pa.Table:
     with open_decompressed(fs, path) as f:
         data = pa.py_buffer(f.read())
-    return ipc.open_file(data).read_all() if output.format == "arrow" else parse([data], output, schema)
+    if output.format == "arrow":
+        return ipc.open_file(data).read_all()
+    return parse(csv_record_runs(data) if output.format == "csv" else [data], output, schema)
+
+
+def csv_record_runs(data: pa.Buffer) -> list[pa.Buffer]:
+    """A CSV file as Arrow writes it, cut after records into runs of about ``RUN_BYTES``, each under
+    ``CSV_BLOCK_LIMIT`` (the block Arrow's reader takes) unless one record is longer.
+
+    Arrow's writer doubles a quote inside a value, so a newline ends a record exactly where the quotes
+    before it are even in number.
+
+    >>> [run.to_pybytes() for run in csv_record_runs(pa.py_buffer(b'a\n"x\ny"\n'))]
+    [b'a\n"x\ny"\n']
+    """
+    view = np.frombuffer(data, dtype=np.uint8)
+    runs, start = [], 0
+    while data.size - start >= CSV_BLOCK_LIMIT:
+        end = _record_end(view, start, start + RUN_BYTES)
+        runs.append(data.slice(start, end - start))
+        start = end
+    if start < data.size or not runs:
+        runs.append(data.slice(start))
+    return runs
+
+
+def _record_end(view: np.ndarray, start: int, stop: int) -> int:
+    """Just past the last newline outside quotes in ``view[start:stop]``, or if there is none the first
+    one after (a record longer than the run), or the end; ``view[start]`` begins a record."""
+    quoted, last = 0, None
+    for step_start in range(start, len(view), SCAN_BYTES):
+        step = view[step_start : step_start + SCAN_BYTES]
+        parity = np.bitwise_xor.accumulate(step == ord('"'), dtype=np.uint8) ^ np.uint8(quoted)
+        ends = np.flatnonzero((step == ord("\n")) & (parity == 0)) + (step_start + 1)
+        before = ends[ends <= stop]
+        if len(before):
+            last = int(before[-1])
+        if step_start + len(step) >= stop:  # the step that reaches stop, or one past it
+            if last is not None:
+                return last
+            if len(ends):  # the first end after stop: a record longer than the run
+                return int(ends[0])
+        quoted = int(parity[-1])
+    return len(view)
+

@@ -640,7 +640,7 @@ def test_a_csv_pile_is_written_and_read_back_in_runs_of_whole_records(sync_sched
     blocks inside a pile, lost the \n of a quoted \r\n split by a block's end (pyarrow 26)."""
     from daskpile import _outputs
 
-    monkeypatch.setattr(_outputs, "RUN_BYTES", 1024)
+    monkeypatch.setattr(_outputs, "RUN_BYTES", 1000)  # under the block limit, as 1 GiB is under 2 GiB
     monkeypatch.setattr(_outputs, "CSV_BLOCK_LIMIT", 1024)
     texts = [
         f'line {i},{newline}"quoted" {"y" * (i % 90)}{newline}end' if i % 3 else f"plain {i}" for i in range(3_000)
@@ -654,6 +654,36 @@ def test_a_csv_pile_is_written_and_read_back_in_runs_of_whole_records(sync_sched
     read = pa.concat_tables(pa_csv.read_csv(p) for p in piles)  # as a user's tool reads them
     assert sorted(read.column("text").to_pylist()) == sorted(texts)
     assert all(p.stat().st_size > 40 * 1024 for p in piles)
+    # verify reads each file back whole, and cuts it into runs of records too: no block Arrow cannot take
+    parse_csv = _outputs._parse_csv
+
+    def parse_a_block(data, schema, header):
+        assert data.size < _outputs.CSV_BLOCK_LIMIT or b"\n" not in data.to_pybytes()[:-1]
+        return parse_csv(data, schema, header)
+
+    monkeypatch.setattr(_outputs, "_parse_csv", parse_a_block)
+    assert daskpile.verify(str(source), str(tmp_path / "out")).ok
+
+
+def test_csv_files_are_cut_into_runs_at_record_ends_whatever_the_quotes_hold(monkeypatch):
+    """Random text of quotes, commas and newlines: the runs are the file's bytes, each parsed alone as a block."""
+    import random
+
+    from daskpile import _outputs
+
+    monkeypatch.setattr(_outputs, "SCAN_BYTES", 7)  # records and runs across many steps of the scan
+    for trial in range(100):
+        draw = random.Random(trial)
+        texts = ["".join(draw.choice('ab",\n\r') for _ in range(draw.randint(0, 30))) for _ in range(40)]
+        table = pa.table({"id": list(range(40)), "t": texts})
+        written = pa.BufferOutputStream()
+        pa_csv.write_csv(table, written)
+        data = written.getvalue()
+        monkeypatch.setattr(_outputs, "RUN_BYTES", draw.randint(1, 200))
+        monkeypatch.setattr(_outputs, "CSV_BLOCK_LIMIT", _outputs.RUN_BYTES + draw.randint(0, 50))
+        runs = _outputs.csv_record_runs(data)
+        assert b"".join(run.to_pybytes() for run in runs) == data.to_pybytes()
+        assert _outputs.parse(runs, _outputs.Output("csv"), table.schema).equals(table)
 
 
 def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_its_own(monkeypatch):
