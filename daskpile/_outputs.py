@@ -469,4 +469,3 @@ def _record_end(view: np.ndarray, start: int, stop: int) -> int:
                 return int(ends[0])
         quoted = int(parity[-1])
     return len(view)
-

@@ -608,8 +608,7 @@ class _Run:
 
     def prepare_scratch(self) -> None:
         """Scratch with the run file; a resumed run whose piles are gone from dest starts pass 1 afresh."""
-        staging = f".daskpile-staging-{self.spec.key()}"
-        self.staging = posixpath.join(self.dest_path, staging) if self.old_result is not None else None
+        self.staging = posixpath.join(self.dest_path, self.spec.staging()) if self.old_result is not None else None
         can_finish = self.previous is not None and _passes.scratch_can_finish(
             self.scratch, self.dest_fs, self.staging or self.dest_path, self.piles, self.seed, self.output
         )
@@ -861,7 +860,7 @@ def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
 
 
 FOREIGN_NAMES_SHOWN = 10
-STAGING_PREFIX = ".daskpile-staging-"
+STAGING_PREFIX = run_state.STAGING_PREFIX
 COMMIT_PLAN = "_commit.json"  # in a staging directory: the commit has begun; what it removes
 _PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|jsonl|txt)(\.gz|\.zst)?$")
 

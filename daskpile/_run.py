@@ -19,6 +19,7 @@ import fsspec
 from daskpile._storage import write_bytes
 
 RUN_FILE = "_daskpile.run.json"
+STAGING_PREFIX = ".daskpile-staging-"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,10 @@ class RunSpec:
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def staging(self) -> str:
+        """The directory in dest where an overwrite writes its parts, beside the result it replaces."""
+        return STAGING_PREFIX + self.key()
 
     def differences(
         self,
