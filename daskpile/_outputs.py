@@ -437,8 +437,8 @@ def csv_record_runs(data: pa.Buffer) -> list[pa.Buffer]:
     Arrow's writer doubles a quote inside a value, so a newline ends a record exactly where the quotes
     before it are even in number.
 
-    >>> [run.to_pybytes() for run in csv_record_runs(pa.py_buffer(b'a\n"x\ny"\n'))]
-    [b'a\n"x\ny"\n']
+    >>> [run.to_pybytes() for run in csv_record_runs(pa.py_buffer(b'a\\n"x\\ny"\\n'))]
+    [b'a\\n"x\\ny"\\n']
     """
     view = np.frombuffer(data, dtype=np.uint8)
     runs, start = [], 0
