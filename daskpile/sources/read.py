@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from daskpile import _kernels
 from daskpile._storage import full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -130,6 +129,6 @@ def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
 
 def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
     if not tables:
-        return _kernels.empty_table(schema)
+        return pa.Table.from_batches([], schema=schema)  # (schema.empty_table() imports pandas)
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     return table.replace_schema_metadata(schema.metadata)

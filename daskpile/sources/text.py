@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
-from daskpile import _kernels
 from daskpile._storage import full_url
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc")
@@ -334,7 +333,7 @@ class BlockReader:
         if self.options.format == "lines":
             return lines_table(block)
         if not block:  # a range in which no line starts
-            return _kernels.empty_table(self.schema)
+            return pa.Table.from_batches([], schema=self.schema)  # (schema.empty_table() imports pandas)
         where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
         jsonl = self.options.format == "jsonl"
         try:
