@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import posixpath
 
 import fsspec
@@ -29,7 +30,7 @@ import pyarrow.ipc as ipc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
-from daskpile._storage import atomic_sink, write_bytes
+from daskpile._storage import atomic_sink, is_local, write_bytes
 from daskpile.sources.text import SCAN_BYTES, first_newline, line_offsets, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
@@ -152,8 +153,14 @@ def file_identity(fs: fsspec.AbstractFileSystem, path: str) -> str:
     True
     """
     fs.invalidate_cache(path)  # from the file itself (a HEAD), never from a listing, which words it otherwise
-    info = fs.info(path)
-    return " ".join(f"{k}={info[k]}" for k in _IDENTITY if k in info)
+    try:
+        info = fs.info(path, refresh=True)  # (another thread's listing may have filled the cache again)
+    except TypeError:  # a file system whose info takes no refresh
+        info = fs.info(path)
+    identity = " ".join(f"{k}={info[k]}" for k in _IDENTITY if k in info)
+    if is_local(fs):  # fsspec's "created" is the birth time on macOS and Windows, not the change time
+        identity += f" ctime_ns={os.stat(path).st_ctime_ns}"
+    return identity
 
 
 def write_stamp(fs: fsspec.AbstractFileSystem, path: str, stamp: dict) -> None:

@@ -669,8 +669,8 @@ class _Run:
                 _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
                 self.second_pass == "eager", self.output,
             )  # fmt: skip
-        except ValueError:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
-            self.discard()
+        except ValueError as e:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
+            self.discard(e)
             raise
         self.seconds_gather = timer.seconds
         _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
@@ -690,16 +690,23 @@ class _Run:
         """
         try:
             return _check_fingerprints(scattered, gathered, self.dest_url)
-        except VerificationError:
-            self.discard()
+        except VerificationError as e:
+            self.discard(e)
             raise
 
-    def discard(self) -> None:
-        """Remove what this run wrote, to scratch and to dest, after a failure that a rerun must not resume."""
-        self.scratch.remove()
-        _discard_unfinished(self.dest_fs, self.dest_path)
-        if self.made_dest and not self.dest_fs.ls(self.dest_path):
-            self.dest_fs.rmdir(self.dest_path)
+    def discard(self, failure: BaseException) -> None:
+        """Remove what this run wrote, to scratch and to dest, after ``failure``, which a rerun must not resume.
+
+        A failure to clean up is noted on ``failure``, never raised in its place.
+        """
+        try:
+            self.scratch.remove()
+            _discard_unfinished(self.dest_fs, self.dest_path)
+            # (an object store has no empty directory to remove: the prefix went with its last object)
+            if self.made_dest and is_local(self.dest_fs) and not self.dest_fs.ls(self.dest_path):
+                self.dest_fs.rmdir(self.dest_path)
+        except OSError as e:
+            failure.add_note(f"what the run wrote could not all be removed: {e!r}")
 
     def commit_staged(self, names: list[str]) -> None:
         """An overwrite's new files, written beside the old result, replace it."""

@@ -118,6 +118,26 @@ def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_sc
     assert daskpile.verify(source, dest, storage_options=options).ok
 
 
+def test_a_run_on_s3_that_fails_verification_says_so_and_leaves_nothing(sync_scheduler, s3, monkeypatch):
+    """The clean-up after the failure must not fail in its place: the dest prefix is gone with its objects."""
+    fs, options = s3
+    write_reference_dataset("s3://lake/verr-in", rows=2_000, files=2, storage_options=options)
+    honest = _kernels.permute
+
+    def corrupting_permute(table, rng):
+        permuted = honest(table, rng)
+        return permuted.set_column(0, permuted.field(0), pa.array(np.asarray(permuted.column(0)) + 1))
+
+    monkeypatch.setattr(_kernels, "permute", corrupting_permute)
+    with pytest.raises(daskpile.VerificationError, match="not a permutation"):
+        daskpile.shuffle_parquet(
+            "s3://lake/verr-in", "s3://lake/verr-out", piles=3, seed=1, scratch="s3://scratch/verr",
+            storage_options=options,
+        )  # fmt: skip
+    fs.invalidate_cache()
+    assert fs.find("lake/verr-out") == [] and fs.find("scratch/verr") == []
+
+
 def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     fs, options = s3
     frame = pd.DataFrame({"x": np.arange(1000), "s": [f"v{i}" for i in range(1000)]})
