@@ -125,8 +125,8 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
     scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles))
     output = _outputs.Output.from_key(spec.output)
     staging = posixpath.join(dest, spec.staging())  # an overwrite's parts, beside the result it replaces
-    target = staging if dest_fs.exists(staging) else dest
-    if not _passes.scratch_can_finish(scratch, dest_fs, target, spec.piles, spec.seed, output):
+    targets = [staging, dest] if dest_fs.exists(staging) else [dest]  # (a commit stopped halfway moved some)
+    if not _passes.scratch_can_finish(scratch, dest_fs, targets, spec.piles, spec.seed, output):
         return f"pass 2 had used up part of it, and {spec.dest} no longer holds those piles"
     return None
 

@@ -473,14 +473,17 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
 
 
 def scratch_can_finish(
-    scratch_dir: Scratch, dest_fs, target: str, piles: int, seed: int, output: Output = PARQUET
+    scratch_dir: Scratch, dest_fs, targets: str | list[str], piles: int, seed: int, output: Output = PARQUET
 ) -> bool:
-    """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest.
+    """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest
+    (in one of the directories ``targets``: an overwrite's staging directory, then dest, which a commit
+    stopped halfway has moved part of them into).
 
     Pass 2 removes a band's scratch once the band's piles are written; if
     those piles were then deleted from dest (or are not this run's), the
     scratch can no longer make them, and resuming would fail in pass 2.
     """
+    targets = [targets] if isinstance(targets, str) else targets
     if scratch_dir.bands is None or not scratch_dir.fs.exists(scratch_dir.directory):
         return True
     present: dict[tuple[int, int], set[int]] = {}
@@ -491,8 +494,13 @@ def scratch_can_finish(
     bands = range(len(scratch_dir.bands) - 1)
     removed = {b for found in present.values() if 0 in found for b in bands if b not in found}
     needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]
-    for j in needed:
-        stamp = pile_stamp(dest_fs, posixpath.join(target, _manifest.part_name(j, piles, suffix=output.suffix)))
-        if stamp is None or (stamp.get("pile"), stamp.get("piles"), stamp.get("seed")) != (j, piles, seed):
-            return False
-    return True
+    return all(
+        any(_holds_pile(dest_fs, posixpath.join(t, _manifest.part_name(j, piles, suffix=output.suffix)), j, piles, seed)
+            for t in targets)
+        for j in needed
+    )  # fmt: skip
+
+
+def _holds_pile(fs, path: str, pile: int, piles: int, seed: int) -> bool:
+    stamp = pile_stamp(fs, path)
+    return stamp is not None and (stamp.get("pile"), stamp.get("piles"), stamp.get("seed")) == (pile, piles, seed)
