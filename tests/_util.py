@@ -1,5 +1,6 @@
 """Helpers shared by the tests."""
 
+import contextlib
 import decimal
 import glob
 import json
@@ -199,3 +200,29 @@ def eventually(condition, timeout: float = 10, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not so after {timeout} s")
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def interrupted_after(module, writer: str, files: int):
+    """Fault injection: ``module.writer(table, fs, path, ...)`` raises KeyboardInterrupt, as Ctrl-C would, when
+    called after ``files`` files; yields the paths written, and expects the run inside to be interrupted.
+
+    >>> with interrupted_after(_outputs, "write", 5) as written:  # doctest: +SKIP
+    ...     daskpile.shuffle_parquet(source, dest, output_format="lines")
+    """
+    import pytest
+
+    real, written = getattr(module, writer), []
+
+    def write_then_stop(*args, **kwargs):
+        if len(written) == files:
+            raise KeyboardInterrupt
+        written.append(args[2])
+        return real(*args, **kwargs)
+
+    setattr(module, writer, write_then_stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield written
+    finally:
+        setattr(module, writer, real)

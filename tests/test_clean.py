@@ -5,7 +5,7 @@ import os
 import time
 
 import pytest
-from _util import sorted_source
+from _util import interrupted_after, sorted_source
 from click.testing import CliRunner
 
 import daskpile
@@ -100,27 +100,15 @@ def test_scratch_pass_2_used_up_is_removed_when_dest_lacks_its_piles(tmp_path):
     assert found.removable and "pass 2 had used up part of it" in found.reason
 
 
-def test_an_interrupted_overwrite_is_resumable_its_parts_are_in_its_staging_directory(
-    tmp_path, sync_scheduler, monkeypatch
-):
+def test_an_interrupted_overwrite_is_resumable_its_parts_are_in_its_staging_directory(tmp_path, sync_scheduler):
     from daskpile import _passes
 
     source = sorted_source(tmp_path / "src", rows=4_000, files=4)
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=1)
-    write_parquet, written = _passes.write_parquet, []
-
-    def write_then_stop(*args, **kwargs):
-        if len(written) == 6:
-            raise KeyboardInterrupt
-        written.append(args[2])
-        return write_parquet(*args, **kwargs)
-
-    monkeypatch.setattr(_passes, "write_parquet", write_then_stop)
     kwargs = dict(piles=8, seed=2, scratch=str(scratch), overwrite=True, blocksize=2**14)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(_passes, "write_parquet", 6) as written:
         daskpile.shuffle_parquet(source, str(dest), **kwargs)
-    monkeypatch.undo()
     (found,) = clean(str(scratch))
     assert not found.removable and "resumable" in found.reason
     for path in written[:3]:  # as a commit stopped halfway leaves them: some parts moved into dest already

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from _util import daskpile_command, eventually, read_store_output
+from _util import daskpile_command, eventually, interrupted_after, read_store_output
 from click.testing import CliRunner
 
 import daskpile
@@ -91,24 +91,14 @@ def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
     run.remove()
 
 
-def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3, monkeypatch):
+def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3):
     """A text file's stamp lies beside it: on a store, it must name the object as a later HEAD sees it."""
     fs, options = s3
     fs.pipe("lake/corpus.txt", b"".join(b"line %d\n" % i for i in range(2000)))
     kwargs = dict(piles=6, seed=2, output_format="lines", compression="gzip", storage_options=options)
     source, dest, scratch = "s3://lake/corpus.txt", "s3://lake/corpus-out", "s3://scratch/corpus"
-    real_write, written = _outputs.write, []
-
-    def write_then_stop(*args, **kw):
-        if len(written) == 4:
-            raise KeyboardInterrupt
-        written.append(args[2])
-        return real_write(*args, **kw)
-
-    monkeypatch.setattr(_outputs, "write", write_then_stop)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(_outputs, "write", 4):
         daskpile.shuffle_parquet(source, dest, scratch=scratch, **kwargs)
-    monkeypatch.setattr(_outputs, "write", real_write)
     report = daskpile.shuffle_parquet(source, dest, scratch=scratch, **kwargs)
     assert report.resumed_piles == 4 and report.resumed_partitions == 1
     fs.invalidate_cache()

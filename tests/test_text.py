@@ -17,7 +17,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command, read_output, run_in_fresh_process
+from _util import daskpile_command, interrupted_after, read_output, run_in_fresh_process
 
 import daskpile
 from daskpile.sources import plan_sources, read_pieces
@@ -714,28 +714,18 @@ def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
         assert text.first_newline(np.frombuffer(b"", dtype=np.uint8)) == -1
 
 
-def interrupted_text_run(source, dest, scratch, monkeypatch, after_files: int, **kwargs):
-    """A run stopped (as by Ctrl-C) in pass 2 once ``after_files`` of its files are written."""
+def interrupted_text_run(source, dest, scratch, after_files: int, **kwargs) -> list[Path]:
+    """A run stopped (as by Ctrl-C) in pass 2 once ``after_files`` of its files are written; their paths."""
     from daskpile import _outputs
 
-    real_write, written = _outputs.write, []
-
-    def write_then_stop(*args, **kw):
-        if len(written) == after_files:
-            raise KeyboardInterrupt
-        written.append(args[2])
-        return real_write(*args, **kw)
-
-    monkeypatch.setattr(_outputs, "write", write_then_stop)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(_outputs, "write", after_files) as written:
         daskpile.shuffle_parquet(source, str(dest), scratch=str(scratch), **kwargs)
-    monkeypatch.setattr(_outputs, "write", real_write)
     return [Path(p) for p in written]
 
 
 @pytest.mark.parametrize("output_format, compression", [("lines", None), ("jsonl", "zstd")])
 def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
-    tmp_path, sync_scheduler, monkeypatch, output_format, compression
+    tmp_path, sync_scheduler, output_format, compression
 ):
     """Text files have no footer for a stamp: one beside them lets a rerun keep them, and its scratch."""
     source = tmp_path / "corpus.jsonl"
@@ -745,7 +735,7 @@ def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
         kwargs["format"] = "lines"
     daskpile.shuffle_parquet(str(source), str(tmp_path / "reference"), **kwargs)
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    written = interrupted_text_run(str(source), dest, scratch, after_files=5, **kwargs)
     assert len(written) == 5 and all(p.exists() for p in written)
 
     report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
@@ -760,12 +750,12 @@ def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
     assert sorted(p.name for p in dest.iterdir()) == names
 
 
-def test_a_text_file_changed_after_an_interruption_is_written_again(tmp_path, sync_scheduler, monkeypatch):
+def test_a_text_file_changed_after_an_interruption_is_written_again(tmp_path, sync_scheduler):
     source = tmp_path / "corpus.txt"
     source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
     kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    written = interrupted_text_run(str(source), dest, scratch, after_files=5, **kwargs)
     written[0].write_bytes(written[0].read_bytes() + b"line 0\n")  # a line more: its stamp no longer holds
     report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
     assert report.resumed_piles == 4
@@ -794,13 +784,13 @@ def test_csv_runs_are_the_bytes_of_one_csv_file_cut_between_records(monkeypatch,
     assert _outputs.parse(runs, _outputs.Output("csv"), table.schema).equals(table)
 
 
-def test_a_text_run_cut_into_files_of_equal_rows_resumes_with_the_files_it_wrote(tmp_path, sync_scheduler, monkeypatch):
+def test_a_text_run_cut_into_files_of_equal_rows_resumes_with_the_files_it_wrote(tmp_path, sync_scheduler):
     source = tmp_path / "corpus.txt"
     source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
     kwargs = dict(piles=4, seed=3, blocksize=2**14, output_format="lines", rows_per_file=500)
     daskpile.shuffle_parquet(str(source), str(tmp_path / "reference"), **kwargs)
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=3, **kwargs)
+    interrupted_text_run(str(source), dest, scratch, after_files=3, **kwargs)
     report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
     assert report.resumed_piles == 3 and len(report.files) == 6
     assert all(Path(f).read_bytes() == (tmp_path / "reference" / Path(f).name).read_bytes() for f in report.files)
@@ -830,15 +820,13 @@ def test_an_overwrite_killed_between_its_commit_and_its_manifest_keeps_its_text_
     assert sorted(p.name for p in dest.iterdir()) == ["_daskpile.json"] + [f"part-{j:05d}.txt" for j in range(5)]
 
 
-def test_a_text_part_replaced_keeping_its_size_and_modification_time_is_written_again(
-    tmp_path, sync_scheduler, monkeypatch
-):
+def test_a_text_part_replaced_keeping_its_size_and_modification_time_is_written_again(tmp_path, sync_scheduler):
     """As ``cp -p`` or ``rsync -t`` would leave it: the stamp also records the inode and its change time."""
     source = tmp_path / "corpus.txt"
     source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
     kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
-    written = interrupted_text_run(str(source), dest, scratch, monkeypatch, after_files=5, **kwargs)
+    written = interrupted_text_run(str(source), dest, scratch, after_files=5, **kwargs)
     before = written[0].stat()
     replacement = tmp_path / "replacement"
     replacement.write_bytes(written[0].read_bytes().replace(b"line", b"LINE"))
