@@ -349,14 +349,16 @@ def test_a_result_cut_into_rows_per_file_cannot_take_appends(sync_scheduler, day
 
 
 def test_the_commands(days, tmp_path):
+    """On Dask's sync scheduler: the commands on a LocalCluster, as by default, are tested in test_cli.py."""
     dest = str(tmp_path / "window")
-    assert daskpile_command("shuffle", days[0], dest, "--piles", "4", "--seed", "3", "-q").returncode == 0
-    assert "recorded from the sources" in daskpile_command("verify", dest).stdout  # a plain result, by its manifest
+    sync = ("--scheduler", "sync")
+    assert daskpile_command("shuffle", days[0], dest, "--piles", "4", "--seed", "3", "-q", *sync).returncode == 0
+    assert "recorded from the sources" in daskpile_command("verify", dest, *sync).stdout  # by its manifest
     done = daskpile_command("append", days[1], dest, "--scheduler", "sync", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["generations"] == [0, 1]
     assert "appended generation 2" in daskpile_command("append", days[2], dest, "--scheduler", "sync").stdout
-    assert daskpile_command("verify", dest, "-q").returncode == 0
+    assert daskpile_command("verify", dest, "-q", *sync).returncode == 0
     expired = daskpile_command("expire", dest, "--before", "1", "--column", "day", "--retain", "0")
     assert expired.returncode == 0 and "expired generation 0" in expired.stdout
     assert "expired generation 1" in daskpile_command("expire", dest, "--keep", "1").stdout
