@@ -4,8 +4,8 @@ Every format writes a whole pile at once, atomically (a temporary name, then
 a rename), and reads it back for ``verify``.  Parquet and Arrow files carry
 the pile's stamp (which pile, seed, rows, fingerprint) in their schema
 metadata, so a rerun of an interrupted run reuses them; a text file's stamp is
-a small file beside it (``write_stamp``), valid while the file keeps the size
-and modification time (or ETag) it was written with.
+a small file beside it (``write_stamp``), valid while the file is the one it
+was written with (``file_identity``).
 
 - ``lines``: the single binary or string column of the rows, each value
   followed by ``\\n``: with lines in (``format="lines"``), the output is the
@@ -31,7 +31,7 @@ import pyarrow.json as pa_json
 
 from daskpile import _kernels
 from daskpile._storage import atomic_sink, is_local, write_bytes
-from daskpile.sources.text import SCAN_BYTES, first_newline, line_offsets, lines_table, open_decompressed
+from daskpile.sources.text import SCAN_BYTES, first_newline, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
 COMPRESSIONS = ("gzip", "zstd")
@@ -279,19 +279,7 @@ def _parse_csv(data: pa.Buffer, schema: pa.Schema, header: bool) -> pa.Table:
 
 def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
     """``data`` cut after newlines into runs of at most ``RUN_BYTES`` (a longer line is a run of its own)."""
-    runs, start = [], 0
-    while data.size - start > RUN_BYTES:
-        past_last = int(line_offsets(np.frombuffer(data, dtype=np.uint8, count=RUN_BYTES, offset=start))[-1])
-        if past_last:
-            end = start + past_last
-        else:  # a line longer than a run: to its end
-            found = first_newline(np.frombuffer(data, dtype=np.uint8, offset=start + RUN_BYTES))
-            end = start + RUN_BYTES + found + 1 if found >= 0 else data.size
-        runs.append(data.slice(start, end - start))
-        start = end
-    if start < data.size or not runs:
-        runs.append(data.slice(start))
-    return runs
+    return _runs_of_records(data, quoted=False)
 
 
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
@@ -438,8 +426,8 @@ def _read(fs, path: str, output: Output, schema: pa.Schema) -> pa.Table:
 
 
 def csv_record_runs(data: pa.Buffer) -> list[pa.Buffer]:
-    """A CSV file as Arrow writes it, cut after records into runs of about ``RUN_BYTES``, each under
-    ``CSV_BLOCK_LIMIT`` (the block Arrow's reader takes) unless one record is longer.
+    """A CSV file as Arrow writes it, cut after records into runs of at most ``RUN_BYTES``, under
+    ``CSV_BLOCK_LIMIT`` (the block Arrow's reader takes), unless one record is longer.
 
     Arrow's writer doubles a quote inside a value, so a newline ends a record exactly where the quotes
     before it are even in number.
@@ -447,10 +435,15 @@ def csv_record_runs(data: pa.Buffer) -> list[pa.Buffer]:
     >>> [run.to_pybytes() for run in csv_record_runs(pa.py_buffer(b'a\\n"x\\ny"\\n'))]
     [b'a\\n"x\\ny"\\n']
     """
+    return _runs_of_records(data, quoted=True)
+
+
+def _runs_of_records(data: pa.Buffer, quoted: bool) -> list[pa.Buffer]:
+    """``data`` cut after record ends (see ``_record_end``) into runs of at most ``RUN_BYTES``."""
     view = np.frombuffer(data, dtype=np.uint8)
     runs, start = [], 0
-    while data.size - start >= CSV_BLOCK_LIMIT:
-        end = _record_end(view, start, start + RUN_BYTES)
+    while data.size - start > RUN_BYTES:
+        end = _record_end(view, start, start + RUN_BYTES, quoted)
         runs.append(data.slice(start, end - start))
         start = end
     if start < data.size or not runs:
@@ -458,14 +451,19 @@ def csv_record_runs(data: pa.Buffer) -> list[pa.Buffer]:
     return runs
 
 
-def _record_end(view: np.ndarray, start: int, stop: int) -> int:
-    """Just past the last newline outside quotes in ``view[start:stop]``, or if there is none the first
-    one after (a record longer than the run), or the end; ``view[start]`` begins a record."""
-    quoted, last = 0, None
+def _record_end(view: np.ndarray, start: int, stop: int, quoted: bool) -> int:
+    """Just past the last record-ending newline in ``view[start:stop]``, or if there is none the first
+    one after (a record longer than the run), or the end; ``view[start]`` begins a record.  With
+    ``quoted``, a newline inside quotes ends none."""
+    inside, last = 0, None  # (inside quotes where the step before ended)
     for step_start in range(start, len(view), SCAN_BYTES):
         step = view[step_start : step_start + SCAN_BYTES]
-        parity = np.bitwise_xor.accumulate(step == ord('"'), dtype=np.uint8) ^ np.uint8(quoted)
-        ends = np.flatnonzero((step == ord("\n")) & (parity == 0)) + (step_start + 1)
+        newlines = step == ord("\n")
+        if quoted:
+            parity = np.bitwise_xor.accumulate(step == ord('"'), dtype=np.uint8) ^ np.uint8(inside)
+            newlines &= parity == 0
+            inside = int(parity[-1])
+        ends = np.flatnonzero(newlines) + (step_start + 1)
         before = ends[ends <= stop]
         if len(before):
             last = int(before[-1])
@@ -474,5 +472,4 @@ def _record_end(view: np.ndarray, start: int, stop: int) -> int:
                 return last
             if len(ends):  # the first end after stop: a record longer than the run
                 return int(ends[0])
-        quoted = int(parity[-1])
     return len(view)

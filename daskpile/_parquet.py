@@ -610,7 +610,7 @@ class _Run:
         """Scratch with the run file; a resumed run whose piles are gone from dest starts pass 1 afresh."""
         self.staging = posixpath.join(self.dest_path, self.spec.staging()) if self.old_result is not None else None
         can_finish = self.previous is not None and _passes.scratch_can_finish(
-            self.scratch, self.dest_fs, self.staging or self.dest_path, self.piles, self.seed, self.output
+            self.scratch, self.dest_fs, [self.staging or self.dest_path], self.piles, self.seed, self.output
         )
         if self.previous is not None and not can_finish:
             self.scratch.remove()  # pass 2 consumed bands whose piles are no longer in dest

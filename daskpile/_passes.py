@@ -473,7 +473,7 @@ def _value_bytes(array: pa.Array, limit: int) -> pa.Buffer | None:
 
 
 def scratch_can_finish(
-    scratch_dir: Scratch, dest_fs, targets: str | list[str], piles: int, seed: int, output: Output = PARQUET
+    scratch_dir: Scratch, dest_fs, targets: list[str], piles: int, seed: int, output: Output = PARQUET
 ) -> bool:
     """Whether an interrupted run's scratch can finish the run: every band pass 2 removed has its piles in dest
     (in one of the directories ``targets``: an overwrite's staging directory, then dest, which a commit
@@ -483,7 +483,6 @@ def scratch_can_finish(
     those piles were then deleted from dest (or are not this run's), the
     scratch can no longer make them, and resuming would fail in pass 2.
     """
-    targets = [targets] if isinstance(targets, str) else targets
     if scratch_dir.bands is None or not scratch_dir.fs.exists(scratch_dir.directory):
         return True
     present: dict[tuple[int, int], set[int]] = {}
