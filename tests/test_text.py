@@ -714,6 +714,12 @@ def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
         assert text.first_newline(np.frombuffer(b"", dtype=np.uint8)) == -1
 
 
+def numbered_lines(path: Path, lines: int = 3000) -> Path:
+    """A corpus of ``lines`` distinct lines, 'line 0' on."""
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(lines)))
+    return path
+
+
 def interrupted_text_run(source, dest, scratch, after_files: int, **kwargs) -> list[Path]:
     """A run stopped (as by Ctrl-C) in pass 2 once ``after_files`` of its files are written; their paths."""
     from daskpile import _outputs
@@ -751,8 +757,7 @@ def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
 
 
 def test_a_text_file_changed_after_an_interruption_is_written_again(tmp_path, sync_scheduler):
-    source = tmp_path / "corpus.txt"
-    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    source = numbered_lines(tmp_path / "corpus.txt")
     kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     written = interrupted_text_run(str(source), dest, scratch, after_files=5, **kwargs)
@@ -785,8 +790,7 @@ def test_csv_runs_are_the_bytes_of_one_csv_file_cut_between_records(monkeypatch,
 
 
 def test_a_text_run_cut_into_files_of_equal_rows_resumes_with_the_files_it_wrote(tmp_path, sync_scheduler):
-    source = tmp_path / "corpus.txt"
-    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    source = numbered_lines(tmp_path / "corpus.txt")
     kwargs = dict(piles=4, seed=3, blocksize=2**14, output_format="lines", rows_per_file=500)
     daskpile.shuffle_parquet(str(source), str(tmp_path / "reference"), **kwargs)
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
@@ -801,8 +805,7 @@ def test_an_overwrite_killed_between_its_commit_and_its_manifest_keeps_its_text_
 ):
     from daskpile import _manifest
 
-    source = tmp_path / "corpus.txt"
-    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    source = numbered_lines(tmp_path / "corpus.txt")
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(str(source), str(dest), piles=3, seed=1, output_format="lines")
     kwargs = dict(piles=5, seed=2, blocksize=2**14, output_format="lines", scratch=str(tmp_path / "scratch"))
@@ -822,8 +825,7 @@ def test_an_overwrite_killed_between_its_commit_and_its_manifest_keeps_its_text_
 
 def test_a_text_part_replaced_keeping_its_size_and_modification_time_is_written_again(tmp_path, sync_scheduler):
     """As ``cp -p`` or ``rsync -t`` would leave it: the stamp also records the inode and its change time."""
-    source = tmp_path / "corpus.txt"
-    source.write_bytes(b"".join(b"line %d\n" % i for i in range(3000)))
+    source = numbered_lines(tmp_path / "corpus.txt")
     kwargs = dict(piles=8, seed=4, blocksize=2**14, output_format="lines")
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     written = interrupted_text_run(str(source), dest, scratch, after_files=5, **kwargs)
