@@ -80,7 +80,11 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
         ),
         "daskpile lines to lines, threads": ([*lines, "--seed", "1", "--scheduler", "threads", "-q"], {}),
         "daskpile lines to lines": ([*lines, "--seed", "1", "-q"], {}),
-        "daskpile JSON lines to JSON lines, parsed, threads": ([*jsonl, "--scheduler", "threads", "-q"], {}),
+        "daskpile JSON lines to JSON lines, threads": ([*jsonl, "--scheduler", "threads", "-q"], {}),
+        "daskpile JSON lines to JSON lines, parsed, threads": (
+            [*jsonl, "--read-option", "as_written=false", "--scheduler", "threads", "-q"],
+            {},
+        ),
         "daskpile JSON lines to Parquet, threads": (
             [DASKPILE, "shuffle", src, out, "--piles", "64", "--seed", "1", "--scheduler", "threads", "-q"],
             {},

@@ -11,6 +11,9 @@ was written with (``file_identity``).
   followed by ``\\n``: with lines in (``format="lines"``), the output is the
   input's lines permuted, byte for byte (a final newline added where the
   input's last line had none);
+- ``jsonl``: one JSON object per row, built by Arrow's kernels; rows read as
+  JSON lines as written (``text.is_json_text``) are written as the lines they
+  are, byte for byte;
 - ``csv``: pyarrow's CSV writer, a header line per file.
 """
 
@@ -31,7 +34,7 @@ import pyarrow.json as pa_json
 
 from daskpile import _kernels
 from daskpile._storage import atomic_sink, is_local, write_bytes
-from daskpile.sources.text import SCAN_BYTES, first_newline, lines_table, open_decompressed
+from daskpile.sources.text import JSON_TEXT, SCAN_BYTES, first_newline, is_json_text, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
 COMPRESSIONS = ("gzip", "zstd")
@@ -72,6 +75,8 @@ class Output:
 
     def check(self, schema: pa.Schema) -> None:
         """Refuse, before anything runs, rows this format cannot hold."""
+        if self.format == "jsonl" and is_json_text(schema):
+            return
         if self.format in ("jsonl", "csv"):
             nested = [f for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
             if nested:
@@ -216,7 +221,7 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
     """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole records."""
     if output.format == "csv":
         return _csv_runs(table.replace_schema_metadata(None))
-    if output.format == "jsonl":
+    if output.format == "jsonl" and not is_json_text(table.schema):
         return _lines_bytes(_json_objects(table))
     return _lines_bytes(table.column(0))
 
@@ -283,6 +288,8 @@ def _runs_of_lines(data: pa.Buffer) -> list[pa.Buffer]:
 
 
 def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
+    if is_json_text(schema):  # written from lines checked as JSON: read back as the lines
+        return pa.Table.from_arrays([lines_table(data).column(0)], schema=pa.schema([JSON_TEXT]))
     if output.format == "jsonl":
         if not data.size:
             return _kernels.empty_table(schema)

@@ -362,11 +362,14 @@ def shuffle_parquet(
         (no header line: columns ``f0``, ``f1``, ...), ``column_types``
         (``{"id": "int64"}``: Arrow type names, the others inferred),
         ``newlines_in_values`` (quoted values may hold newlines: each such file
-        is then one task, cut only between records), as pyarrow names them.
+        is then one task, cut only between records), as pyarrow names them;
+        and ``as_written`` (JSON lines: each row the line as written, checked
+        to be one JSON object; by default when JSON lines go out as JSON lines).
     output_format
         What each pile is written as: ``"parquet"`` (the default), ``"arrow"``
         (Arrow IPC files), ``"csv"`` (a header line per file), ``"jsonl"`` (one
-        JSON object per row, flat columns, no NaN), or ``"lines"``
+        JSON object per row, flat columns, no NaN; JSON lines in: each line as
+        written, byte for byte), or ``"lines"``
         (the single binary or string column, each value followed by a newline:
         with ``format="lines"``, the input's lines permuted, byte for byte, a
         final newline added to a last line that lacked one).  The names end in
@@ -453,7 +456,7 @@ def shuffle_parquet(
         raise ValueError("second_pass='lazy' writes piles for PileLoader, which reads Parquet: not with output_format")
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
-        format=format, read_options=read_options,
+        format=format, read_options=read_options, keep_json_lines=output.format == "jsonl",
     )  # fmt: skip
     output.check(plan.schema)
     return shuffle_plan(

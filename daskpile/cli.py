@@ -351,14 +351,16 @@ def cli():
     multiple=True,
     metavar="KEY=VALUE",
     help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
-    "column_types.NAME=TYPE (int64, string, ...), newlines_in_values=true.",
+    "column_types.NAME=TYPE (int64, string, ...), newlines_in_values=true; as_written=false parses JSON lines "
+    "written out as JSON lines (kept as written by default).",
 )
 @click.option(
     "--output-format",
     type=click.Choice(["parquet", "arrow", "csv", "jsonl", "lines"]),
     default="parquet",
     show_default=True,
-    help="What each pile is written as. lines: the single column, one value per line (lines in: the same lines).",
+    help="What each pile is written as. lines: the single column, one value per line (lines in: the same lines); "
+    "jsonl: JSON lines in, the same lines.",
 )
 @click.option(
     "--compression",

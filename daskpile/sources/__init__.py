@@ -135,8 +135,13 @@ def plan_sources(
     stray_files: str = "skip",
     format: str = "auto",
     read_options: dict | None = None,
+    keep_json_lines: bool = False,
 ) -> SourcePlan:
     """The plan of what ``source`` names: see ``shuffle_parquet`` for the arguments.
+
+    ``keep_json_lines``: read JSON lines as written (``TextOptions.as_written``)
+    where the read options do not say and nothing asks for parsed rows (a
+    declared type, partition folders): for JSON lines written out as JSON lines.
 
     >>> plan = plan_sources("lake/events/", schema="unify")  # doctest: +SKIP
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
@@ -146,14 +151,15 @@ def plan_sources(
     try:
         with reaching(*filesystem(first, storage_options), "source"):
             return _plan_sources(
-                source, storage_options, partitioning, schema, version, stray_files, format, read_options
-            )
+                source, storage_options, partitioning, schema, version, stray_files, format, read_options,
+                keep_json_lines,
+            )  # fmt: skip
     except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
         raise PermissionError(f"source {source!r}: access denied: {e}") from None
 
 
 def _plan_sources(
-    source, storage_options, partitioning, schema, version, stray_files, format, read_options
+    source, storage_options, partitioning, schema, version, stray_files, format, read_options, keep_json_lines
 ) -> SourcePlan:
     schemas.check_policy(schema)
     if stray_files not in ("skip", "error"):
@@ -199,12 +205,23 @@ def _plan_sources(
         for (info, pairs), stamp in zip(files, stamps, strict=True)
     ]
     if format != "parquet":
-        options = text.TextOptions.of(format, read_options)
+        options = _as_written(text.TextOptions.of(format, read_options), key_fields, keep_json_lines)
         reading = _text_reading(fs, source_files, key_fields, options)
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
     reading = _reading(fs, source_files, key_fields, schema, metadata)
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
+
+
+def _as_written(options: text.TextOptions, key_fields: pa.Schema, keep_json_lines: bool) -> text.TextOptions:
+    if options.as_written and len(key_fields):
+        raise ValueError(
+            f"read option as_written keeps JSON lines as written, and key=value folders would add the columns "
+            f"{key_fields.names}: pass partitioning='none' (--partitioning none), or as_written=false"
+        )
+    if options.format != "jsonl" or options.as_written is not None:
+        return options
+    return dataclasses.replace(options, as_written=keep_json_lines and not options.column_types and not len(key_fields))
 
 
 def _named_only(item: listing.Listed, format: str) -> listing.Listed:
