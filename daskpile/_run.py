@@ -101,7 +101,9 @@ class RunSpec:
         if rows_per_file != self.rows_per_file:
             found.append(f"rows_per_file {rows_per_file} instead of {self.rows_per_file}")
         if schema_key != self.schema_key:
-            found.append("another schema (schema= or partitioning=, or the files' schemas changed)")
+            found.append(
+                "another schema (schema=, partitioning=, format= or read options, or the files' schemas changed)"
+            )
         if second_pass != self.second_pass:
             found.append(f"second_pass {second_pass!r} instead of {self.second_pass!r}")
         if output != self.output:

@@ -6,7 +6,6 @@ lines and pyarrow's whole-file JSON reader for what other tools read.
 
 import collections
 import io
-import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -87,7 +86,7 @@ def test_a_changed_line_fails_verification(tmp_path, sync_scheduler):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (b'{"a": 1}{"a": 2}', r"line at byte 9,000 holds several JSON values, not one object"),
+        (b'{"a": 1}{"a": 2}', r"line at byte 9,000 holds 2 JSON values, not one object"),
         (b'{"a":\n 1}', r"line at byte 9,000 is not one JSON object \(b'\{\"a\":'\)"),
         (b"[1, 2]", r"line at byte 9,000 is not one JSON object"),
         (b'"text"', r"line at byte 9,000 is not one JSON object"),
@@ -96,16 +95,26 @@ def test_a_changed_line_fails_verification(tmp_path, sync_scheduler):
         (b'{"a": "tab\tinside"}', r"line at byte 9,000: JSON parse error"),
     ],
 )
-def test_a_line_that_is_not_one_json_object_is_refused_naming_its_byte(tmp_path, bad, message):
+def test_a_line_that_is_not_one_json_object_is_refused_naming_its_byte(tmp_path, sync_scheduler, bad, message):
     source = tmp_path / "bad.jsonl"
-    source.write_bytes(b'{"a": 1}\n' * 1000 + bad + b'\n{"a": 3}\n')  # in the last of many ranges
-    dest = tmp_path / "out"
-    args = ("--output-format", "jsonl", "--blocksize", "16KiB", "--scheduler", "sync")
-    done = daskpile_command("shuffle", str(source), str(dest), *args)
+    source.write_bytes(b'{"a": 1}\n' * 1000 + bad + b'\n{"a": 3}\n')  # in the last of many ranges of 1 KiB
+    with pytest.raises(ValueError, match=r"bad\.jsonl' as jsonl: .*" + message):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), blocksize=2**14, output_format="jsonl")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_refuses_a_bad_line_in_one_line_and_writes_nothing(tmp_path):
+    source = tmp_path / "bad.jsonl"
+    source.write_bytes(b'{"a": 1}\n{"a": 1} {"a": 2}\n')
+    done = daskpile_command(
+        "shuffle", str(source), str(tmp_path / "out"), "--output-format", "jsonl", "--scheduler", "sync"
+    )
     assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert re.search(r"bad\.jsonl' as jsonl: .*" + message, done.stderr.strip()), done.stderr
-    assert not dest.exists()
+    assert done.stderr.strip().splitlines() == [
+        f"daskpile: error: cannot read {str(source)!r} as jsonl: the line at byte 9 holds 2 JSON values, not one "
+        'object (b\'{"a": 1} {"a": 2}\')'
+    ]
+    assert not (tmp_path / "out").exists()
 
 
 def test_as_written_false_parses_and_writes_the_rows_as_arrow_reads_them(tmp_path, sync_scheduler):
@@ -152,3 +161,50 @@ def test_json_lines_kept_as_written_can_go_to_parquet_as_one_binary_column(tmp_p
     assert table.column_names == ["json"]
     assert collections.Counter(table.column("json").to_pylist()) == collections.Counter(objects_in(CORPUS))
     assert daskpile.verify(str(source), str(tmp_path / "out")).ok
+
+
+def test_an_error_in_a_later_range_names_the_byte_where_its_line_starts(tmp_path, sync_scheduler):
+    """A range begins after the first newline in it, not at its first byte: the offsets count from there."""
+    source = tmp_path / "bad.jsonl"
+    source.write_bytes(b'{"a": 1234567}\n' * 20000 + b"[1]\n" + b'{"a": 1234567}\n')  # 15-byte lines
+    with pytest.raises(ValueError, match=r"the line at byte 300,000 is not one JSON object"):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), blocksize=2**16, output_format="jsonl")
+    source.write_bytes(b'{"a": 1234567}\n' * 20000 + b'{"a": 1}\xff\n')
+    with pytest.raises(ValueError, match=r"invalid UTF-8 at byte 300,008$"):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), blocksize=2**16, output_format="jsonl")
+
+
+@pytest.mark.parametrize(
+    "lines, bad, message",
+    [
+        # Arrow's "in row 3" counts objects: it pointed past the line holding two, at a line that is fine
+        ([b'{"a": 1}', b'{"a": 1} {"b": 2}', b'{"a": 3}', b'{"a": tru}', b'{"a": 5}'], 1, "holds 2 JSON values"),
+        ([b'{"a": 1}', b'{"a": 2}', b'{"a": tru}', b'{"a": 4} {"b": 2}'], 2, ": JSON parse error: Invalid value"),
+        ([b'{"a": 1}', b'{"a": 1}}', b'{"a": 3}'], 1, ": JSON parse error"),
+        ([b'{"a": 1}', b'{"a": {}', b'{"a": 3}'], 1, ": JSON parse error"),
+        ([b'{"a": 1}', b'{"a": "nul\x00"}'], 1, ": JSON parse error"),
+    ],
+)
+def test_the_line_named_is_the_first_that_arrow_does_not_read_as_one_object(
+    tmp_path, sync_scheduler, lines, bad, message
+):
+    source = tmp_path / "bad.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    at = sum(len(line) + 1 for line in lines[:bad])
+    with pytest.raises(ValueError, match=rf"the line at byte {at}( |){message}"):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), output_format="jsonl")
+
+
+def test_a_first_line_longer_than_the_sample_and_a_byte_order_mark(tmp_path, sync_scheduler):
+    source = tmp_path / "long.jsonl"
+    long = b'{"text": "' + b"x" * (3 << 20) + b'"}'
+    source.write_bytes(b"\xef\xbb\xbf" + long + b'\n{"b": 1}\n')
+    report = daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, output_format="jsonl")
+    assert sorted(written(report).split(b"\n")[:-1]) == sorted([long, b'{"b": 1}'])  # the mark is not kept
+
+
+@pytest.mark.parametrize("value", ["False", "yes", 1])
+def test_a_true_or_false_read_option_takes_only_true_or_false(tmp_path, value):
+    (tmp_path / "a.jsonl").write_bytes(b'{"a": 1}\n')
+    with pytest.raises(ValueError, match="read option as_written is true or false"):
+        daskpile.shuffle_parquet(str(tmp_path / "a.jsonl"), str(tmp_path / "out"), read_options={"as_written": value})

@@ -31,6 +31,7 @@ import json
 import posixpath
 import re
 
+import fsspec.utils
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +47,7 @@ EXTENSIONS = {
     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".orc": "orc",
 }  # fmt: skip
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+UTF8_BOM = b"\xef\xbb\xbf"
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
 LINE = "line"  # the column of the lines format
 # The column of JSON lines kept as written: marked, so that the JSON-lines writer writes its values as
@@ -95,6 +97,10 @@ class TextOptions:
         return cls(format, column_types=tuple(sorted((str(k), str(v)) for k, v in types.items())), **options)
 
     def __post_init__(self):
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "as_written" and value is None):
+                raise ValueError(f"read option {name} is true or false, got {value!r}")
         if self.format not in FORMATS[1:]:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.format not in TEXT_FORMATS and self.read_options():
@@ -221,8 +227,8 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     if options.format == "lines":
         return pa.schema([pa.field(LINE, pa.binary())]), 1
     head = sample(fs, path, options)
-    if options.as_written:
-        return pa.schema([JSON_TEXT]), json_lines_table(head, 0, repr(full_url(fs, path))).num_rows
+    if options.as_written:  # the lines are checked as they are read: a first line may be longer than the sample
+        return pa.schema([JSON_TEXT]), int(bool(head.strip()))
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
     url = full_url(fs, path)
     try:
@@ -314,11 +320,29 @@ COMPRESSED_RATIO = 5
 def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
     """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
     head = sample(fs, path, options)
-    table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
-    if table is None or not table.num_rows:
+    if options.as_written:  # (a line may be longer than the sample) a row is a line, its bytes as long
+        rows, nbytes = head.count(b"\n") or int(bool(head.strip())), len(head)
+    else:
+        table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
+        rows, nbytes = (table.num_rows, table.nbytes) if table is not None else (0, 0)
+    if not rows:
         return 0, 0
     stored = sum(size * (COMPRESSED_RATIO if c else 1) for size, c in zip(sizes, compressed, strict=True))
-    return round(table.num_rows * stored / len(head)), round(table.nbytes * stored / len(head))
+    return round(rows * stored / len(head)), round(nbytes * stored / len(head))
+
+
+def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
+    """(offset, bytes) of the whole lines that start in ``[start, end)`` of a file, as ``fs.read_block`` with a
+    newline delimiter cuts them; the offset is where the first of them starts, for errors to name bytes."""
+    with fs.open(path, "rb") as f:
+        f.seek(start)
+        fsspec.utils.seek_delimiter(f, b"\n", 2**16)  # a range not at 0 begins after the first newline in it
+        begin = f.tell()
+        f.seek(end)  # (before begin when no line starts in the range: then none is read)
+        fsspec.utils.seek_delimiter(f, b"\n", 2**16)
+        stop = f.tell()
+        f.seek(begin)
+        return begin, f.read(max(stop - begin, 0))
 
 
 class BlockReader:
@@ -332,8 +356,7 @@ class BlockReader:
     def blocks(self, byte_range: tuple[int, int] | None):
         """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
         if byte_range is not None:
-            start, end = byte_range
-            yield start, self.fs.read_block(self.path, start, end - start, delimiter=b"\n")
+            yield read_lines_range(self.fs, self.path, *byte_range)
             return
         offset, tail = 0, b""
         with open_decompressed(self.fs, self.path) as f:
@@ -356,6 +379,8 @@ class BlockReader:
         if self.options.format == "lines":
             return lines_table(block)
         if self.options.as_written:
+            if start == 0 and block.startswith(UTF8_BOM):  # what JSON readers skip: not part of the first line
+                block, start = block[len(UTF8_BOM) :], len(UTF8_BOM)
             return json_lines_table(block, start, repr(self.url))
         if not block:  # a range in which no line starts
             return pa.Table.from_batches([], schema=self.schema)  # (schema.empty_table() imports pandas)
@@ -464,7 +489,7 @@ def json_lines_table(block, start: int, where: str) -> pa.Table:
     >>> json_lines_table(b'{"a":1}\\n{"a":1}{}\\n', 0, "f")
     Traceback (most recent call last):
     ...
-    ValueError: cannot read f as jsonl: the line at byte 8 holds several JSON values, not one object (b'{"a":1}{}')
+    ValueError: cannot read f as jsonl: the line at byte 8 holds 2 JSON values, not one object (b'{"a":1}{}')
     """
     data, offsets = _ended_lines(block)
     _check_utf8(data, start, where)
@@ -526,34 +551,42 @@ def _check_utf8(data: np.ndarray, start: int, where: str) -> None:
 
 def _check_one_object_a_line(block, lines: pa.Array, starts: np.ndarray, start: int, where: str) -> None:
     """Arrow's JSON reader parses the block (every value, none kept) and must count one object a line."""
+    if _objects(block) == len(lines):
+        return
+    ends = np.append(starts[1:], len(block))  # (a line's bytes run to the next's start: blank lines between)
+    k, found = _first_bad_line(block, starts, ends, 0, len(lines))
+    at = f"cannot read {where} as jsonl: the line at byte {start + int(starts[k]):,}"
+    if isinstance(found, str):
+        raise ValueError(f"{at}: {found}")
+    if found != 1:
+        raise ValueError(f"{at} holds {found} JSON values, not one object ({_shown(lines[k].as_py())})")
+    raise ValueError(f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: not one object a line")
+
+
+def _objects(data) -> int | str:
+    """How many JSON values Arrow's reader finds in ``data``, or its error."""
     try:
-        objects = pa_json.read_json(
-            pa.BufferReader(pa.py_buffer(block)),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+        return pa_json.read_json(
+            pa.BufferReader(pa.py_buffer(data)),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
             parse_options=pa_json.ParseOptions(explicit_schema=pa.schema([]), unexpected_field_behavior="ignore"),
         ).num_rows
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        message = _first_line(e)
-        row = re.search(r"in row (\d+)", message)
-        if row and int(row.group(1)) < len(lines):  # rows are lines here, unless a line held several
-            raise ValueError(
-                f"cannot read {where} as jsonl: the line at byte {start + int(starts[int(row.group(1))]):,}: "
-                + message.replace(row.group(0), "").rstrip(" .")
-            ) from None
-        raise ValueError(
-            f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: {message}"
-        ) from None
-    if objects == len(lines):
-        return
-    for k, line in enumerate(lines):  # only to name the line: a rare error's path
-        try:
-            json.loads(line.as_py())
-        except ValueError:
-            raise ValueError(
-                f"cannot read {where} as jsonl: the line at byte {start + int(starts[k]):,} holds several JSON "
-                f"values, not one object ({_shown(line.as_py())})"
-            ) from None
-    raise ValueError(f"cannot read {where} as jsonl: {objects:,} JSON values on {len(lines):,} lines, not one a line")
+        return re.sub(r" in row \d+", "", _first_line(e)).rstrip(" .")
+
+
+def _first_bad_line(block, starts, ends, low: int, high: int) -> tuple[int, int | str]:
+    """The first of lines ``[low, high)`` (``high > low``) that Arrow's reader does not read as one object, and what
+    it found there, by halves: a rare error's path, and Arrow's own word on every line."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        found = _objects(block[int(starts[low]) : int(ends[middle - 1])])
+        if found == middle - low:
+            low = middle
+        else:
+            high = middle
+    found = _objects(block[int(starts[low]) : int(ends[low])])
+    return low, found
 
 
 def _shown(line: bytes, limit: int = 40) -> str:
