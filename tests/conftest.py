@@ -16,7 +16,9 @@ def no_scratch_left_in_tmp():
 
     A run that fails or is interrupted keeps its scratch there on purpose (a rerun resumes from it), and
     its name comes from dest's path: left behind, it would meet a later session's test whose tmp_path
-    happens to be the same, as an unfinished run of another source.
+    happens to be the same, as an unfinished run of another source.  What is new is taken as the
+    session's: two sessions at once on one machine remove each other's live scratch (runs then fail
+    with FileNotFoundError in /tmp/daskpile-*), so run one at a time.
     """
     root = pathlib.Path(tempfile.gettempdir())
     before = set(root.glob("daskpile-*"))
