@@ -41,7 +41,10 @@ def shuffle_args(source, tmp_path, *options):
 
 def interrupted_when(args, stage, timeout=120):
     """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr)."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_default_sigint,
+    )  # fmt: skip
     deadline = time.monotonic() + timeout
     while not stage(process):
         assert process.poll() is None, f"the command ended before the stage: {process.communicate()}"
@@ -50,6 +53,12 @@ def interrupted_when(args, stage, timeout=120):
     os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=timeout)
     return process.returncode, stdout, stderr
+
+
+def _default_sigint() -> None:
+    # A suite started in the background by a shell without job control (`make test &` in a script) runs
+    # with SIGINT ignored, which its children inherit: the command would never see the Ctrl-C it is sent
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def the_one_line(stderr: str) -> str:
