@@ -497,16 +497,16 @@ def json_lines_table(block, start: int, where: str) -> pa.Table:
     starts = offsets[:-1]
     blank = _check_braces(data, offsets, lines, start, where)
     if blank is not None:
-        lines, starts = lines.filter(pc.invert(blank)), starts[~blank.to_numpy(False)]
+        lines, starts = lines.filter(pa.array(~blank)), starts[~blank]
     if len(lines):
         _check_one_object_a_line(block, lines, starts, start, where)
     return pa.Table.from_arrays([lines], schema=pa.schema([JSON_TEXT]))
 
 
-_SPACES = b" \t\r"
+_SPACES = " \t\r"
 
 
-def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> pa.BooleanArray | None:
+def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> np.ndarray | None:
     """Refuse a line that does not start with ``{`` and end with ``}``, spaces apart; the blank lines (None if
     none).  The first and last bytes of every line are looked at together; only lines with spaces at an end
     or none at all (rare) are trimmed."""
@@ -518,7 +518,7 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> pa.
     if plain.all():
         return None
     odd = np.flatnonzero(~plain)
-    trimmed = pc.utf8_trim(lines.take(pa.array(odd)).view(pa.string()), _SPACES.decode())
+    trimmed = pc.utf8_trim(lines.take(pa.array(odd)).view(pa.string()), _SPACES)
     empty = pc.equal(pc.binary_length(trimmed), 0).to_numpy(False)
     braced = pc.and_(pc.starts_with(trimmed, "{"), pc.ends_with(trimmed, "}")).to_numpy(False)
     wrong = odd[~empty & ~braced]
@@ -532,7 +532,7 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> pa.
         return None
     blank = np.zeros(len(lines), dtype=bool)
     blank[odd[empty]] = True
-    return pa.array(blank)
+    return blank
 
 
 def _check_utf8(data: np.ndarray, start: int, where: str) -> None:
