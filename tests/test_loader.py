@@ -329,6 +329,25 @@ def test_loading_a_pile_does_not_hold_it_read_and_permuted_whole_at_once(tmp_pat
     assert pool.max_memory() < 1.8 * pile.nbytes
 
 
+def test_a_batch_across_two_groups_holds_a_batch_of_the_first_not_its_last_part(tmp_path, monkeypatch):
+    """The rows a group ends with short of a batch are a view of a part of a batch's rows (no copy): what a
+    batch across groups keeps of the group it began in is that part, not one of the group's large parts."""
+    import os
+
+    import pyarrow as pa
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # parts of 3,500 rows, then the last 3,000 (a batch)
+    for j in range(3):
+        pq.write_table(pa.table({"id": np.arange(j * 10_000, (j + 1) * 10_000)}), tmp_path / f"part-{j}.parquet")
+    batches = list(daskpile.PileLoader(str(tmp_path), batch_size=3_000, seed=0, prefetch=1))
+    across = [batch for batch in batches if len(set(batch["id"].to_numpy() // 10_000)) > 1]
+    assert len(across) == 2  # 10,000 rows a group: batches of 3,000 end a group short by 1,000, then 2,000
+    for batch in across:
+        first = batch.column("id").chunk(0)  # the rows of the group it began in: a view of their part
+        assert first.buffers()[1].size == 3_000 * 8  # the last 3,000 rows; taken in two halves, 5,000
+    assert sorted(np.concatenate([b["id"].to_numpy() for b in batches])) == list(range(30_000))
+
+
 def test_outputs_columns_and_filters(datasets):
     frame = next(iter(daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="pandas")))
     assert list(frame.columns) == pq.read_schema(datasets["source"] + "/in-000.parquet").names

@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
-from daskpile import _kernels
 from daskpile._random import resolve_seed
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, group_row_ids, load_group
@@ -265,7 +264,9 @@ class PileLoader:
         pool = self._column_pool()
 
         def load(group, reserve):
-            return load_group(units, group, self.seed, epoch, self.columns, pool, reserve, self._threads)
+            return load_group(
+                units, group, self.seed, epoch, self.columns, pool, reserve, self._threads, tail=self.batch_size
+            )
 
         loaded = Prefetcher(takes, load, self._budget())
         try:
@@ -423,14 +424,19 @@ class PileLoader:
 
 
 def _batches(tables, batch_size: int):
-    """Slices, each with whether it ends its group, regrouped into tables of ``batch_size`` rows (the last the rest).
+    """Slices regrouped into tables of ``batch_size`` rows (the last the rest).
 
-    Zero-copy, except the rows left at the end of a group short of a batch:
-    those are copied, so that the group they are a view of can be let go
-    while the next one loads.
+    Zero-copy: the rows a group ends with short of a batch are a view of its
+    last part, which ``load_group`` makes of a batch's rows (``tail``), so
+    that holding them until the next group completes the batch holds no more
+    than that (a copy of them cost a tenth of an epoch of A: each call into
+    Arrow hands the GIL to the loading threads and waits to get it back).
     """
     pending, rows = [], 0
-    for table, ends_group in tables:
+    for table in tables:
+        if not pending and table.num_rows == batch_size:  # a take is most often one whole batch: as it is
+            yield table
+            continue
         while table.num_rows:
             take = min(batch_size - rows, table.num_rows)
             pending.append(table.slice(0, take))
@@ -439,14 +445,8 @@ def _batches(tables, batch_size: int):
             if rows == batch_size:
                 yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
                 pending, rows = [], 0
-        if pending and ends_group:
-            pending = [_copy(t) for t in pending]
     if pending:
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-
-
-def _copy(table: pa.Table) -> pa.Table:
-    return _kernels.take(table, np.arange(table.num_rows)) if table.num_rows else table
 
 
 DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data

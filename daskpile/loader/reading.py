@@ -84,6 +84,7 @@ def load_group(
     pool: Executor,
     reserve: Callable[[int], None] | None = None,
     threads: int = 1,
+    tail: int = 0,
 ) -> GroupLoad:
     """Queue the reading and permuting of a group's rows in ``pool``; returns at once.
 
@@ -95,7 +96,9 @@ def load_group(
     threads never all wait (and reading one column overlaps taking another).
     A column's read is let go once it is ready for taking, and that once its
     parts are taken: the load never holds the group read, ready and taken at
-    once.
+    once.  The last ``tail`` rows (a batch's) are a part of their own: the
+    rows of a batch that a group ends short of are then a view of that part
+    alone, held until the next group completes the batch, without a copy.
     """
     stopped = threading.Event()
 
@@ -116,10 +119,23 @@ def load_group(
         stopped.set()  # the pieces queued already are not wanted either
         raise
     sources = [submit(_take_source, reads.pop(name)) for name in names]
-    rows = max(1, min(PART_ROWS, -(-group.rows // threads)))
-    starts = range(0, group.rows, rows)
-    taken = [[submit(_take_part, source, order, start, rows) for start in starts] for source in sources]
+    parts = _part_bounds(group.rows, threads, tail)
+    taken = [[submit(_take_part, source, order, start, stop) for start, stop in parts] for source in sources]
     return GroupLoad(names, taken, stopped)
+
+
+def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
+    """The parts a group of ``rows`` is taken in: at least one a thread, then its last ``tail`` rows.
+
+    >>> _part_bounds(10, threads=2, tail=3)
+    [(0, 4), (4, 7), (7, 10)]
+    >>> _part_bounds(2, threads=2, tail=3)
+    [(0, 2)]
+    """
+    body = rows - min(tail, rows)
+    size = max(1, min(PART_ROWS, -(-body // threads)))
+    bounds = [(start, min(start + size, body)) for start in range(0, body, size)]
+    return [*bounds, (body, rows)] if rows > body else bounds
 
 
 def _unless_stopped(stopped: threading.Event, fn, *args):
@@ -138,8 +154,8 @@ def _take_source(reads: list[Future]) -> _kernels.TakeSource:
     return _kernels.TakeSource(pa.chunked_array(chunks, parts[0].type))
 
 
-def _take_part(source: Future, order: Future, start: int, rows: int) -> pa.Array:
-    indices = order.result()[start : start + rows]
+def _take_part(source: Future, order: Future, start: int, stop: int) -> pa.Array:
+    indices = order.result()[start:stop]
     return source.result().take(_kernels.as_arrow_indices(indices))
 
 
@@ -328,8 +344,8 @@ class Prefetcher:
         self.loaded = 0  # groups the consumer received
         self.produced = 0  # groups the thread queued
 
-    def __iter__(self) -> Iterator[tuple[pa.Table, bool]]:
-        """The rows of each take, in order: (a table, whether it ends its group)."""
+    def __iter__(self) -> Iterator[pa.Table]:
+        """The rows of each take, in order."""
         self._thread.start()
         groups: dict[int, _HeldGroup] = {}
         try:
@@ -353,11 +369,10 @@ class Prefetcher:
                     groups[item.stream] = _HeldGroup(parts, item, self._budget)
                     self.loaded += 1
                     continue
-                slices = groups[item.group.stream].slices(item.start, item.stop)
-                for k, rows in enumerate(slices):
-                    yield rows, item.last and k == len(slices) - 1
-                if item.last:
-                    groups.pop(item.group.stream).release_all()
+                for take in item:
+                    yield from groups[take.group.stream].slices(take.start, take.stop)
+                    if take.last:
+                        groups.pop(take.group.stream).release_all()
         finally:
             self._budget.close()
             for load in list(self._pending):
@@ -365,9 +380,13 @@ class Prefetcher:
 
     def _produce(self, takes: Iterator[Take], load: StartLoad) -> None:
         current: dict[int, Group] = {}
+        run: list[Take] = []  # takes go to the consumer a run at a time, not one event (and GIL hand-over) a batch
         try:
             for take in takes:
                 if current.get(take.group.stream) is not take.group:
+                    if run:  # sent before the load, whose reserve may wait for the consumer to pass them
+                        self._events.put(("takes", run, None))
+                        run = []
                     loading = load(take.group, self._budget.reserve)
                     self._pending.add(loading)
                     if self._budget.closed:  # the consumer stopped while the load was queued
@@ -376,9 +395,11 @@ class Prefetcher:
                     self._events.put(("group", take.group, loading))
                     self.produced += 1
                     current[take.group.stream] = take.group
-                self._events.put(("take", take, None))
+                run.append(take)
                 if take.last:
                     current.pop(take.group.stream, None)
+            if run:
+                self._events.put(("takes", run, None))
             self._events.put(("end", None, None))
         except BudgetClosed:
             return
