@@ -139,17 +139,12 @@ def profile_child(spec: dict) -> dict:
     (``ParquetFile(pre_buffer=False).read_row_groups``), permuted by its
     ``group_permutation`` with ``_kernels.take``, and cut into batches.  Then,
     for comparison, ``pq.read_table`` of the same files (the plain read's
-    reader) and, where it has the signature ``(units, group, seed, epoch,
-    columns)``, the commit's own ``load_group`` (read and permute as it does
-    them).
+    reader).
     """
-    import inspect
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from daskpile import _kernels
-    from daskpile.loader import reading
     from daskpile.loader.plan import EpochPlan, group_permutation
     from daskpile.loader.units import discover
 
@@ -165,9 +160,12 @@ def profile_child(spec: dict) -> dict:
         entry[1] += time.process_time() - cpu
         return out
 
-    def read(path):
-        parquet = pq.ParquetFile(path, pre_buffer=False)
-        return parquet.read_row_groups(list(range(parquet.num_row_groups)))
+    def read(paths):  # a unit's files: one, for a pile written by a shuffle
+        parts = []
+        for path in paths:
+            parquet = pq.ParquetFile(path, pre_buffer=False)
+            parts.append(parquet.read_row_groups(list(range(parquet.num_row_groups))))
+        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
     def batch_all(table):
         size = spec["batch_size"]
@@ -180,11 +178,9 @@ def profile_child(spec: dict) -> dict:
         taken = timed("take (_kernels.take of the group)", _kernels.take, table, order)
         timed("batching (slices)", batch_all, taken)
         del tables, table, taken
-    for path in units.paths:
-        timed("for comparison: pq.read_table", pq.read_table, path)
-    if list(inspect.signature(reading.load_group).parameters) == ["units", "group", "seed", "epoch", "columns"]:
-        for group in plan.groups[0]:
-            timed("for comparison: the commit's load_group", reading.load_group, units, group, 0, 0, None)
+    for paths in units.paths:
+        for path in paths:
+            timed("for comparison: pq.read_table", pq.read_table, path)
     return seconds
 
 
