@@ -91,19 +91,22 @@ def load_group(
     Each piece's columns are read, each as a task of its own, once
     ``reserve(rows)`` has returned for it (it may wait for the consumer to let
     rows go).  Then each column is made ready for taking, and taken part by
-    part in the group's order.  Tasks run in the order they were queued, every
-    read first: a take waits only for work queued before it, so a pool's
-    threads never all wait (and reading one column overlaps taking another).
-    A column's read is let go once it is ready for taking, and that once its
-    parts are taken: the load never holds the group read, ready and taken at
-    once.  The last ``tail`` rows (a batch's) are a part of their own: the
-    rows of a batch that a group ends short of are then a view of that part
-    alone, held until the next group completes the batch, without a copy.
+    part in the group's order.  A task is queued once its inputs are done
+    (``_after``), so the pool's threads never wait for one another, and
+    reading one column overlaps taking another.  A column's read is let go
+    once it is ready for taking, and that once its parts are taken: the load
+    never holds the group read, ready and taken at once.  The last ``tail``
+    rows (a batch's) are a part of their own: the rows of a batch that a
+    group ends short of are then a view of that part alone, held until the
+    next group completes the batch, without a copy.
     """
     stopped = threading.Event()
 
     def submit(fn, *args) -> Future:
         return pool.submit(_unless_stopped, stopped, fn, *args)
+
+    def after(inputs: list[Future], fn, *args) -> Future:
+        return _after(pool, stopped, inputs, fn, *args)
 
     names = list(columns) if columns is not None else units.schema.names
     order = submit(group_permutation, seed, epoch, group)
@@ -114,13 +117,13 @@ def load_group(
                 reserve(piece.rows)
             reader = submit(_PieceReader, units, piece, piece_order(units, piece, seed, epoch), columns)
             for name in names:
-                reads[name].append(submit(_read_column, reader, name))
+                reads[name].append(after([reader], _PieceReader.column, name))
     except BaseException:
         stopped.set()  # the pieces queued already are not wanted either
         raise
-    sources = [submit(_take_source, reads.pop(name)) for name in names]
+    sources = [after(reads.pop(name), _take_source) for name in names]
     parts = _part_bounds(group.rows, threads, tail)
-    taken = [[submit(_take_part, source, order, start, stop) for start, stop in parts] for source in sources]
+    taken = [[after([source, order], _take_part, start, stop) for start, stop in parts] for source in sources]
     return GroupLoad(names, taken, stopped)
 
 
@@ -144,19 +147,49 @@ def _unless_stopped(stopped: threading.Event, fn, *args):
     return fn(*args)
 
 
-def _read_column(reader: Future, name: str) -> pa.ChunkedArray:
-    return reader.result().column(name)
+def _after(pool: Executor, stopped: threading.Event, inputs: list[Future], fn, *args) -> Future:
+    """``fn(*results of inputs, *args)``, queued in ``pool`` once every input is done (failed: its error).
+
+    A task is queued only when it can run, so no thread of the pool waits
+    for another's task (with two threads, one waiting halves the pool).
+    """
+    result: Future = Future()
+    left = [len(inputs)]
+    lock = threading.Lock()
+
+    def run() -> None:
+        try:
+            values = [future.result() for future in inputs]
+            inputs.clear()  # the inputs' results (a column read) are let go as soon as this is done with them
+            if result.set_running_or_notify_cancel():
+                result.set_result(_unless_stopped(stopped, fn, *values, *args))
+        except BaseException as error:
+            inputs.clear()
+            if not result.done():
+                result.set_exception(error)
+
+    def done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        if any(future.cancelled() or future.exception() is not None for future in inputs):
+            run()  # sets the input's error, here rather than in a thread of the pool
+        else:
+            pool.submit(run)
+
+    for future in list(inputs):
+        future.add_done_callback(done)
+    return result
 
 
-def _take_source(reads: list[Future]) -> _kernels.TakeSource:
-    parts = [read.result() for read in reads]
+def _take_source(*parts: pa.ChunkedArray) -> _kernels.TakeSource:
     chunks = [chunk for part in parts for chunk in part.chunks]
     return _kernels.TakeSource(pa.chunked_array(chunks, parts[0].type))
 
 
-def _take_part(source: Future, order: Future, start: int, stop: int) -> pa.Array:
-    indices = order.result()[start:stop]
-    return source.result().take(_kernels.as_arrow_indices(indices))
+def _take_part(source: _kernels.TakeSource, order: np.ndarray, start: int, stop: int) -> pa.Array:
+    return source.take(_kernels.as_arrow_indices(order[start:stop]))
 
 
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
