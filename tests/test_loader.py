@@ -369,6 +369,24 @@ def test_no_loading_thread_waits_for_another_ones_task(datasets, monkeypatch):
     assert waits == []
 
 
+def test_the_task_pool_runs_the_earliest_loads_tasks_first():
+    """A group's takes, queued once its reads are done, run before the next group's reads queued earlier:
+    otherwise the columns read and not yet taken pile up."""
+    import threading
+
+    from daskpile.loader.reading import TaskPool
+
+    pool, ran, gate = TaskPool(1, name="test"), [], threading.Event()
+    first, second = pool.next_rank(), pool.next_rank()
+    busy = pool.submit(first, gate.wait)  # the one thread is busy while the rest is queued
+    later = [pool.submit(second, ran.append, f"read {i} of the second load") for i in range(2)]
+    earlier = pool.submit(first, ran.append, "take of the first load")
+    gate.set()
+    for future in [busy, *later, earlier]:
+        future.result(timeout=10)
+    assert ran == ["take of the first load", "read 0 of the second load", "read 1 of the second load"]
+
+
 def test_outputs_columns_and_filters(datasets):
     frame = next(iter(daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="pandas")))
     assert list(frame.columns) == pq.read_schema(datasets["source"] + "/in-000.parquet").names

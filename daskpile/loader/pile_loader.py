@@ -6,14 +6,13 @@ import dataclasses
 import json
 import numbers
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
 from daskpile._random import resolve_seed
 from daskpile.loader.plan import EpochPlan, Layout
-from daskpile.loader.reading import Budget, Prefetcher, group_row_ids, load_group
+from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
 from daskpile.loader.units import Units, discover
 
 STATE_FORMAT = "daskpile.loader/1"
@@ -180,7 +179,7 @@ class PileLoader:
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
         # reads and permutes a group's columns on every core (Arrow and numpy let go of the GIL)
         self._threads = os.cpu_count() or 1
-        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self._pools: dict[int, TaskPool] = {}
         self.stats: LoadStats | None = None
         self._iteration = 0  # which iterator is current (see __iter__)
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
@@ -295,12 +294,12 @@ class PileLoader:
                 "set (set_epoch, load_state_dict), and goes on from there; use one iterator at a time"
             )
 
-    def _column_pool(self) -> ThreadPoolExecutor:
+    def _column_pool(self) -> TaskPool:
         # One per process: a process forked from this one (a DataLoader worker) inherits a pool whose
         # threads it does not have, and that would never run a job
         pid = os.getpid()
         if pid not in self._pools:
-            self._pools = {pid: ThreadPoolExecutor(self._threads, thread_name_prefix="daskpile-column")}
+            self._pools = {pid: TaskPool(self._threads, name="daskpile-column")}
         return self._pools[pid]
 
     def state_dict(self) -> dict:

@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Executor, Future
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -75,13 +75,49 @@ class GroupLoad:
         self._stopped.set()
 
 
+class TaskPool:
+    """Threads that run the tasks queued to them, those of the earliest load first.
+
+    A load queues a task once its inputs are done (``_after``): in the order
+    queued (``ThreadPoolExecutor``), a group's takes would wait behind the
+    next group's reads, and the columns read but not yet taken pile up (B,
+    mix 1: a peak RSS of 587-622 MiB, against 496 taken in turn).
+    """
+
+    def __init__(self, threads: int, name: str):
+        # A ThreadPoolExecutor's threads, each job running the first task queued here when it starts:
+        # the executor joins its threads at exit, so no thread is inside Arrow when the process ends
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self._tasks: queue.PriorityQueue = queue.PriorityQueue()
+        self._queued = itertools.count()  # ties in rank run in the order queued
+        self._loads = itertools.count()
+
+    def next_rank(self) -> int:
+        """The rank of the next load: lower runs first."""
+        return next(self._loads)
+
+    def submit(self, rank: int, fn, *args) -> Future:
+        future: Future = Future()
+        self._tasks.put((rank, next(self._queued), future, fn, args))
+        self._executor.submit(self._run_first)
+        return future
+
+    def _run_first(self) -> None:
+        _, _, future, fn, args = self._tasks.get_nowait()  # a job per task: never empty
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:
+                future.set_exception(error)
+
+
 def load_group(
     units: Units,
     group: Group,
     seed: int,
     epoch: int,
     columns: list[str] | None,
-    pool: Executor,
+    pool: TaskPool,
     reserve: Callable[[int], None] | None = None,
     threads: int = 1,
     tail: int = 0,
@@ -101,12 +137,13 @@ def load_group(
     next group completes the batch, without a copy.
     """
     stopped = threading.Event()
+    rank = pool.next_rank()
 
     def submit(fn, *args) -> Future:
-        return pool.submit(_unless_stopped, stopped, fn, *args)
+        return pool.submit(rank, _unless_stopped, stopped, fn, *args)
 
     def after(inputs: list[Future], fn, *args) -> Future:
-        return _after(pool, stopped, inputs, fn, *args)
+        return _after(pool, rank, stopped, inputs, fn, *args)
 
     names = list(columns) if columns is not None else units.schema.names
     order = submit(group_permutation, seed, epoch, group)
@@ -147,7 +184,7 @@ def _unless_stopped(stopped: threading.Event, fn, *args):
     return fn(*args)
 
 
-def _after(pool: Executor, stopped: threading.Event, inputs: list[Future], fn, *args) -> Future:
+def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Future], fn, *args) -> Future:
     """``fn(*results of inputs, *args)``, queued in ``pool`` once every input is done (failed: its error).
 
     A task is queued only when it can run, so no thread of the pool waits
@@ -176,7 +213,7 @@ def _after(pool: Executor, stopped: threading.Event, inputs: list[Future], fn, *
         if any(future.cancelled() or future.exception() is not None for future in inputs):
             run()  # sets the input's error, here rather than in a thread of the pool
         else:
-            pool.submit(run)
+            pool.submit(rank, run)
 
     for future in list(inputs):
         future.add_done_callback(done)
