@@ -211,14 +211,15 @@ def test_lines_out_are_the_input_lines_permuted_byte_for_byte(tmp_path, sync_sch
 @pytest.mark.parametrize("output_format", ["lines", "jsonl"])
 def test_a_threaded_shuffle_of_text_does_not_import_pandas(tmp_path, output_format):
     """``pa.scalar`` imports pandas, as ``pa.array`` and ``Schema.empty_table`` do: 0.16 s holding the GIL, a fifth
-    of a small run.  The JSON corpus has a range in which no line starts (an empty table) and more piles than rows."""
+    of a small run.  The JSON corpus has a range in which no line starts (an empty table), more piles than rows,
+    and a blank line and a line of spaces (the JSON lines check's rare path)."""
     if output_format == "lines":
         path, piles, options = tmp_path / "corpus.txt", 4, {}
         path.write_bytes(b"".join(b"a line longer than a string view holds %d\n" % i for i in range(1000)))
     else:
         path, piles, options = tmp_path / "corpus.jsonl", 40, {"blocksize": 2**10}
         rows = [{"id": i, "text": f"row {i}"} for i in range(29)] + [{"id": 29, "text": "x" * 5000}]
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows).replace("\n", "\n\n", 1) + "  \n")
     script = """
         import json, sys, dask, daskpile
         with dask.config.set(scheduler="threads", num_workers=2):

@@ -497,7 +497,8 @@ def json_lines_table(block, start: int, where: str) -> pa.Table:
     starts = offsets[:-1]
     blank = _check_braces(data, offsets, lines, start, where)
     if blank is not None:
-        lines, starts = lines.filter(pa.array(~blank)), starts[~blank]
+        kept = np.flatnonzero(~blank)
+        lines, starts = lines.take(_indices(kept)), starts[kept]
     if len(lines):
         _check_one_object_a_line(block, lines, starts, start, where)
     return pa.Table.from_arrays([lines], schema=pa.schema([JSON_TEXT]))
@@ -518,10 +519,15 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> np.
     if plain.all():
         return None
     odd = np.flatnonzero(~plain)
-    trimmed = pc.utf8_trim(lines.take(pa.array(odd)).view(pa.string()), _SPACES)
-    empty = pc.equal(pc.binary_length(trimmed), 0).to_numpy(False)
-    braced = pc.and_(pc.starts_with(trimmed, "{"), pc.ends_with(trimmed, "}")).to_numpy(False)
-    wrong = odd[~empty & ~braced]
+    trimmed = pc.utf8_trim(lines.take(_indices(odd)).view(pa.string()), _SPACES)
+    # Read from the buffers: an Arrow array's to_numpy imports pandas on its first call, as pa.array does
+    ends = np.frombuffer(trimmed.buffers()[1], dtype=np.int32)[trimmed.offset : trimmed.offset + len(trimmed) + 1]
+    text = np.frombuffer(trimmed.buffers()[2] or b"", dtype=np.uint8)
+    empty = ends[1:] == ends[:-1]
+    full = ~empty
+    braced = np.zeros(len(odd), dtype=bool)
+    braced[full] = (text[ends[:-1][full]] == ord("{")) & (text[ends[1:][full] - 1] == ord("}"))
+    wrong = odd[full & ~braced]
     if len(wrong):
         line = bytes(data[offsets[wrong[0]] : offsets[wrong[0] + 1] - 1])
         raise ValueError(
@@ -533,6 +539,14 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> np.
     blank = np.zeros(len(lines), dtype=bool)
     blank[odd[empty]] = True
     return blank
+
+
+def _indices(positions: np.ndarray) -> pa.Array:
+    """``positions`` as Arrow int64 indices, from their buffer: ``pa.array`` imports pandas on its first call
+    (a quarter of a second or more, holding the GIL, in every thread of a threaded run), which nothing else
+    in a shuffle of text needs."""
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
 
 
 def _check_utf8(data: np.ndarray, start: int, where: str) -> None:
