@@ -325,7 +325,7 @@ def _write_stamped(
     """
     if output.serialized:  # fingerprinted as a reader parses the text back, not as the rows were before
         data = _outputs.serialize(table, output)
-        output_fingerprint = _fingerprint.of(_outputs.parse(data, output, table.schema)) if fingerprint else None
+        output_fingerprint = _fingerprint.of(_outputs.read_back(data, table, output)) if fingerprint else None
         size = _outputs.write(table, fs, path, output, data)
         _outputs.write_stamp(fs, path, _with_fingerprint(stamp, output_fingerprint))  # text has no footer
         return size, output_fingerprint

@@ -687,6 +687,44 @@ def test_csv_files_are_cut_into_runs_at_record_ends_whatever_the_quotes_hold(mon
         assert _outputs.parse(runs, _outputs.Output("csv"), table.schema).equals(table)
 
 
+def test_lines_out_are_fingerprinted_as_a_reader_splits_them_and_a_wrong_layout_is_parsed():
+    """Pass 2 fingerprints lines out without parsing them back only where the bytes are the values, one a
+    line: then the rows are the very rows a reader gets; a byte off, a size off or a null is parsed back."""
+    from daskpile import _fingerprint, _outputs
+    from daskpile.sources.text import JSON_TEXT
+
+    lines = _outputs.Output("lines")
+    chunks = [pa.array([b"a", b"", b"bc d"]), pa.array([], pa.binary()), pa.array([b"\r", b"x" * 20])]
+    tables = {
+        "binary, chunked": pa.table({"line": pa.chunked_array(chunks)}),
+        "large strings": pa.table({"line": pa.array(["\u00e9t\u00e9", "", "z"], pa.large_string())}),
+        "empty": pa.table({"line": pa.array([], pa.string())}),
+        "JSON as written": pa.Table.from_arrays([pa.array([b'{"a": 1}', b"{}"])], schema=pa.schema([JSON_TEXT])),
+    }
+    for name, table in tables.items():
+        output = _outputs.Output("jsonl") if name == "JSON as written" else lines
+        data = _outputs.serialize(table, output)
+        assert _outputs.read_back(data, table, output) is table, name
+        parsed = _outputs.parse(data, output, table.schema)
+        assert _fingerprint.of(parsed) == _fingerprint.of(table), name
+
+    table = tables["binary, chunked"]
+    written = _outputs.serialize(table, lines)[0].to_pybytes()
+    assert written == b"a\n\nbc d\n\r\n" + b"x" * 20 + b"\n"
+    wrong = {
+        "a newline moved": written.replace(b"bc d\n", b"bc\nd "),
+        "a line short": written[:-2] + b"\n",
+        "a line more": written + b"\n",
+    }
+    for name, data in wrong.items():
+        read = _outputs.read_back([pa.py_buffer(data)], table, lines)
+        assert read is not table and _fingerprint.of(read) != _fingerprint.of(table), name
+
+    with_null = pa.table({"line": pa.array([b"a", None])})
+    read = _outputs.read_back(_outputs.serialize(with_null, lines), with_null, lines)
+    assert read.column(0).to_pylist() == [b"a", b""]  # as a reader gets it: the fingerprints then differ
+
+
 def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_its_own(monkeypatch):
     from daskpile import _outputs
 
