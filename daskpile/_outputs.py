@@ -246,29 +246,41 @@ def read_back(data: list[pa.Buffer], table: pa.Table, output: Output) -> pa.Tabl
     return table if _lines_as_written(data, table, output) else parse(data, output, table.schema)
 
 
-_LINE_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
+_LINE_TYPES = (pa.binary(), pa.string())  # what ``Output.check`` lets out as lines
 
 
 def _lines_as_written(data: list[pa.Buffer], table: pa.Table, output: Output) -> bool:
-    """Whether ``data`` is one run holding each value of ``table``'s single column followed by a newline.
+    """Whether ``data`` is one run holding each value of ``table``'s single column followed by a newline,
+    and a reader gets those values back.
 
-    A reader then splits it into exactly those values: ``serialize`` refused
-    any value holding a newline, so the newlines are the ones at the ends.
-    Checked from the layout (its size and a byte a line, not a copy of every
-    line as ``parse`` makes): for lines out, ``parse`` cost a third of pass
-    2's time.  Null values (written as empty lines), other types and files of
-    many runs are parsed.
+    A reader splits such bytes into exactly those values: ``serialize``
+    refused any value holding a newline, so the newlines are the ones at the
+    ends.  Checked from the layout (its size and a byte a line, not a copy of
+    every line as ``parse`` makes: for lines out, ``parse`` cost a third of
+    pass 2's time).  Strings must also be valid UTF-8, which ``parse``
+    checks and Arrow's Parquet reader does not.  Null values (written as
+    empty lines), other types and files of many runs are parsed.
     """
     lines_out = output.format == "lines" or (output.format == "jsonl" and is_json_text(table.schema))
     if not lines_out or len(data) != 1 or table.num_columns != 1:
         return False
     column = table.column(0)
-    if column.null_count or column.type.id not in {t.id for t in _LINE_TYPES}:
+    if column.null_count or column.type not in _LINE_TYPES or not _valid_utf8(column):
         return False
     lengths = [np.diff(_kernels.value_offsets(chunk)) for chunk in column.chunks if len(chunk)]
     ends = np.cumsum(np.concatenate(lengths) + 1) - 1 if lengths else np.zeros(0, dtype=np.int64)  # each newline
     view = np.frombuffer(data[0], dtype=np.uint8)
     return len(view) == (int(ends[-1]) + 1 if len(ends) else 0) and bool(np.all(view[ends] == ord("\n")))
+
+
+def _valid_utf8(column: pa.ChunkedArray) -> bool:
+    if not pa.types.is_string(column.type):
+        return True
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _csv_runs(table: pa.Table) -> list[pa.Buffer]:
