@@ -243,7 +243,20 @@ def read_back(data: list[pa.Buffer], table: pa.Table, output: Output) -> pa.Tabl
     >>> read_back(serialize(t, Output("lines")), t, Output("lines")) is t
     True
     """
-    return table if _lines_as_written(data, table, output) else parse(data, output, table.schema)
+    if _lines_as_written(data, table, output):
+        return table
+    try:
+        return parse(data, output, table.schema)
+    except pa.ArrowInvalid:
+        found = _not_utf8(table)
+        if found is None:
+            raise
+        name, value = found
+        raise ValueError(
+            f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), which a reader of the "
+            f"{output.format} text refuses: write parquet or arrow, which keep them"
+            + (", or cast the column to binary" if output.format == "lines" else "")
+        ) from None
 
 
 _LINE_TYPES = (pa.binary(), pa.string())  # what ``Output.check`` lets out as lines
@@ -274,11 +287,36 @@ def _lines_as_written(data: list[pa.Buffer], table: pa.Table, output: Output) ->
 
 
 def _valid_utf8(column: pa.ChunkedArray) -> bool:
-    if not pa.types.is_string(column.type):
+    """False for a string column holding bytes that are not UTF-8 (Arrow's Parquet reader lets them in)."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return True
     try:
         column.validate(full=True)
     except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _not_utf8(table: pa.Table) -> tuple[str, bytes] | None:
+    """The first string column of ``table`` holding bytes that are not UTF-8, and the first such value.
+
+    For an error message: one Python decode a value, until the first that fails.
+    """
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if _valid_utf8(column):
+            continue
+        as_bytes = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
+        for chunk in column.chunks:
+            for value in chunk.cast(as_bytes).to_pylist():
+                if value is not None and not _decodes(value):
+                    return name, value
+    return None
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
         return False
     return True
 

@@ -729,8 +729,27 @@ def test_lines_out_are_fingerprinted_as_a_reader_splits_them_and_a_wrong_layout_
         pa.string(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32)), pa.py_buffer(b"a\xff")]
     )
     table = pa.table({"line": not_utf8})
-    with pytest.raises(pa.ArrowInvalid, match="UTF8"):
+    with pytest.raises(ValueError, match="column 'line' holds bytes that are not UTF-8"):
         _outputs.read_back(_outputs.serialize(table, lines), table, lines)
+
+
+@pytest.mark.parametrize("output_format", ["lines", "csv"])
+def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothing(tmp_path, output_format):
+    """Arrow's Parquet reader lets a string column hold any bytes; text out is parsed back, and refuses them."""
+    import pyarrow.parquet as pq
+
+    values = pa.Array.from_buffers(
+        pa.string(), 3, [None, pa.py_buffer(np.array([0, 2, 4, 6], np.int32)), pa.py_buffer(b"oka\xffzz")]
+    )
+    pq.write_table(pa.table({"text": values}), tmp_path / "in.parquet")
+    done = daskpile_command(
+        "shuffle", str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--piles", "1",
+        "--output-format", output_format, "--scheduler", "sync",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "column 'text' holds bytes that are not UTF-8 (b'a\\xff')" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler, monkeypatch):
