@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
+from daskpile import _kernels
 from daskpile._storage import full_url
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc")
@@ -498,7 +499,7 @@ def json_lines_table(block, start: int, where: str) -> pa.Table:
     blank = _check_braces(data, offsets, lines, start, where)
     if blank is not None:
         kept = np.flatnonzero(~blank)
-        lines, starts = lines.take(_indices(kept)), starts[kept]
+        lines, starts = lines.take(_kernels.as_arrow_indices(kept)), starts[kept]
     if len(lines):
         _check_one_object_a_line(block, lines, starts, start, where)
     return pa.Table.from_arrays([lines], schema=pa.schema([JSON_TEXT]))
@@ -519,9 +520,9 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> np.
     if plain.all():
         return None
     odd = np.flatnonzero(~plain)
-    trimmed = pc.utf8_trim(lines.take(_indices(odd)).view(pa.string()), _SPACES)
+    trimmed = pc.utf8_trim(lines.take(_kernels.as_arrow_indices(odd)).view(pa.string()), _SPACES)
     # Read from the buffers: an Arrow array's to_numpy imports pandas on its first call, as pa.array does
-    ends = np.frombuffer(trimmed.buffers()[1], dtype=np.int32)[trimmed.offset : trimmed.offset + len(trimmed) + 1]
+    ends = _kernels.value_offsets(trimmed)
     text = np.frombuffer(trimmed.buffers()[2] or b"", dtype=np.uint8)
     empty = ends[1:] == ends[:-1]
     full = ~empty
@@ -539,14 +540,6 @@ def _check_braces(data, offsets, lines: pa.Array, start: int, where: str) -> np.
     blank = np.zeros(len(lines), dtype=bool)
     blank[odd[empty]] = True
     return blank
-
-
-def _indices(positions: np.ndarray) -> pa.Array:
-    """``positions`` as Arrow int64 indices, from their buffer: ``pa.array`` imports pandas on its first call
-    (a quarter of a second or more, holding the GIL, in every thread of a threaded run), which nothing else
-    in a shuffle of text needs."""
-    positions = np.ascontiguousarray(positions, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
 
 
 def _check_utf8(data: np.ndarray, start: int, where: str) -> None:
