@@ -161,6 +161,17 @@ def test_long_strings_hash_the_same_whatever_the_chunks_of_their_tails(monkeypat
     assert _fingerprint.of(table) == chunked
 
 
+@pytest.mark.parametrize("tail_words", [1, 3, 2**16])
+def test_a_string_hashes_alike_alone_and_among_others_empty_ones_included(monkeypatch, tail_words):
+    """Each string's words are summed over its own segment of the step's words: an empty string (no
+    words, its segment starting where the next string's does, or past the last word) must add nothing."""
+    monkeypatch.setattr(_fingerprint, "TAIL_WORDS", tail_words)
+    values = [b"", b"a" * 17, b"", b"", b"b" * 9, b"c" * 40, b"", b"d" * 8, b"", b""]
+    together = _fingerprint.value_words(pa.array(values, pa.binary())).tolist()
+    alone = [_fingerprint.value_words(pa.array([v, b"e" * 13], pa.binary()))[0] for v in values]
+    assert together == alone
+
+
 def test_strings_near_2_gib_hash_as_their_large_type(monkeypatch):
     """Padding each string to whole words adds up to 7 bytes a string: past int32 offsets, the large type."""
     values = ["x" * 20, "yz" * 30, None, "w" * 13]
