@@ -99,28 +99,32 @@ def test_resume_yields_exactly_the_batches_not_seen(datasets, stop_after, world)
         assert resumed.epoch == 4
 
 
-@pytest.mark.parametrize("checkpoint_step", ["last of epoch 0", "first of epoch 1"])
+@pytest.mark.parametrize("checkpoint_step", ["last of epoch 0", "after epoch 0's loop", "first of epoch 1"])
 @pytest.mark.parametrize("calls_set_epoch", [True, False], ids=["set_epoch", "no set_epoch"])
 def test_a_training_loop_resumed_from_its_checkpoint_sees_every_batch_once(datasets, checkpoint_step, calls_set_epoch):
-    """The guide's loop, checkpointing (epoch, state_dict()) after a step, crashed and resumed from it."""
-    epochs = 2
+    """The guide's loop, checkpointing (epoch, state_dict()) after a step or after an epoch's loop, crashed and
+    resumed from it."""
+    epochs = 3
 
-    def train(loader, start_epoch, crash_at=None):
+    def train(loader, start_epoch, crash_at=None, after_loop=False):
         steps = []
         for epoch in range(start_epoch, epochs):
             if calls_set_epoch:
                 loader.set_epoch(epoch)
             for batch in loader:
                 steps.append(batch["id"].to_pylist())
-                if len(steps) == crash_at:
+                if len(steps) == crash_at and not after_loop:
                     return steps, (epoch, loader.state_dict())
+            if len(steps) == crash_at:  # the epoch's loop is over: the checkpoint at the end of an epoch
+                return steps, (epoch, loader.state_dict())
         return steps, None
 
     options = dict(batch_size=1000, seed=3)
     whole, _ = train(daskpile.PileLoader(datasets["eager"], **options), 0)
     per_epoch = len(whole) // epochs
-    crash_at = per_epoch if checkpoint_step == "last of epoch 0" else per_epoch + 1
-    before, (epoch, state) = train(daskpile.PileLoader(datasets["eager"], **options), 0, crash_at)
+    crash_at = per_epoch + 1 if checkpoint_step == "first of epoch 1" else per_epoch
+    after_loop = checkpoint_step == "after epoch 0's loop"
+    before, (epoch, state) = train(daskpile.PileLoader(datasets["eager"], **options), 0, crash_at, after_loop)
     resumed = daskpile.PileLoader(datasets["eager"], **options)
     resumed.load_state_dict(state)
     after, _ = train(resumed, epoch)
@@ -145,7 +149,49 @@ def test_resume_after_a_world_size_change(datasets, old_world, new_world):
         after += ids(loader)
     seen = collections.Counter(np.concatenate(before + after).tolist())
     assert set(seen) == set(range(ROWS))
-    assert sum(seen.values()) - ROWS < new_world * 400  # only the last batch's wrap-around
+    # a rank's streams are consumed evenly, to a row: a rank has at most 2 rows a stream more left than another
+    assert sum(seen.values()) - ROWS <= 2 * 6
+
+
+@pytest.mark.parametrize("old_world,old_batch,new_world,new_batch", [(2, 2048, 8, 512), (3, 1000, 12, 250)])
+def test_a_job_resized_to_more_ranks_with_the_same_global_batch_repeats_almost_nothing(
+    datasets, old_world, old_batch, new_world, new_batch
+):
+    """Ranks reading several streams take a row from each in turn: a resumed job on more ranks finds every stream
+    as far along as its siblings, so no new rank wraps around to batches of rows already read (it did, a third of
+    the epoch when a rank took whole batches from one stream at a time)."""
+    options = dict(seed=0, canonical_ranks=new_world)
+    old = [
+        daskpile.PileLoader(datasets["eager"], batch_size=old_batch, rank=r, world_size=old_world, **options)
+        for r in range(old_world)
+    ]
+    iterators = [iter(loader) for loader in old]
+    before = [next(it)["id"].to_numpy() for _ in range(3) for it in iterators]
+    state = old[0].state_dict()
+    after = []
+    for rank in range(new_world):
+        loader = daskpile.PileLoader(
+            datasets["eager"], batch_size=new_batch, rank=rank, world_size=new_world, **options
+        )
+        loader.load_state_dict(state)
+        after += ids(loader)
+    seen = collections.Counter(np.concatenate(before + after).tolist())
+    assert set(seen) == set(range(ROWS))
+    assert sum(seen.values()) - ROWS <= 2 * new_world
+
+
+def test_a_state_of_format_1_resumes_where_a_rank_read_one_stream(datasets):
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, rank=1, world_size=2)
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].to_numpy() for _ in range(3)]
+    state = {**loader.state_dict(), "format": "daskpile.loader/1"}
+    resumed = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    whole = ids(daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, rank=1, world_size=2))
+    assert [b.tolist() for b in seen + ids(resumed)] == [b.tolist() for b in whole]
+    several = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, world_size=2, canonical_ranks=4)
+    with pytest.raises(ValueError, match="format 1 read a rank's streams a batch at a time"):
+        several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/1"})
 
 
 def test_state_of_another_dataset_or_layout_is_refused(datasets):
@@ -563,7 +609,8 @@ def test_one_iterator_at_a_time_a_replaced_one_stops_and_the_position_stays_true
     assert loader.state_dict()["batches"] == 5
     seen += ids(second)
     assert len(seen) == 24 and sorted(np.concatenate(seen).tolist()) == list(range(ROWS))
-    assert loader.state_dict()["epoch"] == 1
+    # the next iteration reads epoch 1; the state is epoch 0's end until then (a checkpoint after the loop)
+    assert loader.epoch == 1 and (loader.state_dict()["epoch"], loader.state_dict()["batches"]) == (0, 24)
     third = iter(loader)
     next(third)
     loader.set_epoch(4)

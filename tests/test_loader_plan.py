@@ -67,8 +67,14 @@ def test_round_robin_skips_and_counts_like_walking(first, stop, item):
     assert len(walked) == robin.rows
     for skip in range(robin.rows + 1):
         assert [(i, r) for i, a, b in robin.segments(skip) for r in range(a, b)] == walked[skip:]
-        consumed = np.bincount([i for i, _ in walked[:skip]], minlength=len(first))
-        assert robin.consumed(skip).tolist() == consumed.tolist()
+        if skip % item == 0 or skip == robin.rows:  # whole items (batches), which are read stream by stream
+            consumed = np.bincount([i for i, _ in walked[:skip]], minlength=len(first))
+            assert robin.consumed(skip).tolist() == consumed.tolist()
+    # a row from each stream in turn: at the end of every item, no stream with rows left is a row behind another
+    for end in range(0, robin.rows + 1, item):
+        taken = robin.consumed(end)
+        active = np.array(stop) - np.array(first) > taken
+        assert not active.any() or np.ptp(taken[active]) <= 1
 
 
 def test_resuming_mid_epoch_gives_exactly_the_rest():

@@ -15,7 +15,10 @@ from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
 from daskpile.loader.units import Units, discover
 
-STATE_FORMAT = "daskpile.loader/1"
+STATE_FORMAT = "daskpile.loader/2"
+# Format 1 read a rank's streams a batch from each in turn, not a row from each: the same rows in the same
+# order where a rank reads one stream (canonical_ranks == world_size), so such states still resume.
+_ONE_STREAM_FORMATS = ("daskpile.loader/1",)
 OUTPUTS = ("arrow", "pandas", "numpy")
 
 
@@ -83,8 +86,9 @@ class PileLoader:
         The number of streams an epoch is cut into.  Default: ``world_size``.
         The rows of each stream, and their order, depend on ``(seed, epoch,
         canonical_ranks, mix)`` only, so a job can be restarted with any world
-        size dividing it and resume where it stopped.  A rank holds
-        ``canonical_ranks / world_size`` groups at once.
+        size dividing it and resume where it stopped.  A rank takes a row
+        from each of its streams in turn (a batch reads them stream by
+        stream), and holds ``canonical_ranks / world_size`` groups at once.
     mix
         Files loaded and permuted together: pairs of rows batched together in
         one epoch are batched together again in the next about ``mix**2``
@@ -182,6 +186,7 @@ class PileLoader:
         self._pools: dict[int, TaskPool] = {}
         self.stats: LoadStats | None = None
         self._iteration = 0  # which iterator is current (see __iter__)
+        self._finished: dict | None = None  # the state at the end of the epoch just read to its end
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
                 f"drop_last: each of the {world_size} ranks has fewer than batch_size={batch_size:,} rows, "
@@ -235,7 +240,7 @@ class PileLoader:
 
     def _start_epoch(self, epoch: int) -> None:
         self._iteration += 1  # a live iterator was of the position this replaces
-        self._epoch, self._batches = epoch, 0
+        self._epoch, self._batches, self._finished = epoch, 0, None
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
 
     def _read_version(self, version: int) -> None:
@@ -272,11 +277,16 @@ class PileLoader:
             for batch in _batches(loaded, self.batch_size):
                 self._check_current(iteration)
                 self._batches += 1
+                self._finished = None
                 yield self._convert(batch)
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
+        finished = self.state_dict()
         self._start_epoch(self._epoch + 1)
+        # Its state stays that of the epoch's end until the loader moves on: a checkpoint of (epoch, state)
+        # taken after the loop resumes at that end, with nothing left of the epoch (see load_state_dict)
+        self._finished = finished
 
     def _budget(self) -> Budget:
         """What a rank holds at most: for each stream it reads a group of ``mix`` files, and ``prefetch`` files.
@@ -307,7 +317,13 @@ class PileLoader:
 
         Every rank's state says the same (the ranks move in step), so rank 0's
         is enough to resume all of them, with the same or another world size.
+        Once an epoch is read to its end, and until the loader moves on, the
+        state is that end: a loop that saves ``(epoch, state)`` after the epoch
+        resumes with nothing left of ``epoch``, whether or not it calls
+        ``set_epoch(epoch)``, and ``set_epoch(epoch + 1)`` starts the next.
         """
+        if self._finished is not None:
+            return dict(self._finished)
         return {
             "format": STATE_FORMAT,
             "seed": self.seed,
@@ -335,6 +351,7 @@ class PileLoader:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
         self._iteration += 1  # a live iterator was of the position this replaces
+        self._finished = None
         old = Layout(
             state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
             tuple(state["starts"]),
@@ -411,8 +428,19 @@ class PileLoader:
         return batch
 
     def _check_state(self, state: dict) -> None:
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a PileLoader state of format {STATE_FORMAT!r}: {state.get('format')!r}")
+        one_stream = state.get("format") in _ONE_STREAM_FORMATS and state.get("canonical_ranks") == state.get(
+            "world_size"
+        )
+        if state.get("format") != STATE_FORMAT and not one_stream:
+            raise ValueError(
+                f"not a PileLoader state of format {STATE_FORMAT!r}: {state.get('format')!r}"
+                + (
+                    " (format 1 read a rank's streams a batch at a time: its states of ranks reading several "
+                    "streams resume with the daskpile that saved them)"
+                    if state.get("format") in _ONE_STREAM_FORMATS
+                    else ""
+                )
+            )
         ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
                 "files": len(self.units.paths)}  # fmt: skip
         differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]

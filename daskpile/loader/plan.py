@@ -11,8 +11,9 @@ only by (seed, epoch) and the canonical layout, never by the world size:
    rows are permuted together when it is loaded.
 
 A rank of a world of ``world_size`` (which divides ``canonical``) owns the
-streams ``rank, rank + world_size, ...`` and takes them in turn,
-``batch_size`` rows at a time.  So with one stream per rank (the default),
+streams ``rank, rank + world_size, ...`` and deals its rows from them in
+turn, a row at a time, so that they are consumed evenly; a batch reads its
+rows stream by stream.  So with one stream per rank (the default),
 a rank reads its own contiguous share of the piles and holds one group at a
 time; resizing the world between restarts keeps every stream's rows and
 order, and a resumed job starts each stream where it stopped.
@@ -21,6 +22,7 @@ order, and a resumed job starts each stream where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -135,11 +137,17 @@ class EpochPlan:
 
 @dataclasses.dataclass(frozen=True)
 class RoundRobin:
-    """A rank's rows: its streams ``[first, stop)`` taken in turn, ``item`` rows at a time.
+    """A rank's rows: its streams' rows ``[first, stop)`` dealt a row at a time, in turn, and read ``item`` at a time.
+
+    Row n of the rank goes to the next stream in turn that has rows left, so
+    at every point its streams have given as many rows as each other, to a
+    row (until one runs out): a job resized between restarts finds every
+    stream where the others are, and no rank has much more left than another.
+    Each ``item`` rows (a batch) are read stream by stream.
 
     >>> rr = RoundRobin(np.array([0, 0]), np.array([5, 3]), item=2)
     >>> list(rr.segments())
-    [(0, 0, 2), (1, 0, 2), (0, 2, 4), (1, 2, 3), (0, 4, 5)]
+    [(0, 0, 1), (1, 0, 1), (0, 1, 2), (1, 1, 2), (0, 2, 3), (1, 2, 3), (0, 3, 5)]
     >>> rr.consumed(5).tolist()
     [3, 2]
     """
@@ -152,50 +160,46 @@ class RoundRobin:
     def rows(self) -> int:
         return int((self.stop - self.first).sum())
 
-    def _fast_forward(self, rows: int) -> tuple[np.ndarray, int]:
-        # Whole rounds where every stream gives a whole item, by arithmetic: a resumed epoch skips
-        # most of its rows without walking them item by item.
-        position = self.first.copy()
-        if len(position) and rows:
-            whole = int(((self.stop - position) // self.item).min())
-            rounds = min(whole, rows // (self.item * len(position)))
-            position += rounds * self.item
-            rows -= rounds * self.item * len(position)
-        return position, rows
+    @functools.cached_property
+    def _levels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The streams' lengths; sorted, the rows dealt in all once the shortest j have run out, and before."""
+        lengths = np.asarray(self.stop - self.first, dtype=np.int64)
+        ascending = np.sort(lengths)
+        exhausted = np.concatenate([[0], np.cumsum(ascending)])  # rows of the j shortest streams
+        # rows dealt when every stream has given ascending[j] rows (or run out before): where stream j runs out
+        runs_out = exhausted[:-1] + (len(lengths) - np.arange(len(lengths))) * ascending
+        return lengths, exhausted, runs_out
+
+    def consumed(self, rows: int) -> np.ndarray:
+        """Rows taken from each stream by the first ``rows`` rows (by arithmetic: a resumed epoch skips most of
+        its rows without walking them)."""
+        lengths, exhausted, runs_out = self._levels
+        rows = min(max(rows, 0), int(exhausted[-1]))
+        out = int(np.searchsorted(runs_out, rows, side="right"))  # streams run out by now (the shortest)
+        if out == len(lengths):
+            return lengths.copy()
+        active = len(lengths) - out
+        level, extra = divmod(rows - int(exhausted[out]), active)  # whole rounds of the streams left, and a part
+        taken = np.minimum(lengths, level)
+        taken[np.flatnonzero(lengths > level)[:extra]] += 1  # the part round goes to the streams in order
+        return taken
 
     def segments(self, skip: int = 0) -> Iterator[tuple[int, int, int]]:
         """(stream, start, stop) in reading order, after the first ``skip`` rows."""
-        position, skip = self._fast_forward(skip)
-        while True:
-            active = False
-            for i in range(len(position)):
-                if position[i] >= self.stop[i]:
+        total = self.rows
+        position = skip - skip % self.item  # the start of the item that row ``skip`` is in
+        before, inside = self.consumed(position), skip - position
+        while position < total:
+            end = min(position + self.item, total)
+            after = self.consumed(end)
+            for i in np.flatnonzero(after > before).tolist():
+                start, stop = int(self.first[i] + before[i]), int(self.first[i] + after[i])
+                if inside >= stop - start:
+                    inside -= stop - start
                     continue
-                active = True
-                end = int(min(position[i] + self.item, self.stop[i]))
-                start = int(position[i]) + skip
-                skip = max(0, start - end)
-                position[i] = end
-                if start < end:
-                    yield i, start, end
-            if not active:
-                return
-
-    def consumed(self, rows: int) -> np.ndarray:
-        """Rows taken from each stream by the first ``rows`` rows."""
-        position, rows = self._fast_forward(rows)
-        while rows > 0:
-            active = False
-            for i in range(len(position)):
-                if position[i] >= self.stop[i] or rows == 0:
-                    continue
-                active = True
-                step = int(min(self.item, self.stop[i] - position[i], rows))
-                position[i] += step
-                rows -= step
-            if not active:
-                break
-        return position - self.first
+                yield i, start + inside, stop
+                inside = 0
+            before, position = after, end
 
 
 @dataclasses.dataclass(frozen=True)
