@@ -13,6 +13,7 @@ from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem, full_url
 from daskpile._words import count
+from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet
 
@@ -183,7 +184,8 @@ def verify(
         A daskpile result, of which exactly the files its manifest lists are
         read; or any other Parquet dataset (a directory, glob or list of
         files), such as one written by ``shuffle(ddf).to_parquet(...)``, of
-        which all the data files are read.
+        which all the data files are read, the values of key=value folders
+        (``partition_on=``) as columns, as Dask reads them back.
     storage_options
         Passed to fsspec for ``source`` and ``dest``.  Default None.
     progress
@@ -241,7 +243,11 @@ def verify(
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
-    tasks += [dask.delayed(_fingerprint_file)(dest_fs, p, names, written_as) for p in dest_files]
+    keys = None if manifest else FolderKeys.below(dest, dest_fs, dest_files, storage_options)
+    tasks += [
+        dask.delayed(_fingerprint_file)(dest_fs, p, names, written_as, _folder_columns(keys, p, plan.schema))
+        for p in dest_files
+    ]
     results = compute(tasks, progress=progress)
     source, dest_sides = _total(results[: len(partitions)]), results[len(partitions) :]
     result = _total(dest_sides)
@@ -345,10 +351,26 @@ def _fingerprint_partition(fs, files, reading) -> _Side:
     return _total(sides)
 
 
-def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None) -> _Side:
+def _folder_columns(keys: FolderKeys | None, path: str, source: pa.Schema) -> dict[str, pa.Scalar]:
+    """The values of a result file's key=value folders (``to_parquet(partition_on=...)``), as columns of the
+    source's types where it has them: Dask wrote those columns as folders, and reads them back so."""
+    if keys is None:
+        return {}
+    columns = {}
+    for field, value in zip(keys.schema, keys.values[path], strict=True):
+        wanted = source.field(field.name).type if field.name in source.names else field.type
+        try:
+            columns[field.name] = value.cast(wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # then the values differ, and verify says which
+            columns[field.name] = value
+    return columns
+
+
+def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None, folder_columns=None) -> _Side:
     """One result file, its columns in the source's order; index columns the source lacks are set aside.
 
     ``written_as``: (output, schema) of a daskpile result's files, read back as that format (Parquet if None).
+    ``folder_columns``: the values of the key=value folders the file is in, for columns it does not hold.
     """
     url = full_url(fs, path)
     try:
@@ -360,6 +382,9 @@ def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None)
         return _Side(Fingerprint(), {}, missing=(f"{url} (the manifest lists it; it is not there)",))
     except ValueError as e:
         return _Side(Fingerprint(), {}, unreadable=(f"{url}: {e}",))
+    for name, value in (folder_columns or {}).items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.repeat(value, table.num_rows))
     pandas_meta = table.schema.pandas_metadata or {}
     index_columns = [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
     ignored = tuple(c for c in index_columns if c not in source_columns and c in table.column_names)

@@ -88,6 +88,23 @@ def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, 
     assert ("__null_dask_index__" in str(result)) == write_index
 
 
+def test_a_dask_result_written_with_partition_on_verifies_its_folder_columns(sync_scheduler, source, tmp_path):
+    """to_parquet(partition_on=[...]) moves the columns to key=value folders, which Dask and the loader read back
+    as columns: verify reads them so too, in the source's types, and a file put in another folder is a mismatch."""
+    import shutil
+
+    import dask.dataframe as dd
+
+    out = tmp_path / "out"
+    daskpile.shuffle(dd.read_parquet(source), piles=4, seed=5).to_parquet(str(out), partition_on=["label"])
+    assert sorted(os.listdir(out)) == ["label=0", "label=1"]
+    result = daskpile.verify(source, str(out))
+    assert result.ok, str(result)
+    shutil.move(out / "label=0" / "part.2.parquet", out / "label=1" / "part.9.parquet")
+    moved = daskpile.verify(source, str(out))
+    assert not moved.ok and moved.columns_differing == ("label",)
+
+
 def test_verify_json_and_exit_status(sync_scheduler, source, tmp_path):
     from click.testing import CliRunner
 
