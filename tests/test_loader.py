@@ -9,6 +9,7 @@ import time
 import dask
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
@@ -192,6 +193,46 @@ def test_a_state_of_format_1_resumes_where_a_rank_read_one_stream(datasets):
     several = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, world_size=2, canonical_ranks=4)
     with pytest.raises(ValueError, match="format 1 read a rank's streams a batch at a time"):
         several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/1"})
+
+
+def test_a_loader_pickles_after_an_epoch_and_its_copy_goes_on_from_there(datasets):
+    """A loader (or a PileDataset holding one) is pickled to spawned DataLoader workers; once it has loaded, it
+    holds thread pools, which stay behind."""
+    import pickle
+
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=4, mix=2)
+    ids(loader)
+    copy = pickle.loads(pickle.dumps(loader))
+    assert copy.epoch == loader.epoch == 1
+    assert [b.tolist() for b in ids(copy)] == [b.tolist() for b in ids(loader)]
+
+
+def test_a_load_queued_as_the_interpreter_exits_is_cancelled_quietly():
+    """A loader left mid-epoch (a peek at one batch, then the script ends) still has loads whose inputs finish
+    during exit, when the pool's executor takes no more work: they are cancelled, not a traceback each."""
+    from daskpile.loader.reading import TaskPool
+
+    pool = TaskPool(1, name="test")
+    pool._executor.shutdown()  # as at interpreter exit
+    assert pool.submit(0, lambda: 1).cancelled()
+
+
+def test_numpy_output_refuses_to_round_integers_past_2_53(tmp_path):
+    """pyarrow gives an integer column with nulls as float64: exact up to 2**53, then rounded. Refused, named."""
+    big = 2**53 + 1
+    source = tmp_path / "src"
+    source.mkdir()
+    pq.write_table(pa.table({"uid": pa.array([big, None, 7, 8], pa.int64())}), source / "a.parquet")
+    dest = str(tmp_path / "piles")
+    daskpile.shuffle_parquet(str(source), dest, piles=1, seed=0)
+    with pytest.raises(
+        ValueError, match=r"column 'uid' holds nulls and integers past 2\*\*53 \(9,007,199,254,740,993\)"
+    ):
+        list(daskpile.PileLoader(dest, batch_size=4, seed=0, output="numpy"))
+    (batch,) = daskpile.PileLoader(dest, batch_size=4, seed=0, output="numpy", filters=[("uid", "<", 100)])
+    assert sorted(batch["uid"].tolist()) == [7.0, 8.0]  # small integers (no nulls left here) as pyarrow gives them
+    (batch,) = daskpile.PileLoader(dest, batch_size=4, seed=0)
+    assert sorted(v for v in batch["uid"].to_pylist() if v is not None) == [7, 8, big]  # arrow keeps them exact
 
 
 def test_state_of_another_dataset_or_layout_is_refused(datasets):
@@ -455,6 +496,18 @@ def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
         list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1))
 
 
+@pytest.mark.parametrize("filters", [None, [("label", "=", 1)]], ids=["no filter", "filters"])
+def test_a_pile_replaced_by_another_is_named_with_or_without_filters(datasets, tmp_path, filters):
+    """With filters the rows are counted anew, and the files' own counts are checked against the manifest too."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(datasets["eager"], broken)
+    shutil.copy(broken / "part-00001.parquet", broken / "part-00000.parquet")  # a botched copy or sync
+    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ rows.*said [0-9,]+: it changed since"):
+        list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1, filters=filters))
+
+
 def test_arguments_are_checked(datasets):
     with pytest.raises(ValueError, match="rank 2 is not below world_size 2"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, rank=2, world_size=2)
@@ -464,6 +517,8 @@ def test_arguments_are_checked(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=0, seed=1)
     with pytest.raises(ValueError, match="output must be one of"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="torch")
+    with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into 2 canonical ranks"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, world_size=2, filters=[("id", "=", 5)])
 
 
 def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
@@ -471,6 +526,9 @@ def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, columns=["id", "lable"])
     with pytest.raises(FileNotFoundError, match=r"^path '.*nope' does not exist"):
         daskpile.PileLoader(datasets["eager"] + "/nope", batch_size=10, seed=1)
+    for path in (datasets["eager"], datasets["ddf"]):  # with a manifest, and without
+        with pytest.raises(ValueError, match=r"^filters: 'lable' is not a column of the dataset, whose columns are id"):
+            daskpile.PileLoader(path, batch_size=10, seed=1, filters=[("lable", "=", 1)])
     (batch,) = daskpile.PileLoader(datasets["eager"], batch_size=ROWS, seed=1, columns="label")  # one name
     assert batch.column_names == ["label"]
     for wrong in ([], ["id", "id"]):

@@ -261,6 +261,13 @@ def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version
     assert not (dest / "part-00000.parquet").exists() and report.removed
     with pytest.raises(FileNotFoundError, match=r"version 1 of the window .* is gone"):
         daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=1)
+    current = daskpile.PileLoader.current_version(str(dest))
+    with pytest.raises(ValueError, match=rf"version={current + 5}: the window .* is at version {current}$"):
+        daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=current + 5)
+    plain = tmp_path / "plain"
+    daskpile.shuffle_parquet(days[0], str(plain), piles=PILES, seed=SEED)
+    with pytest.raises(ValueError, match=r"version=1: .* is a shuffle result, not a moving window: its version is 0"):
+        daskpile.PileLoader(str(plain), batch_size=500, seed=0, version=1)
 
 
 def test_the_loader_stays_on_its_version_until_every_rank_is_moved_to_another(sync_scheduler, days, tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile._random import resolve_seed
+from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
 from daskpile.loader.units import Units, discover
@@ -120,7 +121,10 @@ class PileLoader:
     output
         ``"arrow"`` (a ``pyarrow.Table`` per batch), ``"pandas"`` (with the
         dtypes and index pandas gives the files: nullable integers stay
-        ``Int64``), or ``"numpy"`` (a dict of column name to array).
+        ``Int64``), or ``"numpy"`` (a dict of column name to array, as
+        pyarrow's ``to_numpy`` gives: an integer column with nulls is float64
+        with NaN, refused when it holds integers float64 would round; times
+        with a time zone are ``datetime64`` in UTC).
     storage_options
         Passed to fsspec.
     version
@@ -177,7 +181,8 @@ class PileLoader:
         self._batch_metadata = _batch_metadata(self.units.schema.metadata, index=columns is None)
         canonical = canonical_ranks or world_size
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
-            raise ValueError(f"{self.units.total:,} rows cannot be cut into {canonical} canonical ranks")
+            after = " after the filters" if filters is not None else ""
+            raise ValueError(f"{count(self.units.total, 'row')}{after} cannot be cut into {canonical} canonical ranks")
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
@@ -192,6 +197,11 @@ class PileLoader:
                 f"drop_last: each of the {world_size} ranks has fewer than batch_size={batch_size:,} rows, "
                 "so no batch would be yielded"
             )
+
+    def __getstate__(self) -> dict:
+        # The thread pools stay with the process that made them: a copy sent to a spawned DataLoader worker,
+        # or pickled after an epoch, makes its own when it first loads
+        return {**self.__dict__, "_pools": {}}
 
     @property
     def epoch(self) -> int:
@@ -424,7 +434,7 @@ class PileLoader:
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
             return batch.replace_schema_metadata(self._batch_metadata).to_pandas()
         if self.output == "numpy":
-            return {name: column.to_numpy() for name, column in zip(batch.column_names, batch.columns, strict=True)}
+            return {name: _numpy(name, column) for name, column in zip(batch.column_names, batch.columns, strict=True)}
         return batch
 
     def _check_state(self, state: dict) -> None:
@@ -448,6 +458,25 @@ class PileLoader:
             raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}")
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
+
+
+EXACT_IN_FLOAT64 = 2**53
+
+
+def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
+    """A column as numpy, as pyarrow gives it (integers with nulls: float64 and NaN, as in pandas), refusing
+    integers that float64 would round rather than round them."""
+    if column.null_count and pa.types.is_integer(column.type) and column.type.bit_width == 64:
+        import pyarrow.compute as pc
+
+        bounds = pc.min_max(column)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64:
+            raise ValueError(
+                f"column {name!r} holds nulls and integers past 2**53 ({high if high > EXACT_IN_FLOAT64 else low:,}), "
+                "which output='numpy' would round as float64: read it with output='arrow', or fill its nulls"
+            )
+    return column.to_numpy()
 
 
 def _batches(tables, batch_size: int):

@@ -99,7 +99,10 @@ class TaskPool:
     def submit(self, rank: int, fn, *args) -> Future:
         future: Future = Future()
         self._tasks.put((rank, next(self._queued), future, fn, args))
-        self._executor.submit(self._run_first)
+        try:
+            self._executor.submit(self._run_first)
+        except RuntimeError:  # the interpreter is exiting (a loader left mid-epoch): nothing waits for this
+            future.cancel()
         return future
 
     def _run_first(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -69,6 +70,11 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
     if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):
         if manifest is None:
             raise ValueError(f"version={version}: {path!r} is not a daskpile result")
+        current = _manifest.version_of(manifest)
+        if "window" not in manifest:
+            raise ValueError(f"version={version}: {path!r} is a shuffle result, not a moving window: its version is 0")
+        if version > current:
+            raise ValueError(f"version={version}: the window {path!r} is at version {current}")
         directory = filesystem(path, storage_options)[1]
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
@@ -83,6 +89,8 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         with ThreadPoolExecutor(FOOTER_THREADS) as pool:
             counted = list(pool.map(lambda p: _count(fs, p, expression, keys), paths))
         file_rows = np.array([c.rows for c in counted], dtype=np.int64)
+        if manifest is not None:  # counted after the filter: the files must still hold what the manifest says
+            _check_files(fs, paths, [c.total for c in counted], manifest["rows_per_file"])
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
@@ -204,21 +212,45 @@ def _expression(filters) -> ds.Expression:  # noqa: F821
 
 @dataclasses.dataclass(frozen=True)
 class _Counted:
-    rows: int
+    rows: int  # that pass the filter
     schema: pa.Schema
     lazy: bool
+    total: int  # in the file
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
     with open_parquet(fs, path) as parquet:
         stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
         lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
-        schema = parquet.schema_arrow
+        schema, total = parquet.schema_arrow, parquet.metadata.num_rows
         if expression is None:
-            return _Counted(parquet.metadata.num_rows, schema, lazy)
-    with parquet_errors(full_url(fs, path)):
+            return _Counted(total, schema, lazy, total)
+    with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, None if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy)
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total)
+
+
+def _check_files(fs, paths: list[str], found: list[int], listed: list[int]) -> None:
+    for path, rows, expected in zip(paths, found, listed, strict=True):
+        if rows != expected:
+            raise ValueError(
+                f"{full_url(fs, path)} has {rows:,} rows, its manifest said {expected:,}: it changed since the "
+                "result was written (or the manifest is wrong)"
+            )
+
+
+@contextlib.contextmanager
+def _filter_errors(names: list[str]):
+    """A filter on a column the files do not have: named as such, not as a file Arrow cannot read."""
+    try:
+        yield
+    except pa.ArrowInvalid as e:
+        missing = re.search(r"No match for FieldRef\.Name\((.*?)\) in ", str(e))
+        if missing is None:
+            raise
+        raise ValueError(
+            f"filters: {missing.group(1)!r} is not a column of the dataset, whose columns are {', '.join(names)}"
+        ) from None
 
 
 def parquet_dataset(fs, path: str, keys: FolderKeys | None = None, schema: pa.Schema | None = None):
