@@ -490,8 +490,14 @@ def scratch_can_finish(
         parsed = _scratch.parse_scratch_name(posixpath.basename(path))
         if parsed is not None and parsed[2] is not None:
             present.setdefault(parsed[:2], set()).add(parsed[2])
-    bands = range(len(scratch_dir.bands) - 1)
-    removed = {b for found in present.values() if 0 in found for b in bands if b not in found}
+    removed = set()
+    for band in range(1, len(scratch_dir.bands) - 1):
+        for key, found in present.items():
+            # A listing made while pass 1 still renames files in may miss a band written before band 0 (readdir
+            # does not return entries added during the listing in the order added): confirm the absence itself
+            if 0 in found and band not in found and not scratch_dir.fs.exists(scratch_dir.path(*key, band)):
+                removed.add(band)
+                break
     needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]
     return all(
         any(_holds_pile(dest_fs, posixpath.join(t, _manifest.part_name(j, piles, suffix=output.suffix)), j, piles, seed)
