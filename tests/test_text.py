@@ -163,6 +163,14 @@ def test_lines_table_keeps_bytes_exactly():
         ("bad.csv", b"a,b\n" + b"1,2\n" * 3000 + b"3\n", r"bad\.csv', bytes .* as csv: CSV parse error: .*Expected 2"),
         ("late.jsonl", b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n', r"late\.jsonl', bytes .* JSON parse error"),
         ("types.csv", b"a\n" + b"1\n" * 600000 + b"x\n", r"types\.csv', bytes .* In CSV column #0: .*'x'"),
+        # JSON is UTF-8 throughout: Arrow's reader let other bytes into its strings, and the run said "verified"
+        (
+            "value.jsonl",
+            b'{"s": "ok"}\n' * 200000 + b'{"s": "\xff\xfe"}\n',
+            r"value\.jsonl' as jsonl: invalid UTF-8 at byte 2,400,007$",
+        ),
+        ("key.jsonl", b'{"a\xff": 1}\n', r"key\.jsonl' as jsonl: invalid UTF-8 at byte 3$"),
+        ("latin1.csv", b"Stra\xdfe,n\nA,1\n", r"latin1\.csv' as csv: a column name is not UTF-8 \(b'Stra\\xdfe'\)$"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_file_and_bytes_and_writes_nothing(tmp_path, name, content, message):

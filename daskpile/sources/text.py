@@ -232,6 +232,17 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
         return pa.schema([JSON_TEXT]), int(bool(head.strip()))
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
     url = full_url(fs, path)
+    if options.format == "jsonl":
+        _check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
+    try:
+        return _inferred_schema(head, options, declared, url)
+    except UnicodeDecodeError as e:  # pyarrow decodes column names as it hands them out
+        raise ValueError(
+            f"cannot read {url!r} as {options.format}: a column name is not UTF-8 ({e.object!r})"
+        ) from None
+
+
+def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
     try:
         if options.format == "jsonl":
             explicit = pa.schema(list(declared.items())) if declared else None
@@ -387,6 +398,8 @@ class BlockReader:
             return pa.Table.from_batches([], schema=self.schema)  # (schema.empty_table() imports pandas)
         where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
         jsonl = self.options.format == "jsonl"
+        if jsonl:  # JSON text is UTF-8, and Arrow's reader lets other bytes into its strings
+            _check_utf8(np.frombuffer(block, dtype=np.uint8), start, repr(self.url))
         try:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
