@@ -220,7 +220,11 @@ CSV_BLOCK_LIMIT = 2**31 - 1  # the bytes of the largest block Arrow's CSV reader
 def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
     """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole records."""
     if output.format == "csv":
-        return _csv_runs(table.replace_schema_metadata(None))
+        try:
+            return _csv_runs(table.replace_schema_metadata(None))
+        except pa.ArrowInvalid:  # Arrow's CSV writer takes binary values as text, and refuses those not UTF-8
+            _refuse_not_utf8(table, output)
+            raise
     if output.format == "jsonl" and not is_json_text(table.schema):
         return _lines_bytes(_json_objects(table))
     return _lines_bytes(table.column(0))
@@ -248,15 +252,24 @@ def read_back(data: list[pa.Buffer], table: pa.Table, output: Output) -> pa.Tabl
     try:
         return parse(data, output, table.schema)
     except pa.ArrowInvalid:
-        found = _not_utf8(table)
-        if found is None:
-            raise
-        name, value = found
-        raise ValueError(
-            f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), which a reader of the "
-            f"{output.format} text refuses: write parquet or arrow, which keep them"
-            + (", or cast the column to binary" if output.format == "lines" else "")
-        ) from None
+        _refuse_not_utf8(table, output)
+        raise
+
+
+def _refuse_not_utf8(table: pa.Table, output: Output) -> None:
+    """Raise, naming the column and value, if a string or binary column holds bytes that are not UTF-8."""
+    found = _not_utf8(table)
+    if found is None:
+        return
+    name, value = found
+    binary = not pa.types.is_string(table.schema.field(name).type) and not pa.types.is_large_string(
+        table.schema.field(name).type
+    )
+    raise ValueError(
+        f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), which a reader of the "
+        f"{output.format} text refuses: write parquet or arrow, which keep them"
+        + (", or cast the column to binary" if output.format == "lines" and not binary else "")
+    ) from None
 
 
 _LINE_TYPES = (pa.binary(), pa.string())  # what ``Output.check`` lets out as lines
@@ -298,11 +311,16 @@ def _valid_utf8(column: pa.ChunkedArray) -> bool:
 
 
 def _not_utf8(table: pa.Table) -> tuple[str, bytes] | None:
-    """The first string column of ``table`` holding bytes that are not UTF-8, and the first such value.
+    """The first string or binary column of ``table`` holding bytes that are not UTF-8, and the first such value.
 
     For an error message: one Python decode a value, until the first that fails.
     """
     for name, column in zip(table.column_names, table.columns, strict=True):
+        t = column.type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):  # (Arrow's CSV writer takes them as text)
+            column = pa.chunked_array(
+                [c.view(pa.large_string()) for c in column.cast(pa.large_binary()).chunks], pa.large_string()
+            )
         if _valid_utf8(column):
             continue
         as_bytes = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
@@ -325,11 +343,24 @@ def _csv_runs(table: pa.Table) -> list[pa.Buffer]:
     """``table`` as CSV in runs of whole records of about ``RUN_BYTES`` (the header in the first), each
     under ``CSV_BLOCK_LIMIT``: a run is parsed back as one block, since a pile's text may hold quoted
     newlines that a cut by bytes could split.  Together the runs are the bytes of one ``write_csv``."""
+    _refuse_what_csv_reads_back_otherwise(table)
     rows = _csv_rows_per_run(table)
     runs = []
     for start in range(0, max(table.num_rows, 1), rows):
         runs += _csv_run(table.slice(start, rows), header=start == 0)
     return runs
+
+
+def _refuse_what_csv_reads_back_otherwise(table: pa.Table) -> None:
+    """Values a CSV reader gets back as others, named before anything is written: they would fail verification."""
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+            raise ValueError(f"column {name!r} holds NaN, which CSV readers read back as null: write another format")
+    if table.num_columns == 1 and table.column(0).null_count:
+        raise ValueError(
+            f"column {table.column_names[0]!r} holds nulls, which a CSV of one column writes as empty lines, "
+            "which readers skip: write another format"
+        )
 
 
 # Text of a row against its Arrow bytes: at most about 48 (a boolean, one bit, is "false,"); the text of

@@ -760,6 +760,43 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
     assert not (tmp_path / "out").exists()
 
 
+def test_a_binary_column_that_is_not_utf8_to_csv_is_one_line_naming_it_and_writes_nothing(tmp_path):
+    """Arrow's CSV reader types a Latin-1 value binary; its CSV writer then refused it with a bare message."""
+    (tmp_path / "in.csv").write_bytes(b"id,v\n1,ok\n2,\xff\xfe\n")
+    done = daskpile_command(
+        "shuffle", str(tmp_path / "in.csv"), str(tmp_path / "out"), "--piles", "1",
+        "--output-format", "csv", "--scheduler", "sync",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "daskpile: error: column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), which a reader of the csv "
+        "text refuses: write parquet or arrow, which keep them"
+    ], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "table,message",
+    [
+        ({"id": [1, 2, 3], "x": [1.5, float("nan"), 2.5]}, "column 'x' holds NaN, which CSV readers read back as null"),
+        ({"s": ["a", None, "b"]}, "column 's' holds nulls, which a CSV of one column writes as empty lines"),
+    ],
+    ids=["NaN", "nulls in one column"],
+)
+def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_path, table, message):
+    """They failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(table), tmp_path / "in.parquet")
+    done = daskpile_command(
+        "shuffle", str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--piles", "1",
+        "--output-format", "csv", "--scheduler", "sync",
+    )  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler, monkeypatch):
     """The saving above is taken in pass 2: each pile is fingerprinted without a parse, and verifies."""
     from daskpile import _outputs
