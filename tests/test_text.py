@@ -798,6 +798,27 @@ def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path):
+    """The FAQ's `daskpile shuffle corpus/ shuffled/ --format lines` on a folder of .jsonl files (and logs): every
+    text file is lines when the command says so; a Parquet file beside them is not text, and is skipped."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "part-1.jsonl").write_bytes(b'{"text": "a"}\n{"text": "b"}\n')
+    (corpus / "part-2.jsonl").write_bytes(b'{"text": "c"}\n')
+    (corpus / "server.log").write_bytes(b"GET /a\n")
+    pq.write_table(pa.table({"x": [1]}), corpus / "stats.parquet")
+    for source, lines in ((str(corpus), 4), (str(corpus / "*.jsonl"), 3)):
+        out = tmp_path / f"out-{lines}"
+        done = daskpile_command(
+            "shuffle", source, str(out), "--format", "lines", "--output-format", "lines", "--piles", "2",
+            "--scheduler", "sync", "-q",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        found = sorted(line for f in out.glob("part-*.txt") for line in f.read_bytes().splitlines())
+        expected = [b'{"text": "a"}', b'{"text": "b"}', b'{"text": "c"}', b"GET /a"][:lines]
+        assert found == sorted(expected)
+
+
 def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler, monkeypatch):
     """The saving above is taken in pass 2: each pile is fingerprinted without a parse, and verifies."""
     from daskpile import _outputs

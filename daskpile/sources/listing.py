@@ -117,9 +117,13 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
 
     >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
     (True, False, False)
+    >>> _is_stray("part-0.jsonl", "lines"), _is_stray("server.log", "lines"), _is_stray("p.parquet", "lines")
+    (False, False, True)
     """
     if name.upper() in NOT_DATA:
         return True
+    if format == "lines":  # any text is lines (JSON lines, CSV rows, logs), as the command asked: not binary files
+        return text.detect(name)[0] in ("parquet", "arrow", "orc") or name.lower().endswith(PARQUET_EXTENSIONS)
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))
