@@ -819,6 +819,22 @@ def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_pat
         assert found == sorted(expected)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "not compressed"])
+def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_path, damage):
+    """The codec's own message ("Truncated compressed stream") named no file, and exited as a failed run (1)."""
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        (tmp_path / "in" / f"part-{i}.txt.gz").write_bytes(
+            gzip.compress(b"".join(b"line %d\n" % j for j in range(50_000)))
+        )
+    broken = tmp_path / "in" / "part-1.txt.gz"
+    broken.write_bytes(broken.read_bytes()[:20_000] if damage == "truncated" else b"not gzip at all\n")
+    done = daskpile_command("shuffle", str(tmp_path / "in"), str(tmp_path / "out"), "--scheduler", "sync", "-q")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"cannot read '{broken}': its gzip data is damaged or cut short (" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler, monkeypatch):
     """The saving above is taken in pass 2: each pile is fingerprinted without a parse, and verifies."""
     from daskpile import _outputs

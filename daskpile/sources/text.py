@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import lzma
 import posixpath
 import re
 
@@ -187,15 +188,22 @@ def splittable(path: str, options: TextOptions | None = None) -> bool:
 def open_decompressed(fs, path: str):
     """A file to read, decompressed as its name says: by Arrow's codecs, xz by Python's lzma."""
     compression = compression_of(path)
-    with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
-        if compression in (None, "xz"):
-            yield raw
-            return
-        stream = pa.CompressedInputStream(raw, compression)
-        try:
-            yield stream
-        finally:
-            stream.close()
+    try:
+        with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
+            if compression in (None, "xz"):
+                yield raw
+                return
+            stream = pa.CompressedInputStream(raw, compression)
+            try:
+                yield stream
+            finally:
+                stream.close()
+    except (OSError, EOFError, lzma.LZMAError) as e:  # what the codecs raise, on the reads of the body
+        if compression is None or isinstance(e, (FileNotFoundError, PermissionError)):
+            raise
+        raise ValueError(
+            f"cannot read {full_url(fs, path)!r}: its {compression} data is damaged or cut short ({_first_line(e)})"
+        ) from None
 
 
 def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
