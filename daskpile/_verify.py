@@ -102,7 +102,8 @@ class Verification:
             lines.append(f"  generations that differ: {', '.join(map(str, self.generations_differing))}")
         if self.columns_differing:
             lines.append(f"  columns that differ: {', '.join(self.columns_differing)}")
-        elif self.source != self.dest and self.source.rows == self.dest.rows:
+        elif self.source != self.dest and self.source.rows == self.dest.rows and not self.against_manifest:
+            # (against a manifest, no column was fingerprinted alone: which differ is not known)
             lines.append("  every column holds the same values, but not in the same rows")
         lines += [f"  missing: {path}" for path in self.missing_files]
         lines += [f"  unreadable: {item}" for item in self.unreadable_files]

@@ -45,6 +45,10 @@ def test_verify_recomputes_from_the_files(client, source, tmp_path):
     assert damaged.columns_differing == ("name",)
     assert "MISMATCH: source 5,000 rows, result 5,000 rows" in str(damaged)
     assert "columns that differ: name" in str(damaged)
+    # against its manifest, no column is fingerprinted alone: not said to be values in other rows
+    alone = daskpile.verify(dest)
+    assert not alone.ok and "MISMATCH: recorded 5,000 rows, result 5,000 rows" in str(alone)
+    assert "not in the same rows" not in str(alone), str(alone)
 
 
 def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_scheduler, source, tmp_path):

@@ -105,7 +105,7 @@ def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, 
                 skipped = skip(piece)
             size += nbytes
             if not skipped:
-                conform = conformer(actual, reading.schema, dict(f.keys), "strict", url, reading.reference)
+                conform = conformer(actual, reading.schema, dict(f.keys), "first file", url, reading.reference)
                 tables.append(conform(table(), url))
     yield piece, None if skipped else _concat(tables, reading.schema)
 

@@ -20,7 +20,9 @@ import json
 import pyarrow as pa
 
 POLICIES = ("strict", "unify")
-STRICT = ("strict", "window")  # "window": an append into a moving window, checked as strictly
+# "window": an append into a moving window, checked as strictly; "first file": files other than Parquet, which
+# take the first file's columns and types (no unify for them)
+STRICT = ("strict", "window", "first file")
 
 
 def check_policy(policy: str) -> str:
@@ -183,6 +185,7 @@ def conformer(
         hint = {
             "strict": "(schema='unify', --schema unify on the command line, takes the union of the files' columns)",
             "window": "(an append takes the window's columns and types: convert the files, or start a new window)",
+            "first file": "(files other than Parquet take the first file's columns and types: convert them to those)",
         }.get(policy, "(a column renamed after the file was written?)")
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
