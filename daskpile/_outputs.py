@@ -232,7 +232,9 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
 
 def parse(data: list[pa.Buffer], output: Output, schema: pa.Schema) -> pa.Table:
     """What a reader gets from ``serialize``'s bytes: the rows in ``schema``."""
-    if output.format == "csv":  # runs of whole records already, the first with the header
+    if output.format == "csv" and not len(schema):  # rows of no column (an empty file read): an empty file
+        tables = []
+    elif output.format == "csv":  # runs of whole records already, the first with the header
         tables = [_parse_csv(run, schema, header=i == 0) for i, run in enumerate(data)]
     else:
         tables = [_parse_run(part, output, schema) for run in data for part in _runs_of_lines(run)]

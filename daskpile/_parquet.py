@@ -453,7 +453,10 @@ def shuffle_parquet(
         resolve_seed(seed)
     output = Output(output_format, compression)
     if second_pass == "lazy" and output.format != "parquet":
-        raise ValueError("second_pass='lazy' writes piles for PileLoader, which reads Parquet: not with output_format")
+        raise ValueError(
+            f"second_pass='lazy' (--lazy) leaves the permuting to PileLoader, which reads Parquet piles: "
+            f"not with output_format={output.format!r} (--output-format {output.format})"
+        )
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
         format=format, read_options=read_options, keep_json_lines=output.format == "jsonl",

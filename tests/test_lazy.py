@@ -98,3 +98,13 @@ def test_command_line_lazy_and_its_retry(lazy, tmp_path):
     assert retry.returncode == 0
     eager = daskpile_command(*[a for a in args if a != "--lazy"])
     assert eager.returncode != 0 and "second_pass 'eager' instead of 'lazy'" in eager.stderr
+
+
+def test_lazy_piles_are_parquet_and_the_refusal_says_so_in_the_commands_words(tmp_path):
+    source = sorted_source(tmp_path / "src", 100, files=1)
+    done = daskpile_command("shuffle", source, str(tmp_path / "out"), "--lazy", "--output-format", "lines")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert (
+        "second_pass='lazy' (--lazy) leaves the permuting to PileLoader, which reads Parquet piles: "
+        "not with output_format='lines' (--output-format lines)"
+    ) in done.stderr, done.stderr

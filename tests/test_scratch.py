@@ -126,3 +126,32 @@ print(report.rows, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     assert done.returncode == 0, done.stderr[-2000:]
     rows, soft = map(int, done.stdout.split())
     assert rows == 6_000 and soft == (4096 if hard == "above" else 48)
+
+
+def test_pass_2_reads_rather_than_maps_more_scratch_files_than_a_reader_may_map(tmp_path, monkeypatch):
+    """Every mapped scratch file of a band is a memory map, in every thread, and Linux caps a process's maps
+    (vm.max_map_count): past a reader's share of it, pass 2 reads the files instead (the same verified result)."""
+    import dask
+
+    import daskpile
+
+    source = tmp_path / "source"
+    write_reference_dataset(str(source), rows=6_000, files=30)  # 30 scratch files per band
+    opened = []
+    open_scratch = _scratch._open_scratch
+
+    def spy(fs, path, mapped=True):
+        opened.append(mapped)
+        return open_scratch(fs, path, mapped)
+
+    monkeypatch.setattr(_scratch, "_open_scratch", spy)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        mapped = daskpile.shuffle_parquet(str(source), str(tmp_path / "mapped"), piles=3, seed=1, blocksize=1)
+        assert opened and all(opened)
+        opened.clear()
+        monkeypatch.setattr(_scratch, "maps_budget", lambda: 29)
+        read = daskpile.shuffle_parquet(str(source), str(tmp_path / "read"), piles=3, seed=1, blocksize=1)
+    assert opened and not any(opened)
+    assert read.rows == mapped.rows == 6_000 and read.fingerprint == mapped.fingerprint
+    for name in ("part-00000.parquet", "part-00001.parquet", "part-00002.parquet"):
+        assert (tmp_path / "read" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()

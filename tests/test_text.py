@@ -75,6 +75,11 @@ def test_an_empty_file_and_a_file_of_one_line(tmp_path, sync_scheduler):
     (tmp_path / "src" / "b.txt").write_bytes(b"only line")
     daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1)
     assert read_output(tmp_path / "out").column("line").to_pylist() == [b"only line"]
+    for name in ("empty.jsonl", "empty.csv", "empty.txt"):  # alone: no rows, as in a folder (Arrow said "Empty")
+        (tmp_path / name).write_bytes(b"")
+        for output_format in ("parquet", "csv"):
+            out = str(tmp_path / f"out-{name}-{output_format}")
+            assert daskpile.shuffle_parquet(str(tmp_path / name), out, piles=2, output_format=output_format).rows == 0
 
 
 def numbers(rows: int) -> pa.Table:

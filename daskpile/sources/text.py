@@ -240,6 +240,8 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
         return pa.schema([JSON_TEXT]), int(bool(head.strip()))
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
     url = full_url(fs, path)
+    if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
+        return pa.schema([]), 0
     if options.format == "jsonl":
         _check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
     try:
