@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command
+from _util import daskpile_in_process
 
 import daskpile
 from daskpile._manifest import read as read_manifest
@@ -106,7 +106,7 @@ def test_a_line_that_is_not_one_json_object_is_refused_naming_its_byte(tmp_path,
 def test_the_command_refuses_a_bad_line_in_one_line_and_writes_nothing(tmp_path):
     source = tmp_path / "bad.jsonl"
     source.write_bytes(b'{"a": 1}\n{"a": 1} {"a": 2}\n')
-    done = daskpile_command(
+    done = daskpile_in_process(
         "shuffle", str(source), str(tmp_path / "out"), "--output-format", "jsonl", "--scheduler", "sync"
     )
     assert done.returncode == 2

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskpile
-from tests._util import daskpile_command, sorted_source
+from tests._util import daskpile_in_process, sorted_source
 
 ROWS = 24_000
 
@@ -92,17 +92,17 @@ def test_command_line_lazy_and_its_retry(lazy, tmp_path):
     source, _, _ = lazy
     dest = str(tmp_path / "out")
     args = ["shuffle", source, dest, "--piles", "3", "--seed", "2", "--lazy", "--scheduler", "sync", "-q"]
-    assert daskpile_command(*args).returncode == 0
+    assert daskpile_in_process(*args).returncode == 0
     assert daskpile.read_manifest(dest)["second_pass"] == "lazy"
-    retry = daskpile_command(*args)
+    retry = daskpile_in_process(*args)
     assert retry.returncode == 0
-    eager = daskpile_command(*[a for a in args if a != "--lazy"])
+    eager = daskpile_in_process(*[a for a in args if a != "--lazy"])
     assert eager.returncode != 0 and "second_pass 'eager' instead of 'lazy'" in eager.stderr
 
 
 def test_lazy_piles_are_parquet_and_the_refusal_says_so_in_the_commands_words(tmp_path):
     source = sorted_source(tmp_path / "src", 100, files=1)
-    done = daskpile_command("shuffle", source, str(tmp_path / "out"), "--lazy", "--output-format", "lines")
+    done = daskpile_in_process("shuffle", source, str(tmp_path / "out"), "--lazy", "--output-format", "lines")
     assert done.returncode == 2 and not (tmp_path / "out").exists()
     assert (
         "second_pass='lazy' (--lazy) leaves the permuting to PileLoader, which reads Parquet piles: "

@@ -16,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 import daskpile
 from tests._cluster import moto_s3
-from tests._util import daskpile_command, sorted_source
+from tests._util import daskpile_in_process, sorted_source
 
 ROWS = 24_000
 
@@ -615,7 +615,8 @@ def test_the_torch_adapters_split_without_torch(datasets):
 
 
 def test_the_epochs_command_reports_the_loaders_rates(datasets):
-    result = daskpile_command("epochs", datasets["eager"], "--batch-size", "100", "--mix", "1", "--mix", "2", "--json")
+    args = ("epochs", datasets["eager"], "--batch-size", "100", "--mix", "1", "--mix", "2", "--json")
+    result = daskpile_in_process(*args)
     assert result.returncode == 0, result.stderr
     rates = json.loads(result.stdout)
     for k in (1, 2):

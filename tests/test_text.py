@@ -17,7 +17,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command, interrupted_after, read_output, run_in_fresh_process
+from _util import daskpile_in_process, interrupted_after, read_output, run_in_fresh_process
 
 import daskpile
 from daskpile.sources import plan_sources, read_pieces
@@ -180,7 +180,7 @@ def test_lines_table_keeps_bytes_exactly():
 )
 def test_bad_input_is_one_line_naming_the_file_and_bytes_and_writes_nothing(tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
-    done = daskpile_command("shuffle", str(tmp_path / name), str(tmp_path / "out"), "--scheduler", "sync")
+    done = daskpile_in_process("shuffle", str(tmp_path / name), str(tmp_path / "out"), "--scheduler", "sync")
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert __import__("re").search(message, done.stderr), done.stderr
@@ -190,10 +190,10 @@ def test_bad_input_is_one_line_naming_the_file_and_bytes_and_writes_nothing(tmp_
 def test_the_command_reads_a_corpus_and_verify_reads_it_as_the_run_did(tmp_path):
     path = tmp_path / "corpus.jsonl"
     write_jsonl(numbers(2000), path)
-    done = daskpile_command("shuffle", str(path), str(tmp_path / "out"), "--piles", "3", "--scheduler", "sync")
+    done = daskpile_in_process("shuffle", str(path), str(tmp_path / "out"), "--piles", "3", "--scheduler", "sync")
     assert done.returncode == 0, done.stderr
     assert "2,000 rows" in done.stdout
-    checked = daskpile_command("verify", str(path), str(tmp_path / "out"), "--scheduler", "sync")
+    checked = daskpile_in_process("verify", str(path), str(tmp_path / "out"), "--scheduler", "sync")
     assert checked.returncode == 0 and "match" in checked.stdout, checked.stderr
 
 
@@ -524,7 +524,7 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
     lines[123] = b"not utf-8: \xff"  # a lines column holds bytes: JSON text cannot
     path.write_bytes(b"\n".join(lines) + b"\n")
     options = ["--scheduler", "threads"] if scheduler == "threads" else ["--workers", "2"]
-    done = daskpile_command(
+    done = daskpile_in_process(
         "shuffle", str(path), str(tmp_path / "out"), "--output-format", "jsonl", "--piles", "16", "-q", *options
     )
     assert done.returncode == 2
@@ -757,7 +757,7 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
         pa.string(), 3, [None, pa.py_buffer(np.array([0, 2, 4, 6], np.int32)), pa.py_buffer(b"oka\xffzz")]
     )
     pq.write_table(pa.table({"text": values}), tmp_path / "in.parquet")
-    done = daskpile_command(
+    done = daskpile_in_process(
         "shuffle", str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--piles", "1",
         "--output-format", output_format, "--scheduler", "sync",
     )  # fmt: skip
@@ -767,44 +767,30 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
     assert not (tmp_path / "out").exists()
 
 
-def test_a_binary_column_that_is_not_utf8_to_csv_is_one_line_naming_it_and_writes_nothing(tmp_path):
-    """Arrow's CSV reader types a Latin-1 value binary; its CSV writer then refused it with a bare message."""
-    (tmp_path / "in.csv").write_bytes(b"id,v\n1,ok\n2,\xff\xfe\n")
-    done = daskpile_command(
-        "shuffle", str(tmp_path / "in.csv"), str(tmp_path / "out"), "--piles", "1",
-        "--output-format", "csv", "--scheduler", "sync",
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "daskpile: error: column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), which a reader of the csv "
-        "text refuses: write parquet or arrow, which keep them"
-    ], done.stderr
-    assert not (tmp_path / "out").exists()
-
-
 @pytest.mark.parametrize(
     "table,message",
     [
+        # Arrow's CSV reader types a Latin-1 value binary; its CSV writer then refused it with a bare message
+        (
+            {"id": [1, 2], "v": [b"ok", b"\xff\xfe"]},
+            "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), which a reader of the csv text refuses: "
+            "write parquet or arrow, which keep them",
+        ),
+        # these failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped
         ({"id": [1, 2, 3], "x": [1.5, float("nan"), 2.5]}, "column 'x' holds NaN, which CSV readers read back as null"),
         ({"s": ["a", None, "b"]}, "column 's' holds nulls, which a CSV of one column writes as empty lines"),
     ],
-    ids=["NaN", "nulls in one column"],
+    ids=["bytes not UTF-8", "NaN", "nulls in one column"],
 )
-def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_path, table, message):
-    """They failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped."""
-    import pyarrow.parquet as pq
-
+def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_path, sync_scheduler, table, message):
     pq.write_table(pa.table(table), tmp_path / "in.parquet")
-    done = daskpile_command(
-        "shuffle", str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--piles", "1",
-        "--output-format", "csv", "--scheduler", "sync",
-    )  # fmt: skip
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert message in done.stderr, done.stderr
+    with pytest.raises(ValueError) as refused:
+        daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(tmp_path / "out"), 1, output_format="csv")
+    assert message in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "out").exists()
 
 
-def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path):
+def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path, sync_scheduler):
     """The FAQ's `daskpile shuffle corpus/ shuffled/ --format lines` on a folder of .jsonl files (and logs): every
     text file is lines when the command says so; a Parquet file beside them is not text, and is skipped."""
     corpus = tmp_path / "corpus"
@@ -815,14 +801,9 @@ def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_pat
     pq.write_table(pa.table({"x": [1]}), corpus / "stats.parquet")
     for source, lines in ((str(corpus), 4), (str(corpus / "*.jsonl"), 3)):
         out = tmp_path / f"out-{lines}"
-        done = daskpile_command(
-            "shuffle", source, str(out), "--format", "lines", "--output-format", "lines", "--piles", "2",
-            "--scheduler", "sync", "-q",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        daskpile.shuffle_parquet(source, str(out), 2, format="lines", output_format="lines")
         found = sorted(line for f in out.glob("part-*.txt") for line in f.read_bytes().splitlines())
-        expected = [b'{"text": "a"}', b'{"text": "b"}', b'{"text": "c"}', b"GET /a"][:lines]
-        assert found == sorted(expected)
+        assert found == sorted([b'{"text": "a"}', b'{"text": "b"}', b'{"text": "c"}', b"GET /a"][:lines])
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not compressed"])
@@ -835,7 +816,7 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
         )
     broken = tmp_path / "in" / "part-1.txt.gz"
     broken.write_bytes(broken.read_bytes()[:20_000] if damage == "truncated" else b"not gzip at all\n")
-    done = daskpile_command("shuffle", str(tmp_path / "in"), str(tmp_path / "out"), "--scheduler", "sync", "-q")
+    done = daskpile_in_process("shuffle", str(tmp_path / "in"), str(tmp_path / "out"), "--scheduler", "sync", "-q")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"cannot read '{broken}': its gzip data is damaged or cut short (" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()

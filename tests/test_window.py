@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, daskpile_command, write_parts
+from _util import DASKPILE, daskpile_command, daskpile_in_process, write_parts
 
 import daskpile
 from daskpile.datasets import reference_table
@@ -359,20 +359,20 @@ def test_the_commands(days, tmp_path):
     """On Dask's sync scheduler: the commands on a LocalCluster, as by default, are tested in test_cli.py."""
     dest = str(tmp_path / "window")
     sync = ("--scheduler", "sync")
-    assert daskpile_command("shuffle", days[0], dest, "--piles", "4", "--seed", "3", "-q", *sync).returncode == 0
-    assert "recorded from the sources" in daskpile_command("verify", dest, *sync).stdout  # by its manifest
-    done = daskpile_command("append", days[1], dest, "--scheduler", "sync", "--json")
+    assert daskpile_in_process("shuffle", days[0], dest, "--piles", "4", "--seed", "3", "-q", *sync).returncode == 0
+    assert "recorded from the sources" in daskpile_in_process("verify", dest, *sync).stdout  # by its manifest
+    done = daskpile_in_process("append", days[1], dest, "--scheduler", "sync", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["generations"] == [0, 1]
-    assert "appended generation 2" in daskpile_command("append", days[2], dest, "--scheduler", "sync").stdout
-    assert daskpile_command("verify", dest, "-q", *sync).returncode == 0
-    expired = daskpile_command("expire", dest, "--before", "1", "--column", "day", "--retain", "0")
+    assert "appended generation 2" in daskpile_in_process("append", days[2], dest, "--scheduler", "sync").stdout
+    assert daskpile_in_process("verify", dest, "-q", *sync).returncode == 0
+    expired = daskpile_in_process("expire", dest, "--before", "1", "--column", "day", "--retain", "0")
     assert expired.returncode == 0 and "expired generation 0" in expired.stdout
-    assert "expired generation 1" in daskpile_command("expire", dest, "--keep", "1").stdout
-    assert daskpile_command("expire", dest).returncode == 2
-    compacted = daskpile_command("compact", dest, "--scheduler", "sync")
+    assert "expired generation 1" in daskpile_in_process("expire", dest, "--keep", "1").stdout
+    assert daskpile_in_process("expire", dest).returncode == 2
+    compacted = daskpile_in_process("compact", dest, "--scheduler", "sync")
     assert compacted.returncode == 0 and "nothing to compact" in compacted.stdout
-    assert "nothing under way" in daskpile_command("discard", dest).stdout
+    assert "nothing under way" in daskpile_in_process("discard", dest).stdout
     assert sorted(window_ids(dest)) == ids_of(2)
 
 
