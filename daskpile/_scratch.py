@@ -32,6 +32,7 @@ import dataclasses
 import errno
 import functools
 import json
+import os
 import posixpath
 import re
 import tempfile
@@ -467,7 +468,7 @@ IDLE_SECONDS = 2.0
 
 
 OPEN_FILES_SHARE = 8  # of the process's limit, what one reader may hold: every thread may hold a band at once
-MAPS_SHARE = 8  # of the kernel's limit on a process's memory maps, what one reader may map, likewise
+MAPS_SHARE = 8  # of the kernel's limit on a process's memory maps, what one reader may map: for other maps
 
 
 @functools.cache
@@ -476,15 +477,16 @@ def maps_budget() -> int:
 
     Linux limits the memory maps of a process (``vm.max_map_count``, 65,530
     by default), and every mapped scratch file of a band is one, in every
-    thread, while its pile is put together: 35,000 pass-1 tasks (a 2 MB file
+    thread (Dask's default: one a core), while its pile is put together: 35,000 pass-1 tasks (a 2 MB file
     in ranges of 960 bytes) on 2 threads failed in pass 2 with "Memory
     mapping file failed: Cannot allocate memory".
     """
     try:
         with open("/proc/sys/vm/max_map_count") as f:
-            return int(f.read()) // MAPS_SHARE
+            limit = int(f.read())
     except (OSError, ValueError):  # not Linux: its default
-        return 65_530 // MAPS_SHARE
+        limit = 65_530
+    return limit // max(MAPS_SHARE, 2 * (os.cpu_count() or 1))  # a reader a thread, a thread a core by default
 
 
 @functools.cache

@@ -191,7 +191,9 @@ def test_a_state_of_format_1_resumes_where_a_rank_read_one_stream(datasets):
     whole = ids(daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, rank=1, world_size=2))
     assert [b.tolist() for b in seen + ids(resumed)] == [b.tolist() for b in whole]
     several = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, world_size=2, canonical_ranks=4)
-    with pytest.raises(ValueError, match="format 1 read a rank's streams a batch at a time"):
+    several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/1"})  # an epoch's start: the same
+    next(iter(several))
+    with pytest.raises(ValueError, match="format 1 read a rank's streams a batch at a time"):  # mid-epoch: not
         several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/1"})
 
 
@@ -233,6 +235,22 @@ def test_numpy_output_refuses_to_round_integers_past_2_53(tmp_path):
     assert sorted(batch["uid"].tolist()) == [7.0, 8.0]  # small integers (no nulls left here) as pyarrow gives them
     (batch,) = daskpile.PileLoader(dest, batch_size=4, seed=0)
     assert sorted(v for v in batch["uid"].to_pylist() if v is not None) == [7, 8, big]  # arrow keeps them exact
+
+
+def test_numpy_output_of_an_integer_column_null_in_a_whole_batch(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "opt": pa.array([None] * 4, pa.int64())}), source / "a.parquet")
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "piles"), piles=1, seed=0)
+    (batch,) = daskpile.PileLoader(str(tmp_path / "piles"), batch_size=4, seed=0, output="numpy")
+    assert np.isnan(batch["opt"]).all()
+
+
+def test_an_epoch_of_no_batch_moves_the_state_on_too(datasets):
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, filters=[("id", "<", 0)])
+    for _ in range(3):
+        assert list(loader) == []
+    assert loader.epoch == 3 and loader.state_dict()["epoch"] == 2
 
 
 def test_state_of_another_dataset_or_layout_is_refused(datasets):

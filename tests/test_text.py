@@ -17,7 +17,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_in_process, interrupted_after, read_output, run_in_fresh_process
+from _util import daskpile_command, daskpile_in_process, interrupted_after, read_output, run_in_fresh_process
 
 import daskpile
 from daskpile.sources import plan_sources, read_pieces
@@ -524,7 +524,9 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
     lines[123] = b"not utf-8: \xff"  # a lines column holds bytes: JSON text cannot
     path.write_bytes(b"\n".join(lines) + b"\n")
     options = ["--scheduler", "threads"] if scheduler == "threads" else ["--workers", "2"]
-    done = daskpile_in_process(
+    # a process of its own on a cluster: its workers write to that process's stderr, which must hold one line
+    command = daskpile_in_process if scheduler == "threads" else daskpile_command
+    done = command(
         "shuffle", str(path), str(tmp_path / "out"), "--output-format", "jsonl", "--piles", "16", "-q", *options
     )
     assert done.returncode == 2
@@ -792,18 +794,42 @@ def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_pa
 
 def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path, sync_scheduler):
     """The FAQ's `daskpile shuffle corpus/ shuffled/ --format lines` on a folder of .jsonl files (and logs): every
-    text file is lines when the command says so; a Parquet file beside them is not text, and is skipped."""
+    file named as text (or not named) is lines when the command says so; Parquet, a README, a licence and a picture
+    beside them are not, and are skipped."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "part-1.jsonl").write_bytes(b'{"text": "a"}\n{"text": "b"}\n')
     (corpus / "part-2.jsonl").write_bytes(b'{"text": "c"}\n')
     (corpus / "server.log").write_bytes(b"GET /a\n")
     pq.write_table(pa.table({"x": [1]}), corpus / "stats.parquet")
+    for other in ("README.md", "LICENSE.txt", "sample.png"):  # a dataset card, its licence, a picture: not lines
+        (corpus / other).write_bytes(b"not a training example\n")
     for source, lines in ((str(corpus), 4), (str(corpus / "*.jsonl"), 3)):
         out = tmp_path / f"out-{lines}"
         daskpile.shuffle_parquet(source, str(out), 2, format="lines", output_format="lines")
         found = sorted(line for f in out.glob("part-*.txt") for line in f.read_bytes().splitlines())
         assert found == sorted([b'{"text": "a"}', b'{"text": "b"}', b'{"text": "c"}', b"GET /a"][:lines])
+
+
+def test_a_storage_error_reading_a_compressed_file_is_not_called_damaged_data(tmp_path):
+    """Only the codecs' errors say the data is damaged: a connection reset or a timeout stays what it is."""
+    from daskpile._storage import filesystem
+    from daskpile.sources.text import open_decompressed
+
+    path = tmp_path / "x.txt.gz"
+    path.write_bytes(gzip.compress(b"line\n" * 1000))
+    with pytest.raises(TimeoutError, match="read timed out"), open_decompressed(filesystem(str(path))[0], str(path)):
+        raise TimeoutError("read timed out")
+
+
+def test_a_csv_header_that_is_not_utf8_is_named_in_whichever_file(tmp_path, sync_scheduler):
+    """The schema's sample is the first file's: a later file's header is read with its block."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.csv").write_bytes(b"a,b\n1,2\n")
+    (tmp_path / "src" / "b.csv").write_bytes(b"a,\xffb\n3,4\n")
+    with pytest.raises(ValueError, match=r"b\.csv', bytes 0 to 9 as csv: a column name is not UTF-8"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), 2)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not compressed"])

@@ -292,6 +292,7 @@ class PileLoader:
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
+        self._finished = None  # (an epoch of no batch: this one's end, not the previous one's)
         finished = self.state_dict()
         self._start_epoch(self._epoch + 1)
         # Its state stays that of the epoch's end until the loader moves on: a checkpoint of (epoch, state)
@@ -357,6 +358,7 @@ class PileLoader:
         ``canonical_ranks`` is the same: each stream then goes on from the
         rows it had given.
         """
+        _check_format(state)
         if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
@@ -438,19 +440,6 @@ class PileLoader:
         return batch
 
     def _check_state(self, state: dict) -> None:
-        one_stream = state.get("format") in _ONE_STREAM_FORMATS and state.get("canonical_ranks") == state.get(
-            "world_size"
-        )
-        if state.get("format") != STATE_FORMAT and not one_stream:
-            raise ValueError(
-                f"not a PileLoader state of format {STATE_FORMAT!r}: {state.get('format')!r}"
-                + (
-                    " (format 1 read a rank's streams a batch at a time: its states of ranks reading several "
-                    "streams resume with the daskpile that saved them)"
-                    if state.get("format") in _ONE_STREAM_FORMATS
-                    else ""
-                )
-            )
         ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
                 "files": len(self.units.paths)}  # fmt: skip
         differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
@@ -470,13 +459,32 @@ def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
         import pyarrow.compute as pc
 
         bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64:
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()  # None when every value is null
+        if high is not None and (high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64):
             raise ValueError(
                 f"column {name!r} holds nulls and integers past 2**53 ({high if high > EXACT_IN_FLOAT64 else low:,}), "
                 "which output='numpy' would round as float64: read it with output='arrow', or fill its nulls"
             )
     return column.to_numpy()
+
+
+def _check_format(state: dict) -> None:
+    """Refuse a state of another format, unless it means the same here: format 1 where each rank read one
+    stream, or at an epoch's start (what a rank had read of its streams differs only within an epoch)."""
+    found = state.get("format")
+    if found == STATE_FORMAT:
+        return
+    if found in _ONE_STREAM_FORMATS and (state["canonical_ranks"] == state["world_size"] or not state["batches"]):
+        return
+    raise ValueError(
+        f"not a PileLoader state of format {STATE_FORMAT!r}: {found!r}"
+        + (
+            " (format 1 read a rank's streams a batch at a time: its states of ranks reading several streams "
+            "taken mid-epoch resume with the daskpile that saved them)"
+            if found in _ONE_STREAM_FORMATS
+            else ""
+        )
+    )
 
 
 def _batches(tables, batch_size: int):

@@ -117,13 +117,19 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
 
     >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
     (True, False, False)
-    >>> _is_stray("part-0.jsonl", "lines"), _is_stray("server.log", "lines"), _is_stray("p.parquet", "lines")
-    (False, False, True)
+    >>> [_is_stray(n, "lines") for n in ("part-0.jsonl", "server.log.gz", "part-0", "p.parquet", "README.md")]
+    [False, False, False, True, True]
     """
     if name.upper() in NOT_DATA:
         return True
-    if format == "lines":  # any text is lines (JSON lines, CSV rows, logs), as the command asked: not binary files
-        return text.detect(name)[0] in ("parquet", "arrow", "orc") or name.lower().endswith(PARQUET_EXTENSIONS)
+    if format == "lines":  # files named as text (JSON lines, CSV rows, .txt, logs) or not named, as the command asked
+        if name.split(".")[0].upper() in NOT_DATA:  # README.txt, LICENSE.md
+            return True
+        said = text.detect(name)[0]
+        stem = name.lower()
+        for compression in text.COMPRESSIONS:
+            stem = stem.removesuffix(compression)
+        return said not in text.TEXT_FORMATS and posixpath.splitext(stem)[1] not in ("", ".log")
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))

@@ -198,12 +198,14 @@ def open_decompressed(fs, path: str):
                 yield stream
             finally:
                 stream.close()
-    except (OSError, EOFError, lzma.LZMAError) as e:  # what the codecs raise, on the reads of the body
-        if compression is None or isinstance(e, (FileNotFoundError, PermissionError)):
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        # What the codecs raise on the body's reads: Arrow's as OSError itself, lzma's as these two. The
+        # subclasses of OSError are the storage's (a file gone, a connection reset or timed out): as they are.
+        if compression is None or (isinstance(e, OSError) and type(e) is not OSError):
             raise
         raise ValueError(
             f"cannot read {full_url(fs, path)!r}: its {compression} data is damaged or cut short ({_first_line(e)})"
-        ) from None
+        ) from e
 
 
 def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
@@ -433,11 +435,16 @@ class BlockReader:
         names = self.schema.names
         if first and not self.options.autogenerate_column_names:
             header = block[: block.find(b"\n") + 1 or len(block)]
-            found = pa_csv.read_csv(
-                io.BytesIO(header),
-                read_options=pa_csv.ReadOptions(use_threads=False),
-                parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
-            ).schema.names
+            try:
+                found = pa_csv.read_csv(
+                    io.BytesIO(header),
+                    read_options=pa_csv.ReadOptions(use_threads=False),
+                    parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
+                ).schema.names
+            except UnicodeDecodeError as e:  # pyarrow decodes the names as it hands them out
+                raise ValueError(
+                    f"cannot read {where} as {self.options.format}: a column name is not UTF-8 ({e.object!r})"
+                ) from None
             if found != names:
                 raise ValueError(f"the header of {where} names the columns {found}, not {names}")
         return pa_csv.read_csv(
