@@ -264,9 +264,7 @@ def _refuse_not_utf8(table: pa.Table, output: Output) -> None:
     if found is None:
         return
     name, value = found
-    binary = not pa.types.is_string(table.schema.field(name).type) and not pa.types.is_large_string(
-        table.schema.field(name).type
-    )
+    binary = table.schema.field(name).type in (pa.binary(), pa.large_binary())
     raise ValueError(
         f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), which a reader of the "
         f"{output.format} text refuses: write parquet or arrow, which keep them"

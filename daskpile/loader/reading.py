@@ -15,7 +15,7 @@ import pyarrow as pa
 from daskpile import _kernels
 from daskpile._storage import full_url
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
-from daskpile.loader.units import Units, parquet_dataset
+from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 
@@ -254,7 +254,7 @@ class _PieceReader:
             self.table = _whole_unit(units, self.unit, columns).slice(start, stop - start)
             return
         with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
-            _check_rows(url, parquet.metadata.num_rows, expected, "")
+            check_rows(url, parquet.metadata.num_rows, expected)
             self.footer = parquet.metadata
         ends = np.cumsum([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)])
         first, last = int(np.searchsorted(ends, start, side="right")), int(np.searchsorted(ends, stop, side="left"))
@@ -290,16 +290,8 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
                     table = parquet.read(columns=names, use_threads=False)
         parts.append(table.select(names))
     table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
-    _check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
+    check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
     return table
-
-
-def _check_rows(url: str, found: int, expected: int, what: str) -> None:
-    if found != expected:
-        raise ValueError(
-            f"{url} has {found:,} rows{' that ' + what if what else ''}, the dataset said {expected:,}: "
-            "it changed since the loader was made (or its manifest is wrong)"
-        )
 
 
 StartLoad = Callable[[Group, Callable[[int], None]], "GroupLoad"]  # (group, reserve) -> its load, queued

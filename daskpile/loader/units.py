@@ -90,7 +90,8 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
             counted = list(pool.map(lambda p: _count(fs, p, expression, keys), paths))
         file_rows = np.array([c.rows for c in counted], dtype=np.int64)
         if manifest is not None:  # counted after the filter: the files must still hold what the manifest says
-            _check_files(fs, paths, [c.total for c in counted], manifest["rows_per_file"])
+            for path, c, listed in zip(paths, counted, manifest["rows_per_file"], strict=True):
+                check_rows(full_url(fs, path), c.total, listed, since="the result was written")
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
@@ -230,13 +231,13 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         return _Counted(dataset.count_rows(filter=expression), schema, lazy, total)
 
 
-def _check_files(fs, paths: list[str], found: list[int], listed: list[int]) -> None:
-    for path, rows, expected in zip(paths, found, listed, strict=True):
-        if rows != expected:
-            raise ValueError(
-                f"{full_url(fs, path)} has {rows:,} rows, its manifest said {expected:,}: it changed since the "
-                "result was written (or the manifest is wrong)"
-            )
+def check_rows(url: str, found: int, expected: int, what: str = "", since: str = "the loader was made") -> None:
+    """Refuse a file whose rows (``what``: that pass the filter) are not those the dataset said."""
+    if found != expected:
+        raise ValueError(
+            f"{url} has {found:,} rows{' that ' + what if what else ''}, the dataset said {expected:,}: "
+            f"it changed since {since} (or its manifest is wrong)"
+        )
 
 
 @contextlib.contextmanager

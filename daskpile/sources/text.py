@@ -246,12 +246,17 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
         return pa.schema([]), 0
     if options.format == "jsonl":
         _check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
-    try:
+    with _column_names_in_utf8(repr(url), options.format):
         return _inferred_schema(head, options, declared, url)
-    except UnicodeDecodeError as e:  # pyarrow decodes column names as it hands them out
-        raise ValueError(
-            f"cannot read {url!r} as {options.format}: a column name is not UTF-8 ({e.object!r})"
-        ) from None
+
+
+@contextlib.contextmanager
+def _column_names_in_utf8(where: str, format: str):
+    """A column name that is not UTF-8 named with its file: pyarrow decodes names as it hands them out."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise ValueError(f"cannot read {where} as {format}: a column name is not UTF-8 ({e.object!r})") from None
 
 
 def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
@@ -435,16 +440,12 @@ class BlockReader:
         names = self.schema.names
         if first and not self.options.autogenerate_column_names:
             header = block[: block.find(b"\n") + 1 or len(block)]
-            try:
+            with _column_names_in_utf8(where, self.options.format):
                 found = pa_csv.read_csv(
                     io.BytesIO(header),
                     read_options=pa_csv.ReadOptions(use_threads=False),
                     parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
                 ).schema.names
-            except UnicodeDecodeError as e:  # pyarrow decodes the names as it hands them out
-                raise ValueError(
-                    f"cannot read {where} as {self.options.format}: a column name is not UTF-8 ({e.object!r})"
-                ) from None
             if found != names:
                 raise ValueError(f"the header of {where} names the columns {found}, not {names}")
         return pa_csv.read_csv(
