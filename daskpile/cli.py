@@ -79,11 +79,16 @@ class _Bytes(click.ParamType):
             self.fail(f"{value!r} is not a size such as 512MiB or 2GB", param, ctx)
 
 
-def parse_storage_options(items: tuple[str, ...], option: str = "--storage-option") -> dict | None:
-    """``KEY=VALUE`` pairs as fsspec storage options (or read options); VALUE is JSON if it parses, dots in KEY nest.
+def parse_storage_options(
+    items: tuple[str, ...], option: str = "--storage-option", levels: int | None = None
+) -> dict | None:
+    """``KEY=VALUE`` pairs as fsspec storage options (or read options); VALUE is JSON if it parses, dots in KEY nest
+    (up to ``levels`` deep: read options nest once, as the rest of ``column_types.NAME`` is a column's name).
 
     >>> parse_storage_options(("anon=false", "client_kwargs.endpoint_url=http://127.0.0.1:9000"))
     {'anon': False, 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:9000'}}
+    >>> parse_storage_options(("column_types.a.b=int64",), "--read-option", levels=1)
+    {'column_types': {'a.b': 'int64'}}
     """
     options: dict = {}
     for item in items:
@@ -94,7 +99,7 @@ def parse_storage_options(items: tuple[str, ...], option: str = "--storage-optio
             value = json.loads(text)
         except ValueError:
             value = text
-        *parents, leaf = key.split(".")
+        *parents, leaf = key.split(".", -1 if levels is None else levels)
         target = options
         for parent in parents:
             target = target.setdefault(parent, {})
@@ -394,7 +399,7 @@ def shuffle(
             memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
             partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
             rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager", format=source_format,
-            read_options=parse_storage_options(read_options, "--read-option"), output_format=output_format,
+            read_options=parse_storage_options(read_options, "--read-option", levels=1), output_format=output_format,
             compression=compression,
         )  # fmt: skip
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))

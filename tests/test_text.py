@@ -142,6 +142,18 @@ def test_read_options_with_pyarrow_names(tmp_path, sync_scheduler):
         daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), piles=2, read_options={"sep": ";"})
 
 
+def test_a_declared_type_names_a_column_whose_name_has_dots(tmp_path):
+    """``column_types.NAME=TYPE``: the rest of the key is the name (it was nested at each dot, and refused)."""
+    (tmp_path / "a.csv").write_text("user.id,score\n7,1\n8,2\n")
+    done = daskpile_in_process(
+        "shuffle", str(tmp_path / "a.csv"), str(tmp_path / "out"), "--scheduler", "sync", "--piles", "2",
+        "--read-option", "column_types.user.id=string",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = read_output(tmp_path / "out").sort_by("user.id")
+    assert out.schema.field("user.id").type == pa.string() and out.column("user.id").to_pylist() == ["7", "8"]
+
+
 def test_the_format_comes_from_the_names_or_is_given(tmp_path, sync_scheduler):
     (tmp_path / "corpus").mkdir()
     for k in range(3):
@@ -164,10 +176,40 @@ def test_lines_table_keeps_bytes_exactly():
 @pytest.mark.parametrize(
     "name,content,message",
     [
-        ("bad.jsonl", b'{"a": 1}\n' * 3000 + b'{"a": 2\n', r"bad\.jsonl', bytes .* as jsonl: JSON parse error"),
-        ("bad.csv", b"a,b\n" + b"1,2\n" * 3000 + b"3\n", r"bad\.csv', bytes .* as csv: CSV parse error: .*Expected 2"),
-        ("late.jsonl", b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n', r"late\.jsonl', bytes .* JSON parse error"),
-        ("types.csv", b"a\n" + b"1\n" * 600000 + b"x\n", r"types\.csv', bytes .* In CSV column #0: .*'x'"),
+        # Each names the line by its byte, whether the file was read in one block or a later range was
+        (
+            "bad.jsonl",
+            b'{"a": 1}\n' * 3000 + b'{"a": 2\n',
+            r"bad\.jsonl' as jsonl: the line at byte 27,000: JSON parse error: .*\(b'\{\"a\": 2'\)$",
+        ),
+        (
+            "bad.csv",
+            b"a,b\n" + b"1,2\n" * 3000 + b"3\n",
+            r"bad\.csv' as csv: the line at byte 12,004: Expected 2 columns, got 1: 3$",
+        ),
+        (
+            "late.jsonl",
+            b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n',
+            r"late\.jsonl' as jsonl: the line at byte 1,800,000: field 'b' is not one of the columns found in the "
+            r"first file's first MiB \(a\): declare its type to read it \(read option column_types\)$",
+        ),
+        (
+            "types.csv",
+            b"a\n" + b"1\n" * 600000 + b"x\n",
+            r"types\.csv' as csv: the line at byte 1,200,002: column 'a': .*'x'",
+        ),
+        # A JSON file that is not JSON lines: refused from its first line, whatever its size (Arrow's reader took
+        # a pretty-printed file read in one block, and failed on it cut in ranges)
+        (
+            "pretty.json",
+            b'{\n  "a": 1\n}\n' * 3,
+            r"pretty\.json' as jsonl: its first line b'\{' begins a JSON object .*jq",
+        ),
+        (
+            "array.json",
+            b'[{"a": 1},\n {"a": 2}]\n',
+            r"array\.json' as jsonl: its first line .* begins a JSON array.*jq",
+        ),
         # JSON is UTF-8 throughout: Arrow's reader let other bytes into its strings, and the run said "verified"
         (
             "value.jsonl",
@@ -427,7 +469,7 @@ def test_a_file_without_extension_is_data_only_if_it_is_parquet(tmp_path, sync_s
 def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, sync_scheduler):
     # Latin-1 past the first MiB, which typed the column as string (within it, pyarrow types it binary)
     (tmp_path / "bad.csv").write_bytes(b"id,name\n" + b"1,ok\n" * 300_000 + b"2,caf\xe9\n")
-    with pytest.raises(ValueError, match=r"bad\.csv', bytes [0-9,]+ to [0-9,]+ as csv: .*(UTF8|utf)"):
+    with pytest.raises(ValueError, match=r"bad\.csv' as csv: the line at byte 1,500,008: column 'name': .*UTF8"):
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "out"), 2)
     assert not (tmp_path / "out").exists()
 
@@ -598,13 +640,25 @@ def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync
         ]
 
 
-def test_a_bad_row_in_a_later_range_says_where_its_row_number_counts_from(tmp_path, sync_scheduler):
+def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, sync_scheduler):
+    """Arrow counts rows from a range's start; the error names the line's byte in the whole file."""
     path = tmp_path / "bad.csv"
-    path.write_text("a,b\n" + "".join(f"{i},x{i}\n" for i in range(150_000)) + "1,2,3\n")  # past the first MiB
-    where = r"bytes ([\d,]+) to [\d,]+ as csv: .*Row #\d+.* \(rows counted from byte \1\)"
+    good = "a,b\n" + "".join(f"{i},x{i}\n" for i in range(150_000))  # past the first MiB
+    path.write_text(good + "1,2,3\n" + "4,x\n")
+    where = rf"bad\.csv' as csv: the line at byte {len(good):,}: Expected 2 columns, got 3: 1,2,3$"
     with pytest.raises(ValueError, match=where):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1, blocksize=2**18)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_csv_with_newlines_in_values_keeps_arrows_row_count_and_says_where_it_starts(tmp_path, sync_scheduler):
+    """Its records are not lines: no line is named, and Arrow's row number counts from a block's first byte."""
+    path = tmp_path / "bad.csv"
+    path.write_text('a,b\n1,"x\ny"\n' + "1,2,3\n")
+    with pytest.raises(ValueError, match=r"bad\.csv', bytes 0 to [\d,]+ as csv: .*Row #3.*Expected 2 columns, got 3"):
+        daskpile.shuffle_parquet(
+            str(path), str(tmp_path / "out"), piles=2, seed=1, read_options={"newlines_in_values": True}
+        )
 
 
 @pytest.mark.parametrize(

@@ -238,6 +238,8 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     if options.format == "lines":
         return pa.schema([pa.field(LINE, pa.binary())]), 1
     head = sample(fs, path, options)
+    if options.format == "jsonl":
+        check_json_lines(head, repr(full_url(fs, path)))
     if options.as_written:  # the lines are checked as they are read: a first line may be longer than the sample
         return pa.schema([JSON_TEXT]), int(bool(head.strip()))
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
@@ -260,28 +262,38 @@ def _column_names_in_utf8(where: str, format: str):
 
 
 def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
-    try:
+    def read(text: bytes) -> pa.Table:
         if options.format == "jsonl":
             explicit = pa.schema(list(declared.items())) if declared else None
-            table = pa_json.read_json(
-                io.BytesIO(head),
-                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(head), 1) + 1),
+            return pa_json.read_json(
+                io.BytesIO(text),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
                 parse_options=pa_json.ParseOptions(explicit_schema=explicit),
             )
-        else:
-            table = pa_csv.read_csv(
-                io.BytesIO(head),
-                read_options=pa_csv.ReadOptions(
-                    use_threads=False, autogenerate_column_names=options.autogenerate_column_names
-                ),
-                parse_options=pa_csv.ParseOptions(
-                    delimiter=options.separator, newlines_in_values=options.newlines_in_values
-                ),
-                convert_options=pa_csv.ConvertOptions(column_types=declared),
-            )
+        return pa_csv.read_csv(
+            io.BytesIO(text),
+            read_options=pa_csv.ReadOptions(
+                use_threads=False, autogenerate_column_names=options.autogenerate_column_names
+            ),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=options.separator, newlines_in_values=options.newlines_in_values
+            ),
+            convert_options=pa_csv.ConvertOptions(column_types=declared),
+        )
+
+    try:
+        table = read(head)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        where = f"{url!r}, bytes 0 to {len(head):,}"
-        raise ValueError(f"cannot read {where} as {options.format}: {_first_line(e)}") from None
+        # Types are inferred from every row read, so a line may be refused for the lines before it: the first
+        # prefix of the head that Arrow refuses names it
+        if options.newlines_in_values:  # records are not lines: Arrow's word
+            where = f"{url!r}, bytes 0 to {len(head):,}"
+            raise ValueError(f"cannot read {where} as {options.format}: {_first_line(e)}") from None
+        names = None
+        if options.format != "jsonl":
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                names = read(head[: head.find(b"\n") + 1]).schema.names  # the header's (or f0, f1, ...)
+        raise ValueError(_refused_line(head, 0, e, url, options.format, read, prefixes=True, names=names)) from None
     unknown = [name for name in declared if name not in table.schema.names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
@@ -420,14 +432,43 @@ class BlockReader:
         try:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            message = _first_line(e)
-            if start and re.search(r"\b[Rr]ow\b", message):  # Arrow counts rows from the start of the block
-                message += f" (rows counted from byte {start:,})"
-            raise ValueError(f"cannot read {where} as {self.options.format}: {message}") from None
+            raise ValueError(self._bad_line(block, start, e)) from None
         if not jsonl and not self.options.newlines_in_values:
             _refuse_newlines_in_values(table, where)
         _refuse_rounded_integers(table, block, self.options, where)
         return table
+
+    def _bad_line(self, block: bytes, start: int, error: Exception) -> str:
+        format = self.options.format
+        if self.options.newlines_in_values:  # records are not lines: Arrow's word, with where its count starts
+            message = _first_line(error)
+            counted = f" (rows counted from byte {start:,})" if start and re.search(r"\b[Rr]ow\b", message) else ""
+            return (
+                f"cannot read {self.url!r}, bytes {start:,} to {start + len(block):,} as {format}: {message}{counted}"
+            )
+        header = start == 0 and format != "jsonl" and not self.options.autogenerate_column_names
+
+        def read(text: bytes) -> pa.Table:
+            return self._json(text) if format == "jsonl" else self._csv(text, first=False, where="")
+
+        named = self._unexpected_field if format == "jsonl" else None
+        return _refused_line(
+            block, start, error, self.url, format, read, skip=int(header), named=named, names=self.schema.names
+        )
+
+    def _unexpected_field(self, line: bytes) -> str | None:
+        """Which field of ``line`` is not a column, for Arrow's "unexpected field"."""
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        new = [key for key in record if key not in self.schema.names] if isinstance(record, dict) else []
+        if not new:
+            return None
+        return (
+            f"field {new[0]!r} is not one of the columns found in the first file's first MiB "
+            f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types)"
+        )
 
     def _json(self, block: bytes) -> pa.Table:
         return pa_json.read_json(
@@ -625,6 +666,90 @@ def _first_bad_line(block, starts, ends, low: int, high: int) -> tuple[int, int 
             high = middle
     found = _objects(block[int(starts[low]) : int(ends[low])])
     return low, found
+
+
+def _refused_line(
+    block: bytes,
+    start: int,
+    error: Exception,
+    url: str,
+    format: str,
+    read,
+    skip: int = 0,
+    prefixes: bool = False,
+    named=None,
+    names: list[str] | None = None,
+) -> str:
+    """What is wrong with ``block`` (from byte ``start`` of ``url``), naming the first line ``read`` refuses by
+    its byte in the file; Arrow's own message if no line is to blame.
+
+    Arrow counts rows from a block's start, from 0 in JSON and from 1 with the header in CSV; a line's byte is
+    what every format's errors name.  Found by halves (a rare error's path): each line on its own when rows are
+    read in a declared schema, or the first refused prefix when types are inferred from every row before.
+    ``skip`` lines (a header) are never blamed; ``named(line)`` may say more of the line found, and ``names``
+    name the columns Arrow numbers.
+    """
+    data, offsets = _ended_lines(block)
+
+    def refused(low: int, high: int) -> str | None:
+        try:
+            read(bytes(data[offsets[0 if prefixes else low] : offsets[high]]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            return _first_line(e)
+        return None
+
+    low, high = skip, len(offsets) - 1  # lines [low, high) hold the first refused one
+    while high - low > 1:
+        middle = (low + high) // 2
+        if refused(low, middle) is None:
+            low = middle
+        else:
+            high = middle
+    message = refused(low, low + 1) if high > low else None
+    if message is None:
+        return f"cannot read {url!r}, bytes {start:,} to {start + len(block):,} as {format}: {_first_line(error)}"
+    line = bytes(data[offsets[low] : offsets[low + 1] - 1])
+    said = (named(line) if named else None) or (_not_json_lines(line) if format == "jsonl" else None)
+    message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
+    if names:  # Arrow numbers CSV columns from 0
+        message = re.sub(r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}", message)
+    return f"cannot read {url!r} as {format}: the line at byte {start + int(offsets[low]):,}: " + (
+        said or (message if message.endswith(f": {line.decode('utf-8', 'replace')}") else f"{message} ({_shown(line)})")
+    )
+
+
+def _not_json_lines(line: bytes) -> str | None:
+    """What a first line says of a file that is JSON but not JSON lines (a pretty-printed object, an array), or None.
+
+    >>> _not_json_lines(b'{"a": 1}') is None, _not_json_lines(b"{")[:45]
+    (True, "b'{' begins a JSON object written over several")
+    """
+    text = line.strip().decode("utf-8", "replace")
+    if text.startswith("["):
+        return (
+            f"{_shown(line)} begins a JSON array, not JSON lines (one object a line): `jq -c '.[]' FILE` rewrites it so"
+        )
+    if text.startswith("{") and text.endswith(("{", "[", ",")):  # what a whole object, or a cut one, never ends in
+        return (
+            f"{_shown(line)} begins a JSON object written over several lines (pretty-printed), not JSON lines (one "
+            "object a line): `jq -c . FILE` rewrites it so"
+        )
+    return None
+
+
+def check_json_lines(head: bytes, where: str) -> None:
+    """Refuse a file whose first line shows it is JSON, but not JSON lines: whatever a range of it would give.
+
+    Arrow's reader takes a pretty-printed file read in one block, and fails on one cut in ranges: the first
+    line decides, whatever the file's size.
+    """
+    head = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+    for line in head.split(b"\n")[:-1]:  # whole lines only: a first line longer than the sample is not judged
+        if line.strip():
+            hint = _not_json_lines(line)
+            if hint:
+                raise ValueError(f"cannot read {where} as jsonl: its first line {hint}")
+            return
 
 
 def _shown(line: bytes, limit: int = 40) -> str:
