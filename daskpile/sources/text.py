@@ -719,10 +719,10 @@ def _refused_line(
 
 
 def _not_json_lines(line: bytes) -> str | None:
-    """What a first line says of a file that is JSON but not JSON lines (a pretty-printed object, an array), or None.
+    """What a line says of a file that is JSON but not JSON lines (a pretty-printed object, an array), or None.
 
-    >>> _not_json_lines(b'{"a": 1}') is None, _not_json_lines(b"{")[:45]
-    (True, "b'{' begins a JSON object written over several")
+    >>> _not_json_lines(b'{"a": 1}') is None, _not_json_lines(b"{")[:40]
+    (True, "b'{' begins a JSON object written over s")
     """
     text = line.strip().decode("utf-8", "replace")
     if text.startswith("["):
