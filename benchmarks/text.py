@@ -107,7 +107,7 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
     return found
 
 
-def run(name: str, command, env: dict, src: str, out: str) -> dict:
+def run(name: str, command, env: dict, src: str, out: str, settle: float = 0.0) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     tmp = out + "-tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -118,6 +118,10 @@ def run(name: str, command, env: dict, src: str, out: str) -> dict:
     with open(src, "rb") as f:  # in the page cache, as for every system
         while f.read(16 << 20):
             pass
+    # On a VM that hands freed memory back to its host, memory freed seconds ago costs ~10x more to touch
+    # than memory freed just now (fresh_memory.py): without a pause, a system runs on what the one before
+    # it (and its output, removed above) left warm. A pause starts every system alike, cold.
+    time.sleep(settle)
     start = time.perf_counter()
     process = subprocess.Popen(
         command, shell=isinstance(command, str), env={**os.environ, "TMPDIR": tmp, **env}, stderr=subprocess.PIPE
@@ -157,7 +161,9 @@ def markdown(summary: dict, meta: dict) -> str:
     columns = [name for name in ("shuf", "terashuf 0.2 GB") if name in peers]
     lines = [
         f"{meta['rows']:,} JSON lines ({meta['file_mib']:,.0f} MiB); {m['cores']} cores, {m['memory_gib']} GiB "
-        f"({m['cpu']}); {meta['date']}; {meta['reps']} runs each, alternating; terashuf: {meta['terashuf']}",
+        f"({m['cpu']}); {meta['date']}; {meta['reps']} runs each, alternating"
+        + (f", each after a pause of {meta['settle_s']:g} s" if meta.get("settle_s") else ", back to back")
+        + f"; terashuf: {meta['terashuf']}",
         "",
         "| system | wall s, median (min-max) | peak MiB (tree) | output MiB | "
         + " | ".join(f"x {c}" for c in [*columns, "DuckDB"])
@@ -186,6 +192,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--terashuf-source", default=os.path.join(HERE, "data", "terashuf"))
     parser.add_argument("--systems", nargs="*", help="names to run [all]")
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="seconds to wait before each run, so each starts on cold memory"
+    )
     args = parser.parse_args(argv)
     src = corpus(args.rows, args.data_dir)
     compile_daskpile()
@@ -198,7 +207,7 @@ def main(argv=None) -> dict:
     runs = []
     for rep in range(args.reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            result = run(name, *cases[name], src, out)
+            result = run(name, *cases[name], src, out, args.settle)
             runs.append(result)
             status = f"{result['wall_s']:.1f} s" if result["ok"] else "FAILED: " + result["error"][-300:]
             print(f"[{rep + 1}/{args.reps}] {name}: {status}", flush=True)
@@ -210,6 +219,7 @@ def main(argv=None) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "terashuf": how,
+        "settle_s": args.settle,
     }
     summary = summarise(runs)
     save(os.path.join(args.results_dir, f"text-{args.rows}"), meta, summary, runs, markdown(summary, meta))
