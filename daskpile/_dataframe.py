@@ -21,12 +21,14 @@ compute (another pile, another epoch) reads scratch without reading the input.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
 import logging
 import posixpath
 import threading
+import time
 import warnings
 import weakref
 
@@ -573,11 +575,27 @@ def _remove_when_unused(scratch: Scratch) -> None:
                 wait(futures)
         finally:
             _remove_quietly(scratch)
+            _REMOVALS.discard(threading.current_thread())
 
     if not threading.main_thread().is_alive():  # the interpreter's exit
         remove_after()
         return
-    threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True).start()
+    # A daemon thread, so that futures that never finish cannot hold the interpreter at exit; but one started
+    # just before exit (a script's last line) is waited for there, or it dies with the scratch half removed
+    thread = threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True)
+    _REMOVALS.add(thread)
+    thread.start()
+
+
+_REMOVALS: set[threading.Thread] = set()
+REMOVAL_AT_EXIT_SECONDS = 60
+
+
+@atexit.register
+def _finish_removals() -> None:
+    deadline = time.monotonic() + REMOVAL_AT_EXIT_SECONDS
+    for thread in list(_REMOVALS):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _remove_quietly(scratch: Scratch) -> None:

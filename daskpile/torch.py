@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from daskpile._random import resolve_seed
 from daskpile.loader import PileLoader
+from daskpile.loader.pile_loader import _one_seed_for_every_rank
 from daskpile.loader.plan import worker_share
 
 
@@ -67,12 +68,14 @@ class PileDataset(IterableDataset):
     ):
         super().__init__()
         # One seed for every worker: drawn here when None, not in each worker
-        self.options = dict(path=path, batch_size=batch_size, seed=resolve_seed(seed), **options)
+        seed = resolve_seed(_one_seed_for_every_rank(seed, world_size))
+        self.options = dict(path=path, batch_size=batch_size, seed=seed, **options)
         if self.options.get("version") is None and isinstance(path, str):  # one version for every worker
             self.options["version"] = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
         self.epoch = epoch
         self._epoch_given = True  # the next iteration starts self.epoch (else its loader goes on)
+        self._epoch_set = False  # set_epoch was called since the last iteration began
         self._state: dict | None = None
         self._loader: PileLoader | None = None
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
@@ -87,7 +90,7 @@ class PileDataset(IterableDataset):
             self.options["version"] = version
         if self._state is not None and self._state["epoch"] != epoch:
             self._state = None
-        self.epoch, self._epoch_given = epoch, True
+        self.epoch, self._epoch_given, self._epoch_set = epoch, True, True
 
     def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
         """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``."""
@@ -113,7 +116,7 @@ class PileDataset(IterableDataset):
         if self._state is not None:
             self._loader.load_state_dict(self._state)
             self._state = None
-        self._epoch_given = False
+        self._epoch_given = self._epoch_set = False
         return self._loader
 
     def state_dict(self) -> dict:
@@ -125,7 +128,16 @@ class PileDataset(IterableDataset):
         return self._process_loader().state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at ``state`` at the next iteration."""
+        """Resume at ``state`` at the next iteration, unless ``set_epoch`` asked for another epoch since the last.
+
+        Whichever comes first: torchdata's ``StatefulDataLoader`` calls this
+        when its iterator is made, after the loop's ``set_epoch``, with no
+        workers, and before it in each worker.  A state of another epoch (the
+        end of the one before, saved after its loop) then leaves the epoch
+        asked for to start from its beginning.
+        """
+        if self._epoch_set and state["epoch"] != self.epoch:
+            return
         self._state, self.epoch = state, state["epoch"]
 
 

@@ -2,7 +2,9 @@ import contextlib
 import gc
 import os
 import re
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -109,6 +111,28 @@ def test_scratch_lives_as_long_as_the_result(sync_scheduler, tmp_path):
     del derived
     gc.collect()
     eventually(lambda: list(tmp_path.iterdir()) == [], what="scratch removed")
+
+
+def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
+    """The removal runs on a thread of its own; started by the collector just before exit, it was killed with
+    the interpreter (half the runs of a new user's script left their scratch in /tmp).  A removal slowed down
+    here makes the race certain."""
+    source = tmp_path / "src"
+    source.mkdir()
+    pd.DataFrame({"x": range(1000)}).to_parquet(source / "part.parquet")
+    script = f"""
+        import time, dask, dask.dataframe as dd, daskpile
+        from daskpile._scratch import Scratch
+        remove = Scratch.remove
+        Scratch.remove = lambda self: (time.sleep(0.5), remove(self))[1]
+        dask.config.set(scheduler="threads")
+        daskpile.shuffle(dd.read_parquet({str(source)!r}), piles=3, seed=1, scratch={str(tmp_path / "scratch")!r}
+        ).to_parquet({str(tmp_path / "out")!r})
+    """
+    (tmp_path / "scratch").mkdir()
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, capture_output=True)
+    assert list((tmp_path / "scratch").iterdir()) == []
+    assert len(pd.read_parquet(tmp_path / "out")) == 1000
 
 
 def test_not_a_dataframe():

@@ -253,6 +253,23 @@ def test_an_epoch_of_no_batch_moves_the_state_on_too(datasets):
     assert loader.epoch == 3 and loader.state_dict()["epoch"] == 2
 
 
+def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
+    """A loop over ``np.arange`` epochs saved numpy integers in the state: json and ``torch.load`` refused it."""
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=np.int64(500), seed=np.uint32(1), rank=np.int8(0))
+    loader.set_epoch(np.int64(2))
+    next(iter(loader))
+    state = loader.state_dict()
+    assert json.loads(json.dumps(state)) == state
+    assert all(type(v) is int for k, v in state.items() if k not in ("format", "drop_last", "starts", "version"))
+
+
+def test_a_drawn_seed_is_refused_with_more_than_one_rank(datasets):
+    """Each rank would draw its own: they would share out different orders, rows lost and repeated."""
+    with pytest.raises(ValueError, match=r"seed=None draws a seed in each process.*same seed on every rank"):
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=None, rank=1, world_size=2)
+    assert daskpile.PileLoader(datasets["eager"], batch_size=100, seed=None).seed >= 0
+
+
 def test_state_of_another_dataset_or_layout_is_refused(datasets):
     state = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, mix=2).state_dict()
     with pytest.raises(ValueError, match="mix 2 \\(this loader 1\\)"):

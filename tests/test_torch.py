@@ -88,6 +88,38 @@ def test_resume_with_workers_under_a_stateful_dataloader(piles):
     assert seen + rest == whole
 
 
+def test_a_drawn_seed_is_refused_with_more_than_one_rank(piles):
+    with pytest.raises(ValueError, match="same seed on every rank"):
+        PileDataset(piles, batch_size=500, seed=None, rank=0, world_size=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_after_an_epoch_resumes_at_the_next_epoch_asked_for(piles, workers):
+    """torchdata gives the dataset its state when the iterator is made: with no workers, after the loop's
+    set_epoch(1), and the state (the end of epoch 0) put it back at epoch 0's end: epoch 1 yielded nothing."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make():
+        data = PileDataset(piles, batch_size=1000, seed=3, columns=["id"])
+        return data, stateful.StatefulDataLoader(data, batch_size=None, num_workers=workers)
+
+    data, loader = make()
+    data.set_epoch(0)
+    assert sorted(torch.cat([b["id"] for b in loader]).tolist()) == list(range(ROWS))
+    checkpoint = {"next_epoch": 1, "loader": loader.state_dict()}
+    data, loader = make()
+    loader.load_state_dict(checkpoint["loader"])
+    data.set_epoch(checkpoint["next_epoch"])
+    epoch_1 = torch.cat([b["id"] for b in loader]).tolist()
+    expected = torch.cat(
+        [
+            b["id"]
+            for b in DataLoader(PileDataset(piles, batch_size=1000, seed=3, columns=["id"], epoch=1), batch_size=None)
+        ]
+    ).tolist()
+    assert sorted(epoch_1) == list(range(ROWS)) and (workers or epoch_1 == expected)
+
+
 def test_workers_forked_after_the_main_process_read_take_their_own_share(piles):
     """A worker inherits the main process's loader when it had one: it must make its own, not read everything."""
     data = PileDataset(piles, batch_size=500, seed=3, columns=["id"])

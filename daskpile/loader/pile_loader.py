@@ -76,8 +76,9 @@ class PileLoader:
     batch_size
         Rows per batch.
     seed
-        The seed of the orders, with the epoch.  None draws one (then save
-        ``state_dict()`` to resume).
+        The seed of the orders, with the epoch: the same on every rank.  None
+        draws one (then save ``state_dict()`` to resume), with one rank only:
+        ranks that drew their own would share out different orders.
     epoch
         The epoch to start at.  Iterating to the end of an epoch moves to the
         next; ``set_epoch`` sets it.
@@ -166,20 +167,19 @@ class PileLoader:
         storage_options: dict | None = None,
         version: int | None = None,
     ):
-        _positive(batch_size=batch_size, world_size=world_size, mix=mix)
-        _positive(canonical_ranks=canonical_ranks or world_size)
-        _at_least_zero(epoch=epoch, rank=rank, prefetch=prefetch)
+        batch_size, world_size, mix = _positive(batch_size=batch_size, world_size=world_size, mix=mix)
+        (canonical,) = _positive(canonical_ranks=canonical_ranks or world_size)
+        epoch, rank, prefetch = _at_least_zero(epoch=epoch, rank=rank, prefetch=prefetch)
         if rank >= world_size:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         self._source = (path, storage_options, filters)
         self.units: Units = discover(path, storage_options, filters, version)
-        self.seed = resolve_seed(seed)
+        self.seed = resolve_seed(_one_seed_for_every_rank(seed, world_size))
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata = _batch_metadata(self.units.schema.metadata, index=columns is None)
-        canonical = canonical_ranks or world_size
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
             raise ValueError(f"{count(self.units.total, 'row')}{after} cannot be cut into {canonical} canonical ranks")
@@ -225,7 +225,7 @@ class PileLoader:
         the same one (rank 0's ``PileLoader.current_version(path)``,
         broadcast), so that they share out the same rows.
         """
-        _at_least_zero(epoch=epoch)
+        (epoch,) = _at_least_zero(epoch=epoch)
         if version is not None and version != self.units.version:
             self._read_version(version)
             self._start_epoch(epoch)
@@ -541,13 +541,26 @@ def _batch_metadata(metadata: dict | None, index: bool) -> dict | None:
     return {**metadata, b"pandas": json.dumps(pandas).encode()}
 
 
-def _positive(**values) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _one_seed_for_every_rank(seed: int | None, world_size: int) -> int | None:
+    if seed is None and world_size > 1:
+        raise ValueError(
+            f"seed=None draws a seed in each process, and the {world_size} ranks would then share out different "
+            "orders (rows lost and repeated): pass the same seed on every rank (draw one on rank 0 and broadcast it)"
+        )
+    return seed
 
 
-def _at_least_zero(**values) -> None:
+def _positive(**values) -> list[int]:
+    """The values as Python ints (numpy's would go into ``state_dict``, which ``torch.load`` then refuses)."""
+    return _integers(values, 1, "a positive integer")
+
+
+def _at_least_zero(**values) -> list[int]:
+    return _integers(values, 0, "a non-negative integer")
+
+
+def _integers(values: dict, least: int, what: str) -> list[int]:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+    return [int(value) for value in values.values()]
