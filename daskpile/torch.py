@@ -95,6 +95,11 @@ class PileDataset(IterableDataset):
     def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
         """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``."""
         rank, world_size = worker_share(self.rank, self.world_size, worker, workers)
+        if self.canonical_ranks and self.canonical_ranks % world_size:
+            raise ValueError(
+                f"{workers} DataLoader workers on each of {self.world_size} ranks make {world_size} readers, which "
+                f"do not divide canonical_ranks {self.canonical_ranks}: change num_workers or canonical_ranks"
+            )
         return PileLoader(
             **self.options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
             canonical_ranks=self.canonical_ranks or world_size,

@@ -253,6 +253,12 @@ def test_an_epoch_of_no_batch_moves_the_state_on_too(datasets):
     assert loader.epoch == 3 and loader.state_dict()["epoch"] == 2
 
 
+def test_a_state_of_another_world_size_without_canonical_ranks_says_what_to_give(datasets):
+    state = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, world_size=2).state_dict()
+    with pytest.raises(ValueError, match=r"canonical_ranks 2 \(this loader 1\): a job resized .* keeps one canon"):
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1).load_state_dict(state)
+
+
 def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
     """A loop over ``np.arange`` epochs saved numpy integers in the state: json and ``torch.load`` refused it."""
     loader = daskpile.PileLoader(datasets["eager"], batch_size=np.int64(500), seed=np.uint32(1), rank=np.int8(0))
@@ -519,16 +525,38 @@ def test_outputs_columns_and_filters(datasets):
 
 
 def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
+    """A missing or cut file is named when the loader is made (one listing): not when an epoch reaches it."""
     import shutil
 
     broken = tmp_path / "broken"
     shutil.copytree(datasets["eager"], broken)
-    (broken / "part-00003.parquet").write_bytes(b"not parquet at all")
+    data = (broken / "part-00003.parquet").read_bytes()
+    (broken / "part-00003.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"part-00003\.parquet has [0-9,]+ bytes, the manifest said [0-9,]+: it chan"):
+        daskpile.PileLoader(str(broken), batch_size=1000, seed=1)
+    (broken / "part-00003.parquet").write_bytes(b"x" * len(data))  # as large as it was: found when read
     with pytest.raises(ValueError, match=r"part-00003\.parquet"):
         list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1))
     (broken / "part-00003.parquet").unlink()
-    with pytest.raises(FileNotFoundError, match=r"part-00003\.parquet"):
-        list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1))
+    with pytest.raises(FileNotFoundError, match=r"part-00003\.parquet, a file of the dataset's manifest, is missing"):
+        daskpile.PileLoader(str(broken), batch_size=1000, seed=1)
+
+
+def test_files_without_a_manifest_must_have_the_same_columns(tmp_path):
+    """A file with other columns was an IndexError mid-epoch; a first file without a column dropped it."""
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "v": [1.0, 2.0]}), tmp_path / "d" / "part.0.parquet")
+    pq.write_table(pa.table({"id": [3, 4]}), tmp_path / "d" / "part.1.parquet")
+    with pytest.raises(ValueError, match=r"part\.1\.parquet has other columns than .*part\.0\.parquet.*lacks 'v'$"):
+        daskpile.PileLoader(str(tmp_path / "d"), batch_size=1, seed=1)
+    pq.write_table(pa.table({"id": pa.array([3, 4], pa.int32()), "v": [3.0, 4.0]}), tmp_path / "d" / "part.1.parquet")
+    with pytest.raises(ValueError, match=r"part\.1\.parquet .*: id is int32, not int64$"):
+        daskpile.PileLoader(str(tmp_path / "d"), batch_size=1, seed=1)
+
+
+def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets):
+    with pytest.raises(ValueError, match=r"^filters: a value of another type than its column's"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, filters=[("id", "==", "a")])
 
 
 @pytest.mark.parametrize("filters", [None, [("label", "=", 1)]], ids=["no filter", "filters"])
@@ -539,7 +567,7 @@ def test_a_pile_replaced_by_another_is_named_with_or_without_filters(datasets, t
     broken = tmp_path / "broken"
     shutil.copytree(datasets["eager"], broken)
     shutil.copy(broken / "part-00001.parquet", broken / "part-00000.parquet")  # a botched copy or sync
-    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ rows.*said [0-9,]+: it changed since"):
+    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ (rows|bytes).*said [0-9,]+: it changed"):
         list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1, filters=filters))
 
 

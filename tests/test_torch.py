@@ -88,6 +88,12 @@ def test_resume_with_workers_under_a_stateful_dataloader(piles):
     assert seen + rest == whole
 
 
+def test_workers_that_do_not_divide_canonical_ranks_are_named_as_workers(piles):
+    data = PileDataset(piles, batch_size=500, seed=1, canonical_ranks=4)
+    with pytest.raises(ValueError, match="3 DataLoader workers on each of 1 ranks make 3 readers, which do not divide"):
+        data.loader(worker=0, workers=3)
+
+
 def test_a_drawn_seed_is_refused_with_more_than_one_rank(piles):
     with pytest.raises(ValueError, match="same seed on every rank"):
         PileDataset(piles, batch_size=500, seed=None, rank=0, world_size=2)

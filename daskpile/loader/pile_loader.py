@@ -444,7 +444,13 @@ class PileLoader:
                 "files": len(self.units.paths)}  # fmt: skip
         differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
         if differ:
-            raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}")
+            hint = ""
+            if state["canonical_ranks"] != self.canonical_ranks and state["canonical_ranks"] == state["world_size"]:
+                hint = (
+                    f": a job resized between restarts keeps one canonical_ranks (the state's "
+                    f"{state['canonical_ranks']}, or a multiple of every world size, given from the first run on)"
+                )
+            raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
 

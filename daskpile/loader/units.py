@@ -79,6 +79,8 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
     expression = None if filters is None else _expression(filters)
+    if manifest is not None:
+        check_listed_files(fs, paths, manifest)
     window = (manifest or {}).get("window")
     keys = FolderKeys.below(path, fs, paths, storage_options) if manifest is None else None
     if manifest is not None and expression is None:
@@ -92,6 +94,8 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
         if manifest is not None:  # counted after the filter: the files must still hold what the manifest says
             for path, c, listed in zip(paths, counted, manifest["rows_per_file"], strict=True):
                 check_rows(full_url(fs, path), c.total, listed, since="the result was written")
+        if manifest is None:
+            _check_same_columns(fs, paths, [c.schema for c in counted])
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
@@ -231,6 +235,50 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         return _Counted(dataset.count_rows(filter=expression), schema, lazy, total)
 
 
+def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
+    """Every file the manifest lists is there, as large as when it was written: a missing or cut file is named
+    when the loader is made, not when an epoch reaches it.  One listing a directory."""
+    sizes: dict[tuple[str, str], int] = {}
+    for directory in dict.fromkeys(posixpath.dirname(p) for p in paths):
+        fs.invalidate_cache(directory)
+        for info in fs.ls(directory, detail=True):
+            sizes[directory, posixpath.basename(info["name"].rstrip("/"))] = info.get("size")
+    stamps = manifest.get("file_stamps") or []
+    written = (
+        [int(s.split(":")[0]) if s else None for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
+    )
+    for path, expected in zip(paths, written, strict=True):
+        found = sizes.get((posixpath.dirname(path), posixpath.basename(path)), -1)
+        if found == -1:
+            raise FileNotFoundError(f"{full_url(fs, path)}, a file of the dataset's manifest, is missing")
+        if expected is not None and found is not None and found != expected:
+            raise ValueError(
+                f"{full_url(fs, path)} has {found:,} bytes, the manifest said {expected:,}: it changed (or was cut "
+                "short) since the result was written"
+            )
+
+
+def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema]) -> None:
+    """Files without a manifest must have the first one's columns and types: named, not an error mid-epoch."""
+    first = {f.name: f.type for f in schemas[0]}
+    for path, schema in zip(paths[1:], schemas[1:], strict=True):
+        these = {f.name: f.type for f in schema}
+        if these == first:
+            continue
+        missing = [n for n in first if n not in these]
+        extra = [n for n in these if n not in first]
+        other = [f"{n} is {these[n]}, not {first[n]}" for n in first if n in these and these[n] != first[n]]
+        said = [
+            *([f"it lacks {', '.join(map(repr, missing))}"] if missing else []),
+            *([f"it has {', '.join(map(repr, extra))} too"] if extra else []),
+            *other,
+        ]
+        raise ValueError(
+            f"{full_url(fs, path)} has other columns than {full_url(fs, paths[0])}, the dataset's first file: "
+            f"{'; '.join(said)}"
+        )
+
+
 def check_rows(url: str, found: int, expected: int, what: str = "", since: str = "the loader was made") -> None:
     """Refuse a file whose rows (``what``: that pass the filter) are not those the dataset said."""
     if found != expected:
@@ -245,6 +293,10 @@ def _filter_errors(names: list[str]):
     """A filter on a column the files do not have: named as such, not as a file Arrow cannot read."""
     try:
         yield
+    except pa.ArrowNotImplementedError as e:
+        if "has no kernel matching input types" not in str(e):
+            raise
+        raise ValueError(f"filters: a value of another type than its column's ({str(e).splitlines()[0]})") from None
     except pa.ArrowInvalid as e:
         missing = re.search(r"No match for FieldRef\.Name\((.*?)\) in ", str(e))
         if missing is None:
