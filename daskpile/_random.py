@@ -24,6 +24,7 @@ WINDOW = 7  # a moving window: the seed of generation g, keyed (seed, WINDOW, g)
 COMPACT = (
     8  # a moving window's compaction: the order of one pile's merged rows, keyed (seed, COMPACT, generation, pile)
 )
+LOAD_TURN = 9  # the loader, one epoch: where a pile cut between canonical streams is cut (its rows turned)
 
 
 def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Generator:

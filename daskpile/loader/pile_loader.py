@@ -16,9 +16,12 @@ from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
 from daskpile.loader.units import Units, discover
 
-STATE_FORMAT = "daskpile.loader/2"
-# Format 1 read a rank's streams a batch from each in turn, not a row from each: the same rows in the same
-# order where a rank reads one stream (canonical_ranks == world_size), so such states still resume.
+STATE_FORMAT = "daskpile.loader/3"
+# Format 2 cut an eager pile shared by two streams where its file cuts it, format 3 where its turned rows do
+# (``plan.pile_turn``): the same rows where no eager pile is cut (one canonical rank, lazy piles) or at an
+# epoch's start.  Format 1 besides read a rank's streams a batch from each in turn, not a row from each: the
+# same where a rank reads one stream (canonical_ranks == world_size).
+_FILE_CUT_FORMATS = ("daskpile.loader/1", "daskpile.loader/2")
 _ONE_STREAM_FORMATS = ("daskpile.loader/1",)
 OUTPUTS = ("arrow", "pandas", "numpy")
 
@@ -358,7 +361,7 @@ class PileLoader:
         ``canonical_ranks`` is the same: each stream then goes on from the
         rows it had given.
         """
-        _check_format(state)
+        _check_format(state, self.units.lazy)
         if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
@@ -474,23 +477,24 @@ def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy()
 
 
-def _check_format(state: dict) -> None:
-    """Refuse a state of another format, unless it means the same here: format 1 where each rank read one
-    stream, or at an epoch's start (what a rank had read of its streams differs only within an epoch)."""
+def _check_format(state: dict, lazy: bool) -> None:
+    """Refuse a state of another format, unless it means the same here (see ``STATE_FORMAT``)."""
     found = state.get("format")
     if found == STATE_FORMAT:
         return
-    if found in _ONE_STREAM_FORMATS and (state["canonical_ranks"] == state["world_size"] or not state["batches"]):
+    at_start = not state["batches"] and not any(state.get("starts") or ())
+    same_cuts = at_start or lazy or state["canonical_ranks"] == 1
+    one_stream = at_start or state["canonical_ranks"] == state["world_size"]
+    if found in _FILE_CUT_FORMATS and same_cuts and (found not in _ONE_STREAM_FORMATS or one_stream):
         return
-    raise ValueError(
-        f"not a PileLoader state of format {STATE_FORMAT!r}: {found!r}"
-        + (
-            " (format 1 read a rank's streams a batch at a time: its states of ranks reading several streams "
-            "taken mid-epoch resume with the daskpile that saved them)"
-            if found in _ONE_STREAM_FORMATS
-            else ""
+    why = ""
+    if found in _FILE_CUT_FORMATS:
+        why = (
+            " (its states taken mid-epoch, of several canonical ranks on eager piles, resume with the daskpile that "
+            "saved them: it cut a pile shared by two streams in file order"
+            + (", and read a rank's streams a batch at a time)" if found in _ONE_STREAM_FORMATS else ")")
         )
-    )
+    raise ValueError(f"not a PileLoader state of format {STATE_FORMAT!r}: {found!r}{why}")
 
 
 def _batches(tables, batch_size: int):

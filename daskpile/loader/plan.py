@@ -85,6 +85,15 @@ def pile_permutation(seed: int, epoch: int, unit: int, rows: int) -> np.ndarray:
     return _random.keyed(seed, _random.LOAD_PILE, epoch, unit).permutation(rows)
 
 
+def pile_turn(seed: int, epoch: int, unit: int, rows: int) -> int:
+    """How far an eager unit's rows are turned in ``epoch`` before streams take row ranges of it.
+
+    Its rows are in a random order already, but one fixed on disk: cut there,
+    its first rows would go to the earlier stream every epoch.
+    """
+    return int(_random.keyed(seed, _random.LOAD_TURN, epoch, unit).integers(rows)) if rows else 0
+
+
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
     """Every stream's groups in one epoch.

@@ -14,13 +14,13 @@ import pyarrow as pa
 
 from daskpile import _kernels
 from daskpile._storage import full_url
-from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation
+from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
 
 def piece_order(units: Units, piece: Piece, seed: int, epoch: int) -> np.ndarray | None:
-    """Which rows of its unit a piece reads, in order; None for the row range itself.
+    """Which rows of its lazy unit a piece reads, in order; None for an eager unit (``piece_ranges``).
 
     A lazy pile is in input order, so a row range of it would be a biased
     part: a piece of one takes a range of the pile's own random order.
@@ -29,6 +29,20 @@ def piece_order(units: Units, piece: Piece, seed: int, epoch: int) -> np.ndarray
     if not units.lazy or piece.rows == rows:
         return None
     return pile_permutation(seed, epoch, piece.unit, rows)[piece.start : piece.stop]
+
+
+def piece_ranges(units: Units, piece: Piece, seed: int, epoch: int) -> list[tuple[int, int]]:
+    """The row ranges of its unit that a piece of an eager unit reads, in order: its rows of the unit turned
+    (``pile_turn``), so that which rows of a pile cut between streams go to which changes with the epoch.
+
+    Of a lazy unit, the whole of it (``piece_order`` chooses the rows).
+    """
+    rows = int(units.rows[piece.unit])
+    if piece.rows == rows or units.lazy:
+        return [(0, rows)] if units.lazy else [(piece.start, piece.stop)]
+    start = (piece.start + pile_turn(seed, epoch, piece.unit, rows)) % rows
+    stop = start + piece.rows
+    return [(start, stop)] if stop <= rows else [(start, rows), (0, stop - rows)]
 
 
 def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarray:
@@ -40,8 +54,9 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
     parts = []
     for piece in group.pieces:
         chosen = piece_order(units, piece, seed, epoch)
-        local = np.arange(piece.start, piece.stop) if chosen is None else chosen
-        parts.append(offsets[piece.unit] + local)
+        if chosen is None:
+            chosen = np.concatenate([np.arange(a, b) for a, b in piece_ranges(units, piece, seed, epoch)])
+        parts.append(offsets[piece.unit] + chosen)
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return ids[group_permutation(seed, epoch, group)]
 
@@ -155,7 +170,8 @@ def load_group(
         for piece in group.pieces:
             if reserve is not None:
                 reserve(piece.rows)
-            reader = submit(_PieceReader, units, piece, piece_order(units, piece, seed, epoch), columns)
+            chosen, ranges = piece_order(units, piece, seed, epoch), piece_ranges(units, piece, seed, epoch)
+            reader = submit(_PieceReader, units, piece.unit, ranges, chosen, columns)
             for name in names:
                 reads[name].append(after([reader], _PieceReader.column, name))
     except BaseException:
@@ -239,27 +255,41 @@ def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
 class _PieceReader:
     """A piece's rows column by column: its file's footer read once, then each column on its own.
 
-    With ``chosen`` (part of a lazy pile), the whole pile is read and those
-    rows taken.  With a filter, the filtered rows are read once, whole.  A
+    ``ranges`` are the row ranges of the unit it reads, in order; with
+    ``chosen`` (part of a lazy pile), the whole pile is read and those rows
+    taken.  With a filter, the filtered rows are read once, whole.  A
     window's pile (several files) is always read whole: its files' columns
     concatenated.
     """
 
-    def __init__(self, units: Units, piece: Piece, chosen: np.ndarray | None, columns: list[str] | None):
-        self.units, self.unit, self.chosen = units, piece.unit, chosen
-        start, stop = (piece.start, piece.stop) if chosen is None else (0, int(units.rows[piece.unit]))
-        self.rows, self.table = stop - start, None
-        fs, paths, url, expected = units.fs, units.paths[self.unit], units.url(self.unit), int(units.rows[self.unit])
+    def __init__(self, units: Units, unit: int, ranges: list[tuple[int, int]], chosen: np.ndarray | None, columns):
+        self.units, self.unit, self.chosen = units, unit, chosen
+        self.rows, self.table = sum(b - a for a, b in ranges), None
+        fs, paths, url, expected = units.fs, units.paths[unit], units.url(unit), int(units.rows[unit])
         if units.filter is not None or len(paths) != 1:
-            self.table = _whole_unit(units, self.unit, columns).slice(start, stop - start)
+            whole = _whole_unit(units, unit, columns)
+            self.table = (
+                pa.concat_tables([whole.slice(a, b - a) for a, b in ranges])
+                if len(ranges) > 1
+                else (whole.slice(ranges[0][0], ranges[0][1] - ranges[0][0]))
+            )
             return
         with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
             check_rows(url, parquet.metadata.num_rows, expected)
             self.footer = parquet.metadata
-        ends = np.cumsum([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)])
-        first, last = int(np.searchsorted(ends, start, side="right")), int(np.searchsorted(ends, stop, side="left"))
-        self.row_groups = list(range(first, min(last + 1, self.footer.num_row_groups)))
-        self.offset = start - (int(ends[first - 1]) if first else 0)
+        sizes = np.array([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)], np.int64)
+        ends = np.cumsum(sizes)
+        groups = set()
+        for a, b in ranges:
+            first, last = int(np.searchsorted(ends, a, side="right")), int(np.searchsorted(ends, b, side="left"))
+            groups.update(range(first, min(last + 1, len(sizes))))
+        self.row_groups = sorted(groups)
+        # where each range starts among the row groups read (in file order, each once)
+        read_before = dict(zip(self.row_groups, np.cumsum([0, *sizes[self.row_groups]]).tolist(), strict=False))
+        self.slices = []
+        for a, b in ranges:
+            group = int(np.searchsorted(ends, a, side="right"))
+            self.slices.append((read_before[group] + a - int(ends[group] - sizes[group]), b - a))
 
     def column(self, name: str) -> pa.ChunkedArray:
         keys = self.units.keys
@@ -270,8 +300,9 @@ class _PieceReader:
         else:
             fs, (path,) = self.units.fs, self.units.paths[self.unit]
             with open_parquet(fs, path, self.footer) as parquet, parquet_errors(self.units.url(self.unit)):
-                values = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
-            values = values.slice(self.offset, self.rows)
+                read = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
+            parts = [read.slice(offset, length) for offset, length in self.slices]
+            values = parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], read.type)
         return values if self.chosen is None else _take(values, self.chosen)
 
 
