@@ -651,14 +651,46 @@ def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, s
     assert not (tmp_path / "out").exists()
 
 
-def test_a_csv_with_newlines_in_values_keeps_arrows_row_count_and_says_where_it_starts(tmp_path, sync_scheduler):
-    """Its records are not lines: no line is named, and Arrow's row number counts from a block's first byte."""
-    path = tmp_path / "bad.csv"
-    path.write_text('a,b\n1,"x\ny"\n' + "1,2,3\n")
-    with pytest.raises(ValueError, match=r"bad\.csv', bytes 0 to [\d,]+ as csv: .*Row #3.*Expected 2 columns, got 3"):
+def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sync_scheduler):
+    """A quote opens a value only at a value's start: ``5" floppy`` is a value.  Counting quotes took it for
+    the start of a quoted one, and every later cut fell inside a value: 4 rows for 3, "verified".  Arrow's
+    streaming reader cuts the records (also in blocks far smaller than the file), and counts them from the
+    file's start in its errors."""
+    path = tmp_path / "inches.csv"
+    rows = [(0, '5" floppy'), *((i, f"line one\nline {i}, two") for i in range(1, 3000)), (3000, 'it"s')]
+    path.write_text("id,text\n" + "".join(f'{i},"{t}"\n' if "\n" in t else f"{i},{t}\n" for i, t in rows))
+    options = {"newlines_in_values": True}
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1, read_options=options, blocksize=2**12)
+    out = read_output(tmp_path / "out").sort_by("id")
+    assert out.to_pylist() == [{"id": i, "text": t} for i, t in rows]
+    assert out.equals(pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(newlines_in_values=True)))
+    (tmp_path / "bad.csv").write_text(path.read_text() + "1,2,3\n")
+    with pytest.raises(ValueError, match=r"bad\.csv' as csv: CSV parse error: Row #3003: Expected 2 columns, got 3"):
+        daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
+
+
+def test_a_first_line_longer_than_the_sample_is_read_whole(tmp_path, sync_scheduler):
+    """The first MiB of a file whose first line is longer was that line cut short: JSON said 'Invalid encoding
+    in string', CSV typed every column null from the header alone."""
+    long_text = "A" * (2**20 + 1000)
+    (tmp_path / "long.jsonl").write_text(
+        json.dumps({"id": -1, "text": long_text})
+        + "\n"
+        + "".join(json.dumps({"id": i, "text": "t"}) + "\n" for i in range(99))
+    )
+    (tmp_path / "long.csv").write_text(f"id,text\n-1,{long_text}\n" + "".join(f"{i},t\n" for i in range(99)))
+    for name in ("long.jsonl", "long.csv"):
+        out = tmp_path / f"out-{name}"
         daskpile.shuffle_parquet(
-            str(path), str(tmp_path / "out"), piles=2, seed=1, read_options={"newlines_in_values": True}
+            str(tmp_path / name),
+            str(out),
+            piles=2,
+            seed=1,
+            read_options={"as_written": False} if name.endswith("jsonl") else None,
         )
+        table = read_output(out).sort_by("id")
+        assert table.schema.field("id").type == pa.int64() and table.num_rows == 100
+        assert table.column("text")[0].as_py() == long_text
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,10 @@ def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksiz
             yield nbytes, lambda table=table: table, table.schema
         return
     reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize)
+    if reading.text.newlines_in_values:
+        for table in reader.streamed_records():
+            yield table.nbytes, lambda table=table: table, data_schema
+        return
     for start, block in reader.blocks(f.byte_range):
         yield len(block), lambda block=block, start=start: reader.parse(block, start), data_schema
 

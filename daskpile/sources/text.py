@@ -209,34 +209,73 @@ def open_decompressed(fs, path: str):
 
 
 def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
-    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line (or record)."""
+    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line; at least its first
+    line (of data: a CSV header's next), up to ``SAMPLE_LIMIT`` (a first line cut short was read as a shorter
+    line, or a CSV header alone).
+
+    Not for CSV with newlines in values, whose records Arrow alone finds (``first_records``).
+    """
+    header = options is not None and options.format in ("csv", "tsv") and not options.autogenerate_column_names
     with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
         if len(head) < SAMPLE_BYTES:
-            return head
-    cut = record_end(head, options is not None and options.newlines_in_values)
+            return head  # the whole file
+        lines = head.count(b"\n")
+        while lines < 1 + header and len(head) < SAMPLE_LIMIT:
+            more = f.read(SAMPLE_BYTES)
+            if not more:
+                return head
+            head, lines = head + more, lines + more.count(b"\n")
+    cut = head.rfind(b"\n") + 1
     return head[:cut] if cut else head
 
 
-def record_end(data: bytes, newlines_in_values: bool) -> int:
-    """Where the last whole line (CSV with newlines in values: record) of ``data`` ends, 0 if none does.
+SAMPLE_LIMIT = 64 * SAMPLE_BYTES
 
-    A newline ends a record when the quotes before it are even in number (a
-    quote inside a quoted value is written twice, so the count holds).
+
+def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[pa.Table, int]:
+    """The records of a CSV with newlines in values that begin in its first ``SAMPLE_BYTES``, as Arrow's
+    streaming reader finds them, and the bytes read for them (about).
+
+    A quote opens a value only at a value's start: ``5" floppy`` is a value, not the start of a quoted one,
+    which counting quotes took it for (the records after it were then cut inside their values).
     """
-    if not newlines_in_values:
-        return data.rfind(b"\n") + 1
-    bytes_ = np.frombuffer(data, dtype=np.uint8)
-    newlines = np.flatnonzero(bytes_ == ord("\n"))
-    quotes_before = np.cumsum(bytes_ == ord('"'))[newlines] if len(newlines) else newlines
-    outside = newlines[quotes_before % 2 == 0]
-    return int(outside[-1]) + 1 if len(outside) else 0
+    with open_decompressed(fs, path) as f:
+        size = len(f.read(SAMPLE_BYTES))
+    if not size:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
+        return pa.table({}), 0
+    with open_decompressed(fs, path) as f, _csv_errors(full_url(fs, path), options.format):
+        reader = _stream_csv(f, options, declared, SAMPLE_BYTES)
+        batch = next(iter(reader), None)
+        table = pa.Table.from_batches([batch] if batch is not None else [], schema=reader.schema)
+    return table, size
+
+
+def _stream_csv(f, options: TextOptions, types, block_size: int):
+    return pa_csv.open_csv(
+        f,
+        read_options=pa_csv.ReadOptions(
+            use_threads=False, block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
+        ),
+        parse_options=pa_csv.ParseOptions(delimiter=options.separator, newlines_in_values=True),
+        convert_options=pa_csv.ConvertOptions(column_types=types),
+    )
+
+
+@contextlib.contextmanager
+def _csv_errors(url: str, format: str):
+    try:
+        yield
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise ValueError(f"cannot read {url!r} as {format}: {_first_line(e)}") from None
 
 
 def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     """The schema of the rows of ``path``'s first MiB, with the declared types applied, and those rows' count."""
     if options.format == "lines":
         return pa.schema([pa.field(LINE, pa.binary())]), 1
+    if options.newlines_in_values:
+        return _streamed_schema(fs, path, options)
     head = sample(fs, path, options)
     if options.format == "jsonl":
         check_json_lines(head, repr(full_url(fs, path)))
@@ -250,6 +289,19 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
         _check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
     with _column_names_in_utf8(repr(url), options.format):
         return _inferred_schema(head, options, declared, url)
+
+
+def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
+    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    url = full_url(fs, path)
+    with _column_names_in_utf8(repr(url), options.format):
+        table, size = first_records(fs, path, options, declared)
+    if not size:
+        return pa.schema([]), 0
+    unknown = [name for name in declared if name not in table.schema.names]
+    if unknown:
+        raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    return table.schema, table.num_rows
 
 
 @contextlib.contextmanager
@@ -325,7 +377,7 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
 TWO_TO_THE_63 = 2.0**63
 
 
-def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
+def _refuse_rounded_integers(table: pa.Table, text: bytes | None, options: TextOptions, where: str) -> None:
     """Refuse integers past int64 in a column whose type was inferred: Arrow reads them as float64, rounded.
 
     A uint64 hash (xxhash64, simhash) would come out changed, and verified,
@@ -340,12 +392,14 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions,
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
         if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
             continue
-        found = _LONG_INTEGER.search(text)
+        # (records Arrow streamed, text unseen: any value that large, which declaring double lets through)
+        found = _LONG_INTEGER.search(text) if text is not None else True
         if found is not None:
+            shown = f" ({found.group().decode()})" if text is not None else ""
             raise ValueError(
-                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
-                f"({found.group().decode()}), which Arrow reads as floats, rounded: declare its type (read option "
-                "column_types: uint64 up to 2**64, else string; double if they are floats), "
+                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64{shown}, "
+                "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
+                "integers from 0 to 2**64; string for others, in CSV; double if they are floats), "
                 f"e.g. --read-option column_types.{name}=uint64"
             )
 
@@ -360,16 +414,21 @@ COMPRESSED_RATIO = 5
 
 def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
     """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
-    head = sample(fs, path, options)
-    if options.as_written:  # (a line may be longer than the sample) a row is a line, its bytes as long
-        rows, nbytes = head.count(b"\n") or int(bool(head.strip())), len(head)
+    if options.newlines_in_values:
+        table, size = first_records(fs, path, options, dict(zip(schema.names, schema.types, strict=True)))
+        rows, nbytes, sampled = table.num_rows, table.nbytes, size
     else:
-        table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
-        rows, nbytes = (table.num_rows, table.nbytes) if table is not None else (0, 0)
+        head = sample(fs, path, options)
+        sampled = len(head)
+        if options.as_written:  # (a line may be longer than the sample) a row is a line, its bytes as long
+            rows, nbytes = head.count(b"\n") or int(bool(head.strip())), len(head)
+        else:
+            table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
+            rows, nbytes = (table.num_rows, table.nbytes) if table is not None else (0, 0)
     if not rows:
         return 0, 0
     stored = sum(size * (COMPRESSED_RATIO if c else 1) for size, c in zip(sizes, compressed, strict=True))
-    return round(rows * stored / len(head)), round(nbytes * stored / len(head))
+    return round(rows * stored / sampled), round(nbytes * stored / sampled)
 
 
 def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
@@ -408,12 +467,27 @@ class BlockReader:
                     if data:
                         yield offset, data
                     return
-                cut = record_end(data, self.options.newlines_in_values)
+                cut = data.rfind(b"\n") + 1
                 if cut == 0:  # no line ends in it yet: a line longer than the block
                     tail = data
                     continue
                 yield offset, data[:cut]
                 offset, tail = offset + cut, data[cut:]
+
+    def streamed_records(self):
+        """The tables of a CSV whose quoted values may hold newlines, a block at a time, as Arrow's streaming
+        reader cuts them (see ``first_records``): a whole file, read by one task."""
+        where = repr(self.url)
+        with open_decompressed(self.fs, self.path) as f, _csv_errors(self.url, self.options.format):
+            reader = _stream_csv(f, self.options, self.schema, self.blocksize)
+            if reader.schema.names != self.schema.names:
+                raise ValueError(
+                    f"the header of {where} names the columns {reader.schema.names}, not {self.schema.names}"
+                )
+            for batch in reader:
+                table = pa.Table.from_batches([batch])
+                _refuse_rounded_integers(table, None, self.options, where)
+                yield table
 
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
