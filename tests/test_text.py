@@ -669,6 +669,27 @@ def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sy
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
 
 
+def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_characters(tmp_path, sync_scheduler):
+    """A TSV of titles, one of them with a literal opening quote: with newlines_in_values (as the error without
+    it advised), Arrow read the rest of the file as one value, 2,000 rows as 11, verified."""
+    path = tmp_path / "titles.tsv"
+    path.write_text(
+        "id\ttitle\n" + "".join(f'{i}\t"Unclosed {i}\n' if i == 10 else f"{i}\ttitle {i}\n" for i in range(2000))
+    )
+    with pytest.raises(ValueError, match=r"holds a value with a newline inside quotes: .* quote_char=false"):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=2)
+    with pytest.raises(
+        ValueError, match=r"titles\.tsv' as tsv: a quote opening a value of column 'title' is never clo"
+    ):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "o2"), piles=2, read_options={"newlines_in_values": True})
+    assert not (tmp_path / "o2").exists()
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "o3"), piles=2, read_options={"quote_char": False})
+    out = read_output(tmp_path / "o3").sort_by("id")
+    assert out.num_rows == 2000 and out.column("title")[10].as_py() == '"Unclosed 10'
+    with pytest.raises(ValueError, match="read option quote_char is one character, or false"):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "o4"), piles=2, read_options={"quote_char": "ab"})
+
+
 def test_a_first_line_longer_than_the_sample_is_read_whole(tmp_path, sync_scheduler):
     """The first MiB of a file whose first line is longer was that line cut short: JSON said 'Invalid encoding
     in string', CSV typed every column null from the header alone."""

@@ -79,6 +79,7 @@ class TextOptions:
     autogenerate_column_names: bool = False  # csv/tsv: no header line; columns f0, f1, ...
     column_types: tuple[tuple[str, str], ...] = ()  # declared types, by column name (Arrow type names)
     newlines_in_values: bool = False  # csv/tsv: quoted values may hold newlines (the file is not cut in ranges)
+    quote_char: str | bool = '"'  # csv/tsv: what quotes a value; false: quotes are characters of the values
     as_written: bool | None = None  # jsonl: each row the line as written (checked as JSON); None: not said
 
     @classmethod
@@ -109,8 +110,14 @@ class TextOptions:
             raise ValueError(f"read options apply to text formats (csv, tsv, jsonl, lines), not {self.format}")
         if self.delimiter is not None and (self.format not in ("csv", "tsv") or len(self.delimiter) != 1):
             raise ValueError(f"read option delimiter applies to csv and tsv, one character: got {self.delimiter!r}")
-        if self.format not in ("csv", "tsv") and (self.autogenerate_column_names or self.newlines_in_values):
-            raise ValueError("read options autogenerate_column_names and newlines_in_values apply to csv and tsv")
+        if self.format not in ("csv", "tsv") and (
+            self.autogenerate_column_names or self.newlines_in_values or self.quote_char != '"'
+        ):
+            raise ValueError(
+                "read options autogenerate_column_names, newlines_in_values and quote_char apply to csv and tsv"
+            )
+        if self.quote_char is not False and (not isinstance(self.quote_char, str) or len(self.quote_char) != 1):
+            raise ValueError(f"read option quote_char is one character, or false for none: got {self.quote_char!r}")
         if self.format == "lines" and self.column_types:
             raise ValueError("read option column_types does not apply to lines: each line is one binary value")
         if self.as_written and (self.format != "jsonl" or self.column_types):
@@ -125,6 +132,14 @@ class TextOptions:
     def separator(self) -> str:
         return self.delimiter or ("\t" if self.format == "tsv" else ",")
 
+    def csv_parse(self, newlines_in_values: bool | None = None) -> pa_csv.ParseOptions:
+        """Arrow's parse options for these files (``newlines_in_values`` as given, unless said here)."""
+        return pa_csv.ParseOptions(
+            delimiter=self.separator,
+            quote_char=self.quote_char,
+            newlines_in_values=self.newlines_in_values if newlines_in_values is None else newlines_in_values,
+        )
+
     def read_options(self) -> dict:
         """The options given, as ``of`` takes them.
 
@@ -138,6 +153,8 @@ class TextOptions:
             "as_written": self.as_written,  # recorded when true: false and not said both parse
         }
         given = {k: v for k, v in given.items() if v}
+        if self.quote_char != '"':
+            given["quote_char"] = self.quote_char
         return {**given, "column_types": dict(self.column_types)} if self.column_types else given
 
     def key(self) -> str:
@@ -257,9 +274,29 @@ def _stream_csv(f, options: TextOptions, types, block_size: int):
         read_options=pa_csv.ReadOptions(
             use_threads=False, block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
         ),
-        parse_options=pa_csv.ParseOptions(delimiter=options.separator, newlines_in_values=True),
+        parse_options=options.csv_parse(newlines_in_values=True),
         convert_options=pa_csv.ConvertOptions(column_types=types),
     )
+
+
+class _Tail(io.RawIOBase):
+    """A file read through, its last ``TAIL_BYTES`` kept."""
+
+    def __init__(self, f):
+        self.f, self.tail = f, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.f.read(len(buffer))
+        buffer[: len(data)] = data
+        if data:
+            self.tail = (self.tail + data)[-TAIL_BYTES:]
+        return len(data)
+
+
+TAIL_BYTES = 2**16
 
 
 @contextlib.contextmanager
@@ -327,9 +364,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
             read_options=pa_csv.ReadOptions(
                 use_threads=False, autogenerate_column_names=options.autogenerate_column_names
             ),
-            parse_options=pa_csv.ParseOptions(
-                delimiter=options.separator, newlines_in_values=options.newlines_in_values
-            ),
+            parse_options=options.csv_parse(),
             convert_options=pa_csv.ConvertOptions(column_types=declared),
         )
 
@@ -479,15 +514,36 @@ class BlockReader:
         reader cuts them (see ``first_records``): a whole file, read by one task."""
         where = repr(self.url)
         with open_decompressed(self.fs, self.path) as f, _csv_errors(self.url, self.options.format):
-            reader = _stream_csv(f, self.options, self.schema, self.blocksize)
+            stream = _Tail(f)
+            reader = _stream_csv(stream, self.options, self.schema, self.blocksize)
             if reader.schema.names != self.schema.names:
                 raise ValueError(
                     f"the header of {where} names the columns {reader.schema.names}, not {self.schema.names}"
                 )
+            table = None
             for batch in reader:
                 table = pa.Table.from_batches([batch])
                 _refuse_rounded_integers(table, None, self.options, where)
                 yield table
+            if table is not None and table.num_rows:
+                self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)
+
+    def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes) -> None:
+        """Arrow reads a quote never closed as a value running to the end of the file (pandas: "EOF inside
+        string"): a TSV of 200,000 lines with one literal opening quote became 11 rows, verified.  Such a value
+        holds a newline and ends with the file's last bytes, which a closed one could only do before a quote."""
+        if self.options.quote_char is False or tail.rstrip(b"\r\n").endswith(self.options.quote_char.encode()):
+            return
+        for name in last.column_names:
+            value = last.column(name)[0].as_py()
+            if isinstance(value, str):
+                value = value.encode()
+            if isinstance(value, bytes) and b"\n" in value and tail.endswith(value[-len(tail) :]):
+                raise ValueError(
+                    f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r} "
+                    f"is never closed, and the value runs to the end of the file ({_shown(value)}): if quotes are "
+                    "characters of the values, pass the read option quote_char=false"
+                )
 
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
@@ -559,7 +615,7 @@ class BlockReader:
                 found = pa_csv.read_csv(
                     io.BytesIO(header),
                     read_options=pa_csv.ReadOptions(use_threads=False),
-                    parse_options=pa_csv.ParseOptions(delimiter=self.options.separator),
+                    parse_options=self.options.csv_parse(newlines_in_values=False),
                 ).schema.names
             if found != names:
                 raise ValueError(f"the header of {where} names the columns {found}, not {names}")
@@ -571,9 +627,7 @@ class BlockReader:
                 skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
                 block_size=len(block) + 1,
             ),
-            parse_options=pa_csv.ParseOptions(
-                delimiter=self.options.separator, newlines_in_values=self.options.newlines_in_values
-            ),
+            parse_options=self.options.csv_parse(),
             convert_options=pa_csv.ConvertOptions(column_types=self.schema),
         )
 
@@ -586,7 +640,8 @@ def _refuse_newlines_in_values(table: pa.Table, where: str) -> None:
         if textual and pc.any(pc.match_substring(column, "\n")).as_py():
             raise ValueError(
                 f"column {name!r} of {where} holds a value with a newline inside quotes: pass the read option "
-                "newlines_in_values=true (--read-option newlines_in_values=true; the file is then read by one task)"
+                "newlines_in_values=true (--read-option newlines_in_values=true; the file is then read by one task), "
+                'or, if its quotes are characters of the values (a TSV of 5" floppies), quote_char=false'
             )
 
 
