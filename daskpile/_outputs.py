@@ -84,6 +84,14 @@ class Output:
                     f"output_format={self.format!r} writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
                     "write parquet or arrow"
                 )
+            for field in schema:  # (found in pass 2 otherwise, after pass 1's work)
+                try:
+                    pc.cast(pa.array([], field.type), pa.string())
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    raise ValueError(
+                        f"output_format={self.format!r} writes values as text, and Arrow cannot write column "
+                        f"{field.name!r} ({field.type}) so: write another format (arrow)"
+                    ) from None
         if self.format == "lines" and (
             len(schema) != 1 or not (pa.types.is_binary(schema[0].type) or pa.types.is_string(schema[0].type))
         ):
@@ -410,13 +418,39 @@ def _parse_run(data: pa.Buffer, output: Output, schema: pa.Schema) -> pa.Table:
     if output.format == "jsonl":
         if not data.size:
             return _kernels.empty_table(schema)
-        return pa_json.read_json(
+        # Arrow's JSON reader takes dates as day numbers, and neither times nor durations: read as written
+        written = pa.schema([pa.field(f.name, _json_written_type(f.type)) for f in schema])
+        table = pa_json.read_json(
             pa.BufferReader(data),
             read_options=pa_json.ReadOptions(use_threads=False, block_size=data.size + 1),
-            parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+            parse_options=pa_json.ParseOptions(explicit_schema=written, unexpected_field_behavior="error"),
         ).select(schema.names)
+        return pa.Table.from_arrays(
+            [_from_json_text(c, f.type) for c, f in zip(table.columns, schema, strict=True)], schema=schema
+        )
     lines = lines_table(data).column(0)  # read in place: no copy of the pile
     return pa.table({schema[0].name: lines.cast(schema[0].type)})
+
+
+def _json_written_type(kind: pa.DataType) -> pa.DataType:
+    """What a column of ``kind`` is in the JSON lines written: dates and times text, durations their count."""
+    if pa.types.is_date(kind) or pa.types.is_time(kind):
+        return pa.string()
+    return pa.int64() if pa.types.is_duration(kind) else kind
+
+
+def _from_json_text(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+    """A column read as ``_json_written_type`` says, as ``kind`` again."""
+    if pa.types.is_time(kind):  # HH:MM:SS and the unit's digits of a second: no cast from text in Arrow
+        digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[kind.unit]
+
+        def field(start: int, stop: int) -> pa.ChunkedArray:
+            return pc.cast(pc.utf8_slice_codeunits(column, start, stop), pa.int64())
+
+        seconds = pc.add(pc.multiply(pc.add(pc.multiply(field(0, 2), 60), field(3, 5)), 60), field(6, 8))
+        count = pc.add(pc.multiply(seconds, 10**digits), field(9, 9 + digits)) if digits else seconds
+        return pc.cast(pc.cast(count, pa.int32() if kind.bit_width == 32 else pa.int64()), kind)
+    return pc.cast(column, kind) if column.type != kind else column
 
 
 def _json_objects(table: pa.Table) -> pa.Array:
@@ -453,6 +487,9 @@ def _json_values(column: pa.ChunkedArray, name: str) -> tuple[pa.ChunkedArray, s
     if pa.types.is_floating(kind) and pc.any(pc.invert(pc.is_finite(column))).as_py():
         raise ValueError(f"column {name!r} holds NaN or an infinity, which JSON cannot hold: write another format")
     quote = ""
+    if pa.types.is_duration(kind):  # its count of the unit: Arrow prints no other form of it
+        column = pc.cast(column, pa.int64())
+        kind = column.type
     if (
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)

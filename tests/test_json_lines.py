@@ -208,3 +208,42 @@ def test_a_true_or_false_read_option_takes_only_true_or_false(tmp_path, value):
     (tmp_path / "a.jsonl").write_bytes(b'{"a": 1}\n')
     with pytest.raises(ValueError, match="read option as_written is true or false"):
         daskpile.shuffle_parquet(str(tmp_path / "a.jsonl"), str(tmp_path / "out"), read_options={"as_written": value})
+
+
+def test_dates_times_and_durations_go_out_as_json_lines_and_verify(tmp_path, sync_scheduler):
+    """Dates and times are written as text, durations as their count: the read-back for the fingerprints took
+    dates for day numbers ("changed from number to string") and had no conversion to times or durations."""
+    import datetime
+
+    table = pa.table(
+        {
+            "id": list(range(6)),
+            "day": pa.array([datetime.date(2024, 1, i + 1) for i in range(5)] + [None], pa.date32()),
+            "at": pa.array([5, 86_399_999, 0, 1, None, 7], pa.time32("ms")),
+            "precise": pa.array([5, None, 10**9, 86_399_999_999_999, 1, 2], pa.time64("ns")),
+            "seconds": pa.array([0, 1, None, 3, 4, 5], pa.time32("s")),
+            "took": pa.array([1, None, -3, 2**40, 0, 1], pa.duration("us")),
+        }
+    )
+    import pyarrow.feather as feather
+
+    feather.write_feather(table, str(tmp_path / "in.arrow"))  # (Parquet has no time32[s]: it would be ms)
+    report = daskpile.shuffle_parquet(str(tmp_path / "in.arrow"), str(tmp_path / "out"), piles=2, seed=1,
+                                      output_format="jsonl")  # fmt: skip
+    assert report.fingerprint is not None and report.fingerprint.rows == 6
+    lines = [line for f in report.files for line in Path(f).read_text().splitlines()]
+    first = next(line for line in lines if line.startswith('{"id":0,'))
+    assert first == (
+        '{"id":0,"day":"2024-01-01","at":"00:00:00.005","precise":"00:00:00.000000005","seconds":"00:00:00","took":1}'
+    )
+    assert daskpile_in_process("verify", str(tmp_path / "out")).returncode == 0
+
+
+def test_a_column_arrow_cannot_write_as_text_is_refused_before_anything_runs(tmp_path, sync_scheduler):
+    import pyarrow.feather as feather
+
+    feather.write_feather(pa.table({"id": [1], "span": pa.array([(1, 2, 3)], pa.month_day_nano_interval())}),
+                          str(tmp_path / "in.arrow"))  # fmt: skip
+    with pytest.raises(ValueError, match=r"Arrow cannot write column 'span' \(month_day_nano_interval\) so"):
+        daskpile.shuffle_parquet(str(tmp_path / "in.arrow"), str(tmp_path / "out"), piles=1, output_format="jsonl")
+    assert not (tmp_path / "out").exists()
