@@ -403,7 +403,10 @@ def _parse_csv(data: pa.Buffer, schema: pa.Schema, header: bool) -> pa.Table:
             use_threads=False, block_size=data.size + 1, column_names=None if header else schema.names
         ),
         parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-        convert_options=pa_csv.ConvertOptions(column_types=schema),
+        # Arrow writes a null string as an empty field and an empty one as "": read back as written
+        convert_options=pa_csv.ConvertOptions(
+            column_types=schema, strings_can_be_null=True, quoted_strings_can_be_null=False
+        ),
     )
 
 
