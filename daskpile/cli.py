@@ -111,7 +111,7 @@ def _command(f):
     """Options every command shares, and the translation of exceptions into one line and an exit status."""
 
     @click.option("--debug", is_flag=True, help="On an error, print the whole traceback.")
-    @click.option("--quiet", "-q", is_flag=True, help="No progress bars or summary lines.")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress bars or lines per pass: the final report only.")
     @functools.wraps(f)
     def run(*args, debug: bool, **kwargs):
         # With --json, stdout carries the JSON document alone: every other line goes to stderr.

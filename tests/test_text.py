@@ -694,6 +694,29 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o4"), piles=2, read_options={"quote_char": "ab"})
 
 
+def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_scheduler):
+    """From the text trial: a tab typed as \\t, booleans as text, a header naming a column twice, a nested JSON
+    field only later lines have, Spark's extensionless JSON part files, a block size no task can hold."""
+    (tmp_path / "t.tsv.csv").write_text("a\tb\n1\t2\n")
+    options = {"delimiter": "\\t", "newlines_in_values": "false"}
+    daskpile.shuffle_parquet(str(tmp_path / "t.tsv.csv"), str(tmp_path / "o1"), piles=1, read_options=options)
+    assert read_output(tmp_path / "o1").column_names == ["a", "b"]
+    (tmp_path / "dup.csv").write_text("a,b,a\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"the header of .*dup\.csv' names the column 'a' twice: rename one"):
+        daskpile.shuffle_parquet(str(tmp_path / "dup.csv"), str(tmp_path / "o2"), piles=1)
+    (tmp_path / "nest.jsonl").write_text('{"h": 1, "m": {"a": 1}}\n' * 60_000 + '{"h": 2, "m": {"a": 2, "b": "new"}}\n')
+    with pytest.raises(ValueError, match=r"field 'm\.b' is not one found in the first file's first MiB, and colu"):
+        daskpile.shuffle_parquet(str(tmp_path / "nest.jsonl"), str(tmp_path / "o3"), piles=1)
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "part-00000").write_text('{"a": 1}\n')
+    with pytest.raises(ValueError, match=r"magic bytes.*named without an extension .* pass --format"):
+        daskpile.shuffle_parquet(str(tmp_path / "spark"), str(tmp_path / "o4"), piles=1)
+    with pytest.raises(ValueError, match=r"blocksize must be at most 2,047 MiB"):
+        daskpile.shuffle_parquet(str(tmp_path / "dup.csv"), str(tmp_path / "o5"), piles=1, blocksize="100GB")
+    for k in range(5):
+        assert not (tmp_path / f"o{k + 2}").exists()
+
+
 def test_a_first_line_longer_than_the_sample_is_read_whole(tmp_path, sync_scheduler):
     """The first MiB of a file whose first line is longer was that line cut short: JSON said 'Invalid encoding
     in string', CSV typed every column null from the header alone."""

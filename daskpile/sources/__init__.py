@@ -184,7 +184,9 @@ def _plan_sources(
         if format != "parquet":  # the files named so; one without an extension (LICENSE) is not data then
             listed = [_named_only(listing.list_source(url, storage_options, format=format), format) for url in urls]
     if format != "parquet" and schema != "strict":
-        raise ValueError(f"schema={schema!r} applies to Parquet: the rows of {format} files take the first file's")
+        raise ValueError(
+            f"schema={schema!r} applies to Parquet: the rows of {format} files take the first file's columns and types"
+        )
     others = [url for url, item in zip(urls, listed, strict=True) if type(item.fs) is not type(fs)]
     if others:
         raise ValueError(f"sources must share one filesystem: {others[0]!r} is not on that of {urls[0]!r}")

@@ -58,4 +58,7 @@ def parquet_errors(url: str):
     except pa.ArrowMemoryError:
         raise
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowNotImplementedError (unsupported codecs), ...
-        raise ValueError(f"cannot read {url!r} as Parquet: {e}") from e
+        hint = ""
+        if "magic bytes not found" in str(e) and "." not in url.rsplit("/", 1)[-1]:  # Spark's part-00000, named so
+            hint = " (a file named without an extension is read as Parquet: if these are text, pass --format)"
+        raise ValueError(f"cannot read {url!r} as Parquet: {e}{hint}") from e

@@ -94,6 +94,11 @@ class TextOptions:
         unknown = [k for k in options if k not in known]
         if unknown:
             raise ValueError(f"read option {unknown[0]!r} is not one of {', '.join(known)}")
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "quote_char"):
+            if isinstance(options.get(name), str) and options[name].lower() in ("true", "false"):
+                options[name] = options[name].lower() == "true"  # as a command line or a config file gives it
+        if options.get("delimiter") in ("\\t", "tab"):  # a tab, as a shell makes it hard to type
+            options["delimiter"] = "\t"
         types = options.pop("column_types", None) or {}
         if not isinstance(types, dict):
             raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
@@ -311,8 +316,18 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     """The schema of the rows of ``path``'s first MiB, with the declared types applied, and those rows' count."""
     if options.format == "lines":
         return pa.schema([pa.field(LINE, pa.binary())]), 1
-    if options.newlines_in_values:
-        return _streamed_schema(fs, path, options)
+    schema, rows = (
+        _streamed_schema(fs, path, options) if options.newlines_in_values else _schema_of_sample(fs, path, options)
+    )
+    repeated = [name for i, name in enumerate(schema.names) if name in schema.names[:i]]
+    if repeated:
+        raise ValueError(
+            f"the header of {full_url(fs, path)!r} names the column {repeated[0]!r} twice: rename one of them"
+        )
+    return schema, rows
+
+
+def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     head = sample(fs, path, options)
     if options.format == "jsonl":
         check_json_lines(head, repr(full_url(fs, path)))
@@ -431,11 +446,17 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes | None, options: TextO
         found = _LONG_INTEGER.search(text) if text is not None else True
         if found is not None:
             shown = f" ({found.group().decode()})" if text is not None else ""
+            others = (
+                "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
+                "written (--output-format jsonl)"
+                if options.format == "jsonl"
+                else "string for others"
+            )
             raise ValueError(
                 f"cannot read {where} as {options.format}: column {name!r} holds integers past int64{shown}, "
                 "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
-                "integers from 0 to 2**64; string for others, in CSV; double if they are floats), "
-                f"e.g. --read-option column_types.{name}=uint64"
+                f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
+                f"floats); {others}"
             )
 
 
@@ -587,17 +608,23 @@ class BlockReader:
         )
 
     def _unexpected_field(self, line: bytes) -> str | None:
-        """Which field of ``line`` is not a column, for Arrow's "unexpected field"."""
+        """Which field of ``line`` is not a column (or not a field of a struct column), for Arrow's "unexpected
+        field"."""
         try:
             record = json.loads(line)
         except ValueError:
             return None
-        new = [key for key in record if key not in self.schema.names] if isinstance(record, dict) else []
-        if not new:
+        new = _new_field(record, self.schema) if isinstance(record, dict) else None
+        if new is None:
             return None
+        if "." not in new:
+            return (
+                f"field {new!r} is not one of the columns found in the first file's first MiB "
+                f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types)"
+            )
         return (
-            f"field {new[0]!r} is not one of the columns found in the first file's first MiB "
-            f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types)"
+            f"field {new!r} is not one found in the first file's first MiB, and column_types declares top-level "
+            "columns only: keep the lines as written (--output-format jsonl)"
         )
 
     def _json(self, block: bytes) -> pa.Table:
@@ -845,6 +872,19 @@ def _refused_line(
     return f"cannot read {url!r} as {format}: the line at byte {start + int(offsets[low]):,}: " + (
         said or (message if message.endswith(f": {line.decode('utf-8', 'replace')}") else f"{message} ({_shown(line)})")
     )
+
+
+def _new_field(record: dict, fields, prefix: str = "") -> str | None:
+    """The first key of ``record`` (nested: ``a.b``) that ``fields`` (a schema, or a struct type) lacks."""
+    known = {f.name: f.type for f in fields}
+    for key, value in record.items():
+        if key not in known:
+            return prefix + key
+        if isinstance(value, dict) and pa.types.is_struct(known[key]):
+            found = _new_field(value, known[key], f"{prefix}{key}.")
+            if found:
+                return found
+    return None
 
 
 def _not_json_lines(line: bytes) -> str | None:
