@@ -536,6 +536,13 @@ class _Run:
         self.dest_url = full_url(self.dest_fs, self.dest_path)
         _check_overlap(self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path)
         scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), self.storage_options)
+        if type(scratch_fs) is type(self.dest_fs) and (scratch_path.rstrip("/") + "/").startswith(
+            self.dest_path.rstrip("/") + "/"
+        ):
+            raise ValueError(
+                f"scratch {full_url(scratch_fs, scratch_path)!r} is inside dest {self.dest_url!r}, which would then "
+                "hold a folder that is not daskpile's result (and a retry would refuse it): pass a scratch outside dest"
+            )
         check_writable(self.dest_fs, self.dest_path, "dest")
         check_writable(scratch_fs, scratch_path, "scratch")
         _check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)

@@ -52,6 +52,15 @@ def test_no_permission_to_write_dest(sync_scheduler, source, immutable_dir):
     assert not dest.exists()
 
 
+def test_scratch_inside_dest_is_refused_before_anything_is_written(sync_scheduler, source, tmp_path):
+    """It left a folder in dest that a retry of the same call then refused as not daskpile's."""
+    dest = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"scratch '.*out/tmp' is inside dest '.*out', .* pass a scratch outside"):
+        daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1, scratch=str(dest / "tmp"))
+    assert not dest.exists()
+    daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1, scratch=str(tmp_path / "outside"))
+
+
 def test_no_permission_to_write_scratch(sync_scheduler, source, immutable_dir, tmp_path):
     with pytest.raises(PermissionError, match="no permission to write scratch"):
         daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, scratch=str(immutable_dir))

@@ -143,6 +143,24 @@ def test_read_options_with_pyarrow_names(tmp_path, sync_scheduler):
         daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), piles=2, read_options={"sep": ";"})
 
 
+def test_declared_types_with_parameters_timestamps_with_a_zone_and_decimals(tmp_path, sync_scheduler):
+    (tmp_path / "a.csv").write_text("id,ts,price\n1,2024-01-01T00:00:00Z,12.50\n2,2024-06-01T12:00:00Z,0.05\n")
+    types = {"ts": "timestamp[ms, tz=UTC]", "price": "decimal128(10, 2)"}
+    daskpile.shuffle_parquet(
+        str(tmp_path / "a.csv"), str(tmp_path / "out"), piles=1, read_options={"column_types": types}
+    )
+    out = read_output(tmp_path / "out")
+    assert out.schema.field("ts").type == pa.timestamp("ms", tz="UTC")
+    assert out.schema.field("price").type == pa.decimal128(10, 2)
+    with pytest.raises(ValueError, match=r"'decimal\(10, 2\)x' is not an Arrow type name such as"):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "a.csv"),
+            str(tmp_path / "o2"),
+            piles=1,
+            read_options={"column_types": {"price": "decimal(10, 2)x"}},
+        )
+
+
 def test_a_declared_type_names_a_column_whose_name_has_dots(tmp_path):
     """``column_types.NAME=TYPE``: the rest of the key is the name (it was nested at each dot, and refused)."""
     (tmp_path / "a.csv").write_text("user.id,score\n7,1\n8,2\n")

@@ -167,12 +167,30 @@ class TextOptions:
         return repr(dataclasses.astuple(self))
 
 
+_DECIMAL = re.compile(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+_TIMESTAMP = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+?)\s*)?\]")
+
+
 def arrow_type(name: str, column: str = "") -> pa.DataType:
-    """An Arrow type from its name as Arrow prints it (``int64``, ``string``, ``timestamp[ms]``, ``bool``)."""
+    """An Arrow type from its name as Arrow prints it (``int64``, ``string``, ``bool``, ``timestamp[ms]``,
+    ``timestamp[ms, tz=UTC]``, ``decimal128(10, 2)``).
+
+    >>> arrow_type("timestamp[us, tz=Europe/Paris]"), arrow_type("decimal128(10, 2)")
+    (TimestampType(timestamp[us, tz=Europe/Paris]), Decimal128Type(decimal128(10, 2)))
+    """
+    decimal, timestamp = _DECIMAL.fullmatch(name.strip()), _TIMESTAMP.fullmatch(name.strip())
     try:
+        if decimal:
+            make = pa.decimal256 if decimal[1] == "256" else pa.decimal128
+            return make(int(decimal[2]), int(decimal[3]))
+        if timestamp:
+            return pa.timestamp(timestamp[1], tz=timestamp[2])
         return pa.type_for_alias(name)
-    except ValueError:
-        raise ValueError(f"column {column!r}: {name!r} is not an Arrow type name such as int64 or string") from None
+    except (ValueError, pa.ArrowInvalid) as e:
+        raise ValueError(
+            f"column {column!r}: {name!r} is not an Arrow type name such as int64, string, timestamp[ms, tz=UTC] or "
+            f"decimal128(10, 2) ({_first_line(e)})"
+        ) from None
 
 
 def detect(path: str) -> tuple[str | None, str | None]:
