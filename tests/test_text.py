@@ -729,6 +729,9 @@ def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_
     (tmp_path / "spark" / "part-00000").write_text('{"a": 1}\n')
     with pytest.raises(ValueError, match=r"magic bytes.*named without an extension .* pass --format"):
         daskpile.shuffle_parquet(str(tmp_path / "spark"), str(tmp_path / "o4"), piles=1)
+    (tmp_path / "late.csv").write_text("a,b\n" + "".join(f"{i},\n" for i in range(200_000)) + "7,x\n")
+    with pytest.raises(ValueError, match=r"column 'b': CSV conversion error to null: .*first MiB, so typed null: decl"):
+        daskpile.shuffle_parquet(str(tmp_path / "late.csv"), str(tmp_path / "o6"), piles=1)
     with pytest.raises(ValueError, match=r"blocksize must be at most 2,047 MiB"):
         daskpile.shuffle_parquet(str(tmp_path / "dup.csv"), str(tmp_path / "o5"), piles=1, blocksize="100GB")
     for k in range(5):

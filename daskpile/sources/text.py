@@ -884,6 +884,8 @@ def _refused_line(
         return f"cannot read {url!r}, bytes {start:,} to {start + len(block):,} as {format}: {_first_line(error)}"
     line = bytes(data[offsets[low] : offsets[low + 1] - 1])
     said = (named(line) if named else None) or (_not_json_lines(line) if format == "jsonl" else None)
+    if "conversion error to null" in message:
+        message += " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
     if names:  # Arrow numbers CSV columns from 0
         message = re.sub(r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}", message)
