@@ -38,6 +38,21 @@ def generator(seed: int, stage: int, index: int, piece: int = 0) -> np.random.Ge
     return np.random.Generator(np.random.Philox(key))
 
 
+def seed_for_ranks(seed: int | None, world_size: int) -> int:
+    """``resolve_seed`` for a loader's ranks: None draws a seed in each process, so it is refused with more
+    than one rank (they would share out different orders: rows lost and repeated).
+
+    >>> seed_for_ranks(None, 1) >= 0, seed_for_ranks(3, 8)
+    (True, 3)
+    """
+    if seed is None and world_size > 1:
+        raise ValueError(
+            f"seed=None draws a seed in each process, and the {world_size} ranks would then share out different "
+            "orders (rows lost and repeated): pass the same seed on every rank (draw one on rank 0 and broadcast it)"
+        )
+    return resolve_seed(seed)
+
+
 def keyed(seed: int, stage: int, *counters: int) -> np.random.Generator:
     """A Philox generator keyed by ``(seed, stage, *counters)``: the loader's (epoch, stream, group...).
 

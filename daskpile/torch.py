@@ -12,9 +12,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from daskpile._random import resolve_seed
+from daskpile._random import seed_for_ranks
 from daskpile.loader import PileLoader
-from daskpile.loader.pile_loader import _one_seed_for_every_rank
 from daskpile.loader.plan import worker_share
 
 
@@ -68,8 +67,7 @@ class PileDataset(IterableDataset):
     ):
         super().__init__()
         # One seed for every worker: drawn here when None, not in each worker
-        seed = resolve_seed(_one_seed_for_every_rank(seed, world_size))
-        self.options = dict(path=path, batch_size=batch_size, seed=seed, **options)
+        self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         if self.options.get("version") is None and isinstance(path, str):  # one version for every worker
             self.options["version"] = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks

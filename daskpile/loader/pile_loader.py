@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from daskpile._random import resolve_seed
+from daskpile._random import seed_for_ranks
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
@@ -179,7 +179,7 @@ class PileLoader:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         self._source = (path, storage_options, filters)
         self.units: Units = discover(path, storage_options, filters, version)
-        self.seed = resolve_seed(_one_seed_for_every_rank(seed, world_size))
+        self.seed = seed_for_ranks(seed, world_size)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata = _batch_metadata(self.units.schema.metadata, index=columns is None)
@@ -549,15 +549,6 @@ def _batch_metadata(metadata: dict | None, index: bool) -> dict | None:
     pandas = json.loads(metadata[b"pandas"])
     pandas["index_columns"] = [c for c in pandas.get("index_columns", []) if index and isinstance(c, str)]
     return {**metadata, b"pandas": json.dumps(pandas).encode()}
-
-
-def _one_seed_for_every_rank(seed: int | None, world_size: int) -> int | None:
-    if seed is None and world_size > 1:
-        raise ValueError(
-            f"seed=None draws a seed in each process, and the {world_size} ranks would then share out different "
-            "orders (rows lost and repeated): pass the same seed on every rank (draw one on rank 0 and broadcast it)"
-        )
-    return seed
 
 
 def _positive(**values) -> list[int]:

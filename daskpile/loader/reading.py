@@ -268,11 +268,7 @@ class _PieceReader:
         fs, paths, url, expected = units.fs, units.paths[unit], units.url(unit), int(units.rows[unit])
         if units.filter is not None or len(paths) != 1:
             whole = _whole_unit(units, unit, columns)
-            self.table = (
-                pa.concat_tables([whole.slice(a, b - a) for a, b in ranges])
-                if len(ranges) > 1
-                else (whole.slice(ranges[0][0], ranges[0][1] - ranges[0][0]))
-            )
+            self.table = pa.concat_tables([whole.slice(a, b - a) for a, b in ranges])
             return
         with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
             check_rows(url, parquet.metadata.num_rows, expected)
