@@ -55,6 +55,11 @@ class Verification:
     against_manifest
         True when ``source`` is the fingerprint the manifest recorded when
         the rows were read, not one recomputed from the source files.
+    unlisted_files
+        Data files in the result's directory that its manifest does not list
+        (a copy left there): daskpile and ``PileLoader`` read only the listed
+        ones, but other readers of the directory (``pd.read_parquet(dest)``)
+        read them too, so they make a mismatch.
     """
 
     source: Fingerprint
@@ -66,6 +71,7 @@ class Verification:
     ignored_columns: tuple[str, ...] = ()
     generations_differing: tuple[int, ...] = ()
     against_manifest: bool = False
+    unlisted_files: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -80,6 +86,7 @@ class Verification:
             and not self.missing_files
             and not self.unreadable_files
             and not self.generations_differing
+            and not self.unlisted_files
         )
 
     def __bool__(self) -> bool:
@@ -107,6 +114,10 @@ class Verification:
             lines.append("  every column holds the same values, but not in the same rows")
         lines += [f"  missing: {path}" for path in self.missing_files]
         lines += [f"  unreadable: {item}" for item in self.unreadable_files]
+        lines += [
+            f"  not in the manifest: {path} (other readers of the directory read it too)"
+            for path in self.unlisted_files
+        ]
         if self.manifest is not None and self.manifest != self.dest:
             lines.append(f"  the manifest records another fingerprint ({count(self.manifest.rows, 'row')})")
         return "\n".join(lines)
@@ -134,6 +145,7 @@ class Verification:
             "ignored_columns": list(self.ignored_columns),
             "generations_differing": list(self.generations_differing),
             "against_manifest": self.against_manifest,
+            "unlisted_files": list(self.unlisted_files),
         }
 
 
@@ -266,6 +278,23 @@ def verify(
         missing_files=result.missing,
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
+        unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
+    )
+
+
+def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ...]:
+    """Files in a result's directory named as its data files are (same suffix, not hidden) that its manifest does
+    not list.  Not for a moving window, whose directory keeps the files of the versions it retains."""
+    if manifest is None or "window" in manifest or not isinstance(dest, str) or not manifest["files"]:
+        return ()
+    base = filesystem(dest, storage_options)[1]
+    listed = set(manifest["files"])
+    suffix = posixpath.splitext(manifest["files"][0])[1]
+    found = [posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)]
+    return tuple(
+        full_url(fs, posixpath.join(base, name))
+        for name in sorted(found)
+        if name.endswith(suffix) and not name.startswith((".", "_")) and name not in listed
     )
 
 
@@ -305,6 +334,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         missing_files=result.missing,
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
+        unlisted_files=_unlisted(fs, dest, manifest, storage_options),
         generations_differing=tuple(
             number
             for (number, _, _), side, want in zip(generations, per_generation, recorded, strict=True)

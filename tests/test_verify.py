@@ -78,6 +78,20 @@ def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, 
     assert "missing: " in text and "the manifest lists it" in text and "unreadable: " in text
 
 
+def test_a_data_file_the_manifest_does_not_list_is_a_mismatch(sync_scheduler, source, tmp_path):
+    """A copy left in dest: daskpile reads the listed files only, pandas and pyarrow read the folder."""
+    import shutil
+
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    shutil.copy(dest / "part-00001.parquet", dest / "part-00001 (copy).parquet")
+    (dest / "_SUCCESS.parquet").write_bytes(b"")  # what readers skip is not counted
+    for result in (daskpile.verify(source, str(dest)), daskpile.verify(str(dest))):
+        assert not result.ok and [os.path.basename(p) for p in result.unlisted_files] == ["part-00001 (copy).parquet"]
+        assert "not in the manifest: " in str(result) and result.to_json()["unlisted_files"]
+    assert pq.read_table(dest).num_rows == 5_000 + pq.read_table(dest / "part-00001.parquet").num_rows
+
+
 @pytest.mark.parametrize("write_index", [True, False])
 def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, write_index):
     """shuffle(dd.read_parquet(src)).to_parquet(out): Dask's own index column is recognised, and named."""
