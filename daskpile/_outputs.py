@@ -78,13 +78,13 @@ class Output:
         if self.format == "jsonl" and is_json_text(schema):
             return
         if self.format in ("jsonl", "csv"):
-            nested = [f for f in schema if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)]
+            nested = [f for f in _decoded_schema(schema) if pa.types.is_nested(f.type)]
             if nested:
                 raise ValueError(
                     f"output_format={self.format!r} writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
                     "write parquet or arrow"
                 )
-            for field in schema:  # (found in pass 2 otherwise, after pass 1's work)
+            for field in _decoded_schema(schema):  # (found in pass 2 otherwise, after pass 1's work)
                 try:
                     pc.cast(pa.array([], field.type), pa.string())
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -227,6 +227,8 @@ CSV_BLOCK_LIMIT = 2**31 - 1  # the bytes of the largest block Arrow's CSV reader
 
 def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
     """The bytes of a CSV, JSON-lines or lines file of ``table``, uncompressed, in runs of whole records."""
+    if output.format in ("csv", "jsonl"):
+        table = _decoded(table)
     if output.format == "csv":
         try:
             return _csv_runs(table.replace_schema_metadata(None))
@@ -238,8 +240,24 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
     return _lines_bytes(table.column(0))
 
 
+def _decoded_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each dictionary column as its values' type: what CSV and JSON lines hold of it (a
+    dictionary column fingerprints as its values)."""
+    return pa.schema(
+        [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    if not any(pa.types.is_dictionary(t) for t in table.schema.types):
+        return table
+    return table.cast(_decoded_schema(table.schema))
+
+
 def parse(data: list[pa.Buffer], output: Output, schema: pa.Schema) -> pa.Table:
-    """What a reader gets from ``serialize``'s bytes: the rows in ``schema``."""
+    """What a reader gets from ``serialize``'s bytes: the rows in ``schema`` (dictionaries as their values)."""
+    schema = _decoded_schema(schema)
     if output.format == "csv" and not len(schema):  # rows of no column (an empty file read): an empty file
         tables = []
     elif output.format == "csv":  # runs of whole records already, the first with the header

@@ -248,3 +248,15 @@ def test_a_column_arrow_cannot_write_as_text_is_refused_before_anything_runs(tmp
     with pytest.raises(ValueError, match=r"Arrow cannot write column 'span' \(month_day_nano_interval\) so"):
         daskpile.shuffle_parquet(str(tmp_path / "in.arrow"), str(tmp_path / "out"), piles=1, output_format="jsonl")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("output_format", ["csv", "jsonl"])
+def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, output_format):
+    """A categorical column was refused as not flat; CSV and JSON lines hold its values, and verify."""
+    table = pa.table({"id": list(range(6)), "cat": pa.array(["a", "b", None, "a", "c", "b"]).dictionary_encode()})
+    pq.write_table(table, tmp_path / "in.parquet")
+    report = daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(tmp_path / "out"), piles=2, seed=1,
+                                      output_format=output_format)  # fmt: skip
+    text = b"".join(Path(f).read_bytes() for f in report.files)
+    assert text.count(b'"a"') == 2 and text.count(b'"c"') == 1
+    assert daskpile.verify(str(tmp_path / "in.parquet"), str(tmp_path / "out")).ok
