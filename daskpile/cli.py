@@ -357,7 +357,8 @@ def cli():
     metavar="KEY=VALUE",
     help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
     "column_types.NAME=TYPE (int64, string, ...), newlines_in_values=true, quote_char=false (quotes are part of "
-    "the values); as_written=false parses JSON lines written out as JSON lines (kept as written by default).",
+    "the values), encoding=latin1; as_written=false parses JSON lines written out as JSON lines (kept as "
+    "written by default).",
 )
 @click.option(
     "--output-format",

@@ -161,6 +161,22 @@ def test_declared_types_with_parameters_timestamps_with_a_zone_and_decimals(tmp_
         )
 
 
+def test_a_latin_1_csv_is_read_with_its_encoding(tmp_path, sync_scheduler):
+    """Without it, its accented values made the columns binary (Arrow's UTF-8 check); UTF-16 is refused, since
+    the cuts into ranges take a newline for the byte 10."""
+    rows = "".join(f"{i},Jos\xe9 {i},M\xfcnchen\n" for i in range(60_000))
+    (tmp_path / "a.csv").write_bytes(("id,name,city\n" + rows).encode("latin1"))
+    options = {"encoding": "latin1"}
+    daskpile.shuffle_parquet(
+        str(tmp_path / "a.csv"), str(tmp_path / "out"), piles=2, read_options=options, blocksize=2**18
+    )
+    out = read_output(tmp_path / "out").sort_by("id")
+    assert out.schema.field("name").type == pa.string() and out.column("city")[5].as_py() == "M\u00fcnchen"
+    assert out.num_rows == 60_000 and daskpile.verify(str(tmp_path / "a.csv"), str(tmp_path / "out")).ok
+    with pytest.raises(ValueError, match=r"encoding 'utf-16' writes a newline as .* convert the files to UTF-8"):
+        daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), read_options={"encoding": "utf-16"})
+
+
 def test_a_declared_type_names_a_column_whose_name_has_dots(tmp_path):
     """``column_types.NAME=TYPE``: the rest of the key is the name (it was nested at each dot, and refused)."""
     (tmp_path / "a.csv").write_text("user.id,score\n7,1\n8,2\n")

@@ -80,6 +80,7 @@ class TextOptions:
     column_types: tuple[tuple[str, str], ...] = ()  # declared types, by column name (Arrow type names)
     newlines_in_values: bool = False  # csv/tsv: quoted values may hold newlines (the file is not cut in ranges)
     quote_char: str | bool = '"'  # csv/tsv: what quotes a value; false: quotes are characters of the values
+    encoding: str = "utf8"  # csv/tsv: of the text (Python's codec names), transcoded to UTF-8 by Arrow
     as_written: bool | None = None  # jsonl: each row the line as written (checked as JSON); None: not said
 
     @classmethod
@@ -121,6 +122,8 @@ class TextOptions:
             raise ValueError(
                 "read options autogenerate_column_names, newlines_in_values and quote_char apply to csv and tsv"
             )
+        if self.encoding != "utf8":
+            self._check_encoding()
         if self.quote_char is not False and (not isinstance(self.quote_char, str) or len(self.quote_char) != 1):
             raise ValueError(f"read option quote_char is one character, or false for none: got {self.quote_char!r}")
         if self.format == "lines" and self.column_types:
@@ -132,6 +135,24 @@ class TextOptions:
             )
         for name, type_name in self.column_types:
             arrow_type(type_name, name)
+
+    def _check_encoding(self) -> None:
+        """An encoding in which a newline is the byte 10 alone, as the cuts into ranges and blocks take it."""
+        if self.format not in ("csv", "tsv"):
+            raise ValueError("read option encoding applies to csv and tsv (JSON is UTF-8; lines keep their bytes)")
+        try:
+            newline = "\n".encode(self.encoding)
+        except (LookupError, TypeError):
+            raise ValueError(f"read option encoding: {self.encoding!r} is not a codec name such as latin1") from None
+        if newline != b"\n":
+            raise ValueError(
+                f"read option encoding {self.encoding!r} writes a newline as {newline!r}, not the byte 10 that "
+                "files are cut at: convert the files to UTF-8 first (iconv -f ... -t utf-8)"
+            )
+
+    def csv_read(self, **options) -> pa_csv.ReadOptions:
+        """Arrow's read options for these files: ``options``, and the encoding."""
+        return pa_csv.ReadOptions(use_threads=False, encoding=self.encoding, **options)
 
     @property
     def separator(self) -> str:
@@ -160,6 +181,8 @@ class TextOptions:
         given = {k: v for k, v in given.items() if v}
         if self.quote_char != '"':
             given["quote_char"] = self.quote_char
+        if self.encoding != "utf8":
+            given["encoding"] = self.encoding
         return {**given, "column_types": dict(self.column_types)} if self.column_types else given
 
     def key(self) -> str:
@@ -294,8 +317,8 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
 def _stream_csv(f, options: TextOptions, types, block_size: int):
     return pa_csv.open_csv(
         f,
-        read_options=pa_csv.ReadOptions(
-            use_threads=False, block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
+        read_options=options.csv_read(
+            block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
         ),
         parse_options=options.csv_parse(newlines_in_values=True),
         convert_options=pa_csv.ConvertOptions(column_types=types),
@@ -394,9 +417,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
             )
         return pa_csv.read_csv(
             io.BytesIO(text),
-            read_options=pa_csv.ReadOptions(
-                use_threads=False, autogenerate_column_names=options.autogenerate_column_names
-            ),
+            read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
             parse_options=options.csv_parse(),
             convert_options=pa_csv.ConvertOptions(column_types=declared),
         )
@@ -659,15 +680,14 @@ class BlockReader:
             with _column_names_in_utf8(where, self.options.format):
                 found = pa_csv.read_csv(
                     io.BytesIO(header),
-                    read_options=pa_csv.ReadOptions(use_threads=False),
+                    read_options=self.options.csv_read(),
                     parse_options=self.options.csv_parse(newlines_in_values=False),
                 ).schema.names
             if found != names:
                 raise ValueError(f"the header of {where} names the columns {found}, not {names}")
         return pa_csv.read_csv(
             io.BytesIO(block),
-            read_options=pa_csv.ReadOptions(
-                use_threads=False,
+            read_options=self.options.csv_read(
                 column_names=names,
                 skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
                 block_size=len(block) + 1,
