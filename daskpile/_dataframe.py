@@ -580,8 +580,9 @@ def _remove_when_unused(scratch: Scratch) -> None:
     if not threading.main_thread().is_alive():  # the interpreter's exit
         remove_after()
         return
-    # A daemon thread, so that futures that never finish cannot hold the interpreter at exit; but one started
-    # just before exit (a script's last line) is waited for there, or it dies with the scratch half removed
+    # A daemon thread, so that futures that never finish cannot hold the interpreter's exit for ever; but one
+    # started just before exit (a script's last line) is waited for there, up to REMOVAL_AT_EXIT_SECONDS, or it
+    # dies with the scratch half removed
     thread = threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True)
     _REMOVALS.add(thread)
     thread.start()

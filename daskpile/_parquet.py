@@ -37,7 +37,7 @@ from daskpile._storage import (
     remove_tree,
     write_bytes,
 )
-from daskpile._validate import MAX_BLOCKSIZE, check_bytes, check_piles
+from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.sources import arrowfiles, plan_sources, text
 
@@ -434,7 +434,7 @@ def shuffle_parquet(
     (30000, 8)
     >>> shuffle_parquet("s3://lake/events/", "s3://lake/shuffled/", scratch="s3://lake/tmp/")  # doctest: +SKIP
     """
-    blocksize = check_bytes("blocksize", blocksize, MAX_BLOCKSIZE)
+    blocksize = check_bytes("blocksize", blocksize)
     memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
     if second_pass not in ("eager", "lazy"):
         raise ValueError(f"second_pass must be 'eager' or 'lazy', got {second_pass!r}")

@@ -19,9 +19,8 @@ def check_piles(piles: object, auto_allowed: bool = False) -> int:
     return int(piles)
 
 
-def check_bytes(name: str, value: object, most: int | None = None) -> int | None:
-    """A size in bytes given as an int or as Dask writes sizes (``"64MiB"``, ``"2GB"``), at most ``most``; None
-    stays None.
+def check_bytes(name: str, value: object) -> int | None:
+    """A size in bytes given as an int or as Dask writes sizes (``"64MiB"``, ``"2GB"``); None stays None.
 
     >>> check_bytes("memory_per_pile", "64MiB")
     67108864
@@ -40,11 +39,4 @@ def check_bytes(name: str, value: object, most: int | None = None) -> int | None
         value = int(value)  # 1e9
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive number of bytes or a size such as '512MiB', got {given!r}")
-    if most is not None and value > most:
-        raise ValueError(f"{name} must be at most {most // 2**20:,} MiB, got {given!r}")
     return int(value)
-
-
-# A block of text is one Arrow array (32-bit offsets), and a task holds a block: beyond, a read of a whole
-# file at once (MemoryError) or an integer Python cannot index with
-MAX_BLOCKSIZE = 2**31 - 2**20

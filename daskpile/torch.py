@@ -7,6 +7,7 @@ only by those who ask for it.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -140,6 +141,12 @@ class PileDataset(IterableDataset):
         asked for to start from its beginning.
         """
         if self._epoch_set and state["epoch"] != self.epoch:
+            if self.epoch != state["epoch"] + 1:  # (the epoch after a state saved at its end: the usual loop)
+                warnings.warn(
+                    f"PileDataset: a state of epoch {state['epoch']} is not resumed, since set_epoch({self.epoch}) "
+                    "asked for another",
+                    stacklevel=2,
+                )
             return
         self._state, self.epoch = state, state["epoch"]
 

@@ -204,6 +204,13 @@ def test_states_of_earlier_formats_resume_where_they_mean_the_same(datasets):
     with pytest.raises(ValueError, match="read a rank's streams a batch at a time"):  # mid-epoch: not
         several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/1"})
     several.load_state_dict({**several.state_dict(), "format": "daskpile.loader/2"})
+    ended = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, world_size=2)
+    assert list(ended)  # to the epoch's end: the checkpoint a loop saves after it
+    for old_format in ("daskpile.loader/1", "daskpile.loader/2"):
+        resumed = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=2, world_size=2)
+        resumed.load_state_dict({**ended.state_dict(), "format": old_format})
+        resumed.set_epoch(0)
+        assert list(resumed) == []
 
 
 def test_a_pile_cut_between_ranks_is_cut_at_another_row_each_epoch(tmp_path):
@@ -586,6 +593,11 @@ def test_files_without_a_manifest_must_have_the_same_columns(tmp_path):
     pq.write_table(pa.table({"id": pa.array([3, 4], pa.int32()), "v": [3.0, 4.0]}), tmp_path / "d" / "part.1.parquet")
     with pytest.raises(ValueError, match=r"part\.1\.parquet .*: id is int32, not int64$"):
         daskpile.PileLoader(str(tmp_path / "d"), batch_size=1, seed=1)
+    pq.write_table(pa.table({"id": [3, 4], "v": [3.0, 4.0], "w": [5, 6]}), tmp_path / "d" / "part.1.parquet")
+    with pytest.raises(ValueError, match=r"part\.1\.parquet .*: it has 'w' too$"):
+        daskpile.PileLoader(str(tmp_path / "d"), batch_size=1, seed=1)
+    loader = daskpile.PileLoader(str(tmp_path / "d"), batch_size=1, seed=1, columns=["id"])  # what is read agrees
+    assert sorted(b["id"][0].as_py() for b in loader) == [1, 2, 3, 4]
 
 
 def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets):
@@ -601,7 +613,11 @@ def test_a_pile_replaced_by_another_is_named_with_or_without_filters(datasets, t
     broken = tmp_path / "broken"
     shutil.copytree(datasets["eager"], broken)
     shutil.copy(broken / "part-00001.parquet", broken / "part-00000.parquet")  # a botched copy or sync
-    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ (rows|bytes).*said [0-9,]+: it changed"):
+    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ bytes.*said [0-9,]+: it changed"):
+        list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1, filters=filters))
+    manifest = json.loads((broken / "_daskpile.json").read_text())  # the sizes unknown: the rows tell
+    (broken / "_daskpile.json").write_text(json.dumps({**manifest, "file_stamps": [None] * len(manifest["files"])}))
+    with pytest.raises(ValueError, match=r"part-00000\.parquet has [0-9,]+ rows.*said [0-9,]+: it changed since"):
         list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1, filters=filters))
 
 

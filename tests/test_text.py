@@ -707,6 +707,25 @@ def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sy
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
 
 
+def test_a_csv_with_newlines_in_values_takes_empty_files_large_floats_and_a_first_record_past_the_sample(
+    tmp_path, sync_scheduler
+):
+    """From a review: with Arrow's streaming reader an empty file was an error, a float past 2**63 was refused as
+    an integer past int64, and a first record longer than the 1 MiB sample could not be read."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.csv").write_text('id,x,t\n1,1.5e20,"a\nb"\n2,3.0,"' + "A" * 1_500_000 + '\nz"\n')
+    (tmp_path / "d" / "b.csv").write_text("")
+    report = daskpile.shuffle_parquet(
+        str(tmp_path / "d"), str(tmp_path / "out"), piles=1, read_options={"newlines_in_values": True}
+    )
+    out = read_output(tmp_path / "out").sort_by("id")
+    assert (
+        report.rows == 2
+        and out.column("x").to_pylist() == [1.5e20, 3.0]
+        and len(out.column("t")[1].as_py()) == 1_500_002
+    )
+
+
 def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_characters(tmp_path, sync_scheduler):
     """A TSV of titles, one of them with a literal opening quote: with newlines_in_values (as the error without
     it advised), Arrow read the rest of the file as one value, 2,000 rows as 11, verified."""
@@ -748,8 +767,9 @@ def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_
     (tmp_path / "late.csv").write_text("a,b\n" + "".join(f"{i},\n" for i in range(200_000)) + "7,x\n")
     with pytest.raises(ValueError, match=r"column 'b': CSV conversion error to null: .*first MiB, so typed null: decl"):
         daskpile.shuffle_parquet(str(tmp_path / "late.csv"), str(tmp_path / "o6"), piles=1)
-    with pytest.raises(ValueError, match=r"blocksize must be at most 2,047 MiB"):
-        daskpile.shuffle_parquet(str(tmp_path / "dup.csv"), str(tmp_path / "o5"), piles=1, blocksize="100GB")
+    (tmp_path / "ok.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"blocksize must be at most 2,047 MiB for text"):
+        daskpile.shuffle_parquet(str(tmp_path / "ok.csv"), str(tmp_path / "o5"), piles=1, blocksize="100GB")
     for k in range(5):
         assert not (tmp_path / f"o{k + 2}").exists()
 

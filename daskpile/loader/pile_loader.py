@@ -177,8 +177,8 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        self._source = (path, storage_options, filters)
-        self.units: Units = discover(path, storage_options, filters, version)
+        self._source = (path, storage_options, filters, columns)
+        self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
@@ -259,8 +259,8 @@ class PileLoader:
     def _read_version(self, version: int) -> None:
         """A window's units at ``version``, if they are not those read already."""
         if version != self.units.version:
-            path, storage_options, filters = self._source
-            self.units = discover(path, storage_options, filters, version)
+            path, storage_options, filters, columns = self._source
+            self.units = discover(path, storage_options, filters, version, columns)
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""
@@ -361,7 +361,7 @@ class PileLoader:
         ``canonical_ranks`` is the same: each stream then goes on from the
         rows it had given.
         """
-        _check_format(state, self.units.lazy)
+        _check_format(state, self.units.lazy, self._ended(state))
         if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
@@ -426,6 +426,19 @@ class PileLoader:
                 position += len(rows)
         return batch
 
+    def _ended(self, state: dict) -> bool:
+        """Whether ``state`` was taken at its epoch's end (nothing of it left, however its piles were cut)."""
+        try:
+            plan = EpochPlan.build(
+                self.units.rows, seed=state["seed"], epoch=state["epoch"], canonical=state["canonical_ranks"],
+                mix=self.mix,
+            )  # fmt: skip
+            old = Layout(state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
+                         tuple(state["starts"]))  # fmt: skip
+            return state["batches"] >= old.batches(plan)
+        except (KeyError, TypeError, ValueError):  # not a state of this dataset: _check_state says so
+            return False
+
     def _plan(self, epoch: int) -> EpochPlan:
         key = (self.seed, epoch, self.units.version)
         if self._cached_plan[0] != key:
@@ -477,12 +490,13 @@ def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy()
 
 
-def _check_format(state: dict, lazy: bool) -> None:
-    """Refuse a state of another format, unless it means the same here (see ``STATE_FORMAT``)."""
+def _check_format(state: dict, lazy: bool, ended: bool) -> None:
+    """Refuse a state of another format, unless it means the same here (see ``STATE_FORMAT``): of lazy piles
+    (their cuts are as before), or taken at its epoch's start or end (nothing of it read, or left)."""
     found = state.get("format")
     if found == STATE_FORMAT:
         return
-    at_start = not state["batches"] and not any(state.get("starts") or ())
+    at_start = ended or (not state["batches"] and not any(state.get("starts") or ()))
     same_cuts = at_start or lazy or state["canonical_ranks"] == 1
     one_stream = at_start or state["canonical_ranks"] == state["world_size"]
     if found in _FILE_CUT_FORMATS and same_cuts and (found not in _ONE_STREAM_FORMATS or one_stream):

@@ -39,7 +39,7 @@ def piece_ranges(units: Units, piece: Piece, seed: int, epoch: int) -> list[tupl
     """
     rows = int(units.rows[piece.unit])
     if piece.rows == rows or units.lazy:
-        return [(0, rows)] if units.lazy else [(piece.start, piece.stop)]
+        return [(0, rows)]
     start = (piece.start + pile_turn(seed, epoch, piece.unit, rows)) % rows
     stop = start + piece.rows
     return [(start, stop)] if stop <= rows else [(start, rows), (0, stop - rows)]

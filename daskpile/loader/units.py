@@ -56,14 +56,17 @@ class Units:
         return int(self.rows.sum())
 
 
-def discover(path: str | list[str], storage_options: dict | None, filters=None, version: int | None = None) -> Units:
+def discover(
+    path: str | list[str], storage_options: dict | None, filters=None, version: int | None = None, columns=None
+) -> Units:
     """The units of ``path``: a daskpile result's files as its manifest lists them, else Parquet files by name.
 
     A manifest gives the rows without reading a footer; other datasets have
     their footers read, in threads.  With ``filters`` (pyarrow DNF or an
     expression), the rows that pass are counted once, here, so that every
     rank can plan the epoch.  A window's units are its piles, as the version
-    ``_daskpile.json`` holds (or ``version``) lists them.
+    ``_daskpile.json`` holds (or ``version``) lists them.  Files without a
+    manifest must agree on the ``columns`` read (all: the first file's).
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
     _outputs.require_parquet(manifest, path, "PileLoader")
@@ -95,7 +98,7 @@ def discover(path: str | list[str], storage_options: dict | None, filters=None, 
             for path, c, listed in zip(paths, counted, manifest["rows_per_file"], strict=True):
                 check_rows(full_url(fs, path), c.total, listed, since="the result was written")
         if manifest is None:
-            _check_same_columns(fs, paths, [c.schema for c in counted])
+            _check_same_columns(fs, paths, [c.schema for c in counted], columns)
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
@@ -244,9 +247,7 @@ def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
         for info in fs.ls(directory, detail=True):
             sizes[directory, posixpath.basename(info["name"].rstrip("/"))] = info.get("size")
     stamps = manifest.get("file_stamps") or []
-    written = (
-        [int(s.split(":")[0]) if s else None for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
-    )
+    written = [_size(s) for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
     for path, expected in zip(paths, written, strict=True):
         found = sizes.get((posixpath.dirname(path), posixpath.basename(path)), -1)
         if found == -1:
@@ -258,11 +259,18 @@ def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
             )
 
 
-def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema]) -> None:
-    """Files without a manifest must have the first one's columns and types: named, not an error mid-epoch."""
-    first = {f.name: f.type for f in schemas[0]}
+def _size(stamp: str | None) -> int | None:
+    """The size in a file stamp (``size:mtime``); None where the filesystem gave none."""
+    size = (stamp or "").split(":")[0]
+    return int(size) if size.isdigit() else None
+
+
+def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema], columns=None) -> None:
+    """Files without a manifest must have the first one's columns and types (those read, with ``columns``):
+    named, not an error mid-epoch, nor a column left out of every batch."""
+    first = {f.name: f.type for f in schemas[0] if columns is None or f.name in columns}
     for path, schema in zip(paths[1:], schemas[1:], strict=True):
-        these = {f.name: f.type for f in schema}
+        these = {f.name: f.type for f in schema if columns is None or f.name in columns}
         if these == first:
             continue
         missing = [n for n in first if n not in these]

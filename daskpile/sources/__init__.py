@@ -112,6 +112,12 @@ class SourcePlan:
         >>> [[f.path for f in group] for group in plan.partitions(blocksize=160)]
         [['0', '1'], ['2'], ['3']]
         """
+        options = self.reading.text if self.reading is not None else None
+        if options is not None and options.format in text.TEXT_FORMATS and blocksize > text.MAX_BLOCKSIZE:
+            raise ValueError(
+                f"blocksize must be at most {text.MAX_BLOCKSIZE // 2**20:,} MiB for text, whose block is one Arrow "
+                f"array a task holds, got {blocksize:,} bytes"
+            )
         limit = blocksize * GROUP_FRACTION
         groups: list[list[SourceFile]] = []
         size = 0

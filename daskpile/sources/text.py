@@ -51,6 +51,9 @@ EXTENSIONS = {
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
 UTF8_BOM = b"\xef\xbb\xbf"
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
+# A block of text is one Arrow array (32-bit offsets) that a task holds: beyond, a read of a whole file at
+# once (MemoryError) or an integer Python cannot index with
+MAX_BLOCKSIZE = 2**31 - 2**20
 LINE = "line"  # the column of the lines format
 # The column of JSON lines kept as written: marked, so that the JSON-lines writer writes its values as
 # the lines they are rather than as objects of one binary field.
@@ -296,22 +299,29 @@ def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
 SAMPLE_LIMIT = 64 * SAMPLE_BYTES
 
 
-def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[pa.Table, int]:
-    """The records of a CSV with newlines in values that begin in its first ``SAMPLE_BYTES``, as Arrow's
-    streaming reader finds them, and the bytes read for them (about).
+def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[pa.Table, bytes]:
+    """The records of a CSV with newlines in values that begin in its first ``SAMPLE_BYTES`` (more, up to
+    ``SAMPLE_LIMIT``, for a first record that long), as Arrow's streaming reader finds them, and those bytes.
 
     A quote opens a value only at a value's start: ``5" floppy`` is a value, not the start of a quoted one,
     which counting quotes took it for (the records after it were then cut inside their values).
     """
-    with open_decompressed(fs, path) as f:
-        size = len(f.read(SAMPLE_BYTES))
-    if not size:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
-        return pa.table({}), 0
-    with open_decompressed(fs, path) as f, _csv_errors(full_url(fs, path), options.format):
-        reader = _stream_csv(f, options, declared, SAMPLE_BYTES)
-        batch = next(iter(reader), None)
-        table = pa.Table.from_batches([batch] if batch is not None else [], schema=reader.schema)
-    return table, size
+    block = SAMPLE_BYTES
+    while True:
+        with open_decompressed(fs, path) as f:
+            head = f.read(block)
+        if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
+            return pa.table({}), head
+        try:
+            with _csv_errors(full_url(fs, path), options.format):
+                reader = _stream_csv(io.BytesIO(head), options, declared, block)
+                batch = next(iter(reader), None)
+            break
+        except ValueError as e:
+            if "straddl" not in str(e) or block >= SAMPLE_LIMIT:  # a first record longer than the block
+                raise
+            block *= 4
+    return pa.Table.from_batches([batch] if batch is not None else [], schema=reader.schema), head
 
 
 def _stream_csv(f, options: TextOptions, types, block_size: int):
@@ -329,13 +339,18 @@ class _Tail(io.RawIOBase):
     """A file read through, its last ``TAIL_BYTES`` kept."""
 
     def __init__(self, f):
-        self.f, self.tail = f, b""
+        self.f, self.tail, self.first = f, b"", b""
+
+    def peek(self) -> bytes:
+        """Its first byte, still to be read."""
+        self.first = self.first or self.f.read(1)
+        return self.first
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        data = self.f.read(len(buffer))
+        data, self.first = self.first + self.f.read(len(buffer) - len(self.first)), b""
         buffer[: len(data)] = data
         if data:
             self.tail = (self.tail + data)[-TAIL_BYTES:]
@@ -388,12 +403,14 @@ def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, in
     declared = {name: arrow_type(t, name) for name, t in options.column_types}
     url = full_url(fs, path)
     with _column_names_in_utf8(repr(url), options.format):
-        table, size = first_records(fs, path, options, declared)
-    if not size:
+        table, head = first_records(fs, path, options, declared)
+    if not head:
         return pa.schema([]), 0
     unknown = [name for name in declared if name not in table.schema.names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    # (in the first file's first MiB, where its text is at hand: the streamed reading does not see it)
+    _refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
     return table.schema, table.num_rows
 
 
@@ -466,7 +483,7 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
 TWO_TO_THE_63 = 2.0**63
 
 
-def _refuse_rounded_integers(table: pa.Table, text: bytes | None, options: TextOptions, where: str) -> None:
+def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
     """Refuse integers past int64 in a column whose type was inferred: Arrow reads them as float64, rounded.
 
     A uint64 hash (xxhash64, simhash) would come out changed, and verified,
@@ -481,10 +498,9 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes | None, options: TextO
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
         if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
             continue
-        # (records Arrow streamed, text unseen: any value that large, which declaring double lets through)
-        found = _LONG_INTEGER.search(text) if text is not None else True
+        found = _LONG_INTEGER.search(text)
         if found is not None:
-            shown = f" ({found.group().decode()})" if text is not None else ""
+            shown = f" ({found.group().decode()})"
             others = (
                 "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
                 "written (--output-format jsonl)"
@@ -510,8 +526,8 @@ COMPRESSED_RATIO = 5
 def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
     """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
     if options.newlines_in_values:
-        table, size = first_records(fs, path, options, dict(zip(schema.names, schema.types, strict=True)))
-        rows, nbytes, sampled = table.num_rows, table.nbytes, size
+        table, head = first_records(fs, path, options, dict(zip(schema.names, schema.types, strict=True)))
+        rows, nbytes, sampled = table.num_rows, table.nbytes, len(head)
     else:
         head = sample(fs, path, options)
         sampled = len(head)
@@ -575,6 +591,8 @@ class BlockReader:
         where = repr(self.url)
         with open_decompressed(self.fs, self.path) as f, _csv_errors(self.url, self.options.format):
             stream = _Tail(f)
+            if not stream.peek():  # an empty file holds no rows (Arrow's reader calls it an error)
+                return
             reader = _stream_csv(stream, self.options, self.schema, self.blocksize)
             if reader.schema.names != self.schema.names:
                 raise ValueError(
@@ -583,7 +601,6 @@ class BlockReader:
             table = None
             for batch in reader:
                 table = pa.Table.from_batches([batch])
-                _refuse_rounded_integers(table, None, self.options, where)
                 yield table
             if table is not None and table.num_rows:
                 self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)

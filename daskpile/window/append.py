@@ -9,7 +9,7 @@ import posixpath
 from daskpile import _manifest, _passes
 from daskpile._parquet import _check_overlap, shuffle_plan
 from daskpile._storage import full_url, remove_tree
-from daskpile._validate import MAX_BLOCKSIZE, check_bytes
+from daskpile._validate import check_bytes
 from daskpile._words import count
 from daskpile.sources import plan_sources
 from daskpile.sources.parquet import open_parquet
@@ -85,7 +85,7 @@ def append(
     >>> daskpile.append("window/", "day-2/").changed  # the same files again: nothing to do
     False
     """
-    blocksize = check_bytes("blocksize", blocksize, MAX_BLOCKSIZE)
+    blocksize = check_bytes("blocksize", blocksize)
     window = Window.load(dest, storage_options)
     plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
