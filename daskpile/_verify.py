@@ -290,7 +290,10 @@ def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ..
     base = filesystem(dest, storage_options)[1]
     listed = set(manifest["files"])
     suffix = posixpath.splitext(manifest["files"][0])[1]
-    found = [posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)]
+    try:
+        found = [posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)]
+    except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): nothing to say
+        return ()
     return tuple(
         full_url(fs, posixpath.join(base, name))
         for name in sorted(found)
