@@ -34,6 +34,7 @@ from daskpile._storage import (
     full_url,
     is_local,
     is_temporary,
+    listed_infos,
     remove_tree,
     write_bytes,
 )
@@ -741,7 +742,7 @@ class _Run:
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.to_json(),
-            file_stamps=_stamps(_output_files(self.dest_fs, self.dest_path, names)),
+            file_stamps=_stamps(listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
             second_pass=self.second_pass,
             output=self.output,
         )
@@ -800,12 +801,6 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     )  # fmt: skip
 
 
-def _output_files(fs, dest_path: str, names: list[str]) -> list[dict | None]:
-    """``fs.info`` of each output file as it is now, from one listing (None for a file that is gone)."""
-    infos = {posixpath.basename(i["name"]): i for i in fs.ls(dest_path, detail=True)}
-    return [infos.get(name) for name in names]
-
-
 def _stamps(infos: list[dict | None]) -> list[str | None]:
     return [None if info is None else file_stamp(info) for info in infos]
 
@@ -813,7 +808,7 @@ def _stamps(infos: list[dict | None]) -> list[str | None]:
 def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scratch, plan) -> ShuffleReport:
     """The report of the finished result, from its manifest; what a run killed after its commit left is removed."""
     dest_fs.invalidate_cache(dest_path)
-    infos = _output_files(dest_fs, dest_path, manifest["files"])
+    infos = listed_infos(dest_fs, [posixpath.join(dest_path, n) for n in manifest["files"]])
     now = _stamps(infos)
     changed = [
         n for n, then, later in zip(manifest["files"], manifest["file_stamps"], now, strict=True) if then != later

@@ -188,3 +188,23 @@ def file_stamp(info: dict) -> str:
 def file_stamps(infos: list[dict]) -> list[str]:
     """:func:`file_stamp` of each file."""
     return [file_stamp(info) for info in infos]
+
+
+def stamp_size(stamp: str | None) -> int | None:
+    """The size a :func:`file_stamp` records; None where the filesystem gave none.
+
+    >>> stamp_size("1024:1795666202.1"), stamp_size("None:abc"), stamp_size(None)
+    (1024, None, None)
+    """
+    size = (stamp or "").split(":")[0]
+    return int(size) if size.isdigit() else None
+
+
+def listed_infos(fs, paths: list[str]) -> list[dict | None]:
+    """``fs.info`` of each file as it is now, from one listing of each directory (None for a file not there)."""
+    infos = {}
+    for directory in dict.fromkeys(posixpath.dirname(p) for p in paths):
+        fs.invalidate_cache(directory)
+        for info in fs.ls(directory, detail=True):
+            infos[directory, posixpath.basename(info["name"].rstrip("/"))] = info
+    return [infos.get((posixpath.dirname(p), posixpath.basename(p))) for p in paths]

@@ -367,10 +367,7 @@ class PileLoader:
         self._check_state(state)
         self._iteration += 1  # a live iterator was of the position this replaces
         self._finished = None
-        old = Layout(
-            state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
-            tuple(state["starts"]),
-        )  # fmt: skip
+        old = _layout_of(state)
         self.seed, self._epoch = state["seed"], state["epoch"]
         plan = self._plan(self._epoch)
         if state["batches"] >= old.batches(plan):
@@ -429,21 +426,19 @@ class PileLoader:
     def _ended(self, state: dict) -> bool:
         """Whether ``state`` was taken at its epoch's end (nothing of it left, however its piles were cut)."""
         try:
-            plan = EpochPlan.build(
-                self.units.rows, seed=state["seed"], epoch=state["epoch"], canonical=state["canonical_ranks"],
-                mix=self.mix,
-            )  # fmt: skip
-            old = Layout(state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"],
-                         tuple(state["starts"]))  # fmt: skip
-            return state["batches"] >= old.batches(plan)
+            if state["canonical_ranks"] != self.canonical_ranks:  # another layout: _check_state says so
+                return False
+            return state["batches"] >= _layout_of(state).batches(self._plan(state["epoch"], state["seed"]))
         except (KeyError, TypeError, ValueError):  # not a state of this dataset: _check_state says so
             return False
 
-    def _plan(self, epoch: int) -> EpochPlan:
-        key = (self.seed, epoch, self.units.version)
+    def _plan(self, epoch: int, seed: int | None = None) -> EpochPlan:
+        """The plan of ``epoch`` for this loader's seed (or ``seed``)."""
+        seed = self.seed if seed is None else seed
+        key = (seed, epoch, self.units.version)
         if self._cached_plan[0] != key:
             built = EpochPlan.build(
-                self.units.rows, seed=self.seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix
+                self.units.rows, seed=seed, epoch=epoch, canonical=self.canonical_ranks, mix=self.mix
             )
             self._cached_plan = (key, built)
         return self._cached_plan[1]
@@ -469,6 +464,13 @@ class PileLoader:
             raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
+
+
+def _layout_of(state: dict) -> Layout:
+    """The layout of the loader ``state`` was taken of."""
+    return Layout(
+        state["canonical_ranks"], state["world_size"], state["batch_size"], state["drop_last"], tuple(state["starts"])
+    )
 
 
 EXACT_IN_FLOAT64 = 2**53

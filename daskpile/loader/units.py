@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile import _manifest, _outputs
-from daskpile._storage import filesystem, full_url, is_local
+from daskpile._storage import filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -241,32 +241,21 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
 def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
     """Every file the manifest lists is there, as large as when it was written: a missing or cut file is named
     when the loader is made, not when an epoch reaches it.  One listing a directory."""
-    sizes: dict[tuple[str, str], int] = {}
-    for directory in dict.fromkeys(posixpath.dirname(p) for p in paths):
-        fs.invalidate_cache(directory)
-        try:
-            listed = fs.ls(directory, detail=True)
-        except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): found when read
-            return
-        for info in listed:
-            sizes[directory, posixpath.basename(info["name"].rstrip("/"))] = info.get("size")
+    try:
+        infos = listed_infos(fs, paths)
+    except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): found when read
+        return
     stamps = manifest.get("file_stamps") or []
-    written = [_size(s) for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
-    for path, expected in zip(paths, written, strict=True):
-        found = sizes.get((posixpath.dirname(path), posixpath.basename(path)), -1)
-        if found == -1:
+    written = [stamp_size(s) for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
+    for path, info, expected in zip(paths, infos, written, strict=True):
+        if info is None:
             raise FileNotFoundError(f"{full_url(fs, path)}, a file of the dataset's manifest, is missing")
+        found = info.get("size")
         if expected is not None and found is not None and found != expected:
             raise ValueError(
                 f"{full_url(fs, path)} has {found:,} bytes, the manifest said {expected:,}: it changed (or was cut "
                 "short) since the result was written"
             )
-
-
-def _size(stamp: str | None) -> int | None:
-    """The size in a file stamp (``size:mtime``); None where the filesystem gave none."""
-    size = (stamp or "").split(":")[0]
-    return int(size) if size.isdigit() else None
 
 
 def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema], columns=None) -> None:

@@ -126,10 +126,10 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
         if name.split(".")[0].upper() in NOT_DATA:  # README.txt, LICENSE.md
             return True
         said = text.detect(name)[0]
-        stem = name.lower()
-        for compression in text.COMPRESSIONS:
-            stem = stem.removesuffix(compression)
-        return said not in text.TEXT_FORMATS and posixpath.splitext(stem)[1] not in ("", ".log")
+        return said not in text.TEXT_FORMATS and posixpath.splitext(text.uncompressed_name(name)[0])[1] not in (
+            "",
+            ".log",
+        )
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))

@@ -227,16 +227,24 @@ def detect(path: str) -> tuple[str | None, str | None]:
     >>> detect("a.parquet"), detect("000000_0")
     (('parquet', None), (None, None))
     """
-    stem = posixpath.basename(path).lower()
-    compression = None
-    for suffix, name in COMPRESSIONS.items():
-        if stem.endswith(suffix):
-            stem, compression = stem.removesuffix(suffix), name
-            break
+    stem, compression = uncompressed_name(path)
     extension = posixpath.splitext(stem)[1]
     if extension in (".parquet", ".parq", ".pq"):
         return "parquet", compression
     return EXTENSIONS.get(extension), compression
+
+
+def uncompressed_name(path: str) -> tuple[str, str | None]:
+    """A file's name, in lower case, without its compression's suffix; that compression.
+
+    >>> uncompressed_name("logs/Server.LOG.gz")
+    ('server.log', 'gzip')
+    """
+    stem = posixpath.basename(path).lower()
+    for suffix, name in COMPRESSIONS.items():
+        if stem.endswith(suffix):
+            return stem.removesuffix(suffix), name
+    return stem, None
 
 
 def compression_of(path: str) -> str | None:
@@ -444,9 +452,6 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         # Types are inferred from every row read, so a line may be refused for the lines before it: the first
         # prefix of the head that Arrow refuses names it
-        if options.newlines_in_values:  # records are not lines: Arrow's word
-            where = f"{url!r}, bytes 0 to {len(head):,}"
-            raise ValueError(f"cannot read {where} as {options.format}: {_first_line(e)}") from None
         names = None
         if options.format != "jsonl":
             with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -500,7 +505,6 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions,
             continue
         found = _LONG_INTEGER.search(text)
         if found is not None:
-            shown = f" ({found.group().decode()})"
             others = (
                 "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
                 "written (--output-format jsonl)"
@@ -508,7 +512,8 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions,
                 else "string for others"
             )
             raise ValueError(
-                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64{shown}, "
+                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
+                f"({found.group().decode()}), "
                 "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
                 f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
                 f"floats); {others}"
@@ -640,19 +645,13 @@ class BlockReader:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(self._bad_line(block, start, e)) from None
-        if not jsonl and not self.options.newlines_in_values:
+        if not jsonl:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
             _refuse_newlines_in_values(table, where)
         _refuse_rounded_integers(table, block, self.options, where)
         return table
 
     def _bad_line(self, block: bytes, start: int, error: Exception) -> str:
         format = self.options.format
-        if self.options.newlines_in_values:  # records are not lines: Arrow's word, with where its count starts
-            message = _first_line(error)
-            counted = f" (rows counted from byte {start:,})" if start and re.search(r"\b[Rr]ow\b", message) else ""
-            return (
-                f"cannot read {self.url!r}, bytes {start:,} to {start + len(block):,} as {format}: {message}{counted}"
-            )
         header = start == 0 and format != "jsonl" and not self.options.autogenerate_column_names
 
         def read(text: bytes) -> pa.Table:
@@ -844,7 +843,12 @@ def _check_one_object_a_line(block, lines: pa.Array, starts: np.ndarray, start: 
     if _objects(block) == len(lines):
         return
     ends = np.append(starts[1:], len(block))  # (a line's bytes run to the next's start: blank lines between)
-    k, found = _first_bad_line(block, starts, ends, 0, len(lines))
+
+    def objects(low: int, high: int) -> int | str:  # what Arrow's reader finds in lines [low, high)
+        return _objects(block[int(starts[low]) : int(ends[high - 1])])
+
+    k = _first_wrong(0, len(lines), lambda low, high: objects(low, high) != high - low)
+    found = objects(k, k + 1)
     at = f"cannot read {where} as jsonl: the line at byte {start + int(starts[k]):,}"
     if isinstance(found, str):
         raise ValueError(f"{at}: {found}")
@@ -865,18 +869,17 @@ def _objects(data) -> int | str:
         return re.sub(r" in row \d+", "", _first_line(e)).rstrip(" .")
 
 
-def _first_bad_line(block, starts, ends, low: int, high: int) -> tuple[int, int | str]:
-    """The first of lines ``[low, high)`` (``high > low``) that Arrow's reader does not read as one object, and what
-    it found there, by halves: a rare error's path, and Arrow's own word on every line."""
+def _first_wrong(low: int, high: int, wrong) -> int:
+    """The first of lines ``[low, high)`` (``high > low``, and ``wrong(low, high)``) to blame, by halves:
+    ``wrong(a, b)`` says whether lines ``[a, b)`` read together hold it.  A rare error's path, in which the
+    reader's own word is had on every line."""
     while high - low > 1:
         middle = (low + high) // 2
-        found = _objects(block[int(starts[low]) : int(ends[middle - 1])])
-        if found == middle - low:
-            low = middle
-        else:
+        if wrong(low, middle):
             high = middle
-    found = _objects(block[int(starts[low]) : int(ends[low])])
-    return low, found
+        else:
+            low = middle
+    return low
 
 
 def _refused_line(
@@ -909,14 +912,9 @@ def _refused_line(
             return _first_line(e)
         return None
 
-    low, high = skip, len(offsets) - 1  # lines [low, high) hold the first refused one
-    while high - low > 1:
-        middle = (low + high) // 2
-        if refused(low, middle) is None:
-            low = middle
-        else:
-            high = middle
-    message = refused(low, low + 1) if high > low else None
+    lines = len(offsets) - 1
+    low = _first_wrong(skip, lines, lambda a, b: refused(a, b) is not None) if lines > skip else skip
+    message = refused(low, low + 1) if lines > low else None
     if message is None:
         return f"cannot read {url!r}, bytes {start:,} to {start + len(block):,} as {format}: {_first_line(error)}"
     line = bytes(data[offsets[low] : offsets[low + 1] - 1])
