@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 # from its first instant (see daskpile.__main__), and dask.dataframe, which takes over a second to import,
 # is needed by shuffle(ddf) only: not by shuffle_parquet, the command line, or a worker running a pass.
 _PUBLIC = {
+    "DestBusyError": "daskpile._lease",
     "Fingerprint": "daskpile._fingerprint",
     "PileLoader": "daskpile.loader",
     "PilePlan": "daskpile._sizing",

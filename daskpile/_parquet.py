@@ -20,7 +20,7 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile import _fingerprint, _manifest, _outputs, _passes, _scratch, _sizing
+from daskpile import _fingerprint, _lease, _manifest, _outputs, _passes, _scratch, _sizing
 from daskpile import _run as run_state
 from daskpile._compute import Timer, compute, task, total_threads, workers_blind_to
 from daskpile._fingerprint import Fingerprint
@@ -499,18 +499,21 @@ def shuffle_plan(
         rows_per_file, second_pass, output,
     )  # fmt: skip
     run.check_places(dest, scratch)
-    run.find_previous(piles, seed)
-    run.size_piles()
-    finished = run.finished_already()
-    if finished is not None:
-        return finished
-    run.prepare_scratch()
-    with _resumable(run.scratch, run.dest_url):
-        scattered = run.scatter()
-        names, gathered = run.gather(scattered)
-        fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
-        run.commit_staged(names)
-    return run.finish(scattered, names, gathered, fingerprint)
+    with _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
+        run.read_dest()
+        run.find_previous(piles, seed)
+        run.size_piles()
+        finished = run.finished_already()
+        if finished is not None:
+            return finished
+        run.prepare_scratch()
+        with _resumable(run.scratch, run.dest_url):
+            scattered = run.scatter()
+            names, gathered = run.gather(scattered)
+            fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
+            lease.check()
+            run.commit_staged(names)
+        return run.finish(scattered, names, gathered, fingerprint)
 
 
 @dataclasses.dataclass
@@ -532,7 +535,7 @@ class _Run:
     output: Output
 
     def check_places(self, dest: str, scratch: str | None) -> None:
-        """Dest and scratch: reachable, writable, seen by the workers, apart from the source; what dest holds."""
+        """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
         self.dest_fs, self.dest_path = filesystem(dest, self.storage_options)
         self.dest_url = full_url(self.dest_fs, self.dest_path)
         _check_overlap(self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path)
@@ -544,13 +547,19 @@ class _Run:
                 f"scratch {full_url(scratch_fs, scratch_path)!r} is inside dest {self.dest_url!r}, which would then "
                 "hold a folder that is not daskpile's result (and a retry would refuse it): pass a scratch outside dest"
             )
+        self.scratch_url = scratch
         check_writable(self.dest_fs, self.dest_path, "dest")
         check_writable(scratch_fs, scratch_path, "scratch")
         _check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
+
+    def read_dest(self) -> None:
+        """What dest holds (a finished result, or refused: files daskpile did not write), and the scratch that
+        goes with dest.  Under the dest's lease: an interrupted commit found there is finished."""
         self.old_result = _check_dest(self.dest_fs, self.dest_path)
         self.partitions = self.plan.partitions(self.blocksize)
+        name = run_state.scratch_name(self.dest_url)
         self.scratch = Scratch.create(
-            scratch, self.storage_options, len(self.partitions), name=run_state.scratch_name(self.dest_url), make=False
+            self.scratch_url, self.storage_options, len(self.partitions), name=name, make=False
         )
 
     def find_previous(self, piles, seed) -> None:
@@ -893,7 +902,7 @@ def _dest_entries(fs, dest_path: str) -> dict[str, str]:
 def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
     """Whether daskpile wrote ``name`` in dest: its result, its run state, an unfinished run's parts, temporaries."""
     return (
-        name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE, _outputs.STAMPS_DIR)
+        name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE, _outputs.STAMPS_DIR, _lease.LEASE_FILE)
         or _is_window_state(name, manifest)
         or name in (manifest or {}).get("files", ())
         or name.startswith(STAGING_PREFIX)

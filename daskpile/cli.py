@@ -27,6 +27,7 @@ import click
 
 from daskpile._compute import local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
+from daskpile._lease import DestBusyError
 from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._storage import StoreUnreachable, store_unusable
 from daskpile._words import count
@@ -41,7 +42,7 @@ class SchedulerUnreachable(ConnectionError):
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
     IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable, WindowBusyError,
-    StoreUnreachable,
+    StoreUnreachable, DestBusyError,
 )  # fmt: skip
 
 

@@ -4,7 +4,9 @@ server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster woul
 import concurrent.futures
 import dataclasses
 import gc
+import json
 import socket
+import time
 
 import dask.dataframe as dd
 import numpy as np
@@ -15,7 +17,7 @@ from _util import daskpile_command, eventually, interrupted_after, read_store_ou
 from click.testing import CliRunner
 
 import daskpile
-from daskpile import _kernels, _outputs, _random, _scratch
+from daskpile import _kernels, _lease, _outputs, _random, _scratch, _storage
 from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
 
@@ -126,6 +128,39 @@ def test_a_run_on_s3_that_fails_verification_says_so_and_leaves_nothing(sync_sch
         )  # fmt: skip
     fs.invalidate_cache()
     assert fs.find("lake/verr-out") == [] and fs.find("scratch/verr") == []
+
+
+def test_a_live_runs_lease_in_an_s3_dest_refuses_a_second_run_and_two_racing_runs_leave_one(sync_scheduler, s3):
+    """A store has no create-if-absent: of two runs writing the lease at once, the one whose write lands last
+    holds it, and the other, reading it back, is refused."""
+    fs, options = s3
+    write_reference_dataset("s3://lake/lease-in", rows=2_000, files=2, storage_options=options)
+    first = _lease.Lease.take(fs, "lake/lease-out")
+    try:
+        with pytest.raises(daskpile.DestBusyError, match="another daskpile run"):
+            daskpile.shuffle_parquet(
+                "s3://lake/lease-in", "s3://lake/lease-out", piles=3, seed=1, scratch="s3://scratch/lease",
+                storage_options=options,
+            )  # fmt: skip
+        fs.invalidate_cache()
+        assert [p.rsplit("/", 1)[-1] for p in fs.find("lake/lease-out")] == [_lease.LEASE_FILE]
+        first.renew()
+        assert first.lost is None
+        racing = {"owner": "second", "pid": 2, "renewed": time.time()}
+        _storage.write_bytes(fs, first.path, json.dumps(racing).encode())  # a racing run's write landed after ours
+        with pytest.raises(daskpile.DestBusyError, match="pid 2"):
+            first.check()
+    finally:
+        first.release()
+    fs.invalidate_cache()
+    assert fs.find("lake/lease-out") == [f"lake/lease-out/{_lease.LEASE_FILE}"]  # the other run's: kept
+    fs.rm("lake/lease-out", recursive=True)
+    report = daskpile.shuffle_parquet(
+        "s3://lake/lease-in", "s3://lake/lease-out", piles=3, seed=1, scratch="s3://scratch/lease",
+        storage_options=options,
+    )  # fmt: skip
+    fs.invalidate_cache()
+    assert report.rows == 2_000 and _lease.LEASE_FILE not in [p.rsplit("/", 1)[-1] for p in fs.find("lake/lease-out")]
 
 
 def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):

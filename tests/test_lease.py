@@ -1,0 +1,116 @@
+"""One run at a time in a dest: a live run's lease refuses a second run, a dead run's is taken over."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from _util import DASKPILE, daskpile_command, sorted_source
+
+import daskpile
+from daskpile import _lease
+
+# A process of its own that takes dest's lease, says so, and holds it until its stdin closes
+HOLDER = """
+import sys, fsspec
+from daskpile import _lease
+with _lease.held(fsspec.filesystem("file"), sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    return sorted_source(tmp_path_factory.mktemp("lease-src"), rows=30_000, files=3)
+
+
+def test_a_live_run_holding_dest_refuses_another_which_writes_nothing(source, tmp_path):
+    dest = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        done = daskpile_command("shuffle", source, str(dest), "--piles", "4", "--seed", "1", "--scheduler", "sync")
+        assert done.returncode == 2, done.stderr
+        line = done.stderr.strip()
+        assert "\n" not in line and "is being written by another daskpile run" in line and f"pid {holder.pid}" in line
+        assert os.listdir(dest) == [_lease.LEASE_FILE]  # nothing of the refused run
+        with pytest.raises(daskpile.DestBusyError, match="another daskpile run"):
+            daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert not dest.exists()  # the holder wrote nothing but its lease, and took both away
+    report = daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)  # once it ended, the call runs
+    assert report.rows == 30_000 and _lease.LEASE_FILE not in os.listdir(dest)
+
+
+def test_a_killed_runs_lease_is_taken_over_once_it_is_old(source, tmp_path):
+    dest = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    holder.kill()  # as a pod lost with its node: its lease stays, no longer renewed
+    holder.wait(timeout=30)
+    path = dest / _lease.LEASE_FILE
+    record = json.loads(path.read_text())
+    with pytest.raises(daskpile.DestBusyError):  # renewed just now: it may be alive
+        daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    path.write_text(json.dumps({**record, "renewed": record["renewed"] - _lease.LEASE_SECONDS - 1}))
+    report = daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    written = sorted([*(os.path.basename(f) for f in report.files), "_daskpile.json"])
+    assert report.rows == 30_000 and sorted(os.listdir(dest)) == written  # the dead run's lease is gone
+
+
+def test_a_lease_being_written_counts_as_alive_and_a_half_written_old_one_as_dead(source, tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / _lease.LEASE_FILE).write_bytes(b'{"owner": "ab')  # a writer stopped mid-write
+    with pytest.raises(daskpile.DestBusyError, match="whose lease is being written"):
+        daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    old = time.time() - _lease.LEASE_SECONDS - 1
+    os.utime(dest / _lease.LEASE_FILE, (old, old))
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
+
+
+def test_the_lease_is_renewed_while_the_run_lives_and_a_run_that_lost_it_does_not_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(_lease, "RENEW_SECONDS", 0.05)
+    fs, dest = fsspec.filesystem("file"), str(tmp_path / "out")
+    path = os.path.join(dest, _lease.LEASE_FILE)
+
+    def lease_file() -> dict:
+        with open(path) as f:
+            return json.load(f)
+
+    with _lease.held(fs, dest) as lease:
+        first = lease_file()["renewed"]
+        time.sleep(0.5)
+        assert lease_file()["renewed"] > first
+        lease.check()
+        other = {**lease_file(), "owner": "another", "pid": 1}  # a run that took it over, thinking us dead
+        with open(path, "w") as f:
+            json.dump(other, f)
+        time.sleep(0.3)
+        assert lease_file()["owner"] == "another"  # never written over by our renewals
+        with pytest.raises(daskpile.DestBusyError, match="lease went to the run of pid 1"):
+            lease.check()
+    assert lease_file()["owner"] == "another"  # not ours to remove
+
+
+@pytest.mark.slow
+def test_the_same_command_twice_at_once_one_runs_the_other_is_told_to_wait(tmp_path):
+    source = sorted_source(tmp_path / "src", rows=1_000_000, files=8)
+    dest = tmp_path / "out"
+    command = [DASKPILE, "shuffle", source, str(dest), "--piles", "8", "--seed", "2", "--scheduler", "threads", "-q"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
+    assert 0 in [code for code, _ in outcomes], outcomes
+    for code, stderr in outcomes:  # the other finished too (found the result) or was told to wait, never crashed
+        assert code == 0 or (code == 2 and "is being written by another daskpile run" in stderr), outcomes
+    assert daskpile.verify(str(dest)).ok
+    ids = np.sort(pq.read_table(str(dest), columns=["id"]).column("id").to_numpy())
+    assert np.array_equal(ids, np.arange(1_000_000))
