@@ -7,7 +7,8 @@ both under one manifest.  So a run takes the dest's lease first
 renews it while it runs, checks it is still its own before it commits, and
 removes it at the end.  A run that finds a lease renewed less than
 ``LEASE_SECONDS`` ago is refused, naming the holder; an older one is a killed
-run's, and is taken over.  Freshness is read from the holder's clock, so
+run's, and is taken over, as is one whose process, on the same machine, is
+gone.  Freshness is read from the holder's clock, so
 machines sharing a dest need clocks within a minute or so of each other (as
 NTP keeps them).
 """
@@ -187,10 +188,30 @@ def _read(fs: fsspec.AbstractFileSystem, path: str) -> dict | None:
 
 
 def _alive(record: dict) -> bool:
+    """Renewed within ``LEASE_SECONDS``, unless its process, on this machine, is gone (a run killed and run
+    again at once resumes, rather than waiting out its own lease)."""
     try:
-        return time.time() - float(record.get("renewed", 0)) < LEASE_SECONDS
+        recent = time.time() - float(record.get("renewed", 0)) < LEASE_SECONDS
     except (TypeError, ValueError):
         return False
+    if recent and record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
+        return _process_lives(record["pid"])
+    return recent
+
+
+def _process_lives(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is running (a zombie, killed but not yet reaped, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): it exists
+        return True
 
 
 def _create_new(path: str, data: bytes) -> bool:
@@ -217,6 +238,6 @@ def _busy_message(fs: fsspec.AbstractFileSystem, dest_path: str, record: dict) -
         ago = "recently"
     return (
         f"dest {full_url(fs, dest_path)!r} is being written by another daskpile run ({_holder(record)}; alive "
-        f"{ago}). Wait for it to end and run the same call again; if that run was killed, its lease "
-        f"({LEASE_FILE}) counts as dead {LEASE_SECONDS:.0f} s after its last renewal"
+        f"{ago}). Wait for it to end and run the same call again; if that run was killed on another machine, "
+        f"its lease ({LEASE_FILE}) counts as dead {LEASE_SECONDS:.0f} s after its last renewal"
     )

@@ -58,12 +58,25 @@ def test_a_killed_runs_lease_is_taken_over_once_it_is_old(source, tmp_path):
     holder.wait(timeout=30)
     path = dest / _lease.LEASE_FILE
     record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "host": "another-machine"}))  # its process cannot be asked there
     with pytest.raises(daskpile.DestBusyError):  # renewed just now: it may be alive
         daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
-    path.write_text(json.dumps({**record, "renewed": record["renewed"] - _lease.LEASE_SECONDS - 1}))
+    old = record["renewed"] - _lease.LEASE_SECONDS - 1
+    path.write_text(json.dumps({**record, "host": "another-machine", "renewed": old}))
     report = daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
     written = sorted([*(os.path.basename(f) for f in report.files), "_daskpile.json"])
     assert report.rows == 30_000 and sorted(os.listdir(dest)) == written  # the dead run's lease is gone
+
+
+def test_a_killed_runs_lease_on_this_machine_is_taken_over_at_once(source, tmp_path):
+    """Run again right after a kill -9 (or an out-of-memory kill), the same call resumes without waiting."""
+    dest = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+    holder.kill()
+    holder.wait(timeout=30)
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
+    assert _lease.LEASE_FILE not in os.listdir(dest)
 
 
 def test_a_lease_being_written_counts_as_alive_and_a_half_written_old_one_as_dead(source, tmp_path):
