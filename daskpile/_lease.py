@@ -119,20 +119,24 @@ class Lease:
             if self.lost is not None:
                 return
 
+    def _taken_by(self) -> str | None:
+        """Who holds the lease now, if not this run (once lost, it stays lost)."""
+        if self.lost is None:
+            held = _read(self.fs, self.path)
+            if held is None:
+                self.lost = "no run (its file was removed)"
+            elif held.get("owner") != self.owner:
+                self.lost = _holder(held)
+        return self.lost
+
     def renew(self) -> None:
         """Say the run is alive, unless another run took the lease meanwhile (then ``lost`` says who)."""
-        held = _read(self.fs, self.path)
-        if held is not None and held.get("owner") != self.owner:
-            self.lost = _holder(held)
-            return
-        write_bytes(self.fs, self.path, self._record())
+        if self._taken_by() is None:
+            write_bytes(self.fs, self.path, self._record())
 
     def check(self) -> None:
         """Raise ``DestBusyError`` if the lease is no longer this run's: it must not commit."""
-        held = _read(self.fs, self.path)
-        if self.lost is None and (held is None or held.get("owner") != self.owner):
-            self.lost = _holder(held) if held is not None else "no run (its file was removed)"
-        if self.lost is not None:
+        if self._taken_by() is not None:
             raise DestBusyError(
                 f"dest {full_url(self.fs, self.dest_path)!r}: this run's lease went to {self.lost} while it ran "
                 f"(it was not renewed for {LEASE_SECONDS:.0f} s: a paused machine?); nothing was committed. "
@@ -142,8 +146,7 @@ class Lease:
     def release(self) -> None:
         """Stop renewing and remove the lease if it is still this run's (and dest, if the lease alone made it)."""
         self._stop.set()
-        held = _read(self.fs, self.path)
-        if held is not None and held.get("owner") == self.owner:
+        if self._taken_by() is None:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(self.path)
         self._remove_dest_if_made()

@@ -682,7 +682,6 @@ class _Run:
             self.scratch.remove()  # a rerun needs other arguments, so nothing here can be resumed
             raise
         target = self.staging or self.dest_path
-        self.made_dest = not self.dest_fs.exists(self.dest_path)
         self.dest_fs.makedirs(target, exist_ok=True)
         run_state.write(self.dest_fs, self.dest_path, self.spec)
         timer = Timer(self.progress)
@@ -724,10 +723,7 @@ class _Run:
         """
         try:
             self.scratch.remove()
-            _discard_unfinished(self.dest_fs, self.dest_path)
-            # (an object store has no empty directory to remove: the prefix went with its last object)
-            if self.made_dest and is_local(self.dest_fs) and not self.dest_fs.ls(self.dest_path):
-                self.dest_fs.rmdir(self.dest_path)
+            _discard_unfinished(self.dest_fs, self.dest_path)  # (a dest the run made goes with its lease)
         except OSError as e:
             failure.add_note(f"what the run wrote could not all be removed: {e!r}")
 

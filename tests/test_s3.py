@@ -3,6 +3,7 @@ server (moto's, over HTTP on 127.0.0.1) that the workers reach as a cluster woul
 
 import concurrent.futures
 import dataclasses
+import functools
 import gc
 import json
 import socket
@@ -135,13 +136,14 @@ def test_a_live_runs_lease_in_an_s3_dest_refuses_a_second_run_and_two_racing_run
     holds it, and the other, reading it back, is refused."""
     fs, options = s3
     write_reference_dataset("s3://lake/lease-in", rows=2_000, files=2, storage_options=options)
+    shuffle = functools.partial(
+        daskpile.shuffle_parquet, "s3://lake/lease-in", "s3://lake/lease-out", piles=3, seed=1,
+        scratch="s3://scratch/lease", storage_options=options,
+    )  # fmt: skip
     first = _lease.Lease.take(fs, "lake/lease-out")
     try:
         with pytest.raises(daskpile.DestBusyError, match="another daskpile run"):
-            daskpile.shuffle_parquet(
-                "s3://lake/lease-in", "s3://lake/lease-out", piles=3, seed=1, scratch="s3://scratch/lease",
-                storage_options=options,
-            )  # fmt: skip
+            shuffle()
         fs.invalidate_cache()
         assert [p.rsplit("/", 1)[-1] for p in fs.find("lake/lease-out")] == [_lease.LEASE_FILE]
         first.renew()
@@ -155,10 +157,7 @@ def test_a_live_runs_lease_in_an_s3_dest_refuses_a_second_run_and_two_racing_run
     fs.invalidate_cache()
     assert fs.find("lake/lease-out") == [f"lake/lease-out/{_lease.LEASE_FILE}"]  # the other run's: kept
     fs.rm("lake/lease-out", recursive=True)
-    report = daskpile.shuffle_parquet(
-        "s3://lake/lease-in", "s3://lake/lease-out", piles=3, seed=1, scratch="s3://scratch/lease",
-        storage_options=options,
-    )  # fmt: skip
+    report = shuffle()
     fs.invalidate_cache()
     assert report.rows == 2_000 and _lease.LEASE_FILE not in [p.rsplit("/", 1)[-1] for p in fs.find("lake/lease-out")]
 
