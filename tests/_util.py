@@ -24,6 +24,28 @@ def daskpile_command(*args: str, timeout: float = 300, env: dict | None = None) 
     return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+# A process of its own that takes a dest's lease, says so, and holds it until its stdin closes
+_LEASE_HOLDER = """
+import sys, fsspec
+from daskpile import _lease
+with _lease.held(fsspec.filesystem("file"), sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def start_lease_holder(dest) -> subprocess.Popen:
+    """A live run's stand-in: a process holding the lease of the local ``dest`` once this returns.
+
+    Close its stdin to end it (it then removes the lease), or kill it to leave a dead run's lease.
+    """
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _LEASE_HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert holder.stdout.readline().strip() == b"held"
+    return holder
+
+
 def daskpile_in_process(*args: str) -> subprocess.CompletedProcess:
     """The ``daskpile`` command run in this process by click's runner, as ``daskpile_command`` reports it.
 

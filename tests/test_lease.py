@@ -3,26 +3,16 @@
 import json
 import os
 import subprocess
-import sys
 import time
 
 import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, daskpile_command, sorted_source
+from _util import DASKPILE, daskpile_command, sorted_source, start_lease_holder
 
 import daskpile
 from daskpile import _lease
-
-# A process of its own that takes dest's lease, says so, and holds it until its stdin closes
-HOLDER = """
-import sys, fsspec
-from daskpile import _lease
-with _lease.held(fsspec.filesystem("file"), sys.argv[1]):
-    print("held", flush=True)
-    sys.stdin.read()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +22,8 @@ def source(tmp_path_factory):
 
 def test_a_live_run_holding_dest_refuses_another_which_writes_nothing(source, tmp_path):
     dest = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = start_lease_holder(dest)
     try:
-        assert holder.stdout.readline().strip() == b"held"
         done = daskpile_command("shuffle", source, str(dest), "--piles", "4", "--seed", "1", "--scheduler", "sync")
         assert done.returncode == 2, done.stderr
         line = done.stderr.strip()
@@ -52,8 +41,7 @@ def test_a_live_run_holding_dest_refuses_another_which_writes_nothing(source, tm
 
 def test_a_killed_runs_lease_is_taken_over_once_it_is_old(source, tmp_path):
     dest = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert holder.stdout.readline().strip() == b"held"
+    holder = start_lease_holder(dest)
     holder.kill()  # as a pod lost with its node: its lease stays, no longer renewed
     holder.wait(timeout=30)
     path = dest / _lease.LEASE_FILE
@@ -71,8 +59,7 @@ def test_a_killed_runs_lease_is_taken_over_once_it_is_old(source, tmp_path):
 def test_a_killed_runs_lease_on_this_machine_is_taken_over_at_once(source, tmp_path):
     """Run again right after a kill -9 (or an out-of-memory kill), the same call resumes without waiting."""
     dest = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dest)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert holder.stdout.readline().strip() == b"held"
+    holder = start_lease_holder(dest)
     holder.kill()
     holder.wait(timeout=30)
     assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000

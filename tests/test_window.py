@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, daskpile_command, daskpile_in_process, write_parts
+from _util import DASKPILE, daskpile_command, daskpile_in_process, start_lease_holder, write_parts
 
 import daskpile
 from daskpile.datasets import reference_table
@@ -203,6 +203,43 @@ def test_a_change_under_way_is_resumed_by_the_same_command_and_refuses_others(sy
     assert not (dest / snapshot.PENDING).exists()
     for name in (f"gen-000001/part-{j:05d}.parquet" for j in range(PILES)):
         assert (dest / name).read_bytes() == (reference / name).read_bytes()
+
+
+def window_state(dest: Path) -> dict[str, bytes]:
+    """Every file of the window, by its path relative to it."""
+    return {str(p.relative_to(dest)): p.read_bytes() for p in sorted(dest.rglob("*")) if p.is_file()}
+
+
+def test_while_a_run_holds_the_window_every_command_is_refused_at_once_and_writes_nothing(
+    sync_scheduler, days, tmp_path
+):
+    """Two commands on one window at once (a daily append beside a compact by hand): the second is refused
+    before it reads the window, where before both did their work and the later one failed at its commit."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    before = window_state(dest)
+    holder = start_lease_holder(dest)
+    try:
+        for command in (
+            lambda: daskpile.append(str(dest), days[2]),
+            lambda: daskpile.expire(str(dest), keep_generations=1),
+            lambda: daskpile.compact(str(dest)),
+            lambda: daskpile.discard(str(dest)),
+            lambda: daskpile.shuffle_parquet(days[2], str(dest), piles=PILES, seed=SEED, overwrite=True),
+        ):
+            with pytest.raises(daskpile.DestBusyError, match=f"another daskpile run \\(the run of pid {holder.pid}"):
+                command()
+        done = daskpile_in_process("expire", str(dest), "--keep", "1")
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "another daskpile run" in done.stderr
+        assert window_state(dest) == {**before, "_daskpile.lease.json": (dest / "_daskpile.lease.json").read_bytes()}
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert window_state(dest) == before  # the holder's lease went with it
+    assert daskpile.append(str(dest), days[2]).generation == 2  # and the commands run again
+    assert daskpile.compact(str(dest)).changed
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2) and "_daskpile.lease.json" not in os.listdir(dest)
 
 
 def test_discard_drops_the_unfinished_change(sync_scheduler, days, tmp_path, monkeypatch):

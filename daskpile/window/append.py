@@ -19,6 +19,7 @@ from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
 
+@snapshot.one_change_at_a_time
 def append(
     dest: str,
     source: str | list[str],
@@ -72,6 +73,8 @@ def append(
     WindowBusyError
         If another change (an interrupted ``compact`` or ``expire``, or an
         append of other files) is under way: finish it or ``discard`` it.
+    DestBusyError
+        If another command or run is writing the window now: wait for it.
     ValueError
         If the files do not fit the window's schema, or some (not all) of
         them are in the window already.

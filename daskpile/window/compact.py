@@ -31,6 +31,7 @@ class _Compacted:
     cut: Fingerprint  # of the rows removed by the cuts
 
 
+@snapshot.one_change_at_a_time
 def compact(
     dest: str,
     *,

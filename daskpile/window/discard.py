@@ -11,6 +11,7 @@ from daskpile.window import snapshot
 from daskpile.window.snapshot import Window, WindowReport, report
 
 
+@snapshot.one_change_at_a_time
 def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
     """Drop the change under way in the window ``dest`` (an interrupted append, expire or compact).
 

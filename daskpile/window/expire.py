@@ -18,6 +18,7 @@ from daskpile.window.snapshot import Generation, Window, WindowReport, report
 READ_THREADS = 16  # one column of each file: small reads, bound by latency on an object store
 
 
+@snapshot.one_change_at_a_time
 def expire(
     dest: str,
     *,

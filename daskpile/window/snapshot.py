@@ -12,13 +12,16 @@ so that a reader still on an older version finishes.
 
 A change under way is marked by ``_daskpile.pending.json``: running the same
 command again finishes it, any other change is refused until it is finished
-or discarded.
+or discarded.  While a command runs it holds the window's dest lease
+(``_lease``, as a shuffle does), so a second command on the window, or a
+shuffle into it, is refused at once rather than when it commits.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import posixpath
 import re
@@ -27,7 +30,7 @@ import time
 import numpy as np
 from dask.utils import parse_timedelta
 
-from daskpile import _fingerprint, _manifest, _outputs, _random
+from daskpile import _fingerprint, _lease, _manifest, _outputs, _random
 from daskpile._fingerprint import Fingerprint
 from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
@@ -308,6 +311,25 @@ def report(window: Window, changed: bool, summary: str, **extra) -> WindowReport
 
 
 # ---- the change under way ----
+
+
+def one_change_at_a_time(command):
+    """``command(dest, ..., storage_options=...)`` run under the dest lease of the window ``dest``.
+
+    Without it, two commands started together on one window (a cron job's
+    append beside a compact by hand) both did their work, and the later
+    commit was refused ("changed while this command ran"); two of the same
+    command both resumed one pending change.  With it, the second is refused
+    before it reads the window (``DestBusyError``), writing nothing.
+    """
+
+    @functools.wraps(command)
+    def under_the_lease(dest: str, *args, storage_options: dict | None = None, **kwargs):
+        fs, path = filesystem(dest, storage_options)
+        with _lease.held(fs, path):
+            return command(dest, *args, storage_options=storage_options, **kwargs)
+
+    return under_the_lease
 
 
 def begin(
