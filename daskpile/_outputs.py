@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as ipc
 import pyarrow.json as pa_json
+import pyarrow.parquet as pq
 
 from daskpile import _kernels
 from daskpile._storage import atomic_sink, is_local, write_bytes
@@ -67,6 +68,23 @@ class Output:
         if self.format in ("parquet", "arrow") or not self.compression:
             return _SUFFIXES[self.format]
         return _SUFFIXES[self.format] + _COMPRESSED_SUFFIXES[self.compression]
+
+    def stored_plan(self, plan):
+        """``plan`` (a ``SourcePlan``) with its rows cast, once read, to the types this format's readers get back.
+
+        Parquet has no unit of seconds and no date in milliseconds: Arrow
+        writes ``timestamp[s]`` and ``time32[s]`` in milliseconds and
+        ``date64`` as ``date32``, and readers get those.  The rows are
+        fingerprinted in the types a reader gets, so a result verifies as it
+        is read back (before, ``verify`` called a result of a CSV's
+        ``timestamp[s]`` column a mismatch).  Other formats keep every type.
+        """
+        if self.format != "parquet":
+            return plan
+        stored = parquet_stored_schema(plan.reading.schema)
+        if stored.equals(plan.reading.schema):
+            return plan
+        return dataclasses.replace(plan, reading=dataclasses.replace(plan.reading, stored=stored))
 
     @property
     def serialized(self) -> bool:
@@ -199,6 +217,24 @@ def stamped_beside(path: str) -> bool:
     (True, False)
     """
     return not path.endswith((".parquet", ".arrow"))
+
+
+def parquet_stored_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each type as a Parquet file written by Arrow gives it back (names and metadata kept).
+
+    >>> parquet_stored_schema(pa.schema([("t", pa.timestamp("s")), ("d", pa.date64()), ("x", pa.int8())])).types
+    [TimestampType(timestamp[ms]), DataType(date32[day]), DataType(int8)]
+    """
+    sink = pa.BufferOutputStream()
+    try:  # (an empty file: what Arrow stores is a function of the types alone)
+        pq.write_table(_kernels.empty_table(schema), sink)
+        back = pq.read_schema(pa.BufferReader(sink.getvalue()))
+    except (pa.ArrowException, ValueError, TypeError):  # a type Parquet cannot hold: the writer says so later
+        return schema
+    fields = [
+        f if f.type.equals(b.type) else f.with_type(b.type) for f, b in zip(schema, back, strict=True)
+    ]  # fmt: skip
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Output, data=None) -> int:

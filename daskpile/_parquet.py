@@ -494,6 +494,7 @@ def shuffle_plan(
     ``daskpile.window.append`` plans its source into the window's schema and
     runs it here.
     """
+    plan = output.stored_plan(plan)
     run = _Run(
         plan, source, storage_options, overwrite, verify, memory_per_pile, progress, blocksize, on_oversize,
         rows_per_file, second_pass, output,

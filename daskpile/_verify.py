@@ -252,10 +252,11 @@ def verify(
         source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
         format=read_as.get("format", "auto"), read_options=read_as.get("read_options"),
     )  # fmt: skip
+    written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
+    plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]
-    written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     keys = None if manifest else FolderKeys.below(dest, dest_fs, dest_files, storage_options)
     tasks += [
         dask.delayed(_fingerprint_file)(dest_fs, p, names, written_as, _folder_columns(keys, p, plan.schema))

@@ -170,3 +170,54 @@ def test_a_changed_row_fails_loudly_and_leaves_no_manifest(sync_scheduler, sourc
 def test_verification_can_be_turned_off(sync_scheduler, source, tmp_path):
     report = daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=0, verify=False)
     assert report.fingerprint is None and daskpile.read_manifest(str(tmp_path / "out"))["fingerprint"] is None
+
+
+# Types Arrow's Parquet writer stores as others: Parquet has no unit of seconds and no date in milliseconds
+STORED_AS_OTHERS = {
+    "timestamp[s]": (pa.array([0, 86_400, None, 1_600_000_000], pa.timestamp("s")), pa.timestamp("ms")),
+    "timestamp[s, UTC]": (pa.array([0, 1, 2, None], pa.timestamp("s", tz="UTC")), pa.timestamp("ms", tz="UTC")),
+    "time32[s]": (pa.array([0, 59, 3_600, None], pa.time32("s")), pa.time32("ms")),
+    "date64": (pa.array([0, 86_400_000, None, 864_000_000], pa.date64()), pa.date32()),
+    "list<timestamp[s]>": (pa.array([[0], [1, 2], None, []], pa.list_(pa.timestamp("s"))),
+                           pa.list_(pa.field("element", pa.timestamp("ms")))),
+    "struct<date64>": (pa.array([{"d": 0}, None, {"d": 86_400_000}, {"d": None}], pa.struct([("d", pa.date64())])),
+                       pa.struct([("d", pa.date32())])),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", STORED_AS_OTHERS)
+def test_a_type_parquet_stores_as_another_verifies_as_read_back(sync_scheduler, tmp_path, kind):
+    """A shuffle said "verified", then ``verify`` said MISMATCH: the fingerprint was of seconds, the files hold
+    milliseconds.  The rows now take the stored type once read, and the values are the same instants."""
+    values, stored = STORED_AS_OTHERS[kind]
+    table = pa.table({"id": pa.array(range(4000)), "v": pa.concat_arrays([values] * 1000)})
+    source = tmp_path / "in.arrow"
+    with pa.ipc.new_file(source, table.schema) as writer:
+        writer.write_table(table)
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(str(source), str(dest), piles=3, seed=1)
+    assert daskpile.verify(str(dest)).ok and daskpile.verify(str(source), str(dest)).ok
+    back = pq.read_table(dest).sort_by("id")
+    assert back.schema.field("v").type.equals(stored) and daskpile.read_manifest(str(dest))["schema"][1]["type"] == str(
+        stored
+    )
+    assert back.column("v").equals(table.column("v").cast(stored))
+    kept = daskpile.shuffle_parquet(str(source), str(tmp_path / "arrow"), piles=3, seed=1, output_format="arrow")
+    assert kept.rows == 4000 and daskpile.verify(str(tmp_path / "arrow")).ok  # Arrow files keep the type
+
+
+def test_a_csv_time_in_seconds_verifies_and_a_date_parquet_cannot_hold_is_refused(sync_scheduler, tmp_path):
+    (tmp_path / "t.csv").write_text("id,when\n1,2020-01-01 00:00:00\n2,2020-01-02 00:00:01\n")
+    daskpile.shuffle_parquet(str(tmp_path / "t.csv"), str(tmp_path / "out"), piles=1, seed=0)
+    assert (
+        daskpile.verify(str(tmp_path / "out")).ok and daskpile.verify(str(tmp_path / "t.csv"), str(tmp_path / "out")).ok
+    )
+    midday = pa.table({"d": pa.array([0, 43_200_000], pa.date64())})  # a date64 at noon: not a whole day
+    pq_source = tmp_path / "d.arrow"
+    with pa.ipc.new_file(pq_source, midday.schema) as writer:
+        writer.write_table(midday)
+    with pytest.raises(
+        ValueError, match=r"column 'd' \(date64\[ms\]\) holds values that Parquet.*--output-format arrow"
+    ):
+        daskpile.shuffle_parquet(str(pq_source), str(tmp_path / "refused"), piles=1, seed=0)
+    assert not (tmp_path / "refused").exists()

@@ -52,7 +52,8 @@ class SourcePlan:
 
     @property
     def schema(self) -> pa.Schema:
-        return self.reading.schema
+        """The schema of the rows read: the output's stored types where they differ (``Reading.stored``)."""
+        return self.reading.stored or self.reading.schema
 
     @property
     def data_schema(self) -> pa.Schema:

@@ -39,6 +39,8 @@ class Reading:
     reference: str  # the file (or table) the schema comes from, for messages
     field_ids: tuple[tuple[int, str], ...] = ()  # Iceberg: (field id, current name), columns matched by id
     text: TextOptions | None = None  # how text files are read; None: Parquet
+    # The types the output's readers get back, where they differ (``Output.stored_plan``): the rows take them
+    stored: pa.Schema | None = None
 
 
 def read_pieces(
@@ -80,7 +82,7 @@ def read_pieces(
                 if started and size + nbytes > blocksize:
                     if groups and not skipped:
                         tables.append(_read(parquet, groups, conform, url))
-                    yield piece, None if skipped else _concat(tables, reading.schema)
+                    yield piece, None if skipped else _concat(tables, reading)
                     piece, size, tables, groups = piece + 1, 0, [], []
                     skipped = skip(piece)
                 groups.append(g)
@@ -88,7 +90,7 @@ def read_pieces(
                 started = True
             if groups and not skipped:
                 tables.append(_read(parquet, groups, conform, url))
-    yield piece, None if skipped else _concat(tables, reading.schema)
+    yield piece, None if skipped else _concat(tables, reading)
 
 
 def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, skip) -> Iterator:
@@ -100,14 +102,14 @@ def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, 
         url = full_url(fs, f.path)
         for nbytes, table, actual in _units(fs, f, reading, data_schema, blocksize):
             if size and size + nbytes > blocksize:
-                yield piece, None if skipped else _concat(tables, reading.schema)
+                yield piece, None if skipped else _concat(tables, reading)
                 piece, size, tables = piece + 1, 0, []
                 skipped = skip(piece)
             size += nbytes
             if not skipped:
                 conform = conformer(actual, reading.schema, dict(f.keys), "first file", url, reading.reference)
                 tables.append(conform(table(), url))
-    yield piece, None if skipped else _concat(tables, reading.schema)
+    yield piece, None if skipped else _concat(tables, reading)
 
 
 def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksize: int) -> Iterator:
@@ -131,8 +133,25 @@ def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
     return conform(table, url)
 
 
-def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+def _concat(tables: list[pa.Table], reading: Reading) -> pa.Table:
+    schema = reading.schema
     if not tables:
-        return pa.Table.from_batches([], schema=schema)  # (schema.empty_table() imports pandas)
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    return table.replace_schema_metadata(schema.metadata)
+        table = pa.Table.from_batches([], schema=schema)  # (schema.empty_table() imports pandas)
+    else:
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = table.replace_schema_metadata(schema.metadata)
+    return table if reading.stored is None else _as_stored(table, reading.stored)
+
+
+def _as_stored(table: pa.Table, stored: pa.Schema) -> pa.Table:
+    """``table`` cast to the types the output stores; ValueError naming a column whose values those cannot hold."""
+    columns = []
+    for column, field in zip(table.columns, stored, strict=True):
+        try:
+            columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+        except pa.ArrowInvalid as e:
+            raise ValueError(
+                f"column {field.name!r} ({column.type}) holds values that Parquet, which stores it as {field.type}, "
+                f"cannot hold ({e}): write another format (--output-format arrow)"
+            ) from None
+    return pa.Table.from_arrays(columns, schema=stored)
