@@ -1205,3 +1205,29 @@ def test_a_text_part_replaced_keeping_its_size_and_modification_time_is_written_
     assert written[0].stat().st_size == before.st_size and written[0].stat().st_mtime_ns == before.st_mtime_ns
     report = daskpile.shuffle_parquet(str(source), str(dest), scratch=str(scratch), **kwargs)
     assert report.resumed_piles == 4 and daskpile.verify(str(source), str(dest)).ok
+
+
+@pytest.mark.parametrize("cut", ["inside the last value", "between two fields"])
+def test_newlines_in_values_the_record_the_first_mib_cuts_is_read_whole(sync_scheduler, tmp_path, cut):
+    """The schema was inferred from the first MiB given to Arrow as a whole file: the record cut at its end
+    was a row short of fields (refused, on a valid file) or, cut inside its time, a text column."""
+    from daskpile.sources.text import SAMPLE_BYTES
+
+    header, row = b"id,text,when\n", b'%07d,"a\nb",2020-01-01 00:00:%02d\n'
+    size = len(row % (0, 0))
+    at = {"inside the last value": size - 5, "between two fields": 8}[cut]  # where in a record the MiB ends
+    first = b'9999999,"%s",2020-01-01 00:00:00\n'  # its text's length puts the MiB's end there
+    text = b"x" * ((SAMPLE_BYTES - len(header) - at - len(first % b"")) % size)
+    data = header + first % text + b"".join(row % (i, i % 60) for i in range(2 * SAMPLE_BYTES // size))
+    assert (SAMPLE_BYTES - len(header) - len(first % text)) % size == at
+    path = tmp_path / "t.csv"
+    path.write_bytes(data)
+    expected = pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(newlines_in_values=True))
+    assert expected.schema.field("when").type == pa.timestamp("s")
+    report = daskpile.shuffle_parquet(
+        str(path), str(tmp_path / "out"), piles=3, seed=1, output_format="arrow",
+        read_options={"newlines_in_values": True},
+    )  # fmt: skip
+    files = sorted((tmp_path / "out").glob("part-*.arrow"))
+    shuffled = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in files]).replace_schema_metadata(None)
+    assert report.rows == expected.num_rows and shuffled.sort_by("id").equals(expected.sort_by("id"))

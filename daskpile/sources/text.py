@@ -321,8 +321,10 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
         if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
             return pa.table({}), head
         try:
-            with _csv_errors(full_url(fs, path), options.format):
-                reader = _stream_csv(io.BytesIO(head), options, declared, block)
+            # The file itself, not its first bytes alone: given those, Arrow took the record they cut short for
+            # a whole one (a row short of fields refused, or its cut last value inferred as another type)
+            with open_decompressed(fs, path) as f, _csv_errors(full_url(fs, path), options.format):
+                reader = _stream_csv(f, options, declared, block)
                 batch = next(iter(reader), None)
             break
         except ValueError as e:
