@@ -96,13 +96,14 @@ class Output:
         if self.format == "jsonl" and is_json_text(schema):
             return
         if self.format in ("jsonl", "csv"):
-            nested = [f for f in _decoded_schema(schema) if pa.types.is_nested(f.type)]
+            decoded = _decoded_schema(schema)
+            nested = [f for f in decoded if pa.types.is_nested(f.type)]
             if nested:
                 raise ValueError(
                     f"output_format={self.format!r} writes flat columns, and {nested[0].name!r} is {nested[0].type}: "
                     "write parquet or arrow"
                 )
-            for field in _decoded_schema(schema):  # (found in pass 2 otherwise, after pass 1's work)
+            for field in decoded:  # (found in pass 2 otherwise, after pass 1's work)
                 try:
                     pc.cast(pa.array([], field.type), pa.string())
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -231,9 +232,7 @@ def parquet_stored_schema(schema: pa.Schema) -> pa.Schema:
         back = pq.read_schema(pa.BufferReader(sink.getvalue()))
     except (pa.ArrowException, ValueError, TypeError):  # a type Parquet cannot hold: the writer says so later
         return schema
-    fields = [
-        f if f.type.equals(b.type) else f.with_type(b.type) for f, b in zip(schema, back, strict=True)
-    ]  # fmt: skip
+    fields = [f if f.type.equals(b.type) else f.with_type(b.type) for f, b in zip(schema, back, strict=True)]
     return pa.schema(fields, metadata=schema.metadata)
 
 
