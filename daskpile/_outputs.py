@@ -271,8 +271,12 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
             _refuse_not_utf8(table, output)
             raise
     if output.format == "jsonl" and not is_json_text(table.schema):
-        return _lines_bytes(_json_objects(table))
-    return _lines_bytes(table.column(0))
+        try:
+            return _lines_bytes(_json_objects(table), "(the objects)")
+        except pa.ArrowInvalid:  # a binary value that is not UTF-8: JSON text cannot hold it
+            _refuse_not_utf8(table, output)
+            raise
+    return _lines_bytes(table.column(0), table.column_names[0])
 
 
 def _decoded_schema(schema: pa.Schema) -> pa.Schema:
@@ -541,7 +545,9 @@ def _json_values(column: pa.ChunkedArray, name: str) -> tuple[pa.ChunkedArray, s
     """
     kind = column.type
     if pa.types.is_floating(kind) and pc.any(pc.invert(pc.is_finite(column))).as_py():
-        raise ValueError(f"column {name!r} holds NaN or an infinity, which JSON cannot hold: write another format")
+        raise ValueError(
+            f"column {name!r} holds {_first_not_finite(column)}, which JSON cannot hold: write another format"
+        )
     quote = ""
     if pa.types.is_duration(kind):  # its count of the unit: Arrow prints no other form of it
         column = pc.cast(column, pa.int64())
@@ -561,7 +567,7 @@ def _json_values(column: pa.ChunkedArray, name: str) -> tuple[pa.ChunkedArray, s
     else:
         try:
             text = pc.cast(column, pa.string())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        except pa.ArrowNotImplementedError as e:
             raise ValueError(f"column {name!r} ({kind}) cannot be written as JSON text: {e}") from None
         # Dates and times print without quotes, backslashes or control characters; other text is scanned
         # once, and escaped only if it needs it (most text does not: 5 passes of replace_substring saved)
@@ -580,7 +586,14 @@ def _json_values(column: pa.ChunkedArray, name: str) -> tuple[pa.ChunkedArray, s
     return pc.if_else(pc.is_null(column), _text("null"), text), ""
 
 
-def _lines_bytes(column: pa.ChunkedArray | pa.Array) -> list[pa.Buffer]:
+def _first_not_finite(column: pa.ChunkedArray) -> str:
+    """NaN, inf or -inf: the first such value of a float column, as the error names it."""
+    index = pc.index(pc.is_finite(column), False).as_py()
+    value = column[index].as_py()
+    return "NaN" if value != value else repr(value)
+
+
+def _lines_bytes(column: pa.ChunkedArray | pa.Array, name: str) -> list[pa.Buffer]:
     """Every value followed by a newline, end to end, joined by Arrow (a null is an empty line).
 
     One buffer for each run of chunks of up to ``RUN_BYTES``: a column's
@@ -594,17 +607,27 @@ def _lines_bytes(column: pa.ChunkedArray | pa.Array) -> list[pa.Buffer]:
             run, size = [], 0
         run.append(chunk)
         size += chunk.nbytes
-    return [_run_bytes(run, column.type) for run in [*runs, run] if run] or [pa.py_buffer(b"")]
+    return [_run_bytes(run, column.type, name) for run in [*runs, run] if run] or [pa.py_buffer(b"")]
 
 
-def _run_bytes(chunks: list[pa.Array], kind: pa.DataType) -> pa.Buffer:
+def _run_bytes(chunks: list[pa.Array], kind: pa.DataType, name: str) -> pa.Buffer:
     values = chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, kind).combine_chunks()
     if values.nbytes > RUN_BYTES:  # a chunk of up to 2 GiB, and a newline a value, outgrow 32-bit offsets
         values = _kernels.as_wide(values)
     if values.null_count:
         values = values.fill_null(_kernels.binary_scalar(b"", values.type))
     if _holds_newline(values):
-        raise ValueError("a value holds a newline: output_format='lines' would make it two lines; write another format")
+        value = values[pc.index(pc.match_substring(values.cast(pa.large_binary()), "\n"), True).as_py()].as_py()
+        at = value.index("\n" if isinstance(value, str) else b"\n")
+        shown = (
+            ("..." if at > 20 else "")
+            + repr(value[max(at - 20, 0) : at + 20])
+            + ("..." if len(value) > at + 20 else "")
+        )
+        raise ValueError(
+            f"column {name!r} holds a value with a newline ({shown}), which a file of lines would make two lines: "
+            "write another format"
+        )
     if not len(values):
         return pa.py_buffer(b"")
     # One list of the values and an empty one, joined by newlines: 3x faster than appending a newline to

@@ -84,22 +84,34 @@ def test_a_changed_line_fails_verification(tmp_path, sync_scheduler):
 
 
 @pytest.mark.parametrize(
-    "bad, message",
+    "bad, message, parsed",  # parsed: what the reading of the rows (to Parquet) says, where it says more
     [
-        (b'{"a": 1}{"a": 2}', r"line at byte 9,000 holds 2 JSON values, not one object"),
-        (b'{"a":\n 1}', r"line at byte 9,000 is not one JSON object \(b'\{\"a\":'\)"),
-        (b"[1, 2]", r"line at byte 9,000 is not one JSON object"),
-        (b'"text"', r"line at byte 9,000 is not one JSON object"),
-        (b'{"a": [1, {"b": tru}]}', r"line at byte 9,000: JSON parse error: Invalid value$"),
-        (b'{"a": "caf\xe9"}', r"invalid UTF-8 at byte 9,010$"),
-        (b'{"a": "tab\tinside"}', r"line at byte 9,000: JSON parse error"),
+        (b'{"a": 1}{"a": 2}', r"line at byte 9,000 holds 2 JSON values, not one object", None),
+        # a blank line after it: as many rows as lines
+        (b'{"a": 1} {"a": 2}\n', r"line at byte 9,000 holds 2 JSON values, not one object", None),
+        (b'{"a":\n 1}', r"line at byte 9,000 is not one JSON object \(b'\{\"a\":'\)", None),
+        (b"[1, 2]", r"line at byte 9,000 is not one JSON object", r"line at byte 9,000: .* begins a JSON array"),
+        (b'"text"', r"line at byte 9,000 is not one JSON object", r"line at byte 9,000: .*\(b'\"text\"'\)$"),
+        (
+            b'{"a": [1, {"b": tru}]}',
+            r"line at byte 9,000: JSON parse error: Invalid value$",
+            r"line at byte 9,000: JSON parse error: Column\(/a\) changed from number to array",
+        ),
+        (b'{"a": "caf\xe9"}', r"invalid UTF-8 at byte 9,010$", None),
+        (b'{"a": "tab\tinside"}', r"line at byte 9,000: JSON parse error", None),
     ],
 )
-def test_a_line_that_is_not_one_json_object_is_refused_naming_its_byte(tmp_path, sync_scheduler, bad, message):
+@pytest.mark.parametrize("output_format", ["jsonl", "parquet"])  # the lines as written, or parsed
+def test_a_line_that_is_not_one_json_object_is_refused_naming_its_byte(
+    tmp_path, sync_scheduler, bad, message, parsed, output_format
+):
+    """Parsed, two objects on a line were two rows, and an object over two lines one: Arrow's reader takes
+    objects apart by any whitespace."""
     source = tmp_path / "bad.jsonl"
     source.write_bytes(b'{"a": 1}\n' * 1000 + bad + b'\n{"a": 3}\n')  # in the last of many ranges of 1 KiB
-    with pytest.raises(ValueError, match=r"bad\.jsonl' as jsonl: .*" + message):
-        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), blocksize=2**14, output_format="jsonl")
+    said = parsed if output_format == "parquet" and parsed else message
+    with pytest.raises(ValueError, match=r"bad\.jsonl' as jsonl: .*" + said):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), blocksize=2**14, output_format=output_format)
     assert not (tmp_path / "out").exists()
 
 

@@ -150,7 +150,7 @@ def test_missing_source_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         daskpile.shuffle_parquet(str(tmp_path / "nowhere"), str(tmp_path / "out"), piles=2)
     (tmp_path / "emptydir").mkdir()
-    with pytest.raises(FileNotFoundError, match="matches no Parquet files"):
+    with pytest.raises(FileNotFoundError, match=r"'.*emptydir' matches no files$"):
         daskpile.shuffle_parquet(str(tmp_path / "emptydir"), str(tmp_path / "out"), piles=2)
 
 

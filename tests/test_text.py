@@ -141,6 +141,13 @@ def test_read_options_with_pyarrow_names(tmp_path, sync_scheduler):
     assert out.schema.field("f0").type == pa.int16() and out.column("f1").to_pylist() == ["x", "y", "z"]
     with pytest.raises(ValueError, match="read option 'sep' is not one of delimiter"):
         daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), piles=2, read_options={"sep": ";"})
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    for where, options, said in [
+        ("a.jsonl", {"delimiter": ";"}, "read option delimiter applies to csv and tsv, not jsonl"),  # not the ';'
+        ("a.csv", {"delimiter": ";;"}, "read option delimiter is one character, got ';;'"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{said}$"):
+            daskpile.shuffle_parquet(str(tmp_path / where), str(tmp_path / "o2"), read_options=options)
 
 
 def test_declared_types_with_parameters_timestamps_with_a_zone_and_decimals(tmp_path, sync_scheduler):
@@ -175,6 +182,25 @@ def test_a_latin_1_csv_is_read_with_its_encoding(tmp_path, sync_scheduler):
     assert out.num_rows == 60_000 and daskpile.verify(str(tmp_path / "a.csv"), str(tmp_path / "out")).ok
     with pytest.raises(ValueError, match=r"encoding 'utf-16' writes a newline as .* convert the files to UTF-8"):
         daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), read_options={"encoding": "utf-16"})
+
+
+def test_a_csv_not_in_utf8_without_its_encoding_is_refused_naming_the_line_unless_declared_binary(
+    tmp_path, sync_scheduler
+):
+    """Accented latin-1 in the first MiB made the column binary without a word (Arrow's inference); past it,
+    Arrow refuses the row.  Both now say which line, and how to read it; a column declared binary keeps the
+    bytes."""
+    source = tmp_path / "a.csv"
+    plain = "".join(f"{i},Jose {i}\n" for i in range(200_000))  # 2.6 MB: past the first MiB
+    for text, at in [(f"id,name\n0,Jos\xe9\n{plain}", 8), (f"id,name\n{plain}7,Jos\xe9\n", 8 + len(plain))]:
+        source.write_bytes(text.encode("latin1"))
+        with pytest.raises(ValueError, match=rf"the line at byte {at:,}: .*Jos\\xe9.*encoding=latin1"):
+            daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, blocksize=2**20)
+        assert not (tmp_path / "out").exists()
+    daskpile.shuffle_parquet(
+        str(source), str(tmp_path / "out"), piles=2, read_options={"column_types": {"name": "binary"}}
+    )
+    assert b"Jos\xe9" in read_output(tmp_path / "out").column("name").to_pylist()
 
 
 def test_a_declared_type_names_a_column_whose_name_has_dots(tmp_path):
@@ -447,7 +473,7 @@ def test_json_lines_out_escapes_text_and_refuses_what_json_cannot_hold(tmp_path,
     back = [json.loads(line) for f in report.files for line in Path(f).read_text(encoding="utf-8").splitlines()]
     assert sorted(back, key=lambda r: r["id"]) == rows  # Python's own JSON parser agrees
     (tmp_path / "nan.csv").write_text("x\n1.5\ninf\n")
-    with pytest.raises(ValueError, match="column 'x' holds NaN or an infinity"):
+    with pytest.raises(ValueError, match="column 'x' holds inf, which JSON cannot hold"):
         daskpile.shuffle_parquet(str(tmp_path / "nan.csv"), str(tmp_path / "o2"), 2, output_format="jsonl")
     assert not (tmp_path / "o2").exists()
 
@@ -515,7 +541,7 @@ def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, syn
 def test_a_value_holding_a_newline_is_refused_as_lines_and_nothing_is_written(tmp_path, sync_scheduler):
     """Written as lines it would become two rows: the run refuses before anything lands in dest."""
     write_jsonl(pa.table({"s": ["a", "b", "x" * 100 + "\nsecond half"]}), tmp_path / "n.jsonl")
-    with pytest.raises(ValueError, match="a value holds a newline"):
+    with pytest.raises(ValueError, match=r"column 's' holds a value with a newline \(\.\.\.'x{20}\\nsecond half'\)"):
         daskpile.shuffle_parquet(str(tmp_path / "n.jsonl"), str(tmp_path / "out"), 2, output_format="lines")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -537,8 +563,8 @@ def test_a_null_value_is_an_empty_line_not_a_lost_one():
     from daskpile._outputs import _lines_bytes
 
     column = pa.chunked_array([pa.array(["a", None], pa.string()), pa.array([None, "b"], pa.string())])
-    assert b"".join(run.to_pybytes() for run in _lines_bytes(column)) == b"a\n\n\nb\n"
-    assert [run.to_pybytes() for run in _lines_bytes(pa.chunked_array([pa.array([b"x", None])]))] == [b"x\n\n"]
+    assert b"".join(run.to_pybytes() for run in _lines_bytes(column, "line")) == b"a\n\n\nb\n"
+    assert [run.to_pybytes() for run in _lines_bytes(pa.chunked_array([pa.array([b"x", None])]), "line")] == [b"x\n\n"]
 
 
 @pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
@@ -547,11 +573,11 @@ def test_lines_of_a_slice_are_its_values_each_ended(kind):
     from daskpile._outputs import _lines_bytes
 
     values = pa.array(["skipped", "", "ab", None, "", "cde", "skipped too"], kind).slice(1, 5)
-    assert b"".join(run.to_pybytes() for run in _lines_bytes(values)) == b"\nab\n\n\ncde\n"
-    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 1))] == [b"\n"]
-    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 0))] == [b""]
+    assert b"".join(run.to_pybytes() for run in _lines_bytes(values, "line")) == b"\nab\n\n\ncde\n"
+    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 1), "line")] == [b"\n"]
+    assert [run.to_pybytes() for run in _lines_bytes(values.slice(0, 0), "line")] == [b""]
     no_nulls = pa.array(["skipped", "ab", "", "cde", "skipped too"], kind).slice(1, 3)  # joined in place
-    assert b"".join(run.to_pybytes() for run in _lines_bytes(no_nulls)) == b"ab\n\ncde\n"
+    assert b"".join(run.to_pybytes() for run in _lines_bytes(no_nulls, "line")) == b"ab\n\ncde\n"
 
 
 def test_json_objects_escape_only_what_needs_it_control_characters_too():
@@ -611,7 +637,8 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "daskpile: error: column 'line' (binary) cannot be written as JSON text: Invalid UTF8 payload"
+        "daskpile: error: column 'line' holds bytes that are not UTF-8 (b'not utf-8: \\xff'), which a reader of "
+        "the jsonl text refuses: write parquet or arrow, which keep them"
     ]
     assert not (tmp_path / "out").exists()
 

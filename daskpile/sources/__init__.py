@@ -186,7 +186,8 @@ def _plan_sources(
         raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
     declared = hive.parse_partitioning(partitioning)
     listed = [listing.list_source(url, storage_options, format=_listed_format(format)) for url in urls]
-    if format == "auto":
+    detected = format == "auto"
+    if detected:
         format = _format_of(listed, urls)
         if format != "parquet":  # the files named so; one without an extension (LICENSE) is not data then
             listed = [_named_only(listing.list_source(url, storage_options, format=format), format) for url in urls]
@@ -203,7 +204,8 @@ def _plan_sources(
         raise ValueError(f"{strays[0]!r} is not a {kind} file (stray_files='skip', the default, skips such files)")
     if not files:
         only = f" (only files that are not {kind}, such as {strays[0]!r})" if strays else ""
-        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {kind} files{only}")
+        said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format
+        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {said}{only}")
     key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
     infos = [info for info, _ in files]
     stamps = file_stamps(infos)

@@ -117,8 +117,10 @@ class TextOptions:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.format not in TEXT_FORMATS and self.read_options():
             raise ValueError(f"read options apply to text formats (csv, tsv, jsonl, lines), not {self.format}")
-        if self.delimiter is not None and (self.format not in ("csv", "tsv") or len(self.delimiter) != 1):
-            raise ValueError(f"read option delimiter applies to csv and tsv, one character: got {self.delimiter!r}")
+        if self.delimiter is not None and self.format not in ("csv", "tsv"):
+            raise ValueError(f"read option delimiter applies to csv and tsv, not {self.format}")
+        if self.delimiter is not None and len(self.delimiter) != 1:
+            raise ValueError(f"read option delimiter is one character, got {self.delimiter!r}")
         if self.format not in ("csv", "tsv") and (
             self.autogenerate_column_names or self.newlines_in_values or self.quote_char != '"'
         ):
@@ -421,6 +423,7 @@ def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, in
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
     # (in the first file's first MiB, where its text is at hand: the streamed reading does not see it)
     _refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    _refuse_inferred_binary(table, head, options, url)
     return table.schema, table.num_rows
 
 
@@ -463,6 +466,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
     _refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    _refuse_inferred_binary(table, head, options, url)
     schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
     return schema, table.num_rows
 
@@ -520,6 +524,26 @@ def _refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions,
                 f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
                 f"floats); {others}"
             )
+
+
+def _refuse_inferred_binary(table: pa.Table, text: bytes, options: TextOptions, url: str) -> None:
+    """Refuse a CSV column that Arrow typed binary because its first MiB is not UTF-8: a latin-1 file became
+    bytes without a word, where the same bytes past the first MiB are refused."""
+    declared = {name for name, _ in options.column_types}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if name in declared or not pa.types.is_binary(column.type):
+            continue
+        try:
+            text.decode("utf-8")
+            where = ""
+        except UnicodeDecodeError as e:
+            begin, end = text.rfind(b"\n", 0, e.start) + 1, text.find(b"\n", e.start)
+            where = f" (the line at byte {begin:,}: {_shown(text[begin : end if end >= 0 else len(text)])})"
+        raise ValueError(
+            f"cannot read {url!r} as {options.format}: column {name!r} is not UTF-8 text{where}: if the file is in "
+            f"another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1); to keep the "
+            f"bytes as they are, declare the column binary (--read-option column_types.{name}=binary)"
+        )
 
 
 _LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{19,}(?![0-9.eE])")
@@ -647,7 +671,9 @@ class BlockReader:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(self._bad_line(block, start, e)) from None
-        if not jsonl:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
+        if jsonl:
+            _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
+        else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
             _refuse_newlines_in_values(table, where)
         _refuse_rounded_integers(table, block, self.options, where)
         return table
@@ -726,6 +752,25 @@ def _refuse_newlines_in_values(table: pa.Table, where: str) -> None:
                 "newlines_in_values=true (--read-option newlines_in_values=true; the file is then read by one task), "
                 'or, if its quotes are characters of the values (a TSV of 5" floppies), quote_char=false'
             )
+
+
+def _refuse_objects_sharing_a_line(table: pa.Table, block: bytes, start: int, where: str) -> None:
+    """Refuse a line of JSON lines that Arrow's reader read as several rows, or a row spread over lines.
+
+    Arrow's reader takes objects apart by any whitespace: a line ``{"id": 2} {"id": 3}`` became two rows,
+    which other JSON-lines readers refuse (pandas: "Trailing data"), or one row of the first object.  When
+    every line starts with ``{`` and there are as many rows as lines, each line is one (``json_lines_table``
+    says why); otherwise, a rare path, the lines are checked one by one to name the one to blame.
+    """
+    data, offsets = _ended_lines(block)
+    if table.num_rows == len(offsets) - 1 and (data[offsets[:-1]] == ord("{")).all():
+        return
+    if start == 0 and block.startswith(UTF8_BOM):
+        block, start = block[len(UTF8_BOM) :], len(UTF8_BOM)
+    if json_lines_table(block, start, where).num_rows != table.num_rows:  # (refuses the line to blame)
+        raise ValueError(
+            f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: not one object a line"
+        )
 
 
 def lines_table(block) -> pa.Table:
@@ -923,11 +968,21 @@ def _refused_line(
     said = (named(line) if named else None) or (_not_json_lines(line) if format == "jsonl" else None)
     if "conversion error to null" in message:
         message += " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
+    hint = ""
+    if "invalid UTF8 data" in message and format in ("csv", "tsv"):
+        hint = (
+            ": if the file is in another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1)"
+        )
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
     if names:  # Arrow numbers CSV columns from 0
         message = re.sub(r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}", message)
-    return f"cannot read {url!r} as {format}: the line at byte {start + int(offsets[low]):,}: " + (
-        said or (message if message.endswith(f": {line.decode('utf-8', 'replace')}") else f"{message} ({_shown(line)})")
+    return (
+        f"cannot read {url!r} as {format}: the line at byte {start + int(offsets[low]):,}: "
+        + (
+            said
+            or (message if message.endswith(f": {line.decode('utf-8', 'replace')}") else f"{message} ({_shown(line)})")
+        )
+        + hint
     )
 
 
