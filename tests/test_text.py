@@ -403,7 +403,9 @@ def quoted_newlines_csv(path, rows: int = 3000) -> None:
 def test_a_quoted_newline_is_refused_by_default_it_could_be_cut(tmp_path, sync_scheduler):
     """Ranges and blocks are cut at newlines: one inside quotes would split a value, so it stops the run."""
     quoted_newlines_csv(tmp_path / "notes.csv")
-    with pytest.raises(ValueError, match=r"notes\.csv', bytes .* newline inside quotes: .*newlines_in_values=true"):
+    at = len("id,note\n")  # the first value with a newline: in the first row, with doubled quotes after it
+    said = rf"notes\.csv' as csv: the line at byte {at}: column 'note' holds a value with a newline inside quotes"
+    with pytest.raises(ValueError, match=said + r" \(b'line one of 0\\nline \"two\"\\n'\): .*newlines_in_values=true"):
         daskpile.shuffle_parquet(str(tmp_path / "notes.csv"), str(tmp_path / "out"), piles=2, blocksize=2**14)
     assert not (tmp_path / "out").exists()
 
@@ -760,7 +762,9 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
     path.write_text(
         "id\ttitle\n" + "".join(f'{i}\t"Unclosed {i}\n' if i == 10 else f"{i}\ttitle {i}\n" for i in range(2000))
     )
-    with pytest.raises(ValueError, match=r"holds a value with a newline inside quotes: .* quote_char=false"):
+    with pytest.raises(
+        ValueError, match=r"the line at byte 1.*newline inside quotes \(b'Unclosed 10\\n.*quote_char=false"
+    ):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=2)
     with pytest.raises(
         ValueError, match=r"titles\.tsv' as tsv: a quote opening a value of column 'title' is never clo"

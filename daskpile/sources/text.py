@@ -674,7 +674,7 @@ class BlockReader:
         if jsonl:
             _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
         else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
-            _refuse_newlines_in_values(table, where)
+            _refuse_newlines_in_values(table, block, start, self.url, self.options.format)
         _refuse_rounded_integers(table, block, self.options, where)
         return table
 
@@ -741,17 +741,26 @@ class BlockReader:
         )
 
 
-def _refuse_newlines_in_values(table: pa.Table, where: str) -> None:
-    """A quoted value holding a newline, which a cut into ranges or blocks could have split: refused."""
+def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: str, format: str) -> None:
+    """A quoted value holding a newline, which a cut into ranges or blocks could have split: refused, naming the
+    line where it starts (found by its text; the block, if a quote character other than ``"`` hides it)."""
     for name in table.column_names:
         column = table.column(name)
         textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-        if textual and pc.any(pc.match_substring(column, "\n")).as_py():
-            raise ValueError(
-                f"column {name!r} of {where} holds a value with a newline inside quotes: pass the read option "
-                "newlines_in_values=true (--read-option newlines_in_values=true; the file is then read by one task), "
-                'or, if its quotes are characters of the values (a TSV of 5" floppies), quote_char=false'
-            )
+        found = pc.match_substring(column, "\n") if textual else None
+        if found is None or not pc.any(found).as_py():
+            continue
+        value = column[pc.index(found, True).as_py()].as_py().encode()
+        # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
+        at = block.find(b'"' + value[: value.index(b"\n") + 1].replace(b'"', b'""'))
+        line = start + block.rfind(b"\n", 0, at) + 1
+        where = f"the line at byte {line:,}" if at >= 0 else f"bytes {start:,} to {start + len(block):,}"
+        raise ValueError(
+            f"cannot read {url!r} as {format}: {where}: column {name!r} holds a value with a newline inside quotes "
+            f"({_shown(value)}): pass the read option newlines_in_values=true (--read-option "
+            "newlines_in_values=true; the file is then read by one task), or, if its quotes are characters of the "
+            'values (a TSV of 5" floppies), quote_char=false'
+        )
 
 
 def _refuse_objects_sharing_a_line(table: pa.Table, block: bytes, start: int, where: str) -> None:
