@@ -205,11 +205,26 @@ def read_at(fs: fsspec.AbstractFileSystem, directory: str) -> dict:
     """The manifest in ``directory`` of ``fs``; one of another format is refused, not misread."""
     path = posixpath.join(directory, MANIFEST_NAME)
     with fs.open(path, "rb") as f:
-        manifest = json.load(f)
+        data = f.read()
+    damaged = f"{full_url(fs, path)!r} is not a whole daskpile manifest"
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:  # (JSON, or bytes that are not UTF-8)
+        raise ValueError(f"{damaged}: {e}; it was damaged after it was written: write the result again") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{damaged}: it holds a JSON {type(manifest).__name__}, not an object")
     if manifest.get("format") not in (FORMAT, WINDOW_FORMAT):
         raise ValueError(
             f"{path}: manifest format {manifest.get('format')!r}, and this daskpile reads {FORMAT!r} and "
             f"{WINDOW_FORMAT!r}: "
             "use the daskpile version that wrote it"
         )
+    missing = [key for key in READ_KEYS if key not in manifest]
+    if missing or len(manifest["files"]) != len(manifest["rows_per_file"]):
+        said = f"it lacks {missing[0]!r}" if missing else "its files and rows_per_file differ in length"
+        raise ValueError(f"{damaged}: {said}; it was changed after it was written: write the result again")
     return manifest
+
+
+# What readers of a result take from its manifest (see manifest.schema.json for all it holds)
+READ_KEYS = ("piles", "seed", "rows", "files", "rows_per_file", "schema")

@@ -369,8 +369,9 @@ def quality(
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     fs, files, manifest = _manifest.result_files(dest, storage_options)
     _outputs.require_parquet(manifest, dest, "quality")
-    files = _in_reading_order(files, manifest)
     where = _where(dest, storage_options)
+    _check_columns(fs, files, manifest, [order_column, label_column], where)
+    files = _in_reading_order(files, manifest)
     (described,) = dask.compute([dask.delayed(_describe)(fs, path, order_column, label_column) for path in files])
     rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
     rows = int(rows_per_file.sum())
@@ -510,6 +511,18 @@ def _read_order(fs, order_column: str, file) -> pa.ChunkedArray:
 def _read_ranks(fs, order_column: str, low: int, path: str) -> np.ndarray:
     (order,) = _read_columns(fs, path, [order_column])
     return order.to_numpy().astype(np.int64) - low
+
+
+def _check_columns(fs, files: list[str], manifest: dict | None, columns: list[str | None], where: str) -> None:
+    """A column the result lacks, named with the result (the files' own check names the one file read first)."""
+    if manifest is not None:
+        names = _manifest.arrow_schema(manifest).names
+    else:
+        with open_parquet(fs, files[0]) as parquet:
+            names = parquet.schema_arrow.names
+    for name in columns:
+        if name is not None and name not in names:
+            raise KeyError(f"column {name!r} is not a column of {where} (columns: {', '.join(names)})")
 
 
 def _where(dest, storage_options) -> str:

@@ -69,6 +69,7 @@ class PileDataset(IterableDataset):
         super().__init__()
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
+        self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader
         if self.options.get("version") is None and isinstance(path, str):  # one version for every worker
             self.options["version"] = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
@@ -148,6 +149,8 @@ class PileDataset(IterableDataset):
                     stacklevel=2,
                 )
             return
+        if not self._seed_given:
+            self.options["seed"] = state["seed"]
         self._state, self.epoch = state, state["epoch"]
 
 

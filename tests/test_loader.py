@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dask
 import fsspec
@@ -88,7 +89,9 @@ def test_resume_yields_exactly_the_batches_not_seen(datasets, stop_after, world)
         seen = [next(iterator)["id"].to_numpy() for _ in range(stop)]
         state = loader.state_dict()
         del iterator
-        resumed = daskpile.PileLoader(datasets["lazy"], **{**options, "epoch": 0, "seed": 99})
+        with pytest.raises(ValueError, match="the state's seed 5 is not this loader's seed 99"):
+            daskpile.PileLoader(datasets["lazy"], **{**options, "seed": 99}).load_state_dict(state)
+        resumed = daskpile.PileLoader(datasets["lazy"], **{**options, "epoch": 0})
         resumed.load_state_dict(state)
         if stop == len(whole):  # taken after the last batch: nothing is left of epoch 3, then epoch 4 whole
             assert resumed.epoch == 3 and len(resumed) == 0 and ids(resumed) == []
@@ -307,7 +310,9 @@ def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
     next(iter(loader))
     state = loader.state_dict()
     assert json.loads(json.dumps(state)) == state
-    assert all(type(v) is int for k, v in state.items() if k not in ("format", "drop_last", "starts", "version"))
+    assert all(
+        type(v) is int for k, v in state.items() if k not in ("format", "drop_last", "starts", "version", "data")
+    )
 
 
 def test_a_drawn_seed_is_refused_with_more_than_one_rank(datasets):
@@ -323,6 +328,88 @@ def test_state_of_another_dataset_or_layout_is_refused(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="files 8 \\(this loader 5\\)"):
         daskpile.PileLoader(datasets["ddf"], batch_size=100, seed=1, mix=2).load_state_dict(state)
+
+
+def test_a_state_of_another_shuffle_of_the_same_rows_is_refused_and_a_copy_elsewhere_resumes(datasets, tmp_path):
+    """Another seed's piles have as many rows and files: its state loaded, and the epoch ended with a quarter
+    of the rows read twice and a quarter never."""
+    import shutil
+
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(datasets["source"], str(tmp_path / "other"), piles=8, seed=12)
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=1)
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].to_numpy() for _ in range(5)]
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="the state belongs to another dataset: its files, or their rows"):
+        daskpile.PileLoader(str(tmp_path / "other"), batch_size=700, seed=1).load_state_dict(state)
+    shutil.copytree(datasets["eager"], tmp_path / "moved")
+    resumed = daskpile.PileLoader(str(tmp_path / "moved"), batch_size=700, seed=1)
+    resumed.load_state_dict(state)
+    rows = np.concatenate(seen + ids(resumed))
+    assert sorted(rows.tolist()) == list(range(ROWS))
+
+
+def test_a_loader_made_without_a_seed_takes_the_state_s(datasets):
+    state = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=3, epoch=2).state_dict()
+    resumed = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=None)
+    resumed.load_state_dict(state)
+    assert resumed.seed == 3 and resumed.state_dict() == state
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"batches": -1}, r"batches is -1, not a whole number from 0"),
+        ({"batches": 10**6}, r"1,000,000 batches read, and epoch 0 has 35"),
+        ({"starts": [0, 0]}, r"starts is \[0, 0\], not 1 whole numbers"),
+        ({"starts": [10**6]}, r"stream 0 starts at row 1,000,000, and has 24,000 rows"),
+        ({"seed": "5"}, r"seed is '5', not a whole number"),
+        ({"batch_size": 0}, r"batch_size is 0, not a whole number from 1"),
+        ({"starts": None}, r"starts is None"),
+    ],
+)
+def test_a_damaged_state_is_refused_before_it_is_used(datasets, change, message):
+    """A batches of -1 yielded one batch more (a batch of rows twice); 10**6 none; a bad start an IndexError."""
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=5)
+    state = {**loader.state_dict(), **change}
+    with pytest.raises(ValueError, match="^not a (valid )?PileLoader state: " + message):
+        loader.load_state_dict(state)
+    for damaged, said in [(None, "got NoneType"), ({}, "it lacks 'seed'"), ({"seed": 5}, "it lacks 'epoch'")]:
+        with pytest.raises(ValueError, match=f"^not a PileLoader state: .*{said}"):
+            loader.load_state_dict(damaged)
+    assert len(loader) == 35 and loader.state_dict()["batches"] == 0  # untouched
+
+
+def test_a_list_of_files_in_another_order_on_each_rank_reads_every_row_once(datasets):
+    """Each rank plans the epoch from its own list: one listed in another order lost and repeated rows."""
+    files = sorted(str(p) for p in Path(datasets["ddf"]).glob("*.parquet"))
+    per_rank = [
+        ids(daskpile.PileLoader(listed, batch_size=500, seed=5, rank=r, world_size=2))
+        for r, listed in enumerate([files, files[::-1]])
+    ]
+    assert sorted(np.concatenate([np.concatenate(b) for b in per_rank]).tolist()) == list(range(ROWS))
+    with pytest.raises(ValueError, match=r"part\.0\.parquet' is named twice: its rows would be read twice"):
+        daskpile.PileLoader([*files, files[0]], batch_size=500, seed=5)
+
+
+def test_a_damaged_manifest_is_named_as_such(datasets, tmp_path):
+    """A manifest cut short, or with a key gone, gave a bare JSONDecodeError or KeyError, on the command line too."""
+    import shutil
+
+    shutil.copytree(datasets["eager"], tmp_path / "piles")
+    manifest = tmp_path / "piles" / "_daskpile.json"
+    whole = manifest.read_text()
+    for damaged, said in [
+        (whole[: len(whole) // 2], r"Unterminated string|Expecting"),
+        (json.dumps({k: v for k, v in json.loads(whole).items() if k != "rows_per_file"}), "it lacks 'rows_per_file'"),
+    ]:
+        manifest.write_text(damaged)
+        with pytest.raises(ValueError, match=rf"_daskpile\.json' is not a whole daskpile manifest: .*({said})"):
+            daskpile.PileLoader(str(tmp_path / "piles"), batch_size=100, seed=1)
+        done = daskpile_in_process("verify", str(tmp_path / "piles"))
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+        assert "is not a whole daskpile manifest" in done.stderr
 
 
 class SlowFileSystem(LocalFileSystem):
@@ -630,8 +717,12 @@ def test_arguments_are_checked(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=0, seed=1)
     with pytest.raises(ValueError, match="output must be one of"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="torch")
-    with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into 2 canonical ranks"):
+    with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into a share for each of 2 ranks"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, world_size=2, filters=[("id", "=", 5)])
+    with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into 4 canonical ranks"):
+        daskpile.PileLoader(
+            datasets["eager"], batch_size=10, seed=1, world_size=2, canonical_ranks=4, filters=[("id", "=", 5)]
+        )
 
 
 def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
@@ -675,6 +766,31 @@ def test_batches_hold_the_users_columns_with_the_dtypes_pandas_gives_the_files(t
     frame.iloc[10:].to_parquet(tmp_path / "ranged.parquet")
     batches = list(daskpile.PileLoader(str(tmp_path / "ranged.parquet"), batch_size=90, seed=0, output="pandas"))
     assert [list(b.index) for b in batches] == [list(range(90))]
+
+
+def test_pandas_batches_of_arrow_list_and_struct_columns_whatever_columns_are_read(tmp_path):
+    """pandas cannot parse the dtype names it writes for them ('list<item: int64>[pyarrow]'): every batch
+    failed, even of columns=["id"], as pandas' own reader of the files does."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "id": range(100),
+            "tags": pd.Series([[i, i] for i in range(100)], dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
+            "point": pd.Series([{"x": i} for i in range(100)], dtype=pd.ArrowDtype(pa.struct([("x", pa.int64())]))),
+            "clicks": pd.array(range(100), dtype="Int64"),
+        }
+    )
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(dd.from_pandas(frame, npartitions=2), piles=2, seed=0).to_parquet(str(tmp_path / "p"))
+    for columns in (None, ["id"], ["tags", "clicks"]):
+        (batch,) = daskpile.PileLoader(str(tmp_path / "p"), batch_size=100, seed=0, output="pandas", columns=columns)
+        expected = frame[columns or list(frame.columns)]
+        assert list(batch.columns) == list(expected.columns)
+        assert batch.dtypes.map(str).str.replace("element", "item").to_dict() == expected.dtypes.map(str).to_dict()
+        got = batch.sort_values("id" if "id" in batch else "clicks", ignore_index=True)
+        assert got.astype(object).map(str).equals(expected.astype(object).map(str))
 
 
 def test_on_s3(datasets):

@@ -105,8 +105,11 @@ def test_plot(tmp_path):
 
 def test_bad_columns_are_named(tmp_path):
     directory = ordered(np.arange(100), tmp_path / "in")
-    with pytest.raises(KeyError, match=r"'idx' is not in .*in-00\d\.parquet"):
+    # named with the dataset, not with the file read first, as if that file alone lacked it
+    with pytest.raises(KeyError, match=r"'idx' is not a column of .*/in \(columns: id"):
         daskpile.quality(directory, "idx")
+    with pytest.raises(KeyError, match=r"'kind' is not a column of .*/in \("):
+        daskpile.quality(directory, "id", "kind")
     pq.write_table(pa.table({"id": [1, 1, 2], "label": [0, 0, 1]}), tmp_path / "dup.parquet")
     with pytest.raises(ValueError, match="order column 'id' has duplicate values"):
         daskpile.quality(str(tmp_path / "dup.parquet"), "id")

@@ -134,7 +134,11 @@ class PileLoader:
     version
         For a moving window (``daskpile.append``): read this version of its
         manifest.  Default None: the version current when the loader is
-        made.  The loader stays on it, whatever is appended, until
+        made, which ranks made on either side of an ``append`` see
+        differently (they would share out different rows, and yield
+        different numbers of batches): with several ranks, pass rank 0's
+        ``PileLoader.current_version(path)``, broadcast.  The loader stays
+        on its version, whatever is appended, until
         ``set_epoch(epoch, version=...)`` moves it (every rank to the same
         version, so that they share out the same rows); ``state_dict``
         records it, so a resumed epoch reads it too.  A window's pile is all
@@ -180,12 +184,14 @@ class PileLoader:
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
+        self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
-        self._batch_metadata = _batch_metadata(self.units.schema.metadata, index=columns is None)
+        self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
-            raise ValueError(f"{count(self.units.total, 'row')}{after} cannot be cut into {canonical} canonical ranks")
+            into = f"{canonical} canonical ranks" if canonical_ranks else f"a share for each of {world_size} ranks"
+            raise ValueError(f"{count(self.units.total, 'row')}{after} cannot be cut into {into}")
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
@@ -352,6 +358,7 @@ class PileLoader:
             "drop_last": self._layout.drop_last,
             "starts": list(self._layout.starts),
             "batches": self._batches,
+            "data": self.units.key,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -359,17 +366,20 @@ class PileLoader:
 
         The world size and batch size may differ from the state's when
         ``canonical_ranks`` is the same: each stream then goes on from the
-        rows it had given.
+        rows it had given.  The seed is the state's: a loader made with
+        ``seed=None`` takes it, one made with another seed refuses the state.
         """
+        _check_fields(state)
         _check_format(state, self.units.lazy, self._ended(state))
         if state.get("version") is not None and self.units.version is not None:
             self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
+        old = _layout_of(state)
+        plan = self._plan(state["epoch"], state["seed"])
+        _check_position(state, old, plan)
         self._iteration += 1  # a live iterator was of the position this replaces
         self._finished = None
-        old = _layout_of(state)
         self.seed, self._epoch = state["seed"], state["epoch"]
-        plan = self._plan(self._epoch)
         if state["batches"] >= old.batches(plan):
             # Taken after the last batch: the loader stays at the end of this epoch, so that the loop that
             # saved it, set_epoch(e) or not, finds nothing left of epoch e and goes on with e + 1
@@ -445,10 +455,17 @@ class PileLoader:
 
     def _convert(self, batch: pa.Table):
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
-            return batch.replace_schema_metadata(self._batch_metadata).to_pandas()
+            return batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
         if self.output == "numpy":
             return {name: _numpy(name, column) for name, column in zip(batch.column_names, batch.columns, strict=True)}
         return batch
+
+    def _pandas_dtype(self, kind: pa.DataType):
+        if kind in self._arrow_dtypes:
+            import pandas as pd
+
+            return pd.ArrowDtype(kind)
+        return None
 
     def _check_state(self, state: dict) -> None:
         ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
@@ -464,6 +481,63 @@ class PileLoader:
             raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
+        if state.get("data", self.units.key) != self.units.key:  # (states saved before 0.x have none)
+            raise ValueError(
+                "the state belongs to another dataset: its files, or their rows, are not this loader's "
+                "(another shuffle of the same data has as many rows and files)"
+            )
+        if self._seed_given and state["seed"] != self.seed:
+            raise ValueError(
+                f"the state's seed {state['seed']} is not this loader's seed {self.seed}: resuming goes on in the "
+                "state's order; make the loader with the state's seed, or seed=None to take it"
+            )
+
+
+_STATE_COUNTS = ("epoch", "canonical_ranks", "mix", "rows", "files", "world_size", "batch_size", "batches")
+
+
+def _check_fields(state) -> None:
+    """Refuse what is not a loader state whole (a damaged checkpoint, one written by hand) before it is used.
+
+    >>> _check_fields({"seed": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: not a PileLoader state: it lacks 'epoch' (damaged, or not from state_dict())
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"not a PileLoader state: a dict from state_dict(), got {type(state).__name__}")
+    missing = [key for key in ("seed", *_STATE_COUNTS, "drop_last", "starts") if key not in state]
+    if missing:
+        raise ValueError(f"not a PileLoader state: it lacks {missing[0]!r} (damaged, or not from state_dict())")
+    for key in ("seed", *_STATE_COUNTS):
+        value, least = state[key], 1 if key in ("canonical_ranks", "mix", "world_size", "batch_size") else 0
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+            raise ValueError(f"not a valid PileLoader state: {key} is {value!r}, not a whole number from {least}")
+    starts = state["starts"]
+    if (
+        not isinstance(starts, (list, tuple))
+        or len(starts) != state["canonical_ranks"]
+        or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in starts)
+    ):
+        raise ValueError(
+            f"not a valid PileLoader state: starts is {starts!r}, not {state['canonical_ranks']} whole numbers "
+            "from 0 (one a canonical rank)"
+        )
+
+
+def _check_position(state: dict, layout: Layout, plan: EpochPlan) -> None:
+    """Refuse a position past the end of the state's epoch: its streams' rows, its batches."""
+    past = [i for i, (start, rows) in enumerate(zip(state["starts"], plan.lengths, strict=True)) if start > rows]
+    if past:
+        raise ValueError(
+            f"not a valid PileLoader state: stream {past[0]} starts at row {state['starts'][past[0]]:,}, and has "
+            f"{int(plan.lengths[past[0]]):,} rows in epoch {state['epoch']}"
+        )
+    if state["batches"] > layout.batches(plan):
+        raise ValueError(
+            f"not a valid PileLoader state: {state['batches']:,} batches read, and epoch {state['epoch']} has "
+            f"{layout.batches(plan):,}"
+        )
 
 
 def _layout_of(state: dict) -> Layout:
@@ -557,14 +631,34 @@ def _columns_to_read(columns: list[str] | str | None, schema: pa.Schema, path) -
     return columns
 
 
-def _batch_metadata(metadata: dict | None, index: bool) -> dict | None:
-    """The files' schema metadata, with pandas' as it holds for a batch: the index a range of a file
-    has is not a batch's, and the columns asked for by name (``index=False``) stay columns."""
+def _batch_metadata(schema: pa.Schema, index: bool, names: list[str]) -> tuple[dict | None, set[pa.DataType]]:
+    """The files' schema metadata, with pandas' as it holds for a batch of the columns ``names``: the index a
+    range of a file has is not a batch's, and the columns asked for by name (``index=False``) stay columns;
+    and the Arrow types of its ``pd.ArrowDtype`` columns whose names pandas cannot parse back (lists,
+    structs: pandas' own reader fails on the file, whatever columns it reads), given as ``pd.ArrowDtype`` by
+    ``to_pandas``'s types_mapper instead."""
+    metadata = schema.metadata
     if not metadata or b"pandas" not in metadata:
-        return metadata
+        return metadata, set()
     pandas = json.loads(metadata[b"pandas"])
     pandas["index_columns"] = [c for c in pandas.get("index_columns", []) if index and isinstance(c, str)]
-    return {**metadata, b"pandas": json.dumps(pandas).encode()}
+    kept = set(names) | set(pandas["index_columns"])
+    columns = [c for c in pandas.get("columns", []) if c.get("field_name", c.get("name")) in kept]
+    arrow_types = {c["field_name"] for c in columns if str(c.get("numpy_type")).endswith("[pyarrow]")}
+    by_name = [c for c in columns if c["field_name"] not in arrow_types or _pandas_parses(c["numpy_type"])]
+    unparsed = {c["field_name"] for c in columns} - {c["field_name"] for c in by_name}
+    pandas["columns"] = by_name
+    return {**metadata, b"pandas": json.dumps(pandas).encode()}, {schema.field(name).type for name in unparsed}
+
+
+def _pandas_parses(dtype: str) -> bool:
+    import pandas as pd
+
+    try:
+        pd.api.types.pandas_dtype(dtype)
+    except TypeError:
+        return False
+    return True
 
 
 def _positive(**values) -> list[int]:

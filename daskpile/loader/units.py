@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import itertools
 import json
 import operator
 import posixpath
@@ -55,6 +57,13 @@ class Units:
     def total(self) -> int:
         return int(self.rows.sum())
 
+    @functools.cached_property
+    def key(self) -> str:
+        """What tells these units from others' (another shuffle of the same rows): their files' names and rows,
+        not where the files are, so that a copy elsewhere resumes a loader's state."""
+        names = [[posixpath.basename(p) for p in files] for files in self.paths]
+        return hashlib.sha256(json.dumps([names, self.rows.tolist()]).encode()).hexdigest()[:16]
+
 
 def discover(
     path: str | list[str], storage_options: dict | None, filters=None, version: int | None = None, columns=None
@@ -70,6 +79,8 @@ def discover(
     """
     fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
     _outputs.require_parquet(manifest, path, "PileLoader")
+    if manifest is None:
+        paths = _in_one_order(fs, paths)
     if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):
         if manifest is None:
             raise ValueError(f"version={version}: {path!r} is not a daskpile result")
@@ -115,6 +126,17 @@ def discover(
     # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
     return Units(fs, units, rows, lazy, schema, expression, version, keys)
+
+
+def _in_one_order(fs, paths: list[str]) -> list[str]:
+    """Files named by a list in name order, as a folder's are: each rank plans the epoch from its own list, and
+    lists made on each machine (``glob.glob``, ``os.listdir``) come in any order (one in another order on a
+    rank lost and repeated rows).  A file named twice is refused: its rows would be read twice an epoch."""
+    ordered = sorted(paths)
+    twice = [a for a, b in itertools.pairwise(ordered) if a == b]
+    if twice:
+        raise ValueError(f"{full_url(fs, twice[0])!r} is named twice: its rows would be read twice an epoch")
+    return ordered
 
 
 DASK_PART = re.compile(r"part\.([0-9]+)\.parquet")  # Dask's to_parquet names: part.<partition>.parquet
