@@ -49,7 +49,7 @@ from dask.dataframe.dask_expr._expr import (
 )
 from dask.dataframe.dask_expr._reductions import Count, Max, Min, NBytes
 from dask.dataframe.dask_expr._util import _convert_to_list
-from dask.dataframe.dask_expr.io.io import BlockwiseIO, FusedIO
+from dask.dataframe.dask_expr.io.io import BlockwiseIO
 from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
@@ -393,10 +393,15 @@ class PileShuffle(PartitionsFiltered, Expr):
             return type(parent)(self.frame, *parent.operands[1:])  # the order of all rows does not matter to these
         return None
 
+    def _tune_down(self):
+        if not isinstance(self.frame, AsBuilt):
+            return self.substitute_parameters({"frame": AsBuilt(self.frame)})
+        return None
+
     def _lower(self):
         """The physical expressions; runs on the client, where Dask optimizes (the scheduler may not see scratch)."""
         self.run.check_workers_see_it()
-        frame = _unfused(self.frame)
+        frame = self.frame.frame if isinstance(self.frame, AsBuilt) else self.frame
         # What the scratch depends on (not which piles are wanted): its subdirectory and task names.
         variant = tokenize(frame._name, self.piles, self.seed, self.keep_index)
         codec = FrameCodec(self._meta, self.keep_index)
@@ -476,19 +481,31 @@ class GatherPiles(PartitionsFiltered, BlockwiseIO):
         return Task(name, gather_partition, summary, self.run.borrowed(), self.variant, pile, self.seed, self.codec)
 
 
-def _unfused(expr: Expr) -> Expr:
-    """``expr`` with the input partitions as the user built them, not fused into fewer.
+class AsBuilt(Expr):
+    """A shuffle's input with its partitions as the user built them: out of reach of Dask's tuning.
 
-    Dask fuses the partitions of ``read_parquet`` (and other inputs) when few
-    columns are read, so ``s[["a"]]`` would see fewer, larger partitions than
-    ``s``, draw other piles, and give ``a`` in another order than ``s["a"]``.
-    Pass 1 keys its draws by partition, so it must see the same partitions
-    whatever columns are projected.
+    Dask's tuning fuses the partitions of ``read_parquet`` (and other inputs)
+    when few columns are read, so ``s[["a"]]`` would see fewer, larger
+    partitions than ``s``, draw other piles, and give ``a`` in another order
+    than ``s["a"]``: pass 1 keys its draws by partition, so it must see the
+    same partitions whatever columns are projected.  Undoing the fusion
+    after the fact left what tuning had aligned to it (a ``Repartition`` to
+    the fused count beside a filter: "Mismatched divisions"); here the
+    input is simply not tuned.  Dask's other stages (simplifying, lowering)
+    go through it.
     """
-    for node in list(expr.walk()):
-        if isinstance(node, FusedIO):
-            expr = expr.substitute(node, node.operand("_expr"))
-    return expr
+
+    _parameters = ["frame"]  # noqa: RUF012
+
+    @functools.cached_property
+    def _meta(self):
+        return self.frame._meta
+
+    def _divisions(self):
+        return self.frame._divisions()
+
+    def rewrite(self, kind: str, rewritten):
+        return self if kind == "tune" else super().rewrite(kind, rewritten)
 
 
 # The tasks take a borrowed ScratchRun, which removes nothing: a scheduler in this process (a LocalCluster's)

@@ -183,6 +183,13 @@ INPUTS = {
     "blocksize": lambda d: dd.read_parquet(d, blocksize="64KiB"),
     "projection before": lambda d: dd.read_parquet(d)[["id", "s"]],
     "filter before": lambda d: (lambda x: x[x.label == 1])(dd.read_parquet(d)),
+    # Dask fuses a read of few columns, and aligns the filter's or assign's other side to the fused count:
+    # undoing the fusion afterwards left that side misaligned ("Mismatched divisions")
+    "columns=, then a filter": lambda d: (lambda x: x[x.label == 1])(dd.read_parquet(d, columns=["id", "label"])),
+    "columns=, then assign": lambda d: (lambda x: x.assign(g=x.f - x.f.mean()))(
+        dd.read_parquet(d, columns=["id", "f"])
+    ),
+    "columns=, then isin": lambda d: (lambda x: x[x.label.isin([1])])(dd.read_parquet(d, columns=["id", "label"])),
     "repartition before": lambda d: dd.read_parquet(d).repartition(npartitions=3),
     "persist before": lambda d: dd.read_parquet(d).persist(),
 }
