@@ -74,7 +74,9 @@ class FrameCodec:
         notes = [field.metadata for field in table.schema]
         if self.index:
             values = _to_pandas(table.column(0), meta.index.dtype, note=notes[0])
-            index = pd.Index(values, dtype=meta.index.dtype, name=meta.index.name, copy=False)
+            # A categorical's dtype is the data's (Dask's meta may know only a placeholder category)
+            dtype = None if isinstance(meta.index.dtype, pd.CategoricalDtype) else meta.index.dtype
+            index = pd.Index(values, dtype=dtype, name=meta.index.name, copy=False)
         else:
             index = pd.RangeIndex(table.num_rows)
         first = 1 if self.index else 0
@@ -87,9 +89,20 @@ class FrameCodec:
 
 
 def pickled(dtype) -> bool:
-    """Whether a column of ``dtype`` is carried as pickles: Python objects, and what Arrow has no type for."""
+    """Whether a column of ``dtype`` is carried as pickles: Python objects, what Arrow has no type for, and
+    categoricals of intervals, periods or Python objects (tuples), which Arrow's dictionaries do not carry."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        categories = dtype.categories.dtype if dtype.categories is not None else None
+        known = dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
+        return isinstance(categories, (pd.IntervalDtype, pd.PeriodDtype)) or (
+            known and isinstance(categories, np.dtype) and categories.kind == "O"
+            and not all(isinstance(c, str) for c in dtype.categories)
+        )  # fmt: skip
     # dtype.kind, not ``is np.dtype(object)``: an unpickled dtype is not numpy's singleton
     return isinstance(dtype, pd.SparseDtype) or (isinstance(dtype, np.dtype) and dtype.kind in "Oc")
+
+
+UNKNOWN_CATEGORIES = "__UNKNOWN_CATEGORIES__"  # Dask's placeholder in a meta that does not know them
 
 
 def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.ChunkedArray:
@@ -192,7 +205,8 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
         # Known categories are put back in the input's order (a pile's are in order of appearance);
         # where the data holds others (Dask's meta may not know them), the data's stand.
         categories = values.cat.categories
-        if dtype.categories is not None and categories.isin(dtype.categories).all():
+        known = dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
+        if known and _same_kind(categories, dtype.categories) and categories.isin(dtype.categories).all():
             return pd.Categorical(values, dtype=dtype)
         return _categories_as_noted(values.array, note)
     return values.to_numpy(dtype=dtype)
@@ -211,6 +225,13 @@ def _categories_note(values: pd.Series | pd.Index) -> dict | None:
     return {CATEGORIES_DTYPE_KEY: pickle.dumps(values.dtype.categories.dtype, protocol=5)}
 
 
+def _same_kind(categories: pd.Index, known: pd.Index) -> bool:
+    """Whether the data's categories compare with the meta's: times with a zone come back from Arrow's
+    dictionary without it (UTC), and would match none, or the wrong ones."""
+    zone = getattr(known.dtype, "tz", None)
+    return zone is None or getattr(categories.dtype, "tz", None) is not None or not len(categories)
+
+
 def _categories_as_noted(values: pd.Categorical, note: dict | None) -> pd.Categorical:
     noted = (note or {}).get(CATEGORIES_DTYPE_KEY)
     if noted is None:
@@ -218,8 +239,11 @@ def _categories_as_noted(values: pd.Categorical, note: dict | None) -> pd.Catego
     dtype = pickle.loads(noted)
     if values.categories.dtype == dtype:
         return values
+    categories = values.categories
+    if getattr(dtype, "tz", None) is not None and getattr(categories.dtype, "tz", None) is None:
+        categories = categories.tz_localize("UTC")  # Arrow's dictionary of zoned times gives their UTC
     try:
-        categories = values.categories.astype(dtype)
+        categories = categories.astype(dtype)
     except (TypeError, ValueError):  # partitions whose categories disagree: the pile's first one noted
         return values
     return pd.Categorical.from_codes(values.codes, categories=categories, ordered=values.ordered)

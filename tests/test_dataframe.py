@@ -498,3 +498,17 @@ def test_dropped_scratch_is_removed_on_a_thread_of_its_own_not_the_one_that_drop
     finally:
         del _REMOVERS[str(tmp_path)]
     assert removers == {"daskpile-remove-scratch"}
+
+
+def test_unknown_categories_of_piles_holding_none_are_the_datas_never_dasks_placeholder(sync_scheduler):
+    """A pile of rows with no category (a partition of missing values only, or no rows) took the meta's
+    placeholder '__UNKNOWN_CATEGORIES__' as its categories: Dask's concatenation of the piles then failed
+    ("dtype of categories must be the same") or kept it as a category."""
+    frame = pd.DataFrame({"x": range(6), "c": [None, None, None, "a", "b", "a"]})
+    ddf = dd.from_pandas(frame, npartitions=2).astype({"c": "category"})
+    shuffled = daskpile.shuffle(ddf, piles=8, seed=0)
+    out = shuffled.compute()
+    assert sorted(out["c"].cat.categories) == ["a", "b"]
+    pd.testing.assert_series_equal(out.sort_values("x")["c"], ddf.compute()["c"], check_categorical=False)
+    for pile in range(8):
+        assert "__UNKNOWN_CATEGORIES__" not in shuffled.partitions[pile].compute()["c"].cat.categories

@@ -106,6 +106,12 @@ def parquet_dir(tmp_path_factory) -> str:
         for name in table.column_names[1:]:
             (directory / name).mkdir(exist_ok=True)
             pq.write_table(table.select(["id", name]), directory / name / f"part-{k}.parquet")
+        # a categorical index, as pandas writes it: dd.read_parquet's meta does not know its categories
+        (directory / "category_index").mkdir(exist_ok=True)
+        keys = pd.CategoricalIndex([f"k{i % 3}" for i in range(15 * k, 15 * k + 15)], name="key")
+        pd.DataFrame({"id": np.arange(15 * k, 15 * k + 15)}, index=keys).to_parquet(
+            directory / "category_index" / f"part-{k}.parquet"
+        )
     return str(directory)
 
 
@@ -228,6 +234,18 @@ ROUND_TRIP_CASES = [
     Case("category-parquet", from_parquet("dictionary"), unknown_categories=True),
     Case("category-all-missing", from_pandas(lambda: pd.Categorical([None] * ROWS, categories=["a", "b"]))),
     Case("category-all-missing-no-categories", from_pandas(lambda: pd.Series([np.nan] * ROWS, dtype="category"))),
+    # of what Arrow's dictionaries did not carry back: zoned times (shifted to UTC), intervals (pd.cut), periods,
+    # tuples; and unknown categories with a partition of missing values only (Dask's placeholder came out)
+    Case(
+        "category-tz",
+        from_pandas(lambda: pd.Categorical(pd.date_range("2020-01-01", periods=3, tz="Europe/Paris")[ID % 3])),
+    ),
+    Case("category-interval", from_pandas(lambda: pd.cut(ID % 90, bins=[-1, 18, 40, 65, 100]))),
+    Case(
+        "category-period", from_pandas(lambda: pd.Categorical(pd.period_range("2020-01", periods=4, freq="M")[ID % 4]))
+    ),
+    Case("category-tuples", from_pandas(lambda: pd.Categorical([(int(i) % 3, "x") for i in ID])), convert_string=False),
+    Case("index-category-unknown", from_parquet("category_index"), unknown_categories=True),
     # times
     Case("datetime64-ns", from_pandas(timestamps("ns"))),
     Case("datetime64-us", from_pandas(timestamps("us"))),
