@@ -200,6 +200,11 @@ def shuffle(
     """
     if not isinstance(ddf, dd.DataFrame):
         raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
+    if isinstance(ddf._meta.index, pd.MultiIndex):  # (a groupby of several keys): refused now, not at compute
+        raise TypeError(
+            f"daskpile cannot shuffle a DataFrame with a MultiIndex ({list(ddf._meta.index.names)}): "
+            "make its levels columns first (ddf.reset_index())"
+        )
     memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
     if piles == "auto":
         plan = plan_piles(ddf, memory_per_pile)
@@ -666,9 +671,15 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
     >>> plan.piles, plan.rows
     (6, 10000)
     """
+    memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
     n = ddf.npartitions
     picks = sorted({round(i * (n - 1) / max(SAMPLED_PARTITIONS - 1, 1)) for i in range(min(SAMPLED_PARTITIONS, n))})
     sizes = dask.compute(*[dask.delayed(_frame_size)(ddf.get_partition(i).to_delayed()[0]) for i in picks])
+    if len(picks) < n and not any(rows for rows, _ in sizes):  # (a filter that keeps a range of sorted data)
+        raise ValueError(
+            f"piles='auto': the {len(picks)} partitions measured ({', '.join(map(str, picks))} of {n}) hold no "
+            "rows, so the DataFrame's size cannot be estimated from them: give piles=N, or write the data first"
+        )
     rows = round(np.mean([r for r, _ in sizes]) * n)
     data_bytes = round(np.mean([b for _, b in sizes]) * n)
     return _sizing.plan_for_cluster(rows, data_bytes, memory_per_pile)

@@ -512,3 +512,11 @@ def test_unknown_categories_of_piles_holding_none_are_the_datas_never_dasks_plac
     pd.testing.assert_series_equal(out.sort_values("x")["c"], ddf.compute()["c"], check_categorical=False)
     for pile in range(8):
         assert "__UNKNOWN_CATEGORIES__" not in shuffled.partitions[pile].compute()["c"].cat.categories
+
+
+def test_a_multiindex_is_refused_when_the_shuffle_is_called():
+    """A groupby of several keys: accepted, then refused at compute ("Dask DataFrames have none")."""
+    frame = pd.DataFrame({"user": [1, 1, 2], "day": [1, 2, 1], "v": [1.0, 2.0, 3.0]})
+    totals = dd.from_pandas(frame, npartitions=2).groupby(["user", "day"]).agg(total=("v", "sum"))
+    with pytest.raises(TypeError, match=r"MultiIndex \(\['user', 'day'\]\): .*ddf.reset_index\(\)"):
+        daskpile.shuffle(totals, piles=2)

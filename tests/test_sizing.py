@@ -102,3 +102,16 @@ def test_memory_per_pile_takes_a_size_as_dask_writes_them_and_refuses_zero(tmp_p
             daskpile.shuffle(ddf, "auto", seed=1, memory_per_pile=wrong)
         with pytest.raises(ValueError, match=f"memory_per_pile must be .*got {wrong!r}"):
             daskpile.shuffle_parquet(str(tmp_path), str(tmp_path / "out"), "auto", memory_per_pile=wrong)
+        with pytest.raises(ValueError, match=f"memory_per_pile must be .*got {wrong!r}"):
+            daskpile.plan_piles(ddf, memory_per_pile=wrong)  # a bare TypeError for a string, 0 the default
+    assert daskpile.plan_piles(ddf, memory_per_pile="100kB") == daskpile.plan_piles(ddf, memory_per_pile=100_000)
+
+
+def test_auto_piles_refuse_to_guess_from_partitions_that_hold_no_rows(sync_scheduler):
+    """A filter keeping a range of sorted data: the first, middle and last partitions measured were empty, and
+    one pile was planned for 4 MB against a budget of 1 MiB."""
+    ddf = dd.from_pandas(pd.DataFrame({"id": np.arange(90_000), "x": np.arange(90_000) / 3}), npartitions=9)
+    kept = ddf[(ddf.id > 15_000) & (ddf.id < 40_000)]
+    with pytest.raises(ValueError, match=r"the 3 partitions measured \(0, 4, 8 of 9\) hold no rows.*give piles=N"):
+        daskpile.shuffle(kept, "auto", memory_per_pile=2**20)
+    assert daskpile.plan_piles(dd.from_pandas(pd.DataFrame({"id": []}), npartitions=1)).rows == 0  # all measured
