@@ -147,6 +147,8 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     source, target = _kind(values.dtype), _kind(dtype)
     if {source, target} & {"number"} and {source, target} & {"time"}:  # 1 under a datetime meta is 1 ns
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
+    if target == "text" and source in ("number", "time"):  # 3 would become '3', 1.50 '1.5'
+        raise MetaMismatch(f"{refused}; numbers and times would become text")
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
@@ -207,7 +209,7 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
         categories = values.cat.categories
         known = dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
         if known and _same_kind(categories, dtype.categories) and categories.isin(dtype.categories).all():
-            return pd.Categorical(values, dtype=dtype)
+            return pd.Categorical(values, dtype=_in_the_partitions_order(dtype, note))
         return _categories_as_noted(values.array, note)
     return values.to_numpy(dtype=dtype)
 
@@ -219,10 +221,35 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
 CATEGORIES_DTYPE_KEY = b"daskpile.categories_dtype"
 
 
+CATEGORIES_KEY = b"daskpile.categories"
+
+
 def _categories_note(values: pd.Series | pd.Index) -> dict | None:
     if not isinstance(values.dtype, pd.CategoricalDtype):
         return None
-    return {CATEGORIES_DTYPE_KEY: pickle.dumps(values.dtype.categories.dtype, protocol=5)}
+    categories = values.dtype.categories
+    return {
+        CATEGORIES_DTYPE_KEY: pickle.dumps(categories.dtype, protocol=5),
+        CATEGORIES_KEY: pickle.dumps(categories, protocol=5),
+    }
+
+
+def _in_the_partitions_order(dtype: pd.CategoricalDtype, note: dict | None) -> pd.CategoricalDtype:
+    """The meta's categories in the order the (pile's first) partition holds them, when they are the same.
+
+    Dask's meta may list them in another order than its partitions, and one that changes from one Python
+    process to the next (``read_csv(include_path_column=True)``: a set's), which made the codes and the
+    bytes written differ for the same seed.
+    """
+    noted = (note or {}).get(CATEGORIES_KEY)
+    if noted is None:
+        return dtype
+    categories = pickle.loads(noted)
+    if len(categories) != len(dtype.categories) or categories.equals(dtype.categories):
+        return dtype
+    if not categories.isin(dtype.categories).all():
+        return dtype
+    return pd.CategoricalDtype(categories.astype(dtype.categories.dtype), ordered=dtype.ordered)
 
 
 def _same_kind(categories: pd.Index, known: pd.Index) -> bool:

@@ -434,6 +434,10 @@ CHANGED_BY_THE_META = {
     "nanoseconds under seconds": (pd.to_datetime(["2020-01-01 00:00:01.5"]).values, "datetime64[s]"),
     "text under int64": (np.array(["007"], dtype=object), "int64"),
     "ints under date32": (np.array([1]), pd.ArrowDtype(pa.date32())),
+    # became '3' and '1.5' without a word
+    "ints under string": (np.array([3, 4]), "string[pyarrow]"),
+    "floats under str": (np.array([1.50]), pd.StringDtype(na_value=np.nan)),
+    "datetimes under string": (pd.to_datetime(["2020-01-01"]).values, "string[pyarrow]"),
 }
 
 
@@ -520,3 +524,20 @@ def test_a_multiindex_is_refused_when_the_shuffle_is_called():
     totals = dd.from_pandas(frame, npartitions=2).groupby(["user", "day"]).agg(total=("v", "sum"))
     with pytest.raises(TypeError, match=r"MultiIndex \(\['user', 'day'\]\): .*ddf.reset_index\(\)"):
         daskpile.shuffle(totals, piles=2)
+
+
+def test_known_categories_come_back_in_the_partitions_order_not_the_metas(sync_scheduler):
+    """read_csv(include_path_column=True) gives a meta listing the paths in a set's order, which changes from
+    one Python process to the next, where its partitions list them sorted: the codes, and the bytes written,
+    followed the meta, so the same seed wrote other files in another process."""
+    import dask
+
+    parts = [
+        pd.DataFrame({"x": [k, k + 2], "c": pd.Categorical(["a", "b"], categories=["a", "b", "c"])}) for k in (0, 1)
+    ]
+    meta = pd.DataFrame({"x": pd.Series([], dtype="int64"), "c": pd.Categorical([], categories=["c", "a", "b"])})
+    ddf = dd.from_delayed([dask.delayed(p) for p in parts], meta=meta, verify_meta=False)
+    assert list(ddf._meta["c"].cat.categories) == ["c", "a", "b"]
+    out = daskpile.shuffle(ddf, piles=2, seed=0).compute()
+    assert list(out["c"].cat.categories) == list(ddf.compute()["c"].cat.categories) == ["a", "b", "c"]
+    assert out.sort_values("x")["c"].cat.codes.tolist() == [0, 0, 1, 1]
