@@ -260,6 +260,11 @@ def _same_kind(categories: pd.Index, known: pd.Index) -> bool:
 
 
 def _categories_as_noted(values: pd.Categorical, note: dict | None) -> pd.Categorical:
+    if not len(values.categories) and (note or {}).get(CATEGORIES_KEY) is not None:
+        # A pile of no row, or of missing values only: the categories its (first) partition had, as Dask's
+        # concatenation of partitions keeps them
+        categories = pickle.loads(note[CATEGORIES_KEY])
+        return pd.Categorical.from_codes(values.codes, categories=categories, ordered=values.ordered)
     noted = (note or {}).get(CATEGORIES_DTYPE_KEY)
     if noted is None:
         return values

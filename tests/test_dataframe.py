@@ -518,6 +518,15 @@ def test_unknown_categories_of_piles_holding_none_are_the_datas_never_dasks_plac
         assert "__UNKNOWN_CATEGORIES__" not in shuffled.partitions[pile].compute()["c"].cat.categories
 
 
+def test_an_empty_result_keeps_the_categories_its_partitions_had(sync_scheduler, tmp_path):
+    """A filter that keeps no row: Dask's result still has the file's categories; the piles had none."""
+    pd.DataFrame({"id": range(6), "c": pd.Categorical(list("abcabc"))}).to_parquet(tmp_path / "cat.parquet")
+    none = dd.read_parquet(tmp_path / "cat.parquet").query("id < 0")
+    shuffled = daskpile.shuffle(none, piles=2, seed=0)
+    assert list(shuffled.compute()["c"].cat.categories) == list(none.compute()["c"].cat.categories) == ["a", "b", "c"]
+    assert list(shuffled.partitions[1].compute()["c"].cat.categories) == ["a", "b", "c"]
+
+
 def test_a_multiindex_is_refused_when_the_shuffle_is_called():
     """A groupby of several keys: accepted, then refused at compute ("Dask DataFrames have none")."""
     frame = pd.DataFrame({"user": [1, 1, 2], "day": [1, 2, 1], "v": [1.0, 2.0, 3.0]})
