@@ -228,6 +228,16 @@ class PileFrame(dd.DataFrame):
     Any option given to ``to_parquet`` wins.
     """
 
+    @property
+    def seed(self) -> int:
+        """The seed of the shuffle: the one given, or the one drawn for ``seed=None`` (to shuffle alike again).
+
+        >>> import dask.dataframe as dd, pandas as pd
+        >>> shuffle(dd.from_pandas(pd.DataFrame({"x": range(4)}), npartitions=2), piles=2, seed=7).seed
+        7
+        """
+        return next(iter(self.expr.find_operations(PileShuffle))).seed
+
     def to_parquet(self, path, *, compute: bool = True, compute_kwargs: dict | None = None, **kwargs):
         categorical = [str(c) for c, t in self._meta.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
         kwargs.setdefault("write_statistics", False)

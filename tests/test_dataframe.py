@@ -550,3 +550,11 @@ def test_known_categories_come_back_in_the_partitions_order_not_the_metas(sync_s
     out = daskpile.shuffle(ddf, piles=2, seed=0).compute()
     assert list(out["c"].cat.categories) == list(ddf.compute()["c"].cat.categories) == ["a", "b", "c"]
     assert out.sort_values("x")["c"].cat.codes.tolist() == [0, 0, 1, 1]
+
+
+def test_the_seed_drawn_for_none_is_the_results_seed_and_shuffles_alike_again(sync_scheduler):
+    ddf = dd.from_pandas(frame(200), npartitions=3)
+    drawn = daskpile.shuffle(ddf, piles=4)
+    again = daskpile.shuffle(ddf, piles=4, seed=drawn.seed)
+    assert isinstance(drawn.seed, int) and again.seed == drawn.seed
+    pd.testing.assert_frame_equal(drawn.compute(), again.compute())
