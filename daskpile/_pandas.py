@@ -219,19 +219,20 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
 # where Dask's meta does not know the categories (``cat.as_unknown()``, ``read_parquet``) only the
 # partitions say which it was.
 CATEGORIES_DTYPE_KEY = b"daskpile.categories_dtype"
-
-
+# And the categories themselves, in the partition's order (see ``_in_the_partitions_order``), up to a number:
+# the note is in every scratch file's schema, which pass 2 reads for every pile
 CATEGORIES_KEY = b"daskpile.categories"
+NOTED_CATEGORIES = 10_000
 
 
 def _categories_note(values: pd.Series | pd.Index) -> dict | None:
     if not isinstance(values.dtype, pd.CategoricalDtype):
         return None
     categories = values.dtype.categories
-    return {
-        CATEGORIES_DTYPE_KEY: pickle.dumps(categories.dtype, protocol=5),
-        CATEGORIES_KEY: pickle.dumps(categories, protocol=5),
-    }
+    note = {CATEGORIES_DTYPE_KEY: pickle.dumps(categories.dtype, protocol=5)}
+    if len(categories) <= NOTED_CATEGORIES:
+        note[CATEGORIES_KEY] = pickle.dumps(categories, protocol=5)
+    return note
 
 
 def _in_the_partitions_order(dtype: pd.CategoricalDtype, note: dict | None) -> pd.CategoricalDtype:
