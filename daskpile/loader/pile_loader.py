@@ -481,7 +481,7 @@ class PileLoader:
             raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
-        if state.get("data", self.units.key) != self.units.key:  # (states saved before 0.x have none)
+        if state.get("data", self.units.key) != self.units.key:  # (states saved before it was recorded have none)
             raise ValueError(
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
