@@ -17,6 +17,8 @@ from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet
 
+COLUMNS_SHOWN = 10  # of the columns that differ: a result of another source differs in all of them
+
 
 @dataclasses.dataclass(frozen=True)
 class Verification:
@@ -108,7 +110,8 @@ class Verification:
         if self.generations_differing:
             lines.append(f"  generations that differ: {', '.join(map(str, self.generations_differing))}")
         if self.columns_differing:
-            lines.append(f"  columns that differ: {', '.join(self.columns_differing)}")
+            shown, more = self.columns_differing[:COLUMNS_SHOWN], len(self.columns_differing) - COLUMNS_SHOWN
+            lines.append(f"  columns that differ: {', '.join(shown)}" + (f", and {more:,} more" if more > 0 else ""))
         elif self.source != self.dest and self.source.rows == self.dest.rows and not self.against_manifest:
             # (against a manifest, no column was fingerprinted alone: which differ is not known)
             lines.append("  every column holds the same values, but not in the same rows")

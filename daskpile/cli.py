@@ -618,7 +618,9 @@ def expire(dest, keep, before, column, retain, storage_options, as_json, quiet):
     """
     from daskpile import expire as expire_window
 
-    if (keep is None) == (before is None):
+    if keep is not None and before is not None:
+        raise click.UsageError("--keep and --before drop generations two ways: give one of them")
+    if keep is None and before is None:
         raise click.UsageError("give --keep N, or --before VALUE with --column C")
     report = expire_window(
         dest, keep_generations=keep, before=before, column=column,

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 
@@ -45,6 +46,9 @@ def test_verify_recomputes_from_the_files(client, source, tmp_path):
     assert damaged.columns_differing == ("name",)
     assert "MISMATCH: source 5,000 rows, result 5,000 rows" in str(damaged)
     assert "columns that differ: name" in str(damaged)
+    # a result of another source differs in every column: ten are named, and how many more
+    many = dataclasses.replace(damaged, columns_differing=tuple(f"c{i}" for i in range(300)))
+    assert "columns that differ: c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, and 290 more" in str(many)
     # against its manifest, no column is fingerprinted alone: not said to be values in other rows
     alone = daskpile.verify(dest)
     assert not alone.ok and "MISMATCH: recorded 5,000 rows, result 5,000 rows" in str(alone)

@@ -638,3 +638,10 @@ def test_a_nan_like_a_null_is_never_before_the_value(sync_scheduler, tmp_path):
     assert daskpile.expire(dest, before=3_000.0, column="f").generations == [0, 1]  # day 0 stays for its NaNs
     daskpile.compact(dest)
     assert sorted(window_ids(dest)) == [i for i in ids_of(0, 1) if i >= 3_000 or i % 7 == 0]
+
+
+def test_expire_says_that_keep_and_before_are_two_ways_not_that_one_is_missing(tmp_path):
+    both = daskpile_in_process("expire", str(tmp_path / "w"), "--keep", "2", "--before", "3", "--column", "day")
+    assert both.returncode == 2 and "--keep and --before drop generations two ways: give one of them" in both.stderr
+    neither = daskpile_in_process("expire", str(tmp_path / "w"))
+    assert neither.returncode == 2 and "give --keep N, or --before VALUE with --column C" in neither.stderr
