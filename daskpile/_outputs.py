@@ -271,11 +271,7 @@ def serialize(table: pa.Table, output: Output) -> list[pa.Buffer]:
             _refuse_not_utf8(table, output)
             raise
     if output.format == "jsonl" and not is_json_text(table.schema):
-        try:
-            return _lines_bytes(_json_objects(table), "(the objects)")
-        except pa.ArrowInvalid:  # a binary value that is not UTF-8: JSON text cannot hold it
-            _refuse_not_utf8(table, output)
-            raise
+        return _lines_bytes(_json_objects(table), "(the objects)")
     return _lines_bytes(table.column(0), table.column_names[0])
 
 
@@ -567,7 +563,8 @@ def _json_values(column: pa.ChunkedArray, name: str) -> tuple[pa.ChunkedArray, s
     else:
         try:
             text = pc.cast(column, pa.string())
-        except pa.ArrowNotImplementedError as e:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            _refuse_not_utf8(pa.table({name: column}), Output("jsonl"))  # binary that is not UTF-8: its value
             raise ValueError(f"column {name!r} ({kind}) cannot be written as JSON text: {e}") from None
         # Dates and times print without quotes, backslashes or control characters; other text is scanned
         # once, and escaped only if it needs it (most text does not: 5 passes of replace_substring saved)
