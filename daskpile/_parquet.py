@@ -626,7 +626,8 @@ class _Run:
         if not differences:
             return _already_finished(self.old_result, self.dest_fs, self.dest_path, self.scratch, self.plan)
         raise FileExistsError(
-            f"dest {self.dest_url!r} holds a finished daskpile result of another call ({'; '.join(differences)}); "
+            f"dest {self.dest_url!r} holds a finished daskpile result of another call (this call: "
+            f"{'; '.join(differences)}); "
             "pass overwrite=True (--overwrite on the command line) to replace it"
         )
 

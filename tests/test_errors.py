@@ -107,7 +107,7 @@ def test_overwrite_removes_exactly_the_old_result(sync_scheduler, source, tmp_pa
     daskpile.shuffle_parquet(source, str(dest), piles=5, seed=1)
     with pytest.raises(
         FileExistsError,
-        match=r"finished daskpile result of another call \(piles 3 instead of 5; seed 2 instead of 1\); pass overwrite",
+        match=r"result of another call \(this call: piles 3 instead of 5; seed 2 instead of 1\); pass overwrite",
     ):
         daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2)
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=2, overwrite=True)  # 5 parts replaced by 3

@@ -115,7 +115,7 @@ def test_a_retried_command_always_ends_with_exit_0_and_the_same_bytes(source, un
     assert done.stdout.startswith(f"already done: {dest} holds this run's finished result, 120,000 rows"), done.stdout
     assert not (dest / "_daskpile.run.json").exists() and os.listdir(scratch) == []
     other = subprocess.run([*command[:4], "--piles", "12", *command[6:]], capture_output=True, text=True)
-    assert other.returncode == 2 and "of another call (piles 12 instead of 40)" in other.stderr, other.stderr
+    assert other.returncode == 2 and "of another call (this call: piles 12 instead of 40)" in other.stderr, other.stderr
 
 
 def test_a_retry_after_the_commit_removes_what_the_killed_run_left(source, tmp_path):
