@@ -27,6 +27,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from dask.dataframe.utils import UNKNOWN_CATEGORIES
 
 PICKLED = pa.large_binary()
 
@@ -93,16 +94,17 @@ def pickled(dtype) -> bool:
     categoricals of intervals, periods or Python objects (tuples), which Arrow's dictionaries do not carry."""
     if isinstance(dtype, pd.CategoricalDtype):
         categories = dtype.categories.dtype if dtype.categories is not None else None
-        known = dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
         return isinstance(categories, (pd.IntervalDtype, pd.PeriodDtype)) or (
-            known and isinstance(categories, np.dtype) and categories.kind == "O"
-            and not all(isinstance(c, str) for c in dtype.categories)
+            _known(dtype) and isinstance(categories, np.dtype) and categories.kind == "O"
+            and dtype.categories.inferred_type not in ("string", "empty")  # (cached on the Index: no scan a call)
         )  # fmt: skip
     # dtype.kind, not ``is np.dtype(object)``: an unpickled dtype is not numpy's singleton
     return isinstance(dtype, pd.SparseDtype) or (isinstance(dtype, np.dtype) and dtype.kind in "Oc")
 
 
-UNKNOWN_CATEGORIES = "__UNKNOWN_CATEGORIES__"  # Dask's placeholder in a meta that does not know them
+def _known(dtype: pd.CategoricalDtype) -> bool:
+    """Whether a categorical dtype of Dask's meta knows its categories (not only Dask's placeholder)."""
+    return dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
 
 
 def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.ChunkedArray:
@@ -207,8 +209,7 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
         # Known categories are put back in the input's order (a pile's are in order of appearance);
         # where the data holds others (Dask's meta may not know them), the data's stand.
         categories = values.cat.categories
-        known = dtype.categories is not None and UNKNOWN_CATEGORIES not in dtype.categories
-        if known and _same_kind(categories, dtype.categories) and categories.isin(dtype.categories).all():
+        if _known(dtype) and _same_kind(categories, dtype.categories) and categories.isin(dtype.categories).all():
             return pd.Categorical(values, dtype=_in_the_partitions_order(dtype, note))
         return _categories_as_noted(values.array, note)
     return values.to_numpy(dtype=dtype)
