@@ -34,7 +34,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from daskpile import _kernels
-from daskpile._storage import atomic_sink, is_local, write_bytes
+from daskpile._storage import atomic_sink, is_local, rows_per_write, write_bytes, write_in_pieces
 from daskpile.sources.text import JSON_TEXT, SCAN_BYTES, first_newline, is_json_text, lines_table, open_decompressed
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
@@ -245,12 +245,12 @@ def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Out
         if output.format == "arrow":
             options = ipc.IpcWriteOptions(compression=output.compression)
             with ipc.new_file(sink, table.schema, options=options) as writer:
-                writer.write_table(table)
+                writer.write_table(table, max_chunksize=rows_per_write(table))
             return sink.tell()
         for run in serialize(table, output) if data is None else data:
             if output.compression:  # a frame a run, in memory; zstd and gzip tools read frames end to end
                 run = pa.compress(run, output.compression, asbytes=False)
-            sink.write(run)
+            write_in_pieces(sink, run)
         return sink.tell()
 
 
