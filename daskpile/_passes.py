@@ -134,7 +134,7 @@ def _finished_scatter(
     path = scratch.last_path(partition, piece)
     footer = _scratch.read_footer(scratch.fs, path)
     bands = _scratch.encode_integers(scratch.bands or (0, piles))
-    if not footer or footer.get(_scratch.BANDS_KEY) != bands or _scratch.RUNS_KEY not in footer:
+    if not footer or footer.get(_scratch.BANDS_KEY) != bands or _scratch.BATCH_ROWS_KEY not in footer:
         return None  # none, or written by a version of daskpile with another scratch layout
     found = footer.get(FINGERPRINT_KEY)
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None

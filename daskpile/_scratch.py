@@ -3,10 +3,11 @@
 Pass 1 writes, for input partition ``k``, a single IPC file holding its rows
 grouped by pile: pile 0's rows, then pile 1's, and so on.  The rows are stored
 in record batches that each hold a run of whole consecutive piles, about
-``RUN_BYTES`` long (a pile larger than that is a batch of its own; empty piles
-take no room).  The footer lists every pile's row count and every batch's
-number of piles, so pass-2 task ``j`` finds the batch holding pile ``j`` in
-each file and slices the pile out of it.  That makes at most BANDS x K + M
+``RUN_BYTES`` long (a pile larger than that is a batch of its own, or, in a
+local file, several of at most ``WRITE_BUFFER_BYTES``; empty piles take no
+room).  The footer lists every pile's row count and every batch's number of
+rows, so pass-2 task ``j`` finds the batches holding pile ``j`` in each file
+and slices the pile out of them.  That makes at most BANDS x K + M
 files in all (bands below), never K x M, and with many small piles far fewer
 batches than piles, so far fewer reads (see ``RUN_BYTES``).  An input file too large to hold in memory is read
 in pieces of whole row groups, each with its own scratch file
@@ -47,7 +48,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
-from daskpile._storage import atomic_sink, filesystem, is_local, remove_tree
+from daskpile._storage import WRITE_BUFFER_BYTES, atomic_sink, filesystem, is_local, remove_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +198,7 @@ def parse_scratch_name(name: str) -> tuple[int, int, int | None] | None:
 # pass-2 task holds beyond its pile (files x RUN_BYTES).
 RUN_BYTES = 256 * 2**10
 COUNTS_KEY = "daskpile.counts"  # rows the partition sent to each pile (every pile, whatever the band)
-RUNS_KEY = "daskpile.batch_piles"  # piles of each batch
+BATCH_ROWS_KEY = "daskpile.batch_lengths"  # rows of each batch (their piles follow from the counts)
 FIRST_PILE_KEY = "daskpile.first_pile"  # the first pile of the file's band
 BANDS_KEY = "daskpile.bands"  # where every band of the run begins, and the end
 
@@ -212,31 +213,54 @@ def write_piles(
     stop: int | None = None,
     rows_per_run: int | None = None,
 ) -> int:
-    """Write the rows of one partition, grouped by pile, in batches of whole piles.
+    """Write the rows of one partition, grouped by pile, in batches of whole piles (a long pile cut in several).
 
     ``counts`` is the row count of each pile; ``grouped`` holds the rows of
     piles ``first:stop`` (default: all).  The counts go in the IPC footer with
-    the batches' pile counts and ``footer``, so that a reader finds a pile
+    the batches' row counts and ``footer``, so that a reader finds a pile
     without reading the data before it, and a resumed run learns what a
     finished scratch file holds.  Returns the number of bytes written.
     """
     counts = np.asarray(counts, dtype=np.int64)
     band_counts = counts[first:stop]
     rows_per_run = rows_per_run or _rows_per_run(grouped)
-    runs = pile_runs(band_counts, rows_per_run)
-    index = {COUNTS_KEY: encode_integers(counts), RUNS_KEY: encode_integers(runs), FIRST_PILE_KEY: str(first)}
+    # Locally, no batch's buffer passes WRITE_BUFFER_BYTES: the IPC writer hands each buffer to the kernel in
+    # one write, and one of more than 2 MiB is cached in 2 MiB pages (_storage.write_in_pieces says why that
+    # costs).  On an object store a batch is a request: long piles stay whole there.
+    longest = _rows_per_run(grouped, WRITE_BUFFER_BYTES) if is_local(fs) else None
+    lengths = batch_lengths(band_counts, rows_per_run, longest)
+    index = {COUNTS_KEY: encode_integers(counts), BATCH_ROWS_KEY: encode_integers(lengths), FIRST_PILE_KEY: str(first)}
     footer = {**(footer or {}), **index}
-    run_rows = np.add.reduceat(band_counts, offsets(runs)) if len(band_counts) else runs
     batches = (
-        grouped.slice(start, length)
-        for start, length in zip(offsets(run_rows).tolist(), run_rows.tolist(), strict=True)
+        grouped.slice(start, length) for start, length in zip(offsets(lengths).tolist(), lengths.tolist(), strict=True)
     )
     return _write_batches(fs, path, grouped.schema, batches, footer, make_parents=False)
 
 
-def _rows_per_run(grouped: pa.RecordBatch) -> int:
+def _rows_per_run(grouped: pa.RecordBatch, run_bytes: int | None = None) -> int:
     # Of a whole batch: the buffer sizes of a slice are those of the whole (``get_total_buffer_size``).
-    return max(1, int(RUN_BYTES * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
+    run_bytes = RUN_BYTES if run_bytes is None else run_bytes
+    return max(1, int(run_bytes * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
+
+
+def batch_lengths(counts: np.ndarray, rows_per_run: int, longest: int | None = None) -> np.ndarray:
+    """The rows of each batch: runs of whole piles (``pile_runs``), each cut in equal batches of at most
+    ``longest`` rows.
+
+    >>> batch_lengths(np.array([5, 5, 5, 20, 0, 5]), 10).tolist()
+    [10, 25, 5]
+    >>> batch_lengths(np.array([5, 5, 5, 20, 0, 5]), 10, longest=12).tolist()
+    [10, 9, 8, 8, 5]
+    """
+    runs = pile_runs(counts, rows_per_run)
+    run_rows = np.add.reduceat(counts, offsets(runs)) if len(counts) else runs
+    if longest is None:
+        return run_rows
+    lengths = []
+    for rows in run_rows.tolist():
+        parts = max(1, -(-rows // longest))
+        lengths += [rows // parts + (k < rows % parts) for k in range(parts)]
+    return np.array(lengths, dtype=np.int64)
 
 
 def pile_runs(counts: np.ndarray, rows_per_run: int) -> np.ndarray:
@@ -326,25 +350,26 @@ RELEASE_BYTES = 64 * 2**20
 class PileIndex:
     """Where the piles of one scratch file are, from its footer: read once, the file may be reopened many times."""
 
-    pile_start: list[int]  # pile j is rows pile_start[j]:pile_start[j + 1]
-    batch_first_pile: list[int]
+    pile_start: list[int]  # pile j is rows pile_start[j]:pile_start[j + 1] of the file
+    batch_start: list[int]  # batch b is rows batch_start[b]:batch_start[b + 1] of the file
 
     @classmethod
     def from_footer(cls, footer: dict[bytes, bytes]) -> PileIndex:
         counts = decode_integers(footer[COUNTS_KEY.encode()])
         first = int(footer.get(FIRST_PILE_KEY.encode(), 0))
-        batch_first_pile = (first + offsets(decode_integers(footer[RUNS_KEY.encode()]))).tolist()
-        return cls([0, *np.cumsum(counts).tolist()], batch_first_pile)
+        pile_start = np.concatenate(([0], np.cumsum(counts))) - int(counts[:first].sum())
+        batch_start = np.concatenate(([0], np.cumsum(decode_integers(footer[BATCH_ROWS_KEY.encode()]))))
+        return cls(pile_start.tolist(), batch_start.tolist())
 
 
 class ScratchFile:
     """One open scratch file, and the batch last read from it.
 
-    ``pile(j)`` gives the rows that partition sent to pile ``j``, a slice of
-    the batch holding them.
+    ``pile(j)`` gives the rows that partition sent to pile ``j``: slices of
+    the batches holding them (one, unless the pile was cut in several).
 
     >>> f = ScratchFile(fs, "/tmp/s/scatter-000000.arrow")  # doctest: +SKIP
-    >>> rows, row_bytes = f.pile(3)  # doctest: +SKIP
+    >>> slices = f.pile(3)  # doctest: +SKIP
     """
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None, mapped: bool = True):
@@ -353,20 +378,29 @@ class ScratchFile:
         self.index = index or PileIndex.from_footer(self.reader.metadata or {})
         self._batch: tuple[int, pa.RecordBatch, float] | None = None  # number, batch, bytes per row
 
-    def pile(self, pile: int) -> tuple[pa.RecordBatch, int]:
-        """The rows of ``pile``, and about how many bytes they take."""
-        first_pile = self.index.batch_first_pile
-        number = bisect.bisect_right(first_pile, pile) - 1
+    def pile(self, pile: int) -> list[tuple[pa.RecordBatch, int]]:
+        """The rows of ``pile`` (an empty slice if none), each slice with about how many bytes it takes."""
+        batch_start = self.index.batch_start
+        start, stop = self.index.pile_start[pile], self.index.pile_start[pile + 1]
+        number = min(max(bisect.bisect_right(batch_start, start) - 1, 0), len(batch_start) - 2)
+        slices = []
+        while True:
+            batch, bytes_per_row = self._read(number)
+            low = max(start - batch_start[number], 0)
+            rows = min(stop, batch_start[number + 1]) - batch_start[number] - low
+            slices.append((batch.slice(low, rows), int(rows * bytes_per_row)))
+            number += 1
+            if number >= len(batch_start) - 1 or batch_start[number] >= stop:
+                return slices
+
+    def _read(self, number: int) -> tuple[pa.RecordBatch, float]:
         if self._batch is None or self._batch[0] != number:
             self._batch = None  # drop the previous batch before reading the next
             batch = self.reader.get_batch(number)
             # Not ``nbytes``, which walks every value (24 us a batch):
             # a batch read from IPC has buffers of exactly its own bytes.
             self._batch = (number, batch, batch.get_total_buffer_size() / max(batch.num_rows, 1))
-        _, batch, bytes_per_row = self._batch
-        pile_start = self.index.pile_start
-        start, rows = pile_start[pile] - pile_start[first_pile[number]], pile_start[pile + 1] - pile_start[pile]
-        return batch.slice(start, rows), int(rows * bytes_per_row)
+        return self._batch[1:]
 
     def close(self) -> None:
         self._batch = None
@@ -432,7 +466,7 @@ class PileReader:
             self._files, self._band = files or [], band
         if self._one_at_a_time:
             return list(self.pile_slices(pile))
-        slices = [f.pile(pile) for f in self._files]
+        slices = [found for f in self._files for found in f.pile(pile)]
         if self.mapped:
             # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
             self._mapped += sum(row_bytes for _, row_bytes in slices)
@@ -447,10 +481,10 @@ class PileReader:
         for path in self.scratch.paths(self.scratch.band_of(pile)):
             f = self._open(path)
             try:
-                batch, _ = f.pile(pile)
+                slices = [batch for batch, _ in f.pile(pile)]
             finally:
                 f.close()
-            yield batch
+            yield from slices
 
     def release(self) -> None:
         """Close every file; the pages of batches already dropped are unmapped. Reopened on demand."""
