@@ -255,12 +255,14 @@ def rechunk_to_parquet(
 def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_bytes: int) -> SplitResult:
     """Send each row of an oversized pile to one of ``sub_piles`` uniformly random sub-piles.
 
-    The pile is streamed slice by slice (a slice is what one input piece sent
+    The pile is streamed a scratch file at a time (what one input piece sent
     it) and written in flushes of about ``flush_bytes``, one scratch file per
     flush with one batch per sub-pile, so memory holds a flush, never the
-    pile.  Sub-piles are drawn slice by slice from the generator keyed
-    (seed, SPLIT, pile), and each sub-pile keeps its rows' order, so the
-    flush size changes neither the sub-piles nor their order.
+    pile.  Sub-piles are drawn a scratch file at a time from the generator
+    keyed (seed, SPLIT, pile), whatever batches the file holds its rows in
+    (local scratch cuts long piles, a store's does not), and each sub-pile
+    keeps its rows' order, so the flush size changes neither the sub-piles
+    nor their order.
     """
     directory = posixpath.join(scratch.directory, f"split-{pile:06d}")
     scratch.fs.makedirs(directory, exist_ok=True)
@@ -283,10 +285,10 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
         pending_bytes = 0
 
     with PileReader(scratch) as reader:
-        for batch in reader.pile_slices(pile):
-            pending.append(batch)
-            pending_bytes += batch.get_total_buffer_size()
-            assignments.append(_kernels.random_piles(rng, batch.num_rows, sub_piles))
+        for slices in reader.pile_slices(pile):
+            pending.extend(slices)
+            pending_bytes += sum(batch.get_total_buffer_size() for batch in slices)
+            assignments.append(_kernels.random_piles(rng, sum(batch.num_rows for batch in slices), sub_piles))
             if pending_bytes >= flush_bytes:
                 flush()
         if pending:

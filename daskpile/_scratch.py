@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
-from daskpile._storage import WRITE_BUFFER_BYTES, atomic_sink, filesystem, is_local, remove_tree
+from daskpile._storage import atomic_sink, filesystem, is_local, remove_tree, rows_per_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,10 +224,10 @@ def write_piles(
     counts = np.asarray(counts, dtype=np.int64)
     band_counts = counts[first:stop]
     rows_per_run = rows_per_run or _rows_per_run(grouped)
-    # Locally, no batch's buffer passes WRITE_BUFFER_BYTES: the IPC writer hands each buffer to the kernel in
-    # one write, and one of more than 2 MiB is cached in 2 MiB pages (_storage.write_in_pieces says why that
-    # costs).  On an object store a batch is a request: long piles stay whole there.
-    longest = _rows_per_run(grouped, WRITE_BUFFER_BYTES) if is_local(fs) else None
+    # Locally, a batch's buffers hold about WRITE_BUFFER_BYTES at most: the IPC writer hands each buffer to the
+    # kernel in one write, and one of more than 2 MiB is cached in 2 MiB pages (_storage.write_in_pieces says why
+    # that costs).  On an object store a batch is a request: long piles stay whole there.
+    longest = rows_per_write(grouped) if is_local(fs) else None
     lengths = batch_lengths(band_counts, rows_per_run, longest)
     index = {COUNTS_KEY: encode_integers(counts), BATCH_ROWS_KEY: encode_integers(lengths), FIRST_PILE_KEY: str(first)}
     footer = {**(footer or {}), **index}
@@ -237,10 +237,9 @@ def write_piles(
     return _write_batches(fs, path, grouped.schema, batches, footer, make_parents=False)
 
 
-def _rows_per_run(grouped: pa.RecordBatch, run_bytes: int | None = None) -> int:
+def _rows_per_run(grouped: pa.RecordBatch) -> int:
     # Of a whole batch: the buffer sizes of a slice are those of the whole (``get_total_buffer_size``).
-    run_bytes = RUN_BYTES if run_bytes is None else run_bytes
-    return max(1, int(run_bytes * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
+    return max(1, int(RUN_BYTES * grouped.num_rows / max(grouped.get_total_buffer_size(), 1)))
 
 
 def batch_lengths(counts: np.ndarray, rows_per_run: int, longest: int | None = None) -> np.ndarray:
@@ -259,7 +258,8 @@ def batch_lengths(counts: np.ndarray, rows_per_run: int, longest: int | None = N
     lengths = []
     for rows in run_rows.tolist():
         parts = max(1, -(-rows // longest))
-        lengths += [rows // parts + (k < rows % parts) for k in range(parts)]
+        length, longer = divmod(rows, parts)
+        lengths += [length + 1] * longer + [length] * (parts - longer)
     return np.array(lengths, dtype=np.int64)
 
 
@@ -285,16 +285,19 @@ def encode_integers(values) -> str:
 
 
 def decode_integers(encoded: str) -> np.ndarray:
-    """The integers ``write_piles`` stored in a footer (counts, or piles per batch)."""
+    """The integers ``write_piles`` stored in a footer (the piles' rows, or the batches')."""
     return np.frombuffer(base64.b64decode(encoded), dtype="<i8").astype(np.int64)
 
 
 def write_table(fs: fsspec.AbstractFileSystem, path: str, table: pa.Table, batch_rows: int) -> int:
-    """A permuted pile as IPC in batches of ``batch_rows``, so that ``read_rows`` of a range reads little more.
+    """A permuted pile as IPC in batches of ``batch_rows`` (fewer where a column's buffer would pass about 1 MiB
+    locally, see ``write_piles``), so that ``read_rows`` of a range reads little more.
 
     The footer lists the batches' row counts, so a reader finds a range's
     batches without reading the ones before it.  Returns the size in bytes.
     """
+    if is_local(fs):
+        batch_rows = min(batch_rows, rows_per_write(table))
     batches = table.to_batches(max_chunksize=batch_rows)
     footer = {"daskpile.batch_rows": json.dumps([b.num_rows for b in batches])}
     return _write_batches(fs, path, table.schema, batches, footer, make_parents=True)
@@ -382,7 +385,7 @@ class ScratchFile:
         """The rows of ``pile`` (an empty slice if none), each slice with about how many bytes it takes."""
         batch_start = self.index.batch_start
         start, stop = self.index.pile_start[pile], self.index.pile_start[pile + 1]
-        number = min(max(bisect.bisect_right(batch_start, start) - 1, 0), len(batch_start) - 2)
+        number = min(bisect.bisect_right(batch_start, start) - 1, len(batch_start) - 2)  # (an empty last pile)
         slices = []
         while True:
             batch, bytes_per_row = self._read(number)
@@ -419,7 +422,7 @@ class PileReader:
     them (B with 512 piles: 970 MiB a worker before, 427 MiB with this).
 
     >>> with PileReader(run) as reader:  # doctest: +SKIP
-    ...     batches = reader.pile(3)  # one record batch per input partition
+    ...     batches = reader.pile(3)  # its slices of every input partition's file, in order
     """
 
     def __init__(self, scratch: Scratch, mapped: bool = True):
@@ -465,15 +468,16 @@ class PileReader:
             self._one_at_a_time = files is None  # more scratch files than this process may hold open
             self._files, self._band = files or [], band
         if self._one_at_a_time:
-            return list(self.pile_slices(pile))
+            return [batch for slices in self.pile_slices(pile) for batch in slices]
         slices = [found for f in self._files for found in f.pile(pile)]
         if self.mapped:
             # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
             self._mapped += sum(row_bytes for _, row_bytes in slices)
         return [batch for batch, _ in slices]
 
-    def pile_slices(self, pile: int) -> Iterator[pa.RecordBatch]:
-        """The slices of one pile, one at a time, each file closed after its slice.
+    def pile_slices(self, pile: int) -> Iterator[list[pa.RecordBatch]]:
+        """The slices of one pile, a scratch file's at a time (one slice, or several for a pile cut in batches),
+        each file closed after its slices are read.
 
         For piles too large to hold: a slice's pages are unmapped as soon as
         the caller drops the slice, so memory holds what the caller keeps.
@@ -484,7 +488,7 @@ class PileReader:
                 slices = [batch for batch, _ in f.pile(pile)]
             finally:
                 f.close()
-            yield from slices
+            yield slices
 
     def release(self) -> None:
         """Close every file; the pages of batches already dropped are unmapped. Reopened on demand."""
@@ -597,7 +601,7 @@ _OPEN_RUN = _OpenRun()
 
 
 def read_pile(scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
-    """The slices of one pile, one per scratch file, from files this process keeps open between calls.
+    """The slices of one pile (each scratch file's, in order), from files this process keeps open between calls.
 
     For ``shuffle(ddf)``, whose pass 2 is a task per pile, each reading a
     slice of every scratch file: opening them all for every pile cost 0.41 s

@@ -5,6 +5,7 @@ import json
 import os
 import pty
 import subprocess
+import sys
 
 import pytest
 from _util import DASKPILE, file_bytes
@@ -54,6 +55,24 @@ def invoke(*args):
 
 def test_version():
     assert run("--version", check_status=0).stdout.strip() == f"daskpile, version {daskpile.__version__}"
+
+
+@pytest.mark.parametrize("exported", [None, "4"])
+def test_the_command_runs_numpy_with_one_blas_thread_unless_told_otherwise(exported):
+    # daskpile does no linear algebra: OpenBLAS's threads, one a core, only spun beside the command's own
+    script = (
+        "import os, sys\n"
+        "sys.argv = ['daskpile', '--version']\n"
+        "import daskpile.__main__\n"
+        "try:\n    daskpile.__main__.main()\nexcept SystemExit:\n    pass\n"
+        "import numpy\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if exported:
+        env["OPENBLAS_NUM_THREADS"] = exported
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == (exported or "1")
 
 
 @pytest.mark.slow

@@ -62,6 +62,37 @@ def test_a_long_pile_is_cut_in_batches_of_at_most_a_write_locally_and_kept_whole
                 )
 
 
+def test_a_band_s_pile_under_the_write_size_stays_one_batch(tmp_path):
+    # The limit of a batch goes by the band's own rows: a band's slice reports its whole partition's buffers
+    # (get_total_buffer_size), which made 8 bands cut piles of 650 KB in batches of 120 KB.
+    table = pa.table({"x": np.arange(640_000), "y": np.arange(640_000)})  # 10 MB
+    grouped, counts = _kernels.scatter(table, 16, _random.generator(0, _random.SCATTER, 0))  # 640 KB a pile
+    fs, root = filesystem(str(tmp_path))
+    run = dataclasses.replace(_scratch.Scratch(fs, root, 1), bands=_scratch.band_bounds(16))
+    run.write(0, 0, grouped, counts)
+    for band in range(run.band_count):
+        with pa.memory_map(run.path(0, 0, band)) as f:
+            assert ipc.open_file(f).num_record_batches == 2  # its two piles, one batch each
+
+
+def test_a_split_pile_draws_the_same_sub_piles_whatever_batches_scratch_holds_it_in(tmp_path):
+    # Local scratch cuts a long pile in batches of about a write, a store's does not: the sub-piles are drawn
+    # a scratch file at a time, so they are the same on both (else the output would depend on where scratch is).
+    table = pa.table({"line": pa.array([f"{i:0100d}".encode() for i in range(60_000)])})  # 6 MB, one pile
+    found = []
+    for url in [str(tmp_path), "memory://split-test"]:
+        fs, root = filesystem(url)
+        run = _scratch.Scratch(fs, root, 2)
+        for k, (start, rows) in enumerate([(0, 30_001), (30_001, 29_999)]):  # odd: numpy draws uint16 in pairs
+            _passes.scatter_table(table.slice(start, rows), k, 1, 7, run)
+        split = _passes.split_pile(run, 0, 4, 7, flush_bytes=2**30)
+        with _scratch.PileReader(split.scratch) as reader:
+            found.append([pa.Table.from_batches(reader.pile(sub)) for sub in range(4)])
+    local, remote = found
+    assert all(a.equals(b) for a, b in zip(local, remote, strict=True))
+    assert sum(t.num_rows for t in local) == 60_000
+
+
 def test_pile_runs_close_once_they_reach_the_size():
     counts = np.array([3, 0, 4, 10, 0, 0, 1, 2, 2])  # a pile over the size is a run of its own
     runs = _scratch.pile_runs(counts, 4)
