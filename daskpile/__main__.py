@@ -17,8 +17,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print("daskpile: interrupted", file=sys.stderr)
         sys.exit(130)
-    # The modules' objects live as long as the process: kept out of every garbage collection, which would
-    # otherwise walk them again and again while the passes allocate (2 % of a lines shuffle's CPU)
+    # The modules' objects live as long as the process: kept out of garbage collection, whose full collection at
+    # exit walked them all (0.07-0.1 s of a command; the passes' own collections took 1 ms of a lines shuffle)
     gc.freeze()
     try:
         run(console_script=True)

@@ -4,8 +4,8 @@ Pass 1 writes, for input partition ``k``, a single IPC file holding its rows
 grouped by pile: pile 0's rows, then pile 1's, and so on.  The rows are stored
 in record batches that each hold a run of whole consecutive piles, about
 ``RUN_BYTES`` long (a pile larger than that is a batch of its own, or, in a
-local file, several of at most ``WRITE_BUFFER_BYTES``; empty piles take no
-room).  The footer lists every pile's row count and every batch's number of
+local file, several of about ``WRITE_BUFFER_BYTES`` a column at most, see
+``write_piles``; empty piles take no room).  The footer lists every pile's row count and every batch's number of
 rows, so pass-2 task ``j`` finds the batches holding pile ``j`` in each file
 and slices the pile out of them.  That makes at most BANDS x K + M
 files in all (bands below), never K x M, and with many small piles far fewer

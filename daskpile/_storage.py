@@ -70,9 +70,10 @@ def write_in_pieces(sink, data: pa.Buffer) -> None:
         sink.write(data.slice(start, min(WRITE_BUFFER_BYTES, data.size - start)))
 
 
-def rows_per_write(table: pa.Table) -> int:
-    """Rows of ``table`` whose buffers each hold about ``WRITE_BUFFER_BYTES`` at most: a record batch of an
-    IPC file is written a buffer a write (``write_in_pieces`` says why that matters).
+def rows_per_write(table: pa.Table | pa.RecordBatch) -> int:
+    """Rows of ``table`` (or of a record batch, or a slice of one) whose buffers each hold about
+    ``WRITE_BUFFER_BYTES`` at most, by its widest column's average row: a record batch of an IPC file is
+    written a buffer a write (``write_in_pieces`` says why that matters).
 
     >>> rows_per_write(pa.table({"x": pa.array(range(2**20), pa.int64())}))
     131072
