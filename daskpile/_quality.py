@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from daskpile import _kernels, _manifest, _outputs, _ranks
 from daskpile import _order_stats as _order
-from daskpile._storage import filesystem, full_url
+from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
@@ -363,6 +363,7 @@ def quality(
     >>> report.plot("quality.png")
     <Figure size 1100x460 with 3 Axes>
     """
+    dest = as_urls(dest)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:

@@ -32,6 +32,20 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     return url_to_fs(str(url), **(storage_options or {}))
 
 
+def as_urls(source):
+    """A URL, or a list of them, with path-like objects (``pathlib.Path``) as their strings.
+
+    >>> import pathlib
+    >>> as_urls(pathlib.Path("/data/x")), as_urls(["a", pathlib.Path("b")]), as_urls(None)
+    ('/data/x', ['a', 'b'], None)
+    """
+    if isinstance(source, os.PathLike):
+        return os.fspath(source)
+    if isinstance(source, (list, tuple)):
+        return [as_urls(item) for item in source]
+    return source
+
+
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     return "file" in protocols or "local" in protocols

@@ -11,7 +11,7 @@ import pyarrow as pa
 from daskpile import _fingerprint, _manifest, _outputs, _passes
 from daskpile._compute import compute
 from daskpile._fingerprint import Fingerprint
-from daskpile._storage import filesystem, full_url
+from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
@@ -241,6 +241,7 @@ def verify(
     >>> print(result)
     match: the result is a permutation of the source (30,000 rows)
     """
+    source, dest = as_urls(source), as_urls(dest)
     if dest is None:
         return _against_manifest(source, storage_options, progress)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from daskpile._random import seed_for_ranks
+from daskpile._storage import as_urls
 from daskpile.loader import PileLoader
 from daskpile.loader.plan import worker_share
 
@@ -67,6 +68,7 @@ class PileDataset(IterableDataset):
         **options,
     ):
         super().__init__()
+        path = as_urls(path)
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader

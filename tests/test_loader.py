@@ -290,6 +290,33 @@ def test_numpy_output_of_an_integer_column_null_in_a_whole_batch(tmp_path):
     assert np.isnan(batch["opt"]).all()
 
 
+@pytest.mark.parametrize("values", [["x", None, "y", None], [1.5, None, 2.5, None], [10, None, 20, None]])
+def test_numpy_output_of_a_categorical_keeps_its_nulls(tmp_path, values):
+    """pyarrow's ``to_numpy`` of a chunked dictionary column gave each null a neighbour's category: labels
+    silently wrong in training batches.  A null stays None (NaN for numbers), as in the other outputs."""
+    source = tmp_path / "src"
+    source.mkdir()
+    label = pa.array(values * 2).dictionary_encode()
+    pq.write_table(pa.table({"id": range(8), "label": label}), source / "a.parquet")
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "piles"), piles=2, seed=0)
+    loader = daskpile.PileLoader(str(tmp_path / "piles"), batch_size=8, seed=0, output="numpy")
+    (batch,) = loader
+    got = {int(i): v for i, v in zip(batch["id"], batch["label"].tolist(), strict=True)}
+    missing = [v for i, v in got.items() if i % 2]
+    assert all(v is None or v != v for v in missing), got  # None, or NaN for numbers
+    assert [got[i] for i in range(0, 8, 2)] == [values[0], values[2]] * 2
+
+
+def test_a_path_like_names_the_dataset_as_its_string_does(datasets):
+    """``shuffle_parquet`` took a ``pathlib.Path``; the loader, which reads what it wrote, said "'PosixPath'
+    object is not iterable"."""
+    as_string = ids(daskpile.PileLoader(datasets["eager"], batch_size=500, seed=5))
+    as_path = ids(daskpile.PileLoader(Path(datasets["eager"]), batch_size=500, seed=5))
+    assert len(as_path) == len(as_string) and all(map(np.array_equal, as_path, as_string))
+    ddf_files = sorted(Path(datasets["ddf"]).glob("*.parquet"))
+    assert sum(map(len, ids(daskpile.PileLoader(ddf_files, batch_size=500, seed=5)))) == ROWS
+
+
 def test_an_epoch_of_no_batch_moves_the_state_on_too(datasets):
     loader = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, filters=[("id", "<", 0)])
     for _ in range(3):

@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import os
+import pathlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,6 +54,14 @@ def test_verify_recomputes_from_the_files(client, source, tmp_path):
     alone = daskpile.verify(dest)
     assert not alone.ok and "MISMATCH: recorded 5,000 rows, result 5,000 rows" in str(alone)
     assert "not in the same rows" not in str(alone), str(alone)
+
+
+def test_path_likes_name_a_source_and_a_result_as_their_strings_do(sync_scheduler, source, tmp_path):
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(pathlib.Path(source), dest, piles=4, seed=0)
+    assert daskpile.verify(pathlib.Path(source), dest).ok and daskpile.verify(dest).ok
+    assert daskpile.verify(sorted(pathlib.Path(source).glob("*.parquet")), dest).ok
+    assert daskpile.quality(dest, order_column="id").rows == 5_000
 
 
 def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_scheduler, source, tmp_path):

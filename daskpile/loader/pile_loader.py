@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile._random import seed_for_ranks
+from daskpile._storage import as_urls
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
@@ -75,7 +76,7 @@ class PileLoader:
         files and rows; a lazy one, ``second_pass="lazy"``, is permuted here),
         or any Parquet directory, glob or list of files (``shuffle(ddf)
         .to_parquet``), local or an fsspec URL (read by row group: no whole
-        file is downloaded).
+        file is downloaded); a ``pathlib.Path`` as its string.
     batch_size
         Rows per batch.
     seed
@@ -181,6 +182,7 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+        path = as_urls(path)
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
@@ -552,7 +554,11 @@ EXACT_IN_FLOAT64 = 2**53
 
 def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
     """A column as numpy, as pyarrow gives it (integers with nulls: float64 and NaN, as in pandas), refusing
-    integers that float64 would round rather than round them."""
+    integers that float64 would round rather than round them.  Dictionaries (categoricals) as their values:
+    pyarrow's ``ChunkedArray.to_numpy`` gives a null of one a neighbour's value (26.0.1: ``['a', None, 'c']``
+    encoded came back ``['a', 'c', 'c']``)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
     if column.null_count and pa.types.is_integer(column.type) and column.type.bit_width == 64:
         import pyarrow.compute as pc
 
