@@ -17,6 +17,7 @@ are read), is:
 
 Pass 1 runs once per shuffled collection: once the run file is there, a later
 compute (another pile, another epoch) reads scratch without reading the input.
+A projection pushed below the shuffle is another collection, with its own pass 1.
 """
 
 from __future__ import annotations
@@ -172,9 +173,13 @@ def shuffle(
     a task per pile).
 
     Pass 1 runs once for the life of the result: later computes of it, or of
-    any of its partitions, read the scratch it wrote, not the input.  To read
-    the piles every epoch, write them once (``to_parquet``) and read the
-    files.  A worker lost in either pass is replaced and its tasks rerun; the
+    any of its partitions, read the scratch it wrote, not the input.  A
+    projection (columns selected, or the index dropped: ``reset_index(drop=True)``,
+    ``to_parquet(..., write_index=False)``) is another shuffle, with a pass 1
+    of its own over its columns only: the same order as the whole result if
+    the input gives the same rows each time it is computed, so ``persist()``
+    an input that draws random numbers.  To read the piles every epoch, write
+    them once (``to_parquet``) and read the files.  A worker lost in either pass is replaced and its tasks rerun; the
     output is the same as an undisturbed run's.
 
     Every dtype pandas and Dask produce is kept, in empty partitions too:

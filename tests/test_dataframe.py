@@ -227,6 +227,27 @@ def test_every_row_once_whatever_the_optimizer_does_and_the_same_order_everywher
     np.testing.assert_array_equal(orders["sync"], orders["LocalCluster"])
 
 
+def test_a_projection_of_a_persisted_random_input_gives_the_whole_result_s_rows(sync_scheduler):
+    """A projection is another shuffle with a pass 1 of its own (the docs say so): over an input that draws
+    random numbers, it gave other rows than the whole result; persisted, the input gives the same rows."""
+    frame = pd.DataFrame({"id": np.arange(4_000), "v": np.arange(4_000) * 0.5})
+
+    def subsample(part: pd.DataFrame) -> pd.DataFrame:
+        return part[np.random.random(len(part)) < 0.5]  # the global generator: other rows each compute
+
+    def shuffled(persist: bool):
+        ddf = dd.from_pandas(frame, npartitions=4).map_partitions(subsample)
+        return daskpile.shuffle(ddf.persist() if persist else ddf, piles=3, seed=1)
+
+    np.random.seed(0)
+    volatile = shuffled(persist=False)
+    assert len(volatile["id"].compute()) != len(volatile.compute())  # the input's own randomness, twice
+    stable = shuffled(persist=True)
+    whole = stable.compute()
+    np.testing.assert_array_equal(stable["id"].compute().to_numpy(), whole["id"].to_numpy())
+    np.testing.assert_array_equal(stable.reset_index(drop=True)["v"].compute().to_numpy(), whole["v"].to_numpy())
+
+
 def test_to_parquet_after_the_shuffle_writes_the_piles_in_order(uneven, tmp_path, sync_scheduler):
     # Not the categorical column: Dask's meta of it has no categories, so Dask's to_parquet refuses it
     # (dd.read_parquet(uneven).to_parquet(...) fails the same way, without daskpile).
