@@ -174,13 +174,14 @@ def shuffle(
 
     Pass 1 runs once for the life of the result: later computes of it, or of
     any of its partitions, read the scratch it wrote, not the input.  A
-    projection (columns selected, or the index dropped: ``reset_index(drop=True)``,
-    ``to_parquet(..., write_index=False)``) is another shuffle, with a pass 1
-    of its own over its columns only: the same order as the whole result if
-    the input gives the same rows each time it is computed, so ``persist()``
-    an input that draws random numbers.  To read the piles every epoch, write
-    them once (``to_parquet``) and read the files.  A worker lost in either pass is replaced and its tasks rerun; the
-    output is the same as an undisturbed run's.
+    projection (columns selected, or the index dropped:
+    ``reset_index(drop=True)``, ``to_parquet(..., write_index=False)``) is
+    another shuffle, with a pass 1 of its own over its columns only: the same
+    order as the whole result if the input gives the same rows each time it
+    is computed, so ``persist()`` an input that draws unseeded random numbers.
+    To read the piles every epoch, write them once (``to_parquet``) and read
+    the files.  A worker lost in either pass is replaced and its tasks rerun;
+    the output is the same as an undisturbed run's.
 
     Every dtype pandas and Dask produce is kept, in empty partitions too:
     numpy numbers, bools, datetimes and timedeltas; nullable ``Int64``,

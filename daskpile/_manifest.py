@@ -19,7 +19,7 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import filesystem, full_url, write_bytes
+from daskpile._storage import as_urls, filesystem, full_url, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
@@ -126,6 +126,7 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
     order; any other Parquet dataset (a directory, glob or list of files) is
     its data files in name order.  ``role`` names ``dest`` in errors.
     """
+    dest = as_urls(dest)
     if isinstance(dest, str):
         fs, path = filesystem(dest, storage_options)
         if fs.exists(posixpath.join(path, MANIFEST_NAME)):

@@ -69,28 +69,25 @@ class _Piles(click.ParamType):
 class _Bytes(click.ParamType):
     name = "BYTES"
 
-    def __init__(self, least: int = 0, why: str = ""):
-        self.least, self.why = least, why
+    def __init__(self, minimum: tuple[int, str] = (0, ""), why: str = ""):
+        (self.minimum, self.minimum_text), self.why = minimum, why
 
     def convert(self, value, param, ctx):
-        from dask.utils import format_bytes, parse_bytes
+        from dask.utils import parse_bytes
 
-        if isinstance(value, int):
-            return value
         try:
-            size = parse_bytes(value)
+            size = value if isinstance(value, int) else parse_bytes(value)
         except ValueError:
             self.fail(f"{value!r} is not a size such as 512MiB or 2GB", param, ctx)
-        if size < self.least:
-            self.fail(f"{value!r} is under {format_bytes(self.least)}: {self.why}", param, ctx)
+        if size < self.minimum:
+            self.fail(f"{value!r} is under {self.minimum_text}: {self.why}", param, ctx)
         return size
 
 
 # A text file is cut into ranges of a sixteenth of --blocksize, a pass-1 task and a scratch file per band each:
 # --blocksize 1 made a task of every byte of a 330 KB file, and ran for minutes.  (The API takes any size, down
 # to ranges of a byte, for tests of range boundaries.)
-BLOCKSIZE_LEAST = 2**14
-_BLOCKSIZE = _Bytes(BLOCKSIZE_LEAST, "text is read in ranges of a sixteenth of it, a task and scratch files each")
+_BLOCKSIZE = _Bytes((2**14, "16KiB"), "text is read in ranges of a sixteenth of it, a task and scratch files each")
 
 
 def parse_storage_options(
@@ -338,7 +335,13 @@ def cli():
     show_default=True,
     help="A pile over its memory budget: split it into consecutive files, or stop before pass 2.",
 )
-@click.option("--blocksize", type=_BLOCKSIZE, default="256MiB", show_default=True, help="Read larger files in pieces.")
+@click.option(
+    "--blocksize",
+    type=_BLOCKSIZE,
+    default="256MiB",
+    show_default=True,
+    help="Read larger files in pieces [at least 16KiB].",
+)
 @click.option("--seed", type=click.IntRange(min=0), help="Same seed, same output, on any cluster [drawn and recorded].")
 @click.option(
     "--rows-per-file", type=click.IntRange(min=1), help="Cut the shuffled sequence into files of N rows [one per pile]."
@@ -586,7 +589,13 @@ _RETAIN = click.option(
 @click.argument("source", nargs=-1, required=True)
 @click.argument("dest")
 @click.option("--seed", type=click.IntRange(min=0), help="This generation's scatter seed [the window's].")
-@click.option("--blocksize", type=_BLOCKSIZE, default="256MiB", show_default=True, help="Read larger files in pieces.")
+@click.option(
+    "--blocksize",
+    type=_BLOCKSIZE,
+    default="256MiB",
+    show_default=True,
+    help="Read larger files in pieces [at least 16KiB].",
+)
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
 @click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")

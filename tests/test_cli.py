@@ -141,15 +141,18 @@ def test_usage_errors_exit_2(sorted_source, tmp_path):
         ("shuffle", sorted_source, dest, "--storage-option", "anon"),
         ("shuffle", sorted_source, dest, "--memory-per-pile", "lots"),
         ("shuffle", sorted_source, dest, "--blocksize", "1"),  # ran for minutes: a task a byte of text
-        ("append", dest, sorted_source, "--blocksize", "8KiB"),
         ("quality", dest),
         ("frobnicate",),
     ]:
         result = CliRunner().invoke(cli, list(args))
         assert result.exit_code == 2, (args, result.output)
     assert not os.path.exists(dest)
-    refused = CliRunner().invoke(cli, ["shuffle", sorted_source, dest, "--blocksize", "1"]).output
-    assert "'1' is under 16.00 kiB: text is read in ranges of a sixteenth of it" in refused
+    for command in (["shuffle", sorted_source, dest], ["append", sorted_source, dest]):
+        refused = CliRunner().invoke(cli, [*command, "--blocksize", "8KiB"])
+        assert (
+            refused.exit_code == 2 and "'8KiB' is under 16KiB: text is read in ranges of a sixteenth" in refused.output
+        )
+    assert not os.path.exists(dest)
 
 
 def test_bad_requests_are_one_line_on_stderr_and_exit_2(sorted_source, tmp_path):

@@ -555,8 +555,8 @@ EXACT_IN_FLOAT64 = 2**53
 def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
     """A column as numpy, as pyarrow gives it (integers with nulls: float64 and NaN, as in pandas), refusing
     integers that float64 would round rather than round them.  Dictionaries (categoricals) as their values:
-    pyarrow's ``ChunkedArray.to_numpy`` gives a null of one a neighbour's value (26.0.1: ``['a', None, 'c']``
-    encoded came back ``['a', 'c', 'c']``)."""
+    pyarrow's ``ChunkedArray.to_numpy`` gives each null of a dictionary column a neighbour's value (26.0.1:
+    ``['a', None, 'c']`` encoded came back ``['a', 'c', 'c']``)."""
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     if column.null_count and pa.types.is_integer(column.type) and column.type.bit_width == 64:
