@@ -83,6 +83,16 @@ def test_an_empty_file_and_a_file_of_one_line(tmp_path, sync_scheduler):
             assert daskpile.shuffle_parquet(str(tmp_path / name), out, piles=2, output_format=output_format).rows == 0
 
 
+@pytest.mark.parametrize("name, text", [("h.csv", b"a,b"), ("h.tsv", b"a\tb"), ("h2.csv", b"a,b\r\n1,2")])
+def test_a_csv_whose_last_line_has_no_newline_even_a_header_alone(tmp_path, sync_scheduler, name, text):
+    """A header alone without a newline: Arrow's reader said "Empty CSV file or block", where pandas reads no
+    rows of those columns, and a file of a header only is what many exports write."""
+    (tmp_path / name).write_bytes(text)
+    daskpile.shuffle_parquet(str(tmp_path / name), str(tmp_path / "out"), piles=2, seed=1)
+    table = read_output(tmp_path / "out")
+    assert table.column_names == ["a", "b"] and table.to_pylist() == ([{"a": 1, "b": 2}] if b"1" in text else [])
+
+
 def numbers(rows: int) -> pa.Table:
     rng = np.random.default_rng(0)
     return pa.table(

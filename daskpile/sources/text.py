@@ -446,7 +446,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
                 parse_options=pa_json.ParseOptions(explicit_schema=explicit),
             )
         return pa_csv.read_csv(
-            io.BytesIO(text),
+            io.BytesIO(_newline_ended(text)),
             read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
             parse_options=options.csv_parse(),
             convert_options=pa_csv.ConvertOptions(column_types=declared),
@@ -719,6 +719,7 @@ class BlockReader:
 
     def _csv(self, block: bytes, first: bool, where: str) -> pa.Table:
         names = self.schema.names
+        block = _newline_ended(block)
         if first and not self.options.autogenerate_column_names:
             header = block[: block.find(b"\n") + 1 or len(block)]
             with _column_names_in_utf8(where, self.options.format):
@@ -739,6 +740,12 @@ class BlockReader:
             parse_options=self.options.csv_parse(),
             convert_options=pa_csv.ConvertOptions(column_types=self.schema),
         )
+
+
+def _newline_ended(text: bytes) -> bytes:
+    """CSV text with a newline after its last line: Arrow's reader refuses a header alone without one ("Empty CSV
+    file or block"), as a file of a header and no rows is often written."""
+    return text if not text or text.endswith(b"\n") else text + b"\n"
 
 
 def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: str, format: str) -> None:
