@@ -87,7 +87,13 @@ class _Bytes(click.ParamType):
 # A text file is cut into ranges of a sixteenth of --blocksize, a pass-1 task and a scratch file per band each:
 # --blocksize 1 made a task of every byte of a 330 KB file, and ran for minutes.  (The API takes any size, down
 # to ranges of a byte, for tests of range boundaries.)
-_BLOCKSIZE = _Bytes((2**14, "16KiB"), "text is read in ranges of a sixteenth of it, a task and scratch files each")
+_BLOCKSIZE_OPTION = click.option(
+    "--blocksize",
+    type=_Bytes((2**14, "16KiB"), "text is read in ranges of a sixteenth of it, a task and scratch files each"),
+    default="256MiB",
+    show_default=True,
+    help="Read larger files in pieces [at least 16KiB].",
+)
 
 
 def parse_storage_options(
@@ -335,13 +341,7 @@ def cli():
     show_default=True,
     help="A pile over its memory budget: split it into consecutive files, or stop before pass 2.",
 )
-@click.option(
-    "--blocksize",
-    type=_BLOCKSIZE,
-    default="256MiB",
-    show_default=True,
-    help="Read larger files in pieces [at least 16KiB].",
-)
+@_BLOCKSIZE_OPTION
 @click.option("--seed", type=click.IntRange(min=0), help="Same seed, same output, on any cluster [drawn and recorded].")
 @click.option(
     "--rows-per-file", type=click.IntRange(min=1), help="Cut the shuffled sequence into files of N rows [one per pile]."
@@ -589,13 +589,7 @@ _RETAIN = click.option(
 @click.argument("source", nargs=-1, required=True)
 @click.argument("dest")
 @click.option("--seed", type=click.IntRange(min=0), help="This generation's scatter seed [the window's].")
-@click.option(
-    "--blocksize",
-    type=_BLOCKSIZE,
-    default="256MiB",
-    show_default=True,
-    help="Read larger files in pieces [at least 16KiB].",
-)
+@_BLOCKSIZE_OPTION
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
 @click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")
