@@ -101,8 +101,8 @@ def shuffle(
         ``"auto"`` computes up to 3 evenly spaced partitions, now, to measure
         their size in memory, scales it by the number of partitions and picks
         the count :func:`plan_piles` returns: the fewest piles, at least 4 per
-        thread (but not piles of fewer than 10,000 rows on average), whose
-        largest fits ``memory_per_pile``.
+        thread and of 32 MiB or less on average (but not piles of fewer than
+        10,000 rows on average), whose largest fits ``memory_per_pile``.
     seed
         A non-negative integer; the same seed, pile count and input partitions
         give the same output.  Default None: a seed drawn from the operating
@@ -653,8 +653,9 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
     Computes up to 3 evenly spaced partitions of ``ddf`` to measure their
     rows and their size in memory (``memory_usage(deep=True)``, index
     included), scales both by the number of partitions, and plans the fewest
-    piles, at least 4 per thread of the current client (or of this machine),
-    such that a pile of mean size plus 6 standard deviations fits
+    piles, at least 4 per thread of the current client (or of this machine)
+    and of 32 MiB or less on average (larger piles permute slower), such
+    that a pile of mean size plus 6 standard deviations fits
     ``memory_per_pile``.  Piles are never planned at fewer than 10,000 rows
     on average for the sake of parallelism: 200 rows make one pile.
 

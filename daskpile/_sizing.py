@@ -4,6 +4,7 @@ Pass 2 holds one pile in memory, with its permuted copy and the Parquet
 writer's buffers, so a pile must fit in a fraction of the memory a task can
 count on.  A pile's row count is binomial, so the largest of M piles is about
 its mean plus a few standard deviations; the plan makes mean + 6 sd fit.
+Within that, piles are kept small enough to permute fast (``FAST_PILE_BYTES``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ SAMPLED_FILES = 8
 # Peak memory of a pass-2 task measured at about 2.5 piles (the pile, its
 # permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
 MEMORY_PER_PILE_FRACTION = 1 / 4
+# Piles of at most this many bytes in memory on average, however much memory there is: a pile's permutation
+# reads it in random order, and past a few tens of MiB most of those reads miss the CPU's caches and TLB.
+# Measured on the 2-core VM (benchmarks/README.md, 2026-11-28, b): pass 2 of B took 23.5-24.4 s in 8 piles
+# of 640 MiB (the fewest that fit) against 14.9-16.9 s in 64 to 256; 5 M lines 1.6 s in piles of 85 MiB
+# against 1.0-1.1 in 16 to 64; A 1.2-1.3 s in piles of 64 MiB against 0.9-1.1 in 16 or 64.
+FAST_PILE_BYTES = 32 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +65,8 @@ class PilePlan:
     def __str__(self) -> str:
         return (
             f"{count(self.piles, 'pile')}: about {count(self.rows, 'row')}, {self.bytes / 2**20:,.0f} MiB in memory, "
-            f"each pile planned to fit a budget of {self.memory_per_pile / 2**20:,.0f} MiB"
+            f"{self.bytes / self.piles / 2**20:,.0f} MiB a pile on average, "
+            f"each planned to fit a budget of {self.memory_per_pile / 2**20:,.0f} MiB"
         )
 
 
@@ -86,9 +94,15 @@ def estimate_parquet(
 
 
 def plan_for_cluster(rows: int, data_bytes: int, memory_per_pile: int | None = None) -> PilePlan:
-    """``plan`` with the defaults of ``piles="auto"``: a quarter of a task's memory per pile, 4 piles per thread."""
+    """``plan`` with the defaults of ``piles="auto"``: a quarter of a task's memory per pile, at least 4 piles
+    per thread and piles of ``FAST_PILE_BYTES`` or less on average.
+
+    >>> plan_for_cluster(rows=100_000_000, data_bytes=5 * 2**30, memory_per_pile=2**30).piles
+    160
+    """
     budget = memory_per_pile or int(memory_per_thread() * MEMORY_PER_PILE_FRACTION)
-    return plan(rows, data_bytes, budget, min_piles=4 * total_threads())
+    fast = min(math.ceil(data_bytes / FAST_PILE_BYTES), MAX_PILES)
+    return plan(rows, data_bytes, budget, min_piles=max(4 * total_threads(), fast))
 
 
 def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -> PilePlan:
