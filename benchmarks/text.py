@@ -90,6 +90,10 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
         ),
         "daskpile lines to lines, threads": ([*lines, "--seed", "1", "--scheduler", "threads", "-q"], {}),
         "daskpile lines to lines": ([*lines, "--seed", "1", "-q"], {}),
+        "daskpile lines to lines, auto piles, threads": (
+            [*lines[:-2], "--seed", "1", "--scheduler", "threads", "-q"],
+            {},
+        ),
         "daskpile JSON lines to JSON lines, threads": ([*jsonl, "--scheduler", "threads", "-q"], {}),
         "daskpile JSON lines to JSON lines, parsed, threads": (
             [*jsonl, "--read-option", "as_written=false", "--scheduler", "threads", "-q"],
