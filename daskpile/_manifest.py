@@ -126,7 +126,7 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
     order; any other Parquet dataset (a directory, glob or list of files) is
     its data files in name order.  ``role`` names ``dest`` in errors.
     """
-    dest = as_urls(dest)
+    dest = as_urls(dest, role)
     if isinstance(dest, str):
         fs, path = filesystem(dest, storage_options)
         if fs.exists(posixpath.join(path, MANIFEST_NAME)):

@@ -28,6 +28,7 @@ from daskpile._outputs import Output
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch
 from daskpile._storage import (
+    as_urls,
     check_writable,
     file_stamp,
     filesystem,
@@ -263,7 +264,8 @@ def shuffle_parquet(
         whose workers share no disk, pass an object-store URL such as
         ``"s3://bucket/tmp"``.  It is removed when the run succeeds or fails
         on bad input or a full disk, and kept when the run is interrupted: it
-        is the checkpoint a rerun resumes from.
+        is the checkpoint a rerun resumes from.  It must be outside dest and
+        outside the source's folders (a rerun would list it as source).
     storage_options
         Passed to fsspec for ``source``, ``dest`` and ``scratch``
         (credentials, endpoint).  Default None.
@@ -538,10 +540,12 @@ class _Run:
 
     def check_places(self, dest: str, scratch: str | None) -> None:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
-        self.dest_fs, self.dest_path = filesystem(dest, self.storage_options)
+        self.dest_fs, self.dest_path = filesystem(as_urls(dest, "dest"), self.storage_options)
         self.dest_url = full_url(self.dest_fs, self.dest_path)
         _check_overlap(self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path)
+        scratch = as_urls(scratch, "scratch")
         scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), self.storage_options)
+        _check_scratch_outside_source(self.plan.fs, self.source, scratch_fs, scratch_path)
         if type(scratch_fs) is type(self.dest_fs) and (scratch_path.rstrip("/") + "/").startswith(
             self.dest_path.rstrip("/") + "/"
         ):
@@ -1175,14 +1179,39 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
     return {j: max(2, _sizing.plan(n, round(n * bytes_per_row), budget).piles) for j, n in over.items()}
 
 
+def _real(fs):
+    """How paths of ``fs`` compare: locally through symlinks too (a link to the source is the source)."""
+    return (lambda p: os.path.realpath(p).rstrip("/")) if is_local(fs) else (lambda p: p.rstrip("/"))
+
+
+def _source_roots(source_fs, source, real) -> list[str]:
+    return [real(source_fs._strip_protocol(r)) for r in (source if isinstance(source, (list, tuple)) else [source])]
+
+
+def _check_scratch_outside_source(source_fs, source, scratch_fs, scratch_path) -> None:
+    """A scratch inside a folder of the source would be listed as source by the run that resumes this one.
+
+    (A source inside scratch is fine: the run writes in a folder of its own under scratch.)
+    """
+    if type(source_fs) is not type(scratch_fs):
+        return
+    real = _real(scratch_fs)
+    scratch_dir = real(scratch_path) + "/"
+    inside = [root for root in _source_roots(source_fs, source, real) if scratch_dir.startswith(root + "/")]
+    if inside:
+        raise ValueError(
+            f"scratch {full_url(scratch_fs, scratch_path)!r} is inside the source {inside[0]!r}, so a run resumed "
+            "after an interruption would read its scratch files as source: pass a scratch outside the source"
+        )
+
+
 def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
     if type(source_fs) is not type(dest_fs):
         return
-    # Locally, through symlinks too: a dest that is a link to the source is the source.
     local = is_local(dest_fs)
-    real = (lambda p: os.path.realpath(p).rstrip("/")) if local else (lambda p: p.rstrip("/"))
+    real = _real(dest_fs)
     dest_dir = real(dest_path) + "/"
-    roots = [real(source_fs._strip_protocol(r)) for r in (source if isinstance(source, (list, tuple)) else [source])]
+    roots = _source_roots(source_fs, source, real)
     if local:  # a file is in dest if its folder is, or if it is a link (realpath of each: 0.1 s per 2,000 files)
         folders_and_links = {posixpath.dirname(f) for f in source_files} | set(filter(os.path.islink, source_files))
         files = [real(f) for f in folders_and_links]

@@ -363,7 +363,7 @@ def quality(
     >>> report.plot("quality.png")
     <Figure size 1100x460 with 3 Axes>
     """
-    dest = as_urls(dest)
+    dest = as_urls(dest, "dest")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:

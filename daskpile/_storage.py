@@ -32,18 +32,30 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     return url_to_fs(str(url), **(storage_options or {}))
 
 
-def as_urls(source):
-    """A URL, or a list of them, with path-like objects (``pathlib.Path``) as their strings.
+def as_urls(source, role: str = "source"):
+    """A URL, or a list of them, with path-like objects (``pathlib.Path``) as their strings; anything else
+    (a DataFrame given where its files are meant) is a TypeError naming ``role``.
 
     >>> import pathlib
     >>> as_urls(pathlib.Path("/data/x")), as_urls(["a", pathlib.Path("b")]), as_urls(None)
     ('/data/x', ['a', 'b'], None)
+    >>> as_urls(3, role="dest")
+    Traceback (most recent call last):
+    TypeError: dest must be a path or URL (a str or pathlib.Path) or a list of them, got int
     """
     if isinstance(source, os.PathLike):
         return os.fspath(source)
     if isinstance(source, (list, tuple)):
-        return [as_urls(item) for item in source]
-    return source
+        return [as_urls(item, role) for item in source]
+    if source is None or isinstance(source, str):
+        return source
+    kind = type(source)
+    named = kind.__name__ if kind.__module__ == "builtins" else f"a {kind.__module__.split('.')[0]} {kind.__name__}"
+    frame = " (a DataFrame: daskpile.shuffle shuffles one; this takes the files it was read from or written to)"
+    raise TypeError(
+        f"{role} must be a path or URL (a str or pathlib.Path) or a list of them, got {named}"
+        + (frame if hasattr(source, "columns") else "")
+    )
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

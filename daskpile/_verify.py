@@ -241,7 +241,7 @@ def verify(
     >>> print(result)
     match: the result is a permutation of the source (30,000 rows)
     """
-    source, dest = as_urls(source), as_urls(dest)
+    source, dest = as_urls(source), as_urls(dest, "dest")
     if dest is None:
         return _against_manifest(source, storage_options, progress)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
@@ -343,10 +343,10 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
         unlisted_files=_unlisted(fs, dest, manifest, storage_options),
-        generations_differing=tuple(
+        generations_differing=tuple(  # a moving window's: a plain result has no generations to name
             number
             for (number, _, _), side, want in zip(generations, per_generation, recorded, strict=True)
-            if side.rows != want
+            if window and side.rows != want
         ),
         against_manifest=True,
     )

@@ -68,7 +68,7 @@ class PileDataset(IterableDataset):
         **options,
     ):
         super().__init__()
-        path = as_urls(path)
+        path = as_urls(path, "path")
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader

@@ -61,6 +61,18 @@ def test_scratch_inside_dest_is_refused_before_anything_is_written(sync_schedule
     daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1, scratch=str(tmp_path / "outside"))
 
 
+def test_scratch_inside_the_source_is_refused_before_anything_is_written(sync_scheduler, source, tmp_path):
+    """A run interrupted in pass 1 was resumed by listing its own scratch files as source data: of text, "holds
+    files of several formats (arrow, jsonl)"; of Parquet, a schema mismatch.  A source inside scratch is fine."""
+    dest = tmp_path / "out"
+    for scratch in (f"{source}/tmp", source):
+        with pytest.raises(ValueError, match=r"scratch '.*src(/tmp)?' is inside the source '.*src', so a run resumed"):
+            daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1, scratch=scratch)
+        assert not dest.exists() and sorted(os.listdir(source)) == [f"in-{i:03d}.parquet" for i in range(4)]
+    daskpile.shuffle_parquet([source], str(dest), piles=2, seed=1, scratch=str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
 def test_no_permission_to_write_scratch(sync_scheduler, source, immutable_dir, tmp_path):
     with pytest.raises(PermissionError, match="no permission to write scratch"):
         daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, scratch=str(immutable_dir))

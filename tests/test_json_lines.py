@@ -94,7 +94,7 @@ def test_a_changed_line_fails_verification(tmp_path, sync_scheduler):
         (b'"text"', r"line at byte 9,000 is not one JSON object", r"line at byte 9,000: .*\(b'\"text\"'\)$"),
         (
             b'{"a": [1, {"b": tru}]}',
-            r"line at byte 9,000: JSON parse error: Invalid value$",
+            r"line at byte 9,000: JSON parse error: Invalid value \(b'\{\"a\": \[1, \{\"b\": tru\}\]\}'\)$",
             r"line at byte 9,000: JSON parse error: Column\(/a\) changed from number to array",
         ),
         (b'{"a": "caf\xe9"}', r"invalid UTF-8 at byte 9,010$", None),

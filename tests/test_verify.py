@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 
+import dask.dataframe as dd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -64,6 +65,23 @@ def test_path_likes_name_a_source_and_a_result_as_their_strings_do(sync_schedule
     assert daskpile.quality(dest, order_column="id").rows == 5_000
 
 
+def test_a_dataframe_given_for_files_is_a_type_error_naming_the_argument(source, tmp_path):
+    """``verify(ddf, "out/")`` said the frame's seven-line repr "does not exist"."""
+    ddf = dd.read_parquet(source)
+    wanted = r"^{} must be a path or URL .* got a dask DataFrame \(a DataFrame: daskpile.shuffle shuffles one"
+    for call, role in [
+        (lambda: daskpile.verify(ddf, str(tmp_path)), "source"),
+        (lambda: daskpile.verify(source, ddf), "dest"),
+        (lambda: daskpile.shuffle_parquet(ddf, str(tmp_path / "out")), "source"),
+        (lambda: daskpile.shuffle_parquet(source, ddf), "dest"),
+        (lambda: daskpile.PileLoader(ddf, batch_size=2, seed=0), "path"),
+        (lambda: daskpile.quality(ddf, order_column="id"), "dest"),
+    ]:
+        with pytest.raises(TypeError, match=wanted.format(role)):
+            call()
+    assert os.listdir(tmp_path) == [os.path.basename(source)]
+
+
 def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_scheduler, source, tmp_path):
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=2, seed=0)
@@ -75,6 +93,8 @@ def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_
     result = daskpile.verify(source, str(dest))
     assert not result.ok and result.columns_differing == ()
     assert "every column holds the same values, but not in the same rows" in str(result)
+    alone = daskpile.verify(str(dest))  # generations are a moving window's: a plain result has none to name
+    assert not alone.ok and alone.generations_differing == () and "generation" not in str(alone)
 
 
 def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, source, tmp_path):

@@ -182,7 +182,7 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        path = as_urls(path)
+        path = as_urls(path, "path")
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)

@@ -21,7 +21,7 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import file_stamps, filesystem, full_url, reaching
+from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -154,6 +154,7 @@ def plan_sources(
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
     (['id', 'v', 'year'], 2000)
     """
+    source = as_urls(source)
     first = source[0] if isinstance(source, (list, tuple)) and source else source
     try:
         with reaching(*filesystem(first, storage_options), "source"):

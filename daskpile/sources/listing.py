@@ -83,7 +83,7 @@ def data_files(
     source: str | list[str], storage_options: dict | None = None, role: str = "source"
 ) -> tuple[fsspec.AbstractFileSystem, list[str]]:
     """The filesystem and Parquet files of URLs (files, directories, globs), in order, strays left out."""
-    source = as_urls(source)
+    source = as_urls(source, role)
     listed = [list_source(url, storage_options, role) for url in ([source] if isinstance(source, str) else source)]
     if not listed:
         raise ValueError(f"{role} is an empty list")

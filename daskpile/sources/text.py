@@ -914,7 +914,7 @@ def _check_one_object_a_line(block, lines: pa.Array, starts: np.ndarray, start: 
     found = objects(k, k + 1)
     at = f"cannot read {where} as jsonl: the line at byte {start + int(starts[k]):,}"
     if isinstance(found, str):
-        raise ValueError(f"{at}: {found}")
+        raise ValueError(f"{at}: {found} ({_shown(lines[k].as_py())})")
     if found != 1:
         raise ValueError(f"{at} holds {found} JSON values, not one object ({_shown(lines[k].as_py())})")
     raise ValueError(f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: not one object a line")
