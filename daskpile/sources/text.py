@@ -549,9 +549,13 @@ def _refuse_inferred_binary(table: pa.Table, text: bytes, options: TextOptions, 
 _LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{19,}(?![0-9.eE])")
 
 
-# A compressed file's size in memory is unknown before it is read: taken as this many times its size
-# on disk (gzip and zstd shrink text and JSON three to ten times).
+# A compressed file's size in memory is unknown before it is read: the sampled file's own ratio is measured
+# on its first RATIO_PROBE_BYTES (decompressing at most RATIO_OUTPUT_BYTES of them), and a file not sampled,
+# or too little decompressed to tell (xz, a bzip2 block of 900 kB), taken as this many times its size on disk
+# (gzip and zstd shrink text and JSON three to ten times; a repetitive corpus was 66 times).
 COMPRESSED_RATIO = 5
+RATIO_PROBE_BYTES = 2**20
+RATIO_OUTPUT_BYTES = 16 * 2**20
 
 
 def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
@@ -569,8 +573,36 @@ def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, op
             rows, nbytes = (table.num_rows, table.nbytes) if table is not None else (0, 0)
     if not rows:
         return 0, 0
-    stored = sum(size * (COMPRESSED_RATIO if c else 1) for size, c in zip(sizes, compressed, strict=True))
+    ratio = compressed_ratio(fs, path) if compression_of(path) else COMPRESSED_RATIO
+    stored = sum(size * (ratio if c else 1) for size, c in zip(sizes, compressed, strict=True))
     return round(rows * stored / sampled), round(nbytes * stored / sampled)
+
+
+def compressed_ratio(fs, path: str) -> float:
+    """Bytes a compressed file holds per byte stored, from its first ``RATIO_PROBE_BYTES``, by Arrow's codec;
+    ``COMPRESSED_RATIO`` when they are too few to tell.
+
+    Arrow's stream reads its input 64 KiB at a time, so what it has read
+    after each read of its output is the bytes that gave that output, give
+    or take 64 KiB: enough when it is a few times that, or when the output
+    reaches ``RATIO_OUTPUT_BYTES`` first (a ratio of at least 64).
+    """
+    compression = compression_of(path)
+    if compression == "xz":
+        return COMPRESSED_RATIO
+    with fs.open(path, "rb") as raw:
+        head = raw.read(RATIO_PROBE_BYTES)
+    probe = pa.BufferReader(head)
+    stream = pa.CompressedInputStream(probe, compression)
+    out = used = 0
+    try:
+        while out < RATIO_OUTPUT_BYTES and (chunk := stream.read(2**16)):
+            out, used = out + len(chunk), probe.tell()
+    except OSError:
+        pass  # the probe ends inside a block: what came out before it counts
+    if out >= RATIO_OUTPUT_BYTES or used >= 4 * 2**16 or (out and len(head) < RATIO_PROBE_BYTES):
+        return out / max(used, 1)
+    return COMPRESSED_RATIO
 
 
 def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
