@@ -246,8 +246,8 @@ def shuffle_parquet(
         the command line): the fewest piles, at least 4 per thread and of
         32 MiB in memory or less on average (larger piles permute slower),
         but not piles of fewer than 10,000 rows on average, such that a pile
-        of mean size plus 6 standard deviations fits ``memory_per_pile``.  The size
-        comes from the Parquet footers of up to 8 evenly spaced files, scaled
+        of mean size plus 6 standard deviations fits ``memory_per_pile``.
+        The size comes from the Parquet footers of up to 8 evenly spaced files, scaled
         by file size (or from ``_metadata``).  The choice and its inputs are
         ``report.pile_plan`` and the manifest's ``pile_plan``; a resumed run
         keeps the count it started with.  Give a count (and a seed) for an

@@ -28,7 +28,7 @@ SAMPLED_FILES = 8
 MEMORY_PER_PILE_FRACTION = 1 / 4
 # Piles of at most this many bytes in memory on average, however much memory there is: a pile's permutation
 # reads it in random order, and past a few tens of MiB most of those reads miss the CPU's caches and TLB.
-# Measured on the 2-core VM (benchmarks/README.md, 2026-11-28, b): pass 2 of B took 23.5-24.4 s in 8 piles
+# Measured on the 2-core VM (benchmarks/README.md, 2026-11-28, evening): pass 2 of B took 23.5-24.4 s in 8 piles
 # of 640 MiB (the fewest that fit) against 14.9-16.9 s in 64 to 256; 5 M lines 1.6 s in piles of 85 MiB
 # against 1.0-1.1 in 16 to 64; A 1.2-1.3 s in piles of 64 MiB against 0.9-1.1 in 16 or 64.
 FAST_PILE_BYTES = 32 * 2**20

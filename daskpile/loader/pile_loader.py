@@ -128,8 +128,9 @@ class PileLoader:
         dtypes pandas gives the files: nullable integers stay ``Int64``; and
         their named index, unless ``columns`` is given: then the columns
         named, an index's among them, are columns and the index is a range,
-        where ``pd.read_parquet(columns=...)`` would add the index), or ``"numpy"`` (a dict of column name to array, as
-        pyarrow's ``to_numpy`` gives: an integer column with nulls is float64
+        where ``pd.read_parquet(columns=...)`` would add the index), or
+        ``"numpy"`` (a dict of column name to array, as pyarrow's
+        ``to_numpy`` gives: an integer column with nulls is float64
         with NaN, refused when it holds integers float64 would round; times
         with a time zone are ``datetime64`` in UTC).
     storage_options
