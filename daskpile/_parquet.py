@@ -1,7 +1,10 @@
-"""``shuffle_parquet``: a Parquet dataset in, one shuffled Parquet file per pile out.
+"""``shuffle_parquet``: files in (Parquet, text, Arrow, ORC, tables), one shuffled file per pile out.
 
-Arrow end to end: files are read with pyarrow, scattered to Arrow IPC scratch
-files, gathered and written with pyarrow; pandas is never involved.
+A run is a list of steps (``_Run``): check the places, read what dest holds,
+find an interrupted run to resume, size the piles, pass 1, pass 2, check the
+fingerprints, commit.  Arrow end to end: files are read with pyarrow,
+scattered to Arrow IPC scratch files, gathered and written with pyarrow;
+pandas is never involved.
 """
 
 from __future__ import annotations
@@ -10,19 +13,16 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
-import json
 import math
-import os
 import posixpath
-import re
 import tempfile
 
 import dask
 import numpy as np
 
-from daskpile import _fingerprint, _lease, _manifest, _outputs, _passes, _scratch, _sizing
+from daskpile import _dest, _fingerprint, _lease, _manifest, _passes, _places, _scratch, _sizing
 from daskpile import _run as run_state
-from daskpile._compute import Timer, compute, task, total_threads, workers_blind_to
+from daskpile._compute import Timer, compute, task, total_threads
 from daskpile._fingerprint import Fingerprint
 from daskpile._outputs import Output
 from daskpile._random import resolve_seed
@@ -33,11 +33,7 @@ from daskpile._storage import (
     file_stamp,
     filesystem,
     full_url,
-    is_local,
-    is_temporary,
     listed_infos,
-    remove_tree,
-    write_bytes,
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
@@ -542,26 +538,22 @@ class _Run:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
         self.dest_fs, self.dest_path = filesystem(as_urls(dest, "dest"), self.storage_options)
         self.dest_url = full_url(self.dest_fs, self.dest_path)
-        _check_overlap(self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path)
+        _places.check_dest_outside_source(
+            self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path
+        )
         scratch = as_urls(scratch, "scratch")
         scratch_fs, scratch_path = filesystem(scratch or tempfile.gettempdir(), self.storage_options)
-        _check_scratch_outside_source(self.plan.fs, self.source, scratch_fs, scratch_path)
-        if type(scratch_fs) is type(self.dest_fs) and (scratch_path.rstrip("/") + "/").startswith(
-            self.dest_path.rstrip("/") + "/"
-        ):
-            raise ValueError(
-                f"scratch {full_url(scratch_fs, scratch_path)!r} is inside dest {self.dest_url!r}, which would then "
-                "hold a folder that is not daskpile's result (and a retry would refuse it): pass a scratch outside dest"
-            )
+        _places.check_scratch_outside_source(self.plan.fs, self.source, scratch_fs, scratch_path)
+        _places.check_scratch_outside_dest(scratch_fs, scratch_path, self.dest_fs, self.dest_path)
         self.scratch_url = scratch
         check_writable(self.dest_fs, self.dest_path, "dest")
         check_writable(scratch_fs, scratch_path, "scratch")
-        _check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
+        _places.check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
 
     def read_dest(self) -> None:
         """What dest holds (a finished result, or refused: files daskpile did not write), and the scratch that
         goes with dest.  Under the dest's lease: an interrupted commit found there is finished."""
-        self.old_result = _check_dest(self.dest_fs, self.dest_path)
+        self.old_result = _dest.check(self.dest_fs, self.dest_path)
         self.partitions = self.plan.partitions(self.blocksize)
         name = run_state.scratch_name(self.dest_url)
         self.scratch = Scratch.create(
@@ -595,7 +587,7 @@ class _Run:
             )
         if differences:
             self.scratch.remove()
-            _discard_unfinished(self.dest_fs, self.dest_path)
+            _dest.discard_unfinished(self.dest_fs, self.dest_path)
             self.previous = None
 
     def size_piles(self) -> None:
@@ -702,7 +694,7 @@ class _Run:
             self.discard(e)
             raise
         self.seconds_gather = timer.seconds
-        _remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
+        _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
         split_note += f", cut into files of {self.rows_per_file:,} rows" if self.rows_per_file else ""
         timer.say(
@@ -730,14 +722,14 @@ class _Run:
         """
         try:
             self.scratch.remove()
-            _discard_unfinished(self.dest_fs, self.dest_path)  # (a dest the run made goes with its lease)
+            _dest.discard_unfinished(self.dest_fs, self.dest_path)  # (a dest the run made goes with its lease)
         except OSError as e:
             failure.add_note(f"what the run wrote could not all be removed: {e!r}")
 
     def commit_staged(self, names: list[str]) -> None:
         """An overwrite's new files, written beside the old result, replace it."""
         if self.staging is not None:
-            _commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
+            _dest.commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
 
     def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
         """The manifest, written last: the result is complete.  Then the run's state goes."""
@@ -759,7 +751,7 @@ class _Run:
             output=self.output,
         )
         manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
-        _remove_run_state(self.dest_fs, self.dest_path)
+        _dest.remove_run_state(self.dest_fs, self.dest_path)
         self.scratch.remove()
         return ShuffleReport(
             rows=int(self.counts.sum()),
@@ -780,23 +772,6 @@ class _Run:
             skipped_files=list(self.plan.skipped),
             source_description=self.plan.describe(),
         )
-
-
-def _check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -> None:
-    """Refuse, before anything is written, local paths that the cluster's workers cannot see."""
-    for role, fs, path, remedy in (
-        ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
-        ("dest", dest_fs, dest_path, "a dest on object storage"),
-    ):
-        if not is_local(fs):
-            continue
-        blind, workers = workers_blind_to(path)
-        if blind:
-            raise ValueError(
-                f"{role} {path!r} is on this machine's disk, which {len(blind)} of the cluster's {workers} workers "
-                f"cannot see ({', '.join(blind[:3])}): they share no disk with it; pass {remedy} or a path every "
-                "worker shares"
-            )
 
 
 def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_piles, requested_seed) -> list[str]:
@@ -831,7 +806,7 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
             f"it changed or went since it was written ({', '.join(changed[:3])}): pass overwrite=True "
             "(--overwrite) to write it again"
         )
-    _remove_run_state(dest_fs, dest_path)
+    _dest.remove_run_state(dest_fs, dest_path)
     scratch_dir.remove()
     fingerprint = manifest.get("fingerprint")
     return ShuffleReport(
@@ -852,12 +827,6 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
         source_description=manifest.get("source", {}),
         already_finished=True,
     )
-
-
-def _remove_run_state(fs, dest_path: str) -> None:
-    """What a run kept in dest for a rerun: once its manifest is written, nothing needs it."""
-    run_state.remove(fs, dest_path)
-    remove_tree(fs, posixpath.join(dest_path, _outputs.STAMPS_DIR))
 
 
 @contextlib.contextmanager
@@ -884,147 +853,6 @@ def _check_fingerprints(scattered, gathered, dest_url: str) -> Fingerprint:
             "No manifest was written, and what the run wrote was removed: a rerun starts afresh."
         )
     return read
-
-
-FOREIGN_NAMES_SHOWN = 10
-STAGING_PREFIX = run_state.STAGING_PREFIX
-COMMIT_PLAN = "_commit.json"  # in a staging directory: the commit has begun; what it removes
-_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|jsonl|txt)(\.gz|\.zst)?$")
-
-
-def _dest_entries(fs, dest_path: str) -> dict[str, str]:
-    """{name: path} of what dest holds (not dest itself: s3fs lists a "folder" marker object as an entry)."""
-    entries = {}
-    for path in fs.ls(dest_path, detail=False):
-        path = path.rstrip("/")
-        if path != dest_path.rstrip("/"):
-            entries[posixpath.basename(path)] = path
-    return entries
-
-
-def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
-    """Whether daskpile wrote ``name`` in dest: its result, its run state, an unfinished run's parts, temporaries."""
-    return (
-        name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE, _outputs.STAMPS_DIR, _lease.LEASE_FILE)
-        or _is_window_state(name, manifest)
-        or name in (manifest or {}).get("files", ())
-        or name.startswith(STAGING_PREFIX)
-        or _is_part_temporary(name)
-        or (unfinished_run and bool(_PART_NAME.match(name)))
-    )
-
-
-def _check_dest(fs, dest_path: str) -> dict | None:
-    """The manifest of the finished result dest holds (None if none); refuses a dest holding other files.
-
-    daskpile's own files are its result (the files its manifest lists), its
-    run state, the parts of an unfinished run and what a killed writer left.
-    Anything else is the user's: daskpile never writes among it or deletes it,
-    with or without ``overwrite``.  A commit that was interrupted is finished
-    first.
-    """
-    if not fs.exists(dest_path):
-        return None
-    if not fs.isdir(dest_path):
-        raise FileExistsError(f"dest {full_url(fs, dest_path)!r} is a file, not a directory")
-    _finish_interrupted_commits(fs, dest_path)
-    entries = _dest_entries(fs, dest_path)
-    manifest = _manifest.read_at(fs, dest_path) if _manifest.MANIFEST_NAME in entries else None
-    foreign = sorted(n for n in entries if not _is_ours(n, manifest, run_state.RUN_FILE in entries))
-    if foreign:
-        shown = ", ".join(foreign[:FOREIGN_NAMES_SHOWN]) + (
-            f" and {len(foreign) - FOREIGN_NAMES_SHOWN} more" if len(foreign) > FOREIGN_NAMES_SHOWN else ""
-        )
-        raise FileExistsError(
-            f"dest {full_url(fs, dest_path)!r} holds files daskpile did not write ({shown}); daskpile writes "
-            "only into a new or empty directory or over its own result, and never removes other files: "
-            "choose another dest"
-        )
-    return manifest
-
-
-def _is_window_state(name: str, manifest: dict | None) -> bool:
-    """A moving window's generations, manifest versions, marker of a change under way (also those of a first
-    append that was interrupted), and generation 0's files, listed or retired (kept for the grace period)."""
-    if name in (_manifest.VERSIONS_DIR, _manifest.WINDOW_PENDING) or _manifest.GENERATION_DIR.match(name):
-        return manifest is not None
-    return manifest is not None and "window" in manifest and bool(_PART_NAME.match(name))
-
-
-def _is_part_temporary(name: str) -> bool:
-    """The temporary of a part file: left behind only by a writer killed before it could commit."""
-    return name.startswith(".part-") and is_temporary(name)
-
-
-def _remove_temporaries(fs, directory: str) -> None:
-    for name, path in _dest_entries(fs, directory).items():
-        if _is_part_temporary(name):
-            fs.rm(path)
-
-
-def _discard_unfinished(fs, dest_path: str) -> None:
-    """Remove what an interrupted run left in dest, keeping a finished result if there is one."""
-    if not fs.exists(dest_path):
-        return
-    entries = _dest_entries(fs, dest_path)
-    finished = _manifest.MANIFEST_NAME in entries
-    for name, path in entries.items():
-        if (
-            name in (run_state.RUN_FILE, _outputs.STAMPS_DIR)
-            or name.startswith(STAGING_PREFIX)
-            or (not finished and _PART_NAME.match(name))
-            or _is_part_temporary(name)
-        ):
-            fs.rm(path, recursive=True)
-
-
-def _commit_staged(fs, dest_path: str, staging: str, names: list[str], old_result: dict) -> None:
-    """Replace an old result by the staged new one: manifest first, so no reader takes the mix as complete.
-
-    Removes exactly the old result's files (those its manifest lists) and
-    daskpile's leftovers, nothing else.  What it will remove is written into
-    the staging directory first, so an interrupted commit is finished by the
-    next run (``_finish_interrupted_commits``) rather than left half done.
-    """
-    old_files = {n for n in old_result.get("files", []) if _PART_NAME.match(n)} - set(names)
-    old_files |= {n for n in _dest_entries(fs, dest_path) if _is_window_state(n, old_result)}
-    stale = [
-        n for n in _dest_entries(fs, dest_path) if n.startswith(STAGING_PREFIX) and n != posixpath.basename(staging)
-    ]
-    plan = {"remove": sorted(old_files | set(stale)), "move": names}
-    write_bytes(fs, posixpath.join(staging, COMMIT_PLAN), json.dumps(plan).encode())
-    _finish_commit(fs, dest_path, staging)
-
-
-def _finish_commit(fs, dest_path: str, staging: str) -> None:
-    with fs.open(posixpath.join(staging, COMMIT_PLAN), "rb") as f:
-        plan = json.load(f)
-    old_manifest = posixpath.join(dest_path, _manifest.MANIFEST_NAME)
-    if fs.exists(old_manifest):
-        fs.rm(old_manifest)
-    for name in plan["remove"]:
-        remove_tree(fs, posixpath.join(dest_path, name))
-    for name in plan["move"]:
-        source, target = posixpath.join(staging, name), posixpath.join(dest_path, name)
-        if fs.exists(source):  # (those moved before an interruption are there already)
-            _move_part(fs, source, target)
-    remove_tree(fs, staging)
-
-
-def _move_part(fs, source: str, target: str) -> None:
-    """Move a staged part into dest; a text part's stamp goes with it, so a run killed before its manifest
-    still finds the part done (a move on a store is a copy: the stamp is made again for the copy)."""
-    stamp = _outputs.read_stamp(fs, source) if _outputs.stamped_beside(source) else None
-    fs.mv(source, target)
-    if stamp is not None:
-        _outputs.write_stamp(fs, target, stamp)
-
-
-def _finish_interrupted_commits(fs, dest_path: str) -> None:
-    """Finish a commit that an interruption stopped halfway: its run had passed verification."""
-    for name, path in _dest_entries(fs, dest_path).items():
-        if name.startswith(STAGING_PREFIX) and fs.exists(posixpath.join(path, COMMIT_PLAN)):
-            _finish_commit(fs, dest_path, path)
 
 
 def _pile_groups(piles: list[int], threads: int) -> list[list[int]]:
@@ -1177,52 +1005,6 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             "memory_per_pile, or on_oversize='split'"
         )
     return {j: max(2, _sizing.plan(n, round(n * bytes_per_row), budget).piles) for j, n in over.items()}
-
-
-def _real(fs):
-    """How paths of ``fs`` compare: locally through symlinks too (a link to the source is the source)."""
-    return (lambda p: os.path.realpath(p).rstrip("/")) if is_local(fs) else (lambda p: p.rstrip("/"))
-
-
-def _source_roots(source_fs, source, real) -> list[str]:
-    return [real(source_fs._strip_protocol(r)) for r in (source if isinstance(source, (list, tuple)) else [source])]
-
-
-def _check_scratch_outside_source(source_fs, source, scratch_fs, scratch_path) -> None:
-    """A scratch inside a folder of the source would be listed as source by the run that resumes this one.
-
-    (A source inside scratch is fine: the run writes in a folder of its own under scratch.)
-    """
-    if type(source_fs) is not type(scratch_fs):
-        return
-    real = _real(scratch_fs)
-    scratch_dir = real(scratch_path) + "/"
-    inside = [root for root in _source_roots(source_fs, source, real) if scratch_dir.startswith(root + "/")]
-    if inside:
-        raise ValueError(
-            f"scratch {full_url(scratch_fs, scratch_path)!r} is inside the source {inside[0]!r}, so a run resumed "
-            "after an interruption would read its scratch files as source: pass a scratch outside the source"
-        )
-
-
-def _check_overlap(source_fs, source_files, source, dest_fs, dest_path) -> None:
-    if type(source_fs) is not type(dest_fs):
-        return
-    local = is_local(dest_fs)
-    real = _real(dest_fs)
-    dest_dir = real(dest_path) + "/"
-    roots = _source_roots(source_fs, source, real)
-    if local:  # a file is in dest if its folder is, or if it is a link (realpath of each: 0.1 s per 2,000 files)
-        folders_and_links = {posixpath.dirname(f) for f in source_files} | set(filter(os.path.islink, source_files))
-        files = [real(f) for f in folders_and_links]
-    else:
-        files = source_files
-    contain_dest = [r for r in roots if dest_dir.startswith(r + "/")]
-    in_dest = [f for f in roots + files if (f + "/").startswith(dest_dir)]
-    if contain_dest or in_dest:
-        raise ValueError(
-            f"dest {dest_path!r} overlaps the source {(contain_dest + in_dest)[0]!r}: choose a separate directory"
-        )
 
 
 def _estimate(plan) -> tuple[int, int]:

@@ -7,7 +7,8 @@ import datetime
 import posixpath
 
 from daskpile import _manifest, _passes
-from daskpile._parquet import _check_overlap, shuffle_plan
+from daskpile._parquet import shuffle_plan
+from daskpile._places import check_dest_outside_source
 from daskpile._storage import full_url, remove_tree
 from daskpile._validate import check_bytes
 from daskpile._words import count
@@ -136,7 +137,7 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     window's directory, is refused: its rows would be there twice.
     """
     plan = plan_sources(source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files)
-    _check_overlap(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
+    check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = _manifest.arrow_schema(window.base)
     reference = f"the window {window.url}"
     first = plan.files[0]

@@ -1,0 +1,84 @@
+"""Where a run reads and writes: dest and scratch apart from the source and from each other, and seen by the
+cluster's workers, all checked before anything is written."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from daskpile._compute import workers_blind_to
+from daskpile._storage import full_url, is_local
+
+
+def _real(fs):
+    """How paths of ``fs`` compare: locally through symlinks too (a link to the source is the source)."""
+    return (lambda p: os.path.realpath(p).rstrip("/")) if is_local(fs) else (lambda p: p.rstrip("/"))
+
+
+def _source_roots(source_fs, source, real) -> list[str]:
+    return [real(source_fs._strip_protocol(r)) for r in (source if isinstance(source, (list, tuple)) else [source])]
+
+
+def check_scratch_outside_source(source_fs, source, scratch_fs, scratch_path) -> None:
+    """A scratch inside a folder of the source would be listed as source by the run that resumes this one.
+
+    (A source inside scratch is fine: the run writes in a folder of its own under scratch.)
+    """
+    if type(source_fs) is not type(scratch_fs):
+        return
+    real = _real(scratch_fs)
+    scratch_dir = real(scratch_path) + "/"
+    inside = [root for root in _source_roots(source_fs, source, real) if scratch_dir.startswith(root + "/")]
+    if inside:
+        raise ValueError(
+            f"scratch {full_url(scratch_fs, scratch_path)!r} is inside the source {inside[0]!r}, so a run resumed "
+            "after an interruption would read its scratch files as source: pass a scratch outside the source"
+        )
+
+
+def check_dest_outside_source(source_fs, source_files, source, dest_fs, dest_path) -> None:
+    """Neither inside the other: a source inside dest would be overwritten, a dest inside it read as source."""
+    if type(source_fs) is not type(dest_fs):
+        return
+    local = is_local(dest_fs)
+    real = _real(dest_fs)
+    dest_dir = real(dest_path) + "/"
+    roots = _source_roots(source_fs, source, real)
+    if local:  # a file is in dest if its folder is, or if it is a link (realpath of each: 0.1 s per 2,000 files)
+        folders_and_links = {posixpath.dirname(f) for f in source_files} | set(filter(os.path.islink, source_files))
+        files = [real(f) for f in folders_and_links]
+    else:
+        files = source_files
+    contain_dest = [r for r in roots if dest_dir.startswith(r + "/")]
+    in_dest = [f for f in roots + files if (f + "/").startswith(dest_dir)]
+    if contain_dest or in_dest:
+        raise ValueError(
+            f"dest {dest_path!r} overlaps the source {(contain_dest + in_dest)[0]!r}: choose a separate directory"
+        )
+
+
+def check_scratch_outside_dest(scratch_fs, scratch_path: str, dest_fs, dest_path: str) -> None:
+    """A scratch inside dest would leave dest holding a folder that is not daskpile's result."""
+    if type(scratch_fs) is type(dest_fs) and (scratch_path.rstrip("/") + "/").startswith(dest_path.rstrip("/") + "/"):
+        raise ValueError(
+            f"scratch {full_url(scratch_fs, scratch_path)!r} is inside dest {full_url(dest_fs, dest_path)!r}, which "
+            "would then hold a folder that is not daskpile's result (and a retry would refuse it): pass a scratch "
+            "outside dest"
+        )
+
+
+def check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -> None:
+    """Refuse, before anything is written, local paths that the cluster's workers cannot see."""
+    for role, fs, path, remedy in (
+        ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
+        ("dest", dest_fs, dest_path, "a dest on object storage"),
+    ):
+        if not is_local(fs):
+            continue
+        blind, workers = workers_blind_to(path)
+        if blind:
+            raise ValueError(
+                f"{role} {path!r} is on this machine's disk, which {len(blind)} of the cluster's {workers} workers "
+                f"cannot see ({', '.join(blind[:3])}): they share no disk with it; pass {remedy} or a path every "
+                "worker shares"
+            )
