@@ -697,6 +697,8 @@ class _Run:
         _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
         split_note += f", cut into files of {self.rows_per_file:,} rows" if self.rows_per_file else ""
+        empty = sum(1 for r in gathered if not r.rows)
+        split_note += f", {empty:,} of them empty" if empty else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
             f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"

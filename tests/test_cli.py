@@ -7,6 +7,8 @@ import pty
 import subprocess
 import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from _util import DASKPILE, file_bytes
 from click.testing import CliRunner
@@ -130,6 +132,16 @@ def test_the_api_is_quiet_unless_asked(sorted_source, tmp_path, sync_scheduler, 
     assert capsys.readouterr().out == ""
     daskpile.shuffle_parquet(sorted_source, str(tmp_path / "loud"), piles=2, seed=1, progress=True)
     assert "pass 2: 30,000 rows written to 2 files" in capsys.readouterr().out
+
+
+def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path, sync_scheduler, capsys):
+    pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "ten.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=40, seed=1, progress=True)
+    empty = sum(not pq.read_metadata(f).num_rows for f in (tmp_path / "out").glob("part-*.parquet"))
+    assert empty >= 30
+    assert f"pass 2: 10 rows written to 40 files (0 MiB), {empty} of them empty" in capsys.readouterr().out
+    daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "one"), piles=1, seed=1, progress=True)
+    assert "empty" not in capsys.readouterr().out
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):
