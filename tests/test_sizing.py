@@ -76,20 +76,26 @@ def test_estimate_from_footers(tmp_path):
     assert data_bytes == pytest.approx(exact, rel=0.05)
 
 
-@pytest.mark.parametrize("codec", ["gzip", "bz2", "zstd"])
+@pytest.mark.parametrize("codec", ["gzip", "bz2", "zstd", "xz"])
 def test_the_size_of_compressed_text_is_estimated_from_its_own_ratio(sync_scheduler, tmp_path, codec):
     """Taken as 5 times its size on disk, a corpus that compresses 100 times was estimated at a twentieth of
     its rows, and its piles came out over their budget.  The ratio is measured on the file's first MiB."""
     import bz2
     import gzip
+    import lzma
 
     import pyarrow as pa
 
     rows = 100_000
     repetitive = b"".join(b'{"id": %d, "text": "%s"}\n' % (i % 7, b"a" * 200) for i in range(rows))
     varied = b"".join(b'{"id": %d, "x": %r}\n' % (i, np.random.default_rng(i).random()) for i in range(rows))
-    compress = {"gzip": gzip.compress, "bz2": bz2.compress, "zstd": lambda b: pa.compress(b, "zstd", asbytes=True)}
-    suffix = {"gzip": "gz", "bz2": "bz2", "zstd": "zst"}[codec]
+    compress = {
+        "gzip": gzip.compress,
+        "bz2": bz2.compress,
+        "zstd": lambda b: pa.compress(b, "zstd", asbytes=True),
+        "xz": lzma.compress,
+    }
+    suffix = {"gzip": "gz", "bz2": "bz2", "zstd": "zst", "xz": "xz"}[codec]
     for name, data in [("repetitive", repetitive), ("varied", varied)]:
         source = tmp_path / f"{name}.jsonl.{suffix}"
         source.write_bytes(compress[codec](data))
