@@ -1110,7 +1110,7 @@ def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_
 
 def test_newlines_are_found_across_the_steps_of_a_scan(monkeypatch):
     """Lines are split, and values checked for newlines, a step of SCAN_BYTES at a time."""
-    from daskpile.sources import text
+    from daskpile.sources.text import lines as text
 
     data = b"ab\n\ncdefg\nh\n\n\nijklmnop\nq"
     expected = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]

@@ -1,0 +1,238 @@
+"""Reading a text file a block of whole lines at a time: a byte range of an uncompressed file, or a
+compressed one streamed, each block parsed into the plan's schema with errors that name the line."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import fsspec.utils
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+
+from daskpile._storage import full_url
+from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed
+from daskpile.sources.text.lines import (
+    check_utf8,
+    ended_lines,
+    json_lines_table,
+    lines_table,
+    new_field,
+    newline_ended,
+    refused_line,
+    shown,
+)
+from daskpile.sources.text.schema import Tail, column_names_in_utf8, csv_errors, refuse_rounded_integers, stream_csv
+
+
+def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
+    """(offset, bytes) of the whole lines that start in ``[start, end)`` of a file, as ``fs.read_block`` with a
+    newline delimiter cuts them; the offset is where the first of them starts, for errors to name bytes."""
+    with fs.open(path, "rb") as f:
+        f.seek(start)
+        fsspec.utils.seek_delimiter(f, b"\n", 2**16)  # a range not at 0 begins after the first newline in it
+        begin = f.tell()
+        f.seek(end)  # (before begin when no line starts in the range: then none is read)
+        fsspec.utils.seek_delimiter(f, b"\n", 2**16)
+        stop = f.tell()
+        f.seek(begin)
+        return begin, f.read(max(stop - begin, 0))
+
+
+class BlockReader:
+    """Blocks of whole lines of one file as tables in ``schema``: a byte range, or the whole file streaming."""
+
+    def __init__(self, fs, path: str, schema: pa.Schema, options: TextOptions, blocksize: int):
+        self.fs, self.path, self.schema, self.options = fs, path, schema, options
+        self.blocksize = blocksize
+        self.url = full_url(fs, path)
+
+    def blocks(self, byte_range: tuple[int, int] | None):
+        """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
+        if byte_range is not None:
+            yield read_lines_range(self.fs, self.path, *byte_range)
+            return
+        offset, tail = 0, b""
+        with open_decompressed(self.fs, self.path) as f:
+            while True:
+                chunk = f.read(self.blocksize)
+                data = tail + chunk
+                if not chunk:
+                    if data:
+                        yield offset, data
+                    return
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet: a line longer than the block
+                    tail = data
+                    continue
+                yield offset, data[:cut]
+                offset, tail = offset + cut, data[cut:]
+
+    def streamed_records(self):
+        """The tables of a CSV whose quoted values may hold newlines, a block at a time, as Arrow's streaming
+        reader cuts them (see ``first_records``): a whole file, read by one task."""
+        where = repr(self.url)
+        with open_decompressed(self.fs, self.path) as f, csv_errors(self.url, self.options.format):
+            stream = Tail(f)
+            if not stream.peek():  # an empty file holds no rows (Arrow's reader calls it an error)
+                return
+            reader = stream_csv(stream, self.options, self.schema, self.blocksize)
+            if reader.schema.names != self.schema.names:
+                raise ValueError(
+                    f"the header of {where} names the columns {reader.schema.names}, not {self.schema.names}"
+                )
+            table = None
+            for batch in reader:
+                table = pa.Table.from_batches([batch])
+                yield table
+            if table is not None and table.num_rows:
+                self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)
+
+    def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes) -> None:
+        """Arrow reads a quote never closed as a value running to the end of the file (pandas: "EOF inside
+        string"): a TSV of 200,000 lines with one literal opening quote became 11 rows, verified.  Such a value
+        holds a newline and ends with the file's last bytes, which a closed one could only do before a quote."""
+        if self.options.quote_char is False or tail.rstrip(b"\r\n").endswith(self.options.quote_char.encode()):
+            return
+        for name in last.column_names:
+            value = last.column(name)[0].as_py()
+            if isinstance(value, str):
+                value = value.encode()
+            if isinstance(value, bytes) and b"\n" in value and tail.endswith(value[-len(tail) :]):
+                raise ValueError(
+                    f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r} "
+                    f"is never closed, and the value runs to the end of the file ({shown(value)}): if quotes are "
+                    "characters of the values, pass the read option quote_char=false"
+                )
+
+    def parse(self, block: bytes, start: int) -> pa.Table:
+        """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
+        if self.options.format == "lines":
+            return lines_table(block)
+        if self.options.as_written:
+            if start == 0 and block.startswith(UTF8_BOM):  # what JSON readers skip: not part of the first line
+                block, start = block[len(UTF8_BOM) :], len(UTF8_BOM)
+            return json_lines_table(block, start, repr(self.url))
+        if not block:  # a range in which no line starts
+            return pa.Table.from_batches([], schema=self.schema)  # (schema.empty_table() imports pandas)
+        where = f"{self.url!r}, bytes {start:,} to {start + len(block):,}"
+        jsonl = self.options.format == "jsonl"
+        if jsonl:  # JSON text is UTF-8, and Arrow's reader lets other bytes into its strings
+            check_utf8(np.frombuffer(block, dtype=np.uint8), start, repr(self.url))
+        try:
+            table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ValueError(self._bad_line(block, start, e)) from None
+        if jsonl:
+            _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
+        else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
+            _refuse_newlines_in_values(table, block, start, self.url, self.options.format)
+        refuse_rounded_integers(table, block, self.options, where)
+        return table
+
+    def _bad_line(self, block: bytes, start: int, error: Exception) -> str:
+        format = self.options.format
+        header = start == 0 and format != "jsonl" and not self.options.autogenerate_column_names
+
+        def read(text: bytes) -> pa.Table:
+            return self._json(text) if format == "jsonl" else self._csv(text, first=False, where="")
+
+        named = self._unexpected_field if format == "jsonl" else None
+        return refused_line(
+            block, start, error, self.url, format, read, skip=int(header), named=named, names=self.schema.names
+        )
+
+    def _unexpected_field(self, line: bytes) -> str | None:
+        """Which field of ``line`` is not a column (or not a field of a struct column), for Arrow's "unexpected
+        field"."""
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        new = new_field(record, self.schema) if isinstance(record, dict) else None
+        if new is None:
+            return None
+        if "." not in new:
+            return (
+                f"field {new!r} is not one of the columns found in the first file's first MiB "
+                f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types)"
+            )
+        return (
+            f"field {new!r} is not one found in the first file's first MiB, and column_types declares top-level "
+            "columns only: keep the lines as written (--output-format jsonl)"
+        )
+
+    def _json(self, block: bytes) -> pa.Table:
+        return pa_json.read_json(
+            io.BytesIO(block),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="error"),
+        )
+
+    def _csv(self, block: bytes, first: bool, where: str) -> pa.Table:
+        names = self.schema.names
+        block = newline_ended(block)
+        if first and not self.options.autogenerate_column_names:
+            header = block[: block.find(b"\n") + 1 or len(block)]
+            with column_names_in_utf8(where, self.options.format):
+                found = pa_csv.read_csv(
+                    io.BytesIO(header),
+                    read_options=self.options.csv_read(),
+                    parse_options=self.options.csv_parse(newlines_in_values=False),
+                ).schema.names
+            if found != names:
+                raise ValueError(f"the header of {where} names the columns {found}, not {names}")
+        return pa_csv.read_csv(
+            io.BytesIO(block),
+            read_options=self.options.csv_read(
+                column_names=names,
+                skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
+                block_size=len(block) + 1,
+            ),
+            parse_options=self.options.csv_parse(),
+            convert_options=pa_csv.ConvertOptions(column_types=self.schema),
+        )
+
+
+def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: str, format: str) -> None:
+    """A quoted value holding a newline, which a cut into ranges or blocks could have split: refused, naming the
+    line where it starts (found by its text; the block, if a quote character other than ``"`` hides it)."""
+    for name in table.column_names:
+        column = table.column(name)
+        textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        found = pc.match_substring(column, "\n") if textual else None
+        if found is None or not pc.any(found).as_py():
+            continue
+        value = column[pc.index(found, True).as_py()].as_py().encode()
+        # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
+        at = block.find(b'"' + value[: value.index(b"\n") + 1].replace(b'"', b'""'))
+        line = start + block.rfind(b"\n", 0, at) + 1
+        where = f"the line at byte {line:,}" if at >= 0 else f"bytes {start:,} to {start + len(block):,}"
+        raise ValueError(
+            f"cannot read {url!r} as {format}: {where}: column {name!r} holds a value with a newline inside quotes "
+            f"({shown(value)}): pass the read option newlines_in_values=true (--read-option "
+            "newlines_in_values=true; the file is then read by one task), or, if its quotes are characters of the "
+            'values (a TSV of 5" floppies), quote_char=false'
+        )
+
+
+def _refuse_objects_sharing_a_line(table: pa.Table, block: bytes, start: int, where: str) -> None:
+    """Refuse a line of JSON lines that Arrow's reader read as several rows, or a row spread over lines.
+
+    Arrow's reader takes objects apart by any whitespace: a line ``{"id": 2} {"id": 3}`` became two rows,
+    which other JSON-lines readers refuse (pandas: "Trailing data"), or one row of the first object.  When
+    every line starts with ``{`` and there are as many rows as lines, each line is one (``json_lines_table``
+    says why); otherwise, a rare path, the lines are checked one by one to name the one to blame.
+    """
+    data, offsets = ended_lines(block)
+    if table.num_rows == len(offsets) - 1 and (data[offsets[:-1]] == ord("{")).all():
+        return
+    if start == 0 and block.startswith(UTF8_BOM):
+        block, start = block[len(UTF8_BOM) :], len(UTF8_BOM)
+    if json_lines_table(block, start, where).num_rows != table.num_rows:  # (refuses the line to blame)
+        raise ValueError(
+            f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: not one object a line"
+        )

@@ -1,0 +1,279 @@
+"""The text formats: their names, file extensions and compressions, the read options (``TextOptions``), and a
+file opened decompressed as its name says."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import lzma
+import posixpath
+import re
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from daskpile._storage import full_url
+
+FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc")
+
+
+TEXT_FORMATS = ("csv", "tsv", "jsonl", "lines")
+
+
+EXTENSIONS = {
+    ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".txt": "lines",
+    ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".orc": "orc",
+}  # fmt: skip
+
+
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
+
+
+# A block of text is one Arrow array (32-bit offsets) that a task holds: beyond, a read of a whole file at
+# once (MemoryError) or an integer Python cannot index with
+MAX_BLOCKSIZE = 2**31 - 2**20
+
+
+LINE = "line"  # the column of the lines format
+
+
+# The column of JSON lines kept as written: marked, so that the JSON-lines writer writes its values as
+# the lines they are rather than as objects of one binary field.
+JSON_TEXT = pa.field("json", pa.binary(), metadata={"daskpile": "json lines as written"})
+
+
+def is_json_text(schema: pa.Schema) -> bool:
+    """Whether rows in ``schema`` are JSON lines as written (``json_lines_table``).
+
+    >>> is_json_text(pa.schema([JSON_TEXT])), is_json_text(pa.schema([("json", pa.binary())]))
+    (True, False)
+    """
+    return len(schema) == 1 and schema[0].equals(JSON_TEXT, check_metadata=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextOptions:
+    """How text files are read: their format and the options users set (pyarrow's names).
+
+    >>> TextOptions("tsv").separator
+    '\\t'
+    """
+
+    format: str
+    delimiter: str | None = None  # csv/tsv: one character (default "," and tab)
+    autogenerate_column_names: bool = False  # csv/tsv: no header line; columns f0, f1, ...
+    column_types: tuple[tuple[str, str], ...] = ()  # declared types, by column name (Arrow type names)
+    newlines_in_values: bool = False  # csv/tsv: quoted values may hold newlines (the file is not cut in ranges)
+    quote_char: str | bool = '"'  # csv/tsv: what quotes a value; false: quotes are characters of the values
+    encoding: str = "utf8"  # csv/tsv: of the text (Python's codec names), transcoded to UTF-8 by Arrow
+    as_written: bool | None = None  # jsonl: each row the line as written (checked as JSON); None: not said
+
+    @classmethod
+    def of(cls, format: str, read_options: dict | None) -> TextOptions:
+        """From ``read_options``, keyed by pyarrow's names.
+
+        >>> TextOptions.of("csv", {"delimiter": ";", "column_types": {"id": "int64"}}).column_types
+        (('id', 'int64'),)
+        """
+        options = dict(read_options or {})
+        known = [f.name for f in dataclasses.fields(cls) if f.name != "format"]
+        unknown = [k for k in options if k not in known]
+        if unknown:
+            raise ValueError(f"read option {unknown[0]!r} is not one of {', '.join(known)}")
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "quote_char"):
+            if isinstance(options.get(name), str) and options[name].lower() in ("true", "false"):
+                options[name] = options[name].lower() == "true"  # as a command line or a config file gives it
+        if options.get("delimiter") in ("\\t", "tab"):  # a tab, as a shell makes it hard to type
+            options["delimiter"] = "\t"
+        types = options.pop("column_types", None) or {}
+        if not isinstance(types, dict):
+            raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
+        return cls(format, column_types=tuple(sorted((str(k), str(v)) for k, v in types.items())), **options)
+
+    def __post_init__(self):
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "as_written" and value is None):
+                raise ValueError(f"read option {name} is true or false, got {value!r}")
+        if self.format not in FORMATS[1:]:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.format not in TEXT_FORMATS and self.read_options():
+            raise ValueError(f"read options apply to text formats (csv, tsv, jsonl, lines), not {self.format}")
+        if self.delimiter is not None and self.format not in ("csv", "tsv"):
+            raise ValueError(f"read option delimiter applies to csv and tsv, not {self.format}")
+        if self.delimiter is not None and len(self.delimiter) != 1:
+            raise ValueError(f"read option delimiter is one character, got {self.delimiter!r}")
+        if self.format not in ("csv", "tsv") and (
+            self.autogenerate_column_names or self.newlines_in_values or self.quote_char != '"'
+        ):
+            raise ValueError(
+                "read options autogenerate_column_names, newlines_in_values and quote_char apply to csv and tsv"
+            )
+        if self.encoding != "utf8":
+            self._check_encoding()
+        if self.quote_char is not False and (not isinstance(self.quote_char, str) or len(self.quote_char) != 1):
+            raise ValueError(f"read option quote_char is one character, or false for none: got {self.quote_char!r}")
+        if self.format == "lines" and self.column_types:
+            raise ValueError("read option column_types does not apply to lines: each line is one binary value")
+        if self.as_written and (self.format != "jsonl" or self.column_types):
+            raise ValueError(
+                "read option as_written keeps JSON lines as written, unparsed: it applies to jsonl, "
+                "without column_types"
+            )
+        for name, type_name in self.column_types:
+            arrow_type(type_name, name)
+
+    def _check_encoding(self) -> None:
+        """An encoding in which a newline is the byte 10 alone, as the cuts into ranges and blocks take it."""
+        if self.format not in ("csv", "tsv"):
+            raise ValueError("read option encoding applies to csv and tsv (JSON is UTF-8; lines keep their bytes)")
+        try:
+            newline = "\n".encode(self.encoding)
+        except (LookupError, TypeError):
+            raise ValueError(f"read option encoding: {self.encoding!r} is not a codec name such as latin1") from None
+        if newline != b"\n":
+            raise ValueError(
+                f"read option encoding {self.encoding!r} writes a newline as {newline!r}, not the byte 10 that "
+                "files are cut at: convert the files to UTF-8 first (iconv -f ... -t utf-8)"
+            )
+
+    def csv_read(self, **options) -> pa_csv.ReadOptions:
+        """Arrow's read options for these files: ``options``, and the encoding."""
+        return pa_csv.ReadOptions(use_threads=False, encoding=self.encoding, **options)
+
+    @property
+    def separator(self) -> str:
+        return self.delimiter or ("\t" if self.format == "tsv" else ",")
+
+    def csv_parse(self, newlines_in_values: bool | None = None) -> pa_csv.ParseOptions:
+        """Arrow's parse options for these files (``newlines_in_values`` as given, unless said here)."""
+        return pa_csv.ParseOptions(
+            delimiter=self.separator,
+            quote_char=self.quote_char,
+            newlines_in_values=self.newlines_in_values if newlines_in_values is None else newlines_in_values,
+        )
+
+    def read_options(self) -> dict:
+        """The options given, as ``of`` takes them.
+
+        >>> TextOptions("csv", delimiter=";").read_options()
+        {'delimiter': ';'}
+        """
+        given = {
+            "delimiter": self.delimiter,
+            "autogenerate_column_names": self.autogenerate_column_names,
+            "newlines_in_values": self.newlines_in_values,
+            "as_written": self.as_written,  # recorded when true: false and not said both parse
+        }
+        given = {k: v for k, v in given.items() if v}
+        if self.quote_char != '"':
+            given["quote_char"] = self.quote_char
+        if self.encoding != "utf8":
+            given["encoding"] = self.encoding
+        return {**given, "column_types": dict(self.column_types)} if self.column_types else given
+
+    def key(self) -> str:
+        """What changes the rows read, for a run's identity."""
+        return repr(dataclasses.astuple(self))
+
+
+_DECIMAL = re.compile(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+_TIMESTAMP = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+?)\s*)?\]")
+
+
+def arrow_type(name: str, column: str = "") -> pa.DataType:
+    """An Arrow type from its name as Arrow prints it (``int64``, ``string``, ``bool``, ``timestamp[ms]``,
+    ``timestamp[ms, tz=UTC]``, ``decimal128(10, 2)``).
+
+    >>> arrow_type("timestamp[us, tz=Europe/Paris]"), arrow_type("decimal128(10, 2)")
+    (TimestampType(timestamp[us, tz=Europe/Paris]), Decimal128Type(decimal128(10, 2)))
+    """
+    decimal, timestamp = _DECIMAL.fullmatch(name.strip()), _TIMESTAMP.fullmatch(name.strip())
+    try:
+        if decimal:
+            make = pa.decimal256 if decimal[1] == "256" else pa.decimal128
+            return make(int(decimal[2]), int(decimal[3]))
+        if timestamp:
+            return pa.timestamp(timestamp[1], tz=timestamp[2])
+        return pa.type_for_alias(name)
+    except (ValueError, pa.ArrowInvalid) as e:
+        raise ValueError(
+            f"column {column!r}: {name!r} is not an Arrow type name such as int64, string, timestamp[ms, tz=UTC] or "
+            f"decimal128(10, 2) ({error_line(e)})"
+        ) from None
+
+
+def detect(path: str) -> tuple[str | None, str | None]:
+    """(format, compression) that a file's name says, None where it says nothing.
+
+    >>> detect("corpus/part-1.jsonl.zst")
+    ('jsonl', 'zstd')
+    >>> detect("a.parquet"), detect("000000_0")
+    (('parquet', None), (None, None))
+    """
+    stem, compression = uncompressed_name(path)
+    extension = posixpath.splitext(stem)[1]
+    if extension in (".parquet", ".parq", ".pq"):
+        return "parquet", compression
+    return EXTENSIONS.get(extension), compression
+
+
+def uncompressed_name(path: str) -> tuple[str, str | None]:
+    """A file's name, in lower case, without its compression's suffix; that compression.
+
+    >>> uncompressed_name("logs/Server.LOG.gz")
+    ('server.log', 'gzip')
+    """
+    stem = posixpath.basename(path).lower()
+    for suffix, name in COMPRESSIONS.items():
+        if stem.endswith(suffix):
+            return stem.removesuffix(suffix), name
+    return stem, None
+
+
+def compression_of(path: str) -> str | None:
+    return detect(path)[1]
+
+
+def splittable(path: str, options: TextOptions | None = None) -> bool:
+    """Whether a file can be cut into byte ranges: text, not compressed, and no newline inside a value."""
+    if options is not None and (options.format not in TEXT_FORMATS or options.newlines_in_values):
+        return False
+    return compression_of(path) is None
+
+
+@contextlib.contextmanager
+def open_decompressed(fs, path: str):
+    """A file to read, decompressed as its name says: by Arrow's codecs, xz by Python's lzma."""
+    compression = compression_of(path)
+    try:
+        with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
+            if compression in (None, "xz"):
+                yield raw
+                return
+            stream = pa.CompressedInputStream(raw, compression)
+            try:
+                yield stream
+            finally:
+                stream.close()
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        # What the codecs raise on the body's reads: Arrow's as OSError itself, lzma's as these two. The
+        # subclasses of OSError are the storage's (a file gone, a connection reset or timed out): as they are.
+        if compression is None or (isinstance(e, OSError) and type(e) is not OSError):
+            raise
+        raise ValueError(
+            f"cannot read {full_url(fs, path)!r}: its {compression} data is damaged or cut short ({error_line(e)})"
+        ) from e
+
+
+def error_line(e: Exception) -> str:
+    """The first line of an error's message (Arrow's run to several), or its type's name if it has none."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

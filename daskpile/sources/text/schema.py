@@ -1,0 +1,292 @@
+"""A text source's schema: sampled from the first file's first MiB (or streamed, for CSV values with
+newlines), inferred by Arrow's readers, and the inferences that would lose data refused."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+
+from daskpile._storage import full_url
+from daskpile.sources.text.formats import (
+    JSON_TEXT,
+    LINE,
+    SAMPLE_BYTES,
+    TextOptions,
+    arrow_type,
+    error_line,
+    open_decompressed,
+)
+from daskpile.sources.text.lines import check_json_lines, check_utf8, newline_ended, refused_line, shown
+
+
+def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
+    """The first ``SAMPLE_BYTES`` of a file (decompressed), cut after its last whole line; at least its first
+    line (of data: a CSV header's next), up to ``SAMPLE_LIMIT`` (a first line cut short was read as a shorter
+    line, or a CSV header alone).
+
+    Not for CSV with newlines in values, whose records Arrow alone finds (``first_records``).
+    """
+    header = options is not None and options.format in ("csv", "tsv") and not options.autogenerate_column_names
+    with open_decompressed(fs, path) as f:
+        head = f.read(SAMPLE_BYTES)
+        if len(head) < SAMPLE_BYTES:
+            return head  # the whole file
+        lines = head.count(b"\n")
+        while lines < 1 + header and len(head) < SAMPLE_LIMIT:
+            more = f.read(SAMPLE_BYTES)
+            if not more:
+                return head
+            head, lines = head + more, lines + more.count(b"\n")
+    cut = head.rfind(b"\n") + 1
+    return head[:cut] if cut else head
+
+
+SAMPLE_LIMIT = 64 * SAMPLE_BYTES
+
+
+def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[pa.Table, bytes]:
+    """The records of a CSV with newlines in values that begin in its first ``SAMPLE_BYTES`` (more, up to
+    ``SAMPLE_LIMIT``, for a first record that long), as Arrow's streaming reader finds them, and those bytes.
+
+    A quote opens a value only at a value's start: ``5" floppy`` is a value, not the start of a quoted one,
+    which counting quotes took it for (the records after it were then cut inside their values).
+    """
+    block = SAMPLE_BYTES
+    while True:
+        with open_decompressed(fs, path) as f:
+            head = f.read(block)
+        if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
+            return pa.table({}), head
+        try:
+            # The file itself, not its first bytes alone: given those, Arrow took the record they cut short for
+            # a whole one (a row short of fields refused, or its cut last value inferred as another type)
+            with open_decompressed(fs, path) as f, csv_errors(full_url(fs, path), options.format):
+                reader = stream_csv(f, options, declared, block)
+                batch = next(iter(reader), None)
+            break
+        except ValueError as e:
+            if "straddl" not in str(e) or block >= SAMPLE_LIMIT:  # a first record longer than the block
+                raise
+            block *= 4
+    return pa.Table.from_batches([batch] if batch is not None else [], schema=reader.schema), head
+
+
+def stream_csv(f, options: TextOptions, types, block_size: int):
+    return pa_csv.open_csv(
+        f,
+        read_options=options.csv_read(
+            block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
+        ),
+        parse_options=options.csv_parse(newlines_in_values=True),
+        convert_options=pa_csv.ConvertOptions(column_types=types),
+    )
+
+
+class Tail(io.RawIOBase):
+    """A file read through, its last ``TAIL_BYTES`` kept."""
+
+    def __init__(self, f):
+        self.f, self.tail, self.first = f, b"", b""
+
+    def peek(self) -> bytes:
+        """Its first byte, still to be read."""
+        self.first = self.first or self.f.read(1)
+        return self.first
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data, self.first = self.first + self.f.read(len(buffer) - len(self.first)), b""
+        buffer[: len(data)] = data
+        if data:
+            self.tail = (self.tail + data)[-TAIL_BYTES:]
+        return len(data)
+
+
+TAIL_BYTES = 2**16
+
+
+@contextlib.contextmanager
+def csv_errors(url: str, format: str):
+    try:
+        yield
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise ValueError(f"cannot read {url!r} as {format}: {error_line(e)}") from None
+
+
+def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
+    """The schema of the rows of ``path``'s first MiB, with the declared types applied, and those rows' count."""
+    if options.format == "lines":
+        return pa.schema([pa.field(LINE, pa.binary())]), 1
+    schema, rows = (
+        _streamed_schema(fs, path, options) if options.newlines_in_values else _schema_of_sample(fs, path, options)
+    )
+    repeated = [name for i, name in enumerate(schema.names) if name in schema.names[:i]]
+    if repeated:
+        raise ValueError(
+            f"the header of {full_url(fs, path)!r} names the column {repeated[0]!r} twice: rename one of them"
+        )
+    return schema, rows
+
+
+def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
+    head = sample(fs, path, options)
+    if options.format == "jsonl":
+        check_json_lines(head, repr(full_url(fs, path)))
+    if options.as_written:  # the lines are checked as they are read: a first line may be longer than the sample
+        return pa.schema([JSON_TEXT]), int(bool(head.strip()))
+    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    url = full_url(fs, path)
+    if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
+        return pa.schema([]), 0
+    if options.format == "jsonl":
+        check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
+    with column_names_in_utf8(repr(url), options.format):
+        return _inferred_schema(head, options, declared, url)
+
+
+def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
+    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    url = full_url(fs, path)
+    with column_names_in_utf8(repr(url), options.format):
+        table, head = first_records(fs, path, options, declared)
+    if not head:
+        return pa.schema([]), 0
+    unknown = [name for name in declared if name not in table.schema.names]
+    if unknown:
+        raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    # (in the first file's first MiB, where its text is at hand: the streamed reading does not see it)
+    refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    _refuse_inferred_binary(table, head, options, url)
+    return table.schema, table.num_rows
+
+
+@contextlib.contextmanager
+def column_names_in_utf8(where: str, format: str):
+    """A column name that is not UTF-8 named with its file: pyarrow decodes names as it hands them out."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise ValueError(f"cannot read {where} as {format}: a column name is not UTF-8 ({e.object!r})") from None
+
+
+def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
+    def read(text: bytes) -> pa.Table:
+        if options.format == "jsonl":
+            explicit = pa.schema(list(declared.items())) if declared else None
+            return pa_json.read_json(
+                io.BytesIO(text),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
+                parse_options=pa_json.ParseOptions(explicit_schema=explicit),
+            )
+        return pa_csv.read_csv(
+            io.BytesIO(newline_ended(text)),
+            read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
+            parse_options=options.csv_parse(),
+            convert_options=pa_csv.ConvertOptions(column_types=declared),
+        )
+
+    try:
+        table = read(head)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        # Types are inferred from every row read, so a line may be refused for the lines before it: the first
+        # prefix of the head that Arrow refuses names it
+        names = None
+        if options.format != "jsonl":
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                names = read(head[: head.find(b"\n") + 1]).schema.names  # the header's (or f0, f1, ...)
+        raise ValueError(refused_line(head, 0, e, url, options.format, read, prefixes=True, names=names)) from None
+    unknown = [name for name in declared if name not in table.schema.names]
+    if unknown:
+        raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
+    refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    _refuse_inferred_binary(table, head, options, url)
+    schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
+    return schema, table.num_rows
+
+
+def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
+    """``schema`` with its fields in the order the file's keys first appear, as without declared types.
+
+    Arrow puts the fields of an explicit schema first; a declared type must not move its column.
+
+    >>> _in_file_order(pa.schema([("b", pa.string()), ("a", pa.int64())]), b'{"a": 1, "b": "x"}\\n').names
+    ['a', 'b']
+    """
+    order: dict[str, None] = {}
+    for line in head.splitlines():  # usually the first line names every column
+        with contextlib.suppress(ValueError):  # a line Arrow read is valid JSON; a cut last one may not be
+            record = json.loads(line.decode("utf-8", "replace")) if line.strip() else None
+            if isinstance(record, dict):
+                order.update(dict.fromkeys(k for k in record if k in schema.names))
+        if len(order) == len(schema):
+            break
+    names = [*order, *(n for n in schema.names if n not in order)]
+    return pa.schema([schema.field(n) for n in names], metadata=schema.metadata)
+
+
+TWO_TO_THE_63 = 2.0**63
+
+
+def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
+    """Refuse integers past int64 in a column whose type was inferred: Arrow reads them as float64, rounded.
+
+    A uint64 hash (xxhash64, simhash) would come out changed, and verified,
+    since the fingerprints are of what Arrow read.  Floats that large are
+    left alone: the text is searched for an integer literal of 19 digits or
+    more only where a float column holds a value past 2**63.
+    """
+    declared = {name for name, _ in options.column_types}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if name in declared or not pa.types.is_float64(column.type) or not len(column):
+            continue
+        low, high = pc.min_max(column).values()  # one pass: most float columns stop here
+        if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
+            continue
+        found = _LONG_INTEGER.search(text)
+        if found is not None:
+            others = (
+                "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
+                "written (--output-format jsonl)"
+                if options.format == "jsonl"
+                else "string for others"
+            )
+            raise ValueError(
+                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
+                f"({found.group().decode()}), "
+                "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
+                f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
+                f"floats); {others}"
+            )
+
+
+def _refuse_inferred_binary(table: pa.Table, text: bytes, options: TextOptions, url: str) -> None:
+    """Refuse a CSV column that Arrow typed binary because its first MiB is not UTF-8: a latin-1 file became
+    bytes without a word, where the same bytes past the first MiB are refused."""
+    declared = {name for name, _ in options.column_types}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if name in declared or not pa.types.is_binary(column.type):
+            continue
+        try:
+            text.decode("utf-8")
+            where = ""
+        except UnicodeDecodeError as e:
+            begin, end = text.rfind(b"\n", 0, e.start) + 1, text.find(b"\n", e.start)
+            where = f" (the line at byte {begin:,}: {shown(text[begin : end if end >= 0 else len(text)])})"
+        raise ValueError(
+            f"cannot read {url!r} as {options.format}: column {name!r} is not UTF-8 text{where}: if the file is in "
+            f"another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1); to keep the "
+            f"bytes as they are, declare the column binary (--read-option column_types.{name}=binary)"
+        )
+
+
+_LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{19,}(?![0-9.eE])")
