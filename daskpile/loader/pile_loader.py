@@ -605,19 +605,24 @@ def _batches(tables, batch_size: int):
     than that (a copy of them cost a tenth of an epoch of A: each call into
     Arrow hands the GIL to the loading threads and waits to get it back).
     """
-    pending, rows = [], 0
+    pending, rows = [], 0  # the start of a batch, from the tables before
     for table in tables:
-        if not pending and table.num_rows == batch_size:  # a take is most often one whole batch: as it is
+        offset, n = 0, table.num_rows
+        if pending and n:
+            offset = min(batch_size - rows, n)
+            pending.append(table.slice(0, offset))
+            rows += offset
+            if rows < batch_size:
+                continue
+            yield pa.concat_tables(pending)
+            pending, rows = [], 0
+        if offset == 0 and n == batch_size:
             yield table
             continue
-        while table.num_rows:
-            take = min(batch_size - rows, table.num_rows)
-            pending.append(table.slice(0, take))
-            rows += take
-            table = table.slice(take)
-            if rows == batch_size:
-                yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-                pending, rows = [], 0
+        for start in range(offset, n - batch_size + 1, batch_size):  # one slice a batch, of the table given
+            yield table.slice(start, batch_size)
+        if (n - offset) % batch_size:
+            pending, rows = [table.slice(n - (n - offset) % batch_size)], (n - offset) % batch_size
     if pending:
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
 

@@ -194,7 +194,26 @@ class RoundRobin:
         return taken
 
     def segments(self, skip: int = 0) -> Iterator[tuple[int, int, int]]:
-        """(stream, start, stop) in reading order, after the first ``skip`` rows."""
+        """(stream, start, stop) in reading order, after the first ``skip`` rows; a stream's rows read one after
+        the other are one segment (a rank of one stream reads it whole, not an item at a time)."""
+        if len(self.first) == 1:  # the dealing below would cut it into items, 13 us each
+            start, stop = int(self.first[0]) + max(skip, 0), int(self.stop[0])
+            if start < stop:
+                yield 0, start, stop
+            return
+        pending = None
+        for i, start, stop in self._dealt(skip):
+            if pending is not None and pending[0] == i and pending[2] == start:
+                pending = (i, pending[1], stop)
+                continue
+            if pending is not None:
+                yield pending
+            pending = (i, start, stop)
+        if pending is not None:
+            yield pending
+
+    def _dealt(self, skip: int) -> Iterator[tuple[int, int, int]]:
+        """``segments`` an item at a time."""
         total = self.rows
         position = skip - skip % self.item  # the start of the item that row ``skip`` is in
         before, inside = self.consumed(position), skip - position

@@ -383,11 +383,11 @@ class _HeldGroup:
         self.rows, self.files = group.rows, len(group.pieces)
         self.released_rows = self.released_files = 0
 
-    def slices(self, start: int, stop: int) -> list[pa.Table]:
-        """Rows ``[start, stop)`` of the group, as slices of its parts; the parts before ``stop`` are let go."""
+    def slices(self, start: int, stop: int) -> Iterator[pa.Table]:
+        """Rows ``[start, stop)`` of the group, as slices of its parts; a part that ends by ``stop`` is let go
+        once the consumer asks for what follows it (a take may span a whole group: see ``RoundRobin.segments``)."""
         if self.released and start < self.ends[self.released - 1]:  # the plan reads a group forward (Layout.takes)
             raise RuntimeError(f"rows {start}-{stop} of a group were asked for after rows past them")
-        found = []
         for i in range(self.released, len(self.parts)):
             end = self.ends[i]
             begin = end - self.parts[i].num_rows
@@ -395,10 +395,9 @@ class _HeldGroup:
                 break
             if start < end:
                 low = max(start, begin)
-                found.append(self.parts[i].slice(low - begin, min(stop, end) - low))
-        while self.released < len(self.parts) and self.ends[self.released] <= stop:
-            self._let_go(self.parts[self.released].num_rows)
-        return found
+                yield self.parts[i].slice(low - begin, min(stop, end) - low)
+            if end <= stop:
+                self._let_go(self.parts[i].num_rows)
 
     def release_all(self) -> None:
         self.parts[self.released :] = [None] * (len(self.parts) - self.released)
