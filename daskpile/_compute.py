@@ -102,6 +102,19 @@ def _not_reported_elsewhere(record) -> bool:
     return not record.getMessage().startswith(_REPORTED_ELSEWHERE)
 
 
+def in_a_worker() -> bool:
+    """Whether this runs in a task on a ``distributed`` worker (not on Dask's local schedulers)."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:  # not in a worker
+        return False
+    return True
+
+
 def current_client():
     """The running ``distributed`` client, or None."""
     if "distributed" not in sys.modules:  # no client can exist, and importing distributed takes half a second

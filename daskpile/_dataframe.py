@@ -56,7 +56,7 @@ from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
 
 from daskpile import _passes, _sizing
-from daskpile._compute import current_client, workers_blind_to
+from daskpile._compute import current_client, in_a_worker, workers_blind_to
 from daskpile._pandas import FrameCodec
 from daskpile._random import resolve_seed
 from daskpile._scratch import Scratch, read_pile
@@ -345,6 +345,12 @@ class ScratchRun:
         """The scratch of one set of columns shuffled, with ``partitions`` files once pass 1 is done."""
         return Scratch(self.scratch.fs, posixpath.join(self.scratch.directory, token), partitions)
 
+    def restore_if_removed(self) -> None:
+        """The directory made again if something removed it while the result lives (``daskpile clean``, a
+        cleaner of the temporary directory): pass 1 then runs again, and draws the same piles."""
+        if not self.scratch.fs.exists(self.scratch.directory):
+            self.scratch.fs.makedirs(self.scratch.directory, exist_ok=True)
+
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
         client = current_client()
@@ -403,7 +409,11 @@ class PileShuffle(PartitionsFiltered, Expr):
             columns = _convert_to_list(determine_column_projection(self, parent, dependents))
             wanted = [c for c in self.frame.columns if c in columns]
             if len(wanted) < len(self.frame.columns):
-                frame = self.frame[wanted]
+                # Below AsBuilt when the shuffle was tuned already (set_index takes quantiles of an optimized
+                # collection's column): the projected input must stay untuned, and be the one pass 1 reads.
+                built = isinstance(self.frame, AsBuilt)
+                frame = self.frame.frame[wanted] if built else self.frame[wanted]
+                frame = AsBuilt(frame) if built else frame
                 projected = self.substitute_parameters({"frame": frame, "meta": frame._meta})
                 return projected[parent.operand("columns")]
         if isinstance(parent, ResetIndex) and parent.drop and self.keep_index:
@@ -426,7 +436,10 @@ class PileShuffle(PartitionsFiltered, Expr):
         # What the scratch depends on (not which piles are wanted): its subdirectory and task names.
         variant = tokenize(frame._name, self.piles, self.seed, self.keep_index)
         codec = FrameCodec(self._meta, self.keep_index)
+        self.run.restore_if_removed()
         scattered = _read_run_file(self.run.variant(variant))  # pass 1 already ran for this shuffle
+        if scattered is not None and not _all_there(self.run.variant(variant, scattered["partitions"])):
+            scattered = None  # files of it were removed since: pass 1 runs again
         if scattered is None:
             scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, codec)
             scattered = ScatterSummary(scatter, self.piles, self.run, variant)
@@ -528,6 +541,9 @@ class AsBuilt(Expr):
     def rewrite(self, kind: str, rewritten):
         return self if kind == "tune" else super().rewrite(kind, rewritten)
 
+    def _lower(self):
+        return self.frame  # tuning is over once lowering starts: nothing is left to keep out
+
 
 # The tasks take a borrowed ScratchRun, which removes nothing: a scheduler in this process (a LocalCluster's)
 # keeps tasks after they ran, and an owner in them would keep the scratch as long.  So a graph taken out of
@@ -555,12 +571,24 @@ def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) ->
     # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
     missing = [p for p in scratch.paths() if not scratch.fs.exists(p)] if is_local(scratch.fs) else []
     if missing:
-        raise ValueError(
-            f"pass 1 wrote {len(missing)} scratch files this worker cannot see (e.g. {missing[0]}): the workers "
-            "share no disk; pass scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
+        # Workers that see other disks were refused when the graph was built (check_workers_see_it), but
+        # for one that joined the cluster since
+        also = "" if not in_a_worker() else ", or a worker that joined since shares no disk with this one"
+        raise FileNotFoundError(
+            f"pass 1 wrote {len(missing)} scratch files that are gone (e.g. {missing[0]}): removed while the "
+            f"shuffle ran (by daskpile clean, or a cleaner of the temporary directory){also}; compute again"
         )
     write_bytes(scratch.fs, posixpath.join(scratch.directory, RUN_FILE), json.dumps(scattered).encode())
     return scattered
+
+
+def _all_there(scratch: Scratch) -> bool:
+    """Whether every file of a finished pass 1 is still in scratch: one listing."""
+    try:
+        listed = {p.rstrip("/") for p in scratch.fs.ls(scratch.directory, detail=False)}
+    except FileNotFoundError:
+        return False
+    return all(p in listed for p in scratch.paths())
 
 
 def _read_run_file(scratch: Scratch) -> dict | None:

@@ -1,6 +1,6 @@
 import concurrent.futures
 import multiprocessing
-import pathlib
+import os
 import shutil
 import tempfile
 
@@ -9,22 +9,24 @@ import pytest
 from _util import PROCESSES
 from distributed import Client, LocalCluster
 
+# The session's temporary directory is its own: every default scratch (the system's temporary directory) and
+# every tmp_path of the session is in it, and it goes at the end.  A run that fails or is interrupted keeps
+# its scratch on purpose (a rerun resumes from it), named from dest's path: left in /tmp, it would meet a later
+# session's test whose tmp_path happens to be the same.  Set before anything reads it (pytest's tmp_path, the
+# cluster's workers and the command's subprocesses inherit TMPDIR); not named daskpile-*, which is scratch.
+SESSION_TMP = tempfile.mkdtemp(prefix="tests-of-daskpile-")
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_scratch_left_in_tmp():
-    """Remove the default scratch directories the session's runs leave in the temporary directory.
+    """Remove the session's temporary directory, and with it the scratch its runs left.
 
-    A run that fails or is interrupted keeps its scratch there on purpose (a rerun resumes from it), and
-    its name comes from dest's path: left behind, it would meet a later session's test whose tmp_path
-    happens to be the same, as an unfinished run of another source.  What is new is taken as the
-    session's: two sessions at once on one machine remove each other's live scratch (runs then fail
-    with FileNotFoundError in /tmp/daskpile-*), so run one at a time.
+    Only the session's: another process's live scratch in /tmp (a notebook's shuffle, another session) is
+    never touched, as a sweep of every new /tmp/daskpile-* did.
     """
-    root = pathlib.Path(tempfile.gettempdir())
-    before = set(root.glob("daskpile-*"))
     yield
-    for path in set(root.glob("daskpile-*")) - before:
-        shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

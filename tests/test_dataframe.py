@@ -1,6 +1,7 @@
 import contextlib
 import gc
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -495,6 +496,58 @@ def test_a_task_that_runs_after_its_scratch_was_removed_does_not_bring_it_back(t
     with pytest.raises(FileNotFoundError):
         scatter_partition(frame(10), 0, 2, 0, run, "variant", frame(0))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_result_whose_scratch_was_removed_while_it_lives_runs_pass_1_again(sync_scheduler, tmp_path):
+    """``daskpile clean --older-than`` or a cleaner of /tmp may remove a live result's scratch, whole or some of
+    its files: the result then failed for good with FileNotFoundError.  Pass 1 now runs again, drawing the same
+    piles."""
+    import shutil
+
+    shuffled = daskpile.shuffle(dd.from_pandas(frame(500), npartitions=3), piles=4, seed=2, scratch=str(tmp_path))
+    whole = shuffled.compute()
+    (run,) = tmp_path.iterdir()
+    shutil.rmtree(run)
+    pd.testing.assert_frame_equal(shuffled.compute(), whole)
+    (variant,) = run.iterdir()
+    next(variant.glob("scatter-*.arrow")).unlink()
+    pd.testing.assert_frame_equal(shuffled.compute(), whole)
+    shutil.rmtree(run)
+    pd.testing.assert_frame_equal(shuffled[["s"]].compute(), whole[["s"]])
+
+
+def test_scratch_files_removed_during_pass_1_are_said_to_be_gone_not_blamed_on_the_disks(sync_scheduler):
+    """On one process, "the workers share no disk" could not be why, and sent the user to set up S3."""
+    calls, removed = [], []
+
+    def remove_what_was_written(part: pd.DataFrame) -> pd.DataFrame:
+        calls.append(len(part))
+        if len(calls) == 3:  # the two partitions before are in scratch
+            for path in directory.glob("*/scatter-*.arrow"):
+                path.unlink()
+                removed.append(path)
+        return part
+
+    ddf = dd.from_pandas(frame(300), npartitions=3)
+    shuffled = daskpile.shuffle(ddf.map_partitions(remove_what_was_written, meta=ddf._meta), piles=2, seed=1)
+    directory = pathlib.Path(shuffled.expr.run.scratch.directory)
+    with pytest.raises(FileNotFoundError, match=r"pass 1 wrote 2 scratch files that are gone .*compute again$"):
+        shuffled.compute()
+    assert len(removed) == 2
+
+
+def test_set_index_on_the_result_works_as_on_any_frame(sync_scheduler):
+    """set_index takes quantiles of a column of the optimized result, whose shuffle had been tuned already: the
+    projection went on top of AsBuilt, and the graph failed ("AsBuilt defines neither _layer nor _task")."""
+    ddf = dd.from_pandas(pd.DataFrame({"id": np.arange(1000)[::-1], "x": np.arange(1000)}), npartitions=3)
+    shuffled = daskpile.shuffle(ddf, piles=4, seed=0)
+    whole = shuffled.compute()
+    for indexed in (shuffled.set_index("id"), shuffled[["id", "x"]].set_index("id", npartitions=3)):
+        result = indexed.compute()
+        assert result.index.is_monotonic_increasing and sorted(result.index) == list(range(1000))
+        assert result.loc[whole.id.iloc[0], "x"] == whole.x.iloc[0]
+    # a projection of the optimized result is still a projection of the same order
+    assert shuffled.optimize()[["x"]].compute().x.tolist() == whole.x.tolist()
 
 
 _REMOVERS: dict[str, set[str]] = {}  # a directory watched -> the names of the threads that removed files in it
