@@ -135,7 +135,8 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     a narrower type cannot hold (a Parquet lake whose newer files widened an
     int32 to int64, a ``meta=`` that says int8), fractions under an integer
     meta, integers past 2**53 under a float one, missing values under a
-    numpy integer.  Where every value of the partition fits, the cast is made.
+    numpy integer other than as Dask reads them (``_with_missing``).  Where
+    every value of the partition fits, the cast is made.
     """
     if isinstance(dtype, pd.CategoricalDtype):
         # Categories are the data's (Dask's meta may not know them; an empty partition of
@@ -146,6 +147,8 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         f"{'cast the index' if name.startswith('the index') else f'cast it (ddf.astype({{{name}: ...}}))'} first, "
         "or give map_partitions or from_delayed a meta= that matches"
     )
+    if _missing_as_dask_reads_them(values, dtype):
+        return _with_missing(values, dtype, refused)
     source, target = _kind(values.dtype), _kind(dtype)
     if {source, target} & {"number"} and {source, target} & {"time"}:  # 1 under a datetime meta is 1 ns
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
@@ -161,6 +164,28 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     checked = target in ("number", "time") and source in ("number", "time", "object", "text")
     if checked and not _holds_the_same_values(values, cast):
         raise MetaMismatch(f"{refused}; converting would change its values")
+    return cast
+
+
+def _missing_as_dask_reads_them(values: pd.Series | pd.Index, dtype) -> bool:
+    """Missing values of a column whose meta is a numpy integer or bool, as Dask's ``read_parquet`` gives a
+    nullable column of Parquet: its meta says int64 (bool), a partition with a missing value is float64 with
+    NaN (objects with None)."""
+    if not isinstance(dtype, np.dtype) or dtype.kind not in "iub" or not isinstance(values.dtype, np.dtype):
+        return False
+    return values.dtype.kind == ("O" if dtype.kind == "b" else "f") and bool(pd.isna(values).any())
+
+
+def _with_missing(values: pd.Series | pd.Index, dtype: np.dtype, refused: str):
+    """``values`` in pandas' nullable form of ``dtype`` (Arrow's type with nulls): integral floats and bools
+    only, and in range, else refused.  ``_to_pandas`` gives them back as Dask read them."""
+    nullable = "boolean" if dtype.kind == "b" else f"{'U' if dtype.kind == 'u' else ''}Int{dtype.itemsize * 8}"
+    try:
+        if dtype.kind == "b" and not all(isinstance(v, (bool, np.bool_)) for v in values[pd.notna(values)]):
+            raise TypeError("values other than True and False")
+        cast = values.astype(nullable)  # refuses fractions and values out of range ("cannot safely cast")
+    except (TypeError, ValueError, OverflowError) as e:
+        raise MetaMismatch(f"{refused}; converting fails: {e}") from None
     return cast
 
 
@@ -204,6 +229,10 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
         return pd.arrays.ArrowExtensionArray(column.cast(dtype.pyarrow_dtype))
     if hasattr(dtype, "__from_arrow__"):  # pandas' own extension dtypes: nullable, string, tz, period, interval
         return dtype.__from_arrow__(column)
+    if isinstance(dtype, np.dtype) and dtype.kind in "iub" and column.null_count:
+        # missing values under a numpy integer or bool (see _with_missing): float64 with NaN, objects with None,
+        # as Dask's read_parquet gives them
+        return column.to_pandas().to_numpy()
     values = column.to_pandas()
     if isinstance(dtype, pd.CategoricalDtype):
         # Known categories are put back in the input's order (a pile's are in order of appearance);

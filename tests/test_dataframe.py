@@ -452,6 +452,10 @@ CHANGED_BY_THE_META = {
     "uint64 past int64": (np.array([2**63 + 1], dtype=np.uint64), "int64"),
     "nullable past Int8": (pd.array([300, None], dtype="Int64"), "Int8"),
     "missing under int64": (pd.array([1, None], dtype="Int64"), "int64"),
+    # as read_parquet gives missing values of a nullable column (NaN, None), but values the meta cannot hold
+    "fractions beside NaN under int64": (np.array([0.5, np.nan]), "int64"),
+    "300 beside NaN under uint8": (np.array([300, np.nan]), "uint8"),
+    "text beside None under bool": (np.array(["yes", None], dtype=object), "bool"),
     "ints under datetime64": (np.array([1, 2]), "datetime64[ns]"),
     "datetimes under int64": (pd.to_datetime(["2020-01-01"]).values, "int64"),
     "nanoseconds under seconds": (pd.to_datetime(["2020-01-01 00:00:01.5"]).values, "datetime64[s]"),
@@ -474,6 +478,27 @@ def test_a_partition_whose_values_its_meta_cannot_hold_is_refused_by_name_never_
     says = re.escape(str(meta.dtypes["v"]))
     with pytest.raises(TypeError, match=f"column 'v' of a partition is .*, the DataFrame's meta says {says}"):
         daskpile.shuffle(ddf, piles=1, seed=0).compute()
+
+
+def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it(tmp_path, sync_scheduler):
+    """read_parquet's meta says int64 (bool) for a nullable column, and a partition with a missing value is
+    float64 with NaN (objects with None): the commonest lake, refused before.  Each pile comes back as Dask
+    reads such a partition."""
+    with_missing = {"n": pa.array([1, None, 3], pa.int64()), "u": pa.array([7, 8, None], pa.uint8())}
+    with_missing["b"] = pa.array([True, None, False])
+    pq.write_table(pa.table({"id": [0, 1, 2], **with_missing}), tmp_path / "a.parquet")
+    full = {"n": pa.array([4, 2**53], pa.int64()), "u": pa.array([9, 255], pa.uint8()), "b": pa.array([True, True])}
+    pq.write_table(pa.table({"id": [3, 4], **full}), tmp_path / "b.parquet")
+    ddf = dd.read_parquet(tmp_path)
+    assert ddf.dtypes.to_dict() == {"id": np.int64, "n": np.int64, "u": np.uint8, "b": bool}
+    shuffled = daskpile.shuffle(ddf, piles=2, seed=0)
+    piles = [shuffled.partitions[p].compute() for p in range(2)]
+    for pile in piles:  # each as read_parquet gives a partition: with a missing value, float64 or objects
+        for column, missing_as in (("n", np.float64), ("u", np.float64), ("b", object)):
+            assert pile[column].dtype == (missing_as if pile[column].isna().any() else ddf.dtypes[column])
+    by_id = pd.concat(piles).set_index("id").sort_index()
+    pd.testing.assert_frame_equal(by_id, ddf.compute().set_index("id").sort_index(), check_dtype=False)
+    assert by_id.loc[1, "b"] is None and np.isnan(by_id.loc[2, "u"]) and by_id.loc[4, "n"] == 2**53
 
 
 def test_an_evolved_lake_is_refused_where_dask_narrows_and_cast_where_every_value_fits(tmp_path, sync_scheduler):
