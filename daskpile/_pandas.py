@@ -45,6 +45,9 @@ class FrameCodec:
     meta: pd.DataFrame
     index: bool = True  # False: the index is left out, and comes back a RangeIndex
 
+    def __repr__(self) -> str:  # one line in an expression's tree (pprint), not the empty frame's three
+        return f"FrameCodec(columns={list(self.meta.columns)!r}, index={self.index})"
+
     def to_arrow(self, frame: pd.DataFrame) -> pa.Table:
         """One partition as an Arrow table: the index, then the columns, named by position."""
         meta = self.meta
@@ -142,8 +145,9 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         # Categories are the data's (Dask's meta may not know them; an empty partition of
         # read_parquet comes as object)
         return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
+    what = name if name.startswith("the index") else f"column {name}"
     refused = (
-        f"daskpile: column {name} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
+        f"daskpile: {what} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
         f"{'cast the index' if name.startswith('the index') else f'cast it (ddf.astype({{{name}: ...}}))'} first, "
         "or give map_partitions or from_delayed a meta= that matches"
     )

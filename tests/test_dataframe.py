@@ -501,6 +501,16 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     assert by_id.loc[1, "b"] is None and np.isnan(by_id.loc[2, "u"]) and by_id.loc[4, "n"] == 2**53
 
 
+def test_an_index_its_meta_cannot_hold_is_refused_naming_the_index(sync_scheduler):
+    """The message read "column the index (None) of a partition is str"."""
+    meta = pd.DataFrame({"a": np.array([], "int64")})
+    ddf = dd.from_delayed([dask.delayed(pd.DataFrame({"a": [1]}, index=["r"]))], meta=meta, verify_meta=False)
+    with pytest.raises(TypeError, match=r"^daskpile: the index \(None\) of a partition is .*: cast the index first"):
+        daskpile.shuffle(ddf, piles=1, seed=0).compute()
+    tree = daskpile.shuffle(ddf, piles=1, seed=0).optimize().expr.tree_repr()
+    assert "codec=FrameCodec(columns=['a'], index=True)\n" in tree  # one line of the tree, not the empty frame
+
+
 def test_an_evolved_lake_is_refused_where_dask_narrows_and_cast_where_every_value_fits(tmp_path, sync_scheduler):
     """Dask takes a lake's dtypes from its first file; a newer file's wider values must not wrap around."""
     pq.write_table(pa.table({"id": [0, 1], "v": pa.array([1, 2], pa.int32())}), tmp_path / "a.parquet")
