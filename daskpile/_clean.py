@@ -41,7 +41,7 @@ class Leftover:
 
     def __str__(self) -> str:
         verb = "remove" if self.removable else "keep  "
-        return f"{verb} {self.url} ({format_bytes(self.bytes)}, {self.age_seconds / 3600:,.1f} h old): {self.reason}"
+        return f"{verb} {self.url} ({format_bytes(self.bytes)}, {format_seconds(self.age_seconds)} old): {self.reason}"
 
 
 def clean(
@@ -59,7 +59,7 @@ def clean(
 
     >>> for leftover in clean(older_than="1d", dry_run=True):  # doctest: +SKIP
     ...     print(leftover)
-    remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 30.2 h old): its run finished: /data/out holds its result
+    remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 1.26 d old): its run finished: /data/out holds its result
     """
     fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
     min_age = parse_timedelta(older_than) if older_than is not None else None
@@ -152,10 +152,12 @@ def _mtime(info: dict) -> float:
 
 
 def format_seconds(seconds: float) -> str:
+    """A duration in the largest unit it holds once or more, to three digits at most.
+
+    >>> format_seconds(86400), format_seconds(5400), format_seconds(2), format_seconds(150), format_seconds(0.2)
+    ('1 d', '1.5 h', '2 s', '2.5 min', '0.2 s')
     """
-    >>> format_seconds(86400), format_seconds(5400)
-    ('1 d', '1.5 h')
-    """
-    if seconds >= 86400:
-        return f"{seconds / 86400:g} d"
-    return f"{seconds / 3600:g} h"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
