@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
-from daskpile._storage import atomic_sink, filesystem, is_local, remove_tree, rows_per_write
+from daskpile._storage import atomic_sink, filesystem, is_local, reaching, remove_tree, rows_per_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,8 @@ class Scratch:
         fs, root = filesystem(url or tempfile.gettempdir(), storage_options)
         directory = posixpath.join(root, f"daskpile-{name or uuid.uuid4().hex[:16]}")
         if make:
-            fs.makedirs(directory, exist_ok=True)
+            with reaching(fs, directory, "scratch"):  # one line naming it, not the store client's traceback
+                fs.makedirs(directory, exist_ok=True)
         return cls(fs, directory, partitions)
 
     @property

@@ -302,6 +302,16 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():
+    """daskpile.shuffle makes its scratch directory when called: a store that cannot be reached was the store
+    client's own traceback (aiohttp's, for gs://), where the command said one line."""
+    unreachable = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}, "key": "k", "secret": "s",
+                   "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}  # fmt: skip
+    ddf = dd.from_pandas(pd.DataFrame({"x": range(10)}), npartitions=1)
+    with pytest.raises(_storage.StoreUnreachable, match=r"^scratch 's3://lake/tmp/daskpile-\w+': cannot reach"):
+        daskpile.shuffle(ddf, piles=2, scratch="s3://lake/tmp", storage_options=unreachable)
+
+
 def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     """Before any data is read: a dest whose store cannot be reached is one line naming it, nothing written."""
     write_reference_dataset(tmp_path / "events", rows=1_000, files=1)
