@@ -185,7 +185,7 @@ def _with_missing(values: pd.Series | pd.Index, dtype: np.dtype, refused: str):
     only, and in range, else refused.  ``_to_pandas`` gives them back as Dask read them."""
     nullable = "boolean" if dtype.kind == "b" else f"{'U' if dtype.kind == 'u' else ''}Int{dtype.itemsize * 8}"
     try:
-        if dtype.kind == "b" and not all(isinstance(v, (bool, np.bool_)) for v in values[pd.notna(values)]):
+        if dtype.kind == "b" and pd.api.types.infer_dtype(values, skipna=True) not in ("boolean", "empty"):
             raise TypeError("values other than True and False")
         cast = values.astype(nullable)  # refuses fractions and values out of range ("cannot safely cast")
     except (TypeError, ValueError, OverflowError) as e:

@@ -489,6 +489,8 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     pq.write_table(pa.table({"id": [0, 1, 2], **with_missing}), tmp_path / "a.parquet")
     full = {"n": pa.array([4, 2**53], pa.int64()), "u": pa.array([9, 255], pa.uint8()), "b": pa.array([True, True])}
     pq.write_table(pa.table({"id": [3, 4], **full}), tmp_path / "b.parquet")
+    none = {"n": pa.nulls(1, pa.int64()), "u": pa.nulls(1, pa.uint8()), "b": pa.nulls(1, pa.bool_())}
+    pq.write_table(pa.table({"id": [5], **none}), tmp_path / "c.parquet")  # all missing: objects None, NaN
     ddf = dd.read_parquet(tmp_path)
     assert ddf.dtypes.to_dict() == {"id": np.int64, "n": np.int64, "u": np.uint8, "b": bool}
     shuffled = daskpile.shuffle(ddf, piles=2, seed=0)
@@ -499,6 +501,7 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     by_id = pd.concat(piles).set_index("id").sort_index()
     pd.testing.assert_frame_equal(by_id, ddf.compute().set_index("id").sort_index(), check_dtype=False)
     assert by_id.loc[1, "b"] is None and np.isnan(by_id.loc[2, "u"]) and by_id.loc[4, "n"] == 2**53
+    assert by_id.loc[5, "b"] is None and np.isnan(by_id.loc[5, "n"])
 
 
 def test_an_index_its_meta_cannot_hold_is_refused_naming_the_index(sync_scheduler):
