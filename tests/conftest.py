@@ -1,6 +1,8 @@
 import concurrent.futures
 import multiprocessing
+import multiprocessing.util
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -16,17 +18,22 @@ from distributed import Client, LocalCluster
 # cluster's workers and the command's subprocesses inherit TMPDIR); not named daskpile-*, which is scratch.
 SESSION_TMP = tempfile.mkdtemp(prefix="tests-of-daskpile-")
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
+# The directory itself goes after multiprocessing's own temporary directory in it (pymp-*), which its exit
+# finalizer (priority -100) removes and would find gone
+multiprocessing.util.Finalize(None, shutil.rmtree, (SESSION_TMP,), {"ignore_errors": True}, exitpriority=-200)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_scratch_left_in_tmp():
-    """Remove the session's temporary directory, and with it the scratch its runs left.
+    """Remove what the session left in its temporary directory: the scratch its runs left, its tmp_paths.
 
     Only the session's: another process's live scratch in /tmp (a notebook's shuffle, another session) is
     never touched, as a sweep of every new /tmp/daskpile-* did.
     """
     yield
-    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    for path in pathlib.Path(SESSION_TMP).iterdir():
+        if not path.name.startswith("pymp-"):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
