@@ -156,8 +156,10 @@ def format_seconds(seconds: float) -> str:
 
     >>> format_seconds(86400), format_seconds(5400), format_seconds(2), format_seconds(150), format_seconds(0.2)
     ('1 d', '1.5 h', '2 s', '2.5 min', '0.2 s')
+    >>> format_seconds(59.96), format_seconds(3599), format_seconds(86400 * 1000)
+    ('1 min', '1 h', '1,000 d')
     """
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"
+    seconds = float(f"{seconds:.3g}")  # rounded first: 59.96 s is 1 min, not 60 s
+    unit, size = next((u, n) for u, n in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)) if seconds >= n or n == 1)
+    value = float(f"{seconds / size:.3g}")
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:g} {unit}"

@@ -30,6 +30,7 @@ import logging
 import posixpath
 import threading
 import time
+import uuid
 import warnings
 import weakref
 
@@ -325,8 +326,7 @@ class ScratchRun:
     def __init__(self, scratch: Scratch, owner: bool = True):
         self.scratch = scratch
         self._checked_clients: set[str] = set()
-        if owner:
-            weakref.finalize(self, _remove_when_unused, scratch)
+        self._removal = weakref.finalize(self, _remove_when_unused, scratch) if owner else None
 
     def __reduce__(self):
         return ScratchRun, (self.scratch, False)
@@ -347,9 +347,29 @@ class ScratchRun:
 
     def restore_if_removed(self) -> None:
         """The directory made again if something removed it while the result lives (``daskpile clean``, a
-        cleaner of the temporary directory): pass 1 then runs again, and draws the same piles."""
-        if not self.scratch.fs.exists(self.scratch.directory):
-            self.scratch.fs.makedirs(self.scratch.directory, exist_ok=True)
+        cleaner of the temporary directory): pass 1 then runs again.  It draws the same piles from an input
+        that gives the same rows, as any compute of a Dask collection recomputes its input.
+
+        Only by the owner: a copy (pickled) whose owner is gone and removed the scratch must not bring back
+        what nothing would remove again.  The directory's parent is not made: a scratch root that went
+        (an unmounted disk) is an error, not a directory on the disk beneath.
+        """
+        fs, directory = self.scratch.fs, self.scratch.directory
+        fs.invalidate_cache(directory)  # (a store's listing cached before something removed it)
+        if fs.exists(directory):
+            return
+        if self._removal is None or not self._removal.alive:
+            raise FileNotFoundError(
+                f"daskpile's scratch {directory} is gone: the result this one was copied from was dropped, and "
+                "its scratch with it; compute the result itself, or call daskpile.shuffle again"
+            )
+        try:
+            fs.mkdir(directory, create_parents=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"daskpile's scratch {directory} was removed, and so was the directory it was in; pass another "
+                "scratch= to daskpile.shuffle"
+            ) from None
 
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
@@ -567,16 +587,22 @@ def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) ->
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
     scratch = run.variant(variant, len(results))
     rows = np.sum([r["counts"] for r in results], axis=0)
-    scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows]}
+    # "id": this pass 1's, so that pass 2 reads its files, not those of one before whose scratch was removed
+    scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows], "id": uuid.uuid4().hex}
     # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
     missing = [p for p in scratch.paths() if not scratch.fs.exists(p)] if is_local(scratch.fs) else []
     if missing:
         # Workers that see other disks were refused when the graph was built (check_workers_see_it), but
         # for one that joined the cluster since
-        also = "" if not in_a_worker() else ", or a worker that joined since shares no disk with this one"
+        also = (
+            ""
+            if not in_a_worker()
+            else "; or a worker that joined the cluster since shares no disk with the others: then pass "
+            "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
+        )
         raise FileNotFoundError(
             f"pass 1 wrote {len(missing)} scratch files that are gone (e.g. {missing[0]}): removed while the "
-            f"shuffle ran (by daskpile clean, or a cleaner of the temporary directory){also}; compute again"
+            f"shuffle ran (by daskpile clean, or a cleaner of the temporary directory): compute again{also}"
         )
     write_bytes(scratch.fs, posixpath.join(scratch.directory, RUN_FILE), json.dumps(scattered).encode())
     return scattered
@@ -584,6 +610,7 @@ def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) ->
 
 def _all_there(scratch: Scratch) -> bool:
     """Whether every file of a finished pass 1 is still in scratch: one listing."""
+    scratch.fs.invalidate_cache(scratch.directory)  # s3fs answers from a listing it cached before
     try:
         listed = {p.rstrip("/") for p in scratch.fs.ls(scratch.directory, detail=False)}
     except FileNotFoundError:
@@ -603,7 +630,7 @@ def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
 ) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
-    batches = read_pile(run.variant(variant, scattered["partitions"]), pile)
+    batches = read_pile(run.variant(variant, scattered["partitions"]), pile, scattered.get("id"))
     # Empty slices may carry types no other partition has (an empty categorical's null dictionary).
     batches = [b for b in batches if b.num_rows] or batches[:1]
     table = _passes.gather_table(batches, pile, seed)

@@ -27,6 +27,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from dask.dataframe.utils import UNKNOWN_CATEGORIES
 
 PICKLED = pa.large_binary()
@@ -175,6 +176,8 @@ def _missing_as_dask_reads_them(values: pd.Series | pd.Index, dtype) -> bool:
     """Missing values of a column whose meta is a numpy integer or bool, as Dask's ``read_parquet`` gives a
     nullable column of Parquet: its meta says int64 (bool), a partition with a missing value is float64 with
     NaN (objects with None)."""
+    if not isinstance(values, pd.Series):  # an index whose meta is an int or bool is refused: pd.Index forces it
+        return False
     if not isinstance(dtype, np.dtype) or dtype.kind not in "iub" or not isinstance(values.dtype, np.dtype):
         return False
     return values.dtype.kind == ("O" if dtype.kind == "b" else "f") and bool(pd.isna(values).any())
@@ -191,6 +194,12 @@ def _with_missing(values: pd.Series | pd.Index, dtype: np.dtype, refused: str):
     except (TypeError, ValueError, OverflowError) as e:
         raise MetaMismatch(f"{refused}; converting fails: {e}") from None
     return cast
+
+
+def _past_floats(column: pa.ChunkedArray) -> bool:
+    """Whether an integer column holds a value that float64 cannot hold exactly (past 2**53 either way)."""
+    low, high = pc.min_max(column).values()
+    return (high.as_py() or 0) > 2**53 or (low.as_py() or 0) < -(2**53)
 
 
 def _kind(dtype) -> str | None:
@@ -234,8 +243,11 @@ def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, no
     if hasattr(dtype, "__from_arrow__"):  # pandas' own extension dtypes: nullable, string, tz, period, interval
         return dtype.__from_arrow__(column)
     if isinstance(dtype, np.dtype) and dtype.kind in "iub" and column.null_count:
-        # missing values under a numpy integer or bool (see _with_missing): float64 with NaN, objects with None,
-        # as Dask's read_parquet gives them
+        # Missing values under a numpy integer or bool (see _with_missing): float64 with NaN, objects with None,
+        # as Dask's read_parquet gives them; but integers past 2**53, which a float rounds (ids, hashes: they
+        # may come from partitions without a missing value, read exactly), as pandas' nullable integers
+        if dtype.kind in "iu" and _past_floats(column):
+            return pd.api.types.pandas_dtype(f"{'U' if dtype.kind == 'u' else ''}Int64").__from_arrow__(column)
         return column.to_pandas().to_numpy()
     values = column.to_pandas()
     if isinstance(dtype, pd.CategoricalDtype):

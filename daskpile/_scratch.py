@@ -558,13 +558,15 @@ class _OpenRun:
     def __init__(self):
         self.lock = threading.Lock()
         self.reader: PileReader | None = None
+        self.run_id: str | None = None
         self.last_read = 0.0
         self.timer: threading.Timer | None = None
 
-    def pile(self, scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
+    def pile(self, scratch: Scratch, pile: int, run_id: str | None = None) -> list[pa.RecordBatch]:
         with self.lock:
-            if self.reader is None or self.reader.scratch != scratch:
+            if self.reader is None or self.reader.scratch != scratch or self.run_id != run_id:
                 self._close()
+                self.run_id = run_id
                 # Read, not mapped: pages mapped between tasks would count in the worker's memory
                 # (100 MiB more a worker on dataset A, where the reader of one task unmaps its pages).
                 self.reader = PileReader(scratch, mapped=False)
@@ -601,8 +603,11 @@ class _OpenRun:
 _OPEN_RUN = _OpenRun()
 
 
-def read_pile(scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
+def read_pile(scratch: Scratch, pile: int, run_id: str | None = None) -> list[pa.RecordBatch]:
     """The slices of one pile (each scratch file's, in order), from files this process keeps open between calls.
+
+    ``run_id`` names the pass 1 that wrote the files: files kept open from another one (scratch removed
+    and written again under the same names) are not read.
 
     For ``shuffle(ddf)``, whose pass 2 is a task per pile, each reading a
     slice of every scratch file: opening them all for every pile cost 0.41 s
@@ -611,7 +616,7 @@ def read_pile(scratch: Scratch, pile: int) -> list[pa.RecordBatch]:
     (a batch is copied once, as ``take`` would copy it anyway), for one run at a
     time, and are closed ``IDLE_SECONDS`` after the last read.
     """
-    return _OPEN_RUN.pile(scratch, pile)
+    return _OPEN_RUN.pile(scratch, pile, run_id)
 
 
 class BandRemover:

@@ -11,11 +11,13 @@ import pytest
 from _util import PROCESSES
 from distributed import Client, LocalCluster
 
-# The session's temporary directory is its own: every default scratch (the system's temporary directory) and
-# every tmp_path of the session is in it, and it goes at the end.  A run that fails or is interrupted keeps
-# its scratch on purpose (a rerun resumes from it), named from dest's path: left in /tmp, it would meet a later
-# session's test whose tmp_path happens to be the same.  Set before anything reads it (pytest's tmp_path, the
-# cluster's workers and the command's subprocesses inherit TMPDIR); not named daskpile-*, which is scratch.
+# The session's temporary directory is its own: every default scratch (the system's temporary directory) is
+# in it, and it goes at the end.  A run that fails or is interrupted keeps its scratch on purpose (a rerun
+# resumes from it), named from dest's path: left in /tmp, it would meet a later session's test whose tmp_path
+# happens to be the same.  Set before anything reads it (the cluster's workers and the command's subprocesses
+# inherit TMPDIR); not named daskpile-*, which is scratch.  pytest's tmp_paths stay where they were, kept by
+# pytest's own rule (the last three sessions'), for a failed test's files to be looked at.
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
 SESSION_TMP = tempfile.mkdtemp(prefix="tests-of-daskpile-")
 os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
 # The directory itself goes after multiprocessing's own temporary directory in it (pymp-*), which its exit
@@ -25,7 +27,7 @@ multiprocessing.util.Finalize(None, shutil.rmtree, (SESSION_TMP,), {"ignore_erro
 
 @pytest.fixture(scope="session", autouse=True)
 def no_scratch_left_in_tmp():
-    """Remove what the session left in its temporary directory: the scratch its runs left, its tmp_paths.
+    """Remove what the session left in its temporary directory: the scratch its runs left.
 
     Only the session's: another process's live scratch in /tmp (a notebook's shuffle, another session) is
     never touched, as a sweep of every new /tmp/daskpile-* did.

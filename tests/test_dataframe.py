@@ -514,6 +514,28 @@ def test_an_index_its_meta_cannot_hold_is_refused_naming_the_index(sync_schedule
     assert "codec=FrameCodec(columns=['a'], index=True)\n" in tree  # one line of the tree, not the empty frame
 
 
+def test_integers_past_2_53_in_a_pile_with_a_missing_value_are_kept_exact(tmp_path, sync_scheduler):
+    """A pile with a missing value came back float64, which rounded the ids of partitions read exactly (no
+    missing value): two ids became one.  Such a pile is now pandas' Int64."""
+    big = 1_400_000_000_000_000_001
+    pq.write_table(pa.table({"id": [0, 1], "ref": pa.array([None, 5], pa.int64())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [2, 3], "ref": pa.array([big, big + 2], pa.int64())}), tmp_path / "b.parquet")
+    pile = daskpile.shuffle(dd.read_parquet(tmp_path), piles=1, seed=0).compute()
+    assert str(pile.ref.dtype) == "Int64"
+    assert pile.set_index("id").ref.sort_index().tolist() == [pd.NA, 5, big, big + 2]
+
+
+def test_a_nullable_index_of_parquet_is_refused_naming_it(tmp_path, sync_scheduler):
+    """pd.Index forces the meta's int or bool: a None became False.  A column may carry missing values as Dask
+    reads them; an index is refused, as before."""
+    pq.write_table(pa.table({"k": pa.array([1, None], pa.int64()), "v": [0, 1]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"k": pa.array([True, None]), "v": [0, 1]}), tmp_path / "b.parquet")
+    for column, name in (("k", "a.parquet"), ("k", "b.parquet")):
+        ddf = dd.read_parquet(tmp_path / name, index=column)
+        with pytest.raises(TypeError, match=r"^daskpile: the index \('k'\) of a partition is "):
+            daskpile.shuffle(ddf, piles=2, seed=0).compute()
+
+
 def test_an_evolved_lake_is_refused_where_dask_narrows_and_cast_where_every_value_fits(tmp_path, sync_scheduler):
     """Dask takes a lake's dtypes from its first file; a newer file's wider values must not wrap around."""
     pq.write_table(pa.table({"id": [0, 1], "v": pa.array([1, 2], pa.int32())}), tmp_path / "a.parquet")
@@ -552,6 +574,22 @@ def test_a_result_whose_scratch_was_removed_while_it_lives_runs_pass_1_again(syn
     pd.testing.assert_frame_equal(shuffled.compute(), whole)
     shutil.rmtree(run)
     pd.testing.assert_frame_equal(shuffled[["s"]].compute(), whole[["s"]])
+
+
+def test_a_copy_of_a_dropped_result_does_not_bring_its_scratch_back(sync_scheduler, tmp_path):
+    """Only the result that owns the scratch makes it again: a pickled copy whose owner was dropped (and removed
+    the scratch) wrote a whole pass 1 that nothing would ever remove."""
+    import pickle
+
+    shuffled = daskpile.shuffle(dd.from_pandas(frame(100), npartitions=2), piles=2, seed=0, scratch=str(tmp_path))
+    pickled = pickle.dumps(shuffled)
+    del shuffled  # (unpickled while it lives, the copy would be it: Dask keeps one expression a name)
+    gc.collect()
+    eventually(lambda: list(tmp_path.iterdir()) == [], what="scratch removed")
+    copy = pickle.loads(pickled)
+    with pytest.raises(FileNotFoundError, match="the result this one was copied from was dropped"):
+        copy.compute()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_scratch_files_removed_during_pass_1_are_said_to_be_gone_not_blamed_on_the_disks(sync_scheduler):

@@ -177,6 +177,24 @@ def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     eventually(lambda: fs.invalidate_cache() or fs.find("scratch/df") == [], what="scratch removed")
 
 
+def test_a_scratch_file_removed_from_the_store_under_a_live_result_runs_pass_1_again(sync_scheduler, s3, monkeypatch):
+    """What an age-based lifecycle rule does: one object goes.  s3fs answered from the listing it had cached, and
+    the next compute, once pass 2's files were closed, failed on the missing object."""
+    monkeypatch.setattr(_scratch, "IDLE_SECONDS", 0.05)  # pass 2's files closed at once after its reads
+    _, options = s3
+    ddf = dd.from_pandas(pd.DataFrame({"x": np.arange(300)}), npartitions=3)
+    shuffled = daskpile.shuffle(ddf, piles=3, seed=1, scratch="s3://scratch/lifecycle", storage_options=options)
+    whole = shuffled.compute()
+    pd.testing.assert_frame_equal(shuffled.compute(), whole)  # (lists the scratch: s3fs caches the listing)
+    other = s3fs.S3FileSystem(skip_instance_cache=True, **options)  # another process: a rule, daskpile clean
+    other.rm(next(p for p in other.find("scratch/lifecycle") if "scatter-" in p))
+    time.sleep(0.5)
+    pd.testing.assert_frame_equal(shuffled.compute(), whole)
+    del shuffled  # its scratch goes while the server is up
+    gc.collect()
+    eventually(lambda: other.invalidate_cache() or other.find("scratch/lifecycle") == [], what="scratch removed")
+
+
 def test_the_command_on_s3(s3):
     _, options = s3
     write_reference_dataset("s3://lake/cli-in", rows=5_000, files=2, storage_options=options)
