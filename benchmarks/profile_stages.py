@@ -33,7 +33,7 @@ sys.path.insert(0, HERE)
 from run import dataset  # noqa: E402
 
 from daskpile import _fingerprint, _kernels, _random, _scratch  # noqa: E402
-from daskpile._passes import _existing, write_parquet  # noqa: E402
+from daskpile._passes import existing, write_parquet  # noqa: E402
 from daskpile._storage import filesystem  # noqa: E402
 from daskpile.sources.parquet import _read_table_single_threaded  # noqa: E402
 
@@ -60,7 +60,7 @@ def profile(files: list[str], piles: int) -> dict[str, float]:
             grouped, counts = timed("pass 1: assign piles + group (take)", _kernels.scatter, table, piles, rng)
             timed("pass 1: write scratch IPC", run.write, k, 0, grouped, counts)
         outs = [os.path.join(work, "out", f"part-{j}.parquet") for j in range(piles)]
-        timed("pass 2: list finished piles", _existing, fs, outs)  # the tasks list dest, once each
+        timed("pass 2: list finished piles", existing, fs, outs)  # the tasks list dest, once each
         with _scratch.PileReader(run) as reader:
             for j, out in enumerate(outs):
                 batches = timed("pass 2: read scratch slices", reader.pile, j)

@@ -609,13 +609,9 @@ def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) ->
 
 
 def _all_there(scratch: Scratch) -> bool:
-    """Whether every file of a finished pass 1 is still in scratch: one listing."""
-    scratch.fs.invalidate_cache(scratch.directory)  # s3fs answers from a listing it cached before
-    try:
-        listed = {p.rstrip("/") for p in scratch.fs.ls(scratch.directory, detail=False)}
-    except FileNotFoundError:
-        return False
-    return all(p in listed for p in scratch.paths())
+    """Whether every file of a finished pass 1 is still in scratch: one listing, not a cached one."""
+    paths = scratch.paths()
+    return len(_passes.existing(scratch.fs, paths)) == len(paths)
 
 
 def _read_run_file(scratch: Scratch) -> dict | None:

@@ -197,7 +197,7 @@ def gather_to_parquet(
     ``permute=False`` the piles are written unpermuted (the lazy second pass).
     """
     results = []
-    existing = set() if as_arrow else _existing(fs, paths)
+    existing_paths = set() if as_arrow else existing(fs, paths)
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
             pile, sub = (index, None) if parent is None else (parent, index)
@@ -206,7 +206,7 @@ def gather_to_parquet(
                 stamp["sub"] = int(sub)
             if not permute:
                 stamp["lazy"] = True
-            finished = _finished_pile(fs, path, stamp, fingerprint) if path in existing else None
+            finished = _finished_pile(fs, path, stamp, fingerprint) if path in existing_paths else None
             if finished is not None:
                 results.append(finished)
                 continue
@@ -344,7 +344,7 @@ def _with_fingerprint(stamp: dict, fingerprint: Fingerprint | None) -> dict:
     return stamp if fingerprint is None else {**stamp, "fingerprint": fingerprint.to_json()}
 
 
-def _existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
+def existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> set[str]:
     """Which of ``paths`` exist: one listing per directory rather than a probe per file.
 
     A fresh run's task then probes no file at all (a probe cost 0.2-0.3 ms
