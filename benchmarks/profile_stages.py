@@ -32,9 +32,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run import dataset  # noqa: E402
 
-from daskpile import _fingerprint, _kernels, _random, _scratch  # noqa: E402
-from daskpile._passes import existing, write_parquet  # noqa: E402
+from daskpile import _kernels, _random  # noqa: E402
 from daskpile._storage import filesystem  # noqa: E402
+from daskpile.checks import _fingerprint  # noqa: E402
+from daskpile.engine import _scratch  # noqa: E402
+from daskpile.engine._passes import existing, write_parquet  # noqa: E402
 from daskpile.sources.parquet import _read_table_single_threaded  # noqa: E402
 
 

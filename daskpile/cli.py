@@ -27,10 +27,10 @@ import click
 
 from daskpile._compute import local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
-from daskpile._lease import DestBusyError
-from daskpile._parquet import PileTooLargeError, RunMismatchError
 from daskpile._storage import StoreUnreachable, store_unusable
 from daskpile._words import count
+from daskpile.engine._lease import DestBusyError
+from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
 from daskpile.window.snapshot import WindowBusyError
 
 
@@ -559,7 +559,7 @@ def epochs(dest, batch_size, mix, world_size, seed, storage_options, as_json, qu
 @_command
 def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
     """Remove the scratch of interrupted runs that can no longer be resumed (dest gone, finished or replaced)."""
-    from daskpile._clean import clean as find_and_remove
+    from daskpile.engine._clean import clean as find_and_remove
 
     found = find_and_remove(
         scratch, older_than=older_than, dry_run=dry_run, storage_options=parse_storage_options(storage_options)

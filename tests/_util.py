@@ -27,7 +27,7 @@ def daskpile_command(*args: str, timeout: float = 300, env: dict | None = None) 
 # A process of its own that takes a dest's lease, says so, and holds it until its stdin closes
 _LEASE_HOLDER = """
 import sys, fsspec
-from daskpile import _lease
+from daskpile.engine import _lease
 with _lease.held(fsspec.filesystem("file"), sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()

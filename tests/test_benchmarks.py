@@ -57,9 +57,9 @@ def test_a_run_never_sees_what_a_killed_run_left(tmp_path):
     """A benchmark killed mid-run leaves daskpile's unfinished run in its scratch; the next run must start clean."""
     import tempfile
 
-    import daskpile._run as run_state
-    from daskpile._passes import BLOCKSIZE
+    import daskpile.engine._run as run_state
     from daskpile._storage import filesystem, full_url
+    from daskpile.engine._passes import BLOCKSIZE
 
     sys.path.insert(0, os.path.dirname(RUN))
     import run as bench

@@ -16,7 +16,7 @@ from _util import file_bytes, over_processes, read_output, run_in_fresh_process
 from scipy import stats
 
 import daskpile
-from daskpile import _passes, _scratch
+from daskpile.engine import _passes, _scratch
 from daskpile.sources import plan_sources, read_pieces
 
 ROWS_PER_GROUP = 20_000
@@ -76,7 +76,7 @@ def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path,
 PEAK_SCRIPT = """
 import json, sys
 import pyarrow as pa, pyarrow.parquet as pq
-from daskpile import _passes, _scratch
+from daskpile.engine import _passes, _scratch
 from daskpile.sources import plan_sources
 path, scratch, blocksize = sys.argv[1], sys.argv[2], int(sys.argv[3])
 plan = plan_sources(path)
@@ -206,7 +206,7 @@ def test_a_single_huge_csv_is_split_by_dask(tmp_path, sync_scheduler):
 GATHER_PEAK_SCRIPT = """
 import json, sys, threading
 import psutil
-from daskpile import _passes, _scratch
+from daskpile.engine import _passes, _scratch
 from daskpile._storage import filesystem
 directory, out, release_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
 counts = json.loads(sys.argv[4])

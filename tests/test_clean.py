@@ -9,11 +9,11 @@ from _util import interrupted_after, sorted_source
 from click.testing import CliRunner
 
 import daskpile
-from daskpile import _run as run_state
-from daskpile._clean import clean
-from daskpile._scratch import band_bounds
 from daskpile._storage import filesystem
 from daskpile.cli import cli
+from daskpile.engine import _run as run_state
+from daskpile.engine._clean import clean
+from daskpile.engine._scratch import band_bounds
 from daskpile.sources import plan_sources
 
 FS = filesystem("/")[0]
@@ -126,7 +126,7 @@ def test_a_run_still_in_pass_1_is_kept_when_its_listing_misses_files_renamed_in_
 
 
 def test_an_interrupted_overwrite_is_resumable_its_parts_are_in_its_staging_directory(tmp_path, sync_scheduler):
-    from daskpile import _passes
+    from daskpile.engine import _passes
 
     source = sorted_source(tmp_path / "src", rows=4_000, files=4)
     dest, scratch = tmp_path / "out", tmp_path / "scratch"

@@ -123,7 +123,7 @@ def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
     pd.DataFrame({"x": range(1000)}).to_parquet(source / "part.parquet")
     script = f"""
         import time, dask, dask.dataframe as dd, daskpile
-        from daskpile._scratch import Scratch
+        from daskpile.engine._scratch import Scratch
         remove = Scratch.remove
         Scratch.remove = lambda self: (time.sleep(0.5), remove(self))[1]
         dask.config.set(scheduler="threads")
@@ -316,7 +316,7 @@ def test_an_index_dropped_after_the_shuffle_is_not_shuffled_and_the_rows_keep_th
 
 
 def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle(sync_scheduler, monkeypatch):
-    from daskpile import _scratch
+    from daskpile.engine import _scratch
 
     monkeypatch.setattr(_scratch, "IDLE_SECONDS", 0.2)
     opened = []
@@ -548,8 +548,8 @@ def test_an_evolved_lake_is_refused_where_dask_narrows_and_cast_where_every_valu
 
 
 def test_a_task_that_runs_after_its_scratch_was_removed_does_not_bring_it_back(tmp_path):
-    from daskpile._dataframe import ScratchRun, scatter_partition
-    from daskpile._scratch import Scratch
+    from daskpile.dataframe._expr import ScratchRun, scatter_partition
+    from daskpile.engine._scratch import Scratch
 
     run = ScratchRun(Scratch.create(str(tmp_path), None, 0), owner=False)
     run.scratch.remove()

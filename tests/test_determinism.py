@@ -11,8 +11,8 @@ from _util import file_bytes, read_output, write_parts
 from distributed import Client, LocalCluster
 
 import daskpile
-from daskpile import _passes, _scratch
 from daskpile.datasets import reference_table
+from daskpile.engine import _passes, _scratch
 from daskpile.sources import plan_sources
 
 

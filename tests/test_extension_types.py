@@ -9,7 +9,7 @@ import pytest
 from _util import read_output
 
 import daskpile
-from daskpile import _fingerprint
+from daskpile.checks import _fingerprint
 
 
 class Rgb(pa.ExtensionType):

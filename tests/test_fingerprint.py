@@ -3,8 +3,9 @@ import pyarrow as pa
 import pytest
 from _util import every_type_table
 
-from daskpile import _fingerprint, _kernels
-from daskpile._fingerprint import Fingerprint
+from daskpile import _kernels
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from _util import daskpile_in_process
 
 import daskpile
-from daskpile._manifest import read as read_manifest
+from daskpile.engine._manifest import read as read_manifest
 
 # What a parse and a rewrite would change: key order, spaces, integers past int64, escapes, non-ASCII text,
 # CRLF, a repeated key, nesting; and what a JSON reader skips: blank lines, spaces alone, no final newline.

@@ -280,7 +280,7 @@ def test_a_truncated_file_is_named_and_nothing_is_written(sync_scheduler, tmp_pa
 
 
 def test_a_file_that_vanishes_after_listing_is_named(sync_scheduler, tmp_path):
-    from daskpile import _passes, _scratch
+    from daskpile.engine import _passes, _scratch
 
     for k in range(2):
         write(str(tmp_path / "lake" / f"{k}.parquet"), id=[k])

@@ -12,7 +12,7 @@ import pytest
 from _util import DASKPILE, daskpile_command, sorted_source, start_lease_holder
 
 import daskpile
-from daskpile import _lease
+from daskpile.engine import _lease
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,10 @@ def source(tmp_path_factory):
 
 def test_the_schema_is_a_valid_json_schema_of_the_current_format():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["properties"]["format"]["enum"] == [daskpile._manifest.FORMAT, daskpile._manifest.WINDOW_FORMAT]
+    assert SCHEMA["properties"]["format"]["enum"] == [
+        daskpile.engine._manifest.FORMAT,
+        daskpile.engine._manifest.WINDOW_FORMAT,
+    ]
 
 
 @pytest.mark.parametrize(

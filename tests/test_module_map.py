@@ -22,7 +22,7 @@ HEADER = re.compile(r"^\| *module *\| *layer *\| *owns *\| *may import *\|\n\|[-
 
 
 def module_name(path: Path) -> str:
-    """``daskpile/sources/__init__.py`` -> ``daskpile.sources``; ``daskpile/_run.py`` -> ``daskpile._run``."""
+    """``daskpile/sources/__init__.py`` -> ``daskpile.sources``; ``daskpile/engine/_run.py`` -> its module."""
     parts = path.with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -43,7 +43,8 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 base = ".".join([*package[: len(package) - node.level + 1], node.module or ""]).rstrip(".")
             else:
                 base = node.module or ""
-            # ``from daskpile import _run`` imports the module daskpile._run; ``from daskpile import verify``, daskpile
+            # ``from daskpile.engine import _run`` imports the module daskpile.engine._run; ``from daskpile import
+            # verify``, daskpile
             found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
     return {imported for imported in found if imported.split(".")[0] == "daskpile"} - {name}
 
@@ -60,7 +61,7 @@ def read_map(text: str) -> tuple[dict[str, str], dict[str, str]]:
         assert len(row) == 4, f"a row of the module map has {len(row)} cells, not 4: {line}"
         path, layer, _owns, may_import = row
         match = re.fullmatch(r"`(daskpile/[\w/]+\.py)`", path)
-        assert match, f"a module is named by its path in backticks (`daskpile/_run.py`), not {path!r}"
+        assert match, f"a module is named by its path in backticks (`daskpile/engine/_run.py`), not {path!r}"
         name = module_name(Path(match[1]))
         assert name not in layers, f"{match[1]} has two rows"
         assert layer in LAYERS.values(), f"{match[1]}: the layer {layer!r} is none of {sorted(LAYERS.values())}"
@@ -126,8 +127,8 @@ def test_the_checks_have_teeth(guide, tmp_path):
     assert "daskpile._words has no row in the module map" in rows_that_differ(read_map(without)[0], on_disk)
 
     words = tmp_path / "_words.py"  # a leaf, so its row allows nothing
-    words.write_text(on_disk["daskpile._words"].read_text() + "\n\ndef later():\n    from daskpile import _run\n")
+    words.write_text(on_disk["daskpile._words"].read_text() + "\n\ndef later():\n    from daskpile.engine import _run\n")
     wrong = forbidden_imports(*read_map(guide), {**on_disk, "daskpile._words": words})
-    assert "daskpile._words imports daskpile._run" in wrong
+    assert "daskpile._words imports daskpile.engine._run" in wrong
     with pytest.raises(AssertionError, match="has no row"):
         allowed_by("leaves, `_gone`", read_map(guide)[0])

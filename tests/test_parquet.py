@@ -11,8 +11,8 @@ import pytest
 from _util import assert_tables_equal, every_type_table, read_output, run_in_fresh_process, write_parts
 
 import daskpile
-from daskpile import _passes, _scratch
 from daskpile.datasets import reference_table
+from daskpile.engine import _passes, _scratch
 
 
 @pytest.fixture

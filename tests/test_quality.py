@@ -11,7 +11,7 @@ from _util import write_parts
 from scipy import stats
 
 import daskpile
-from daskpile._quality import chi_square_sf, poisson_sf
+from daskpile.checks._quality import chi_square_sf, poisson_sf
 from daskpile.datasets import write_reference_dataset
 
 ROWS = 20_000
@@ -130,7 +130,7 @@ def test_tiny_datasets(tmp_path):
 @pytest.mark.parametrize("case", ["uniform", "within files", "paired"])
 def test_file_by_file_and_in_memory_give_the_same_figures(sync_scheduler, tmp_path, case, monkeypatch):
     """Integer positions 0..n-1 are measured file by file; the same order as floats (any other key) in memory."""
-    monkeypatch.setattr("daskpile._order_stats.CHUNK_ROWS", 777)  # files of about 2,900 rows: chunks meet too
+    monkeypatch.setattr("daskpile.checks._order_stats.CHUNK_ROWS", 777)  # files of about 2,900 rows: chunks meet too
     rng = np.random.default_rng(3)
     ids = {
         "uniform": rng.permutation(ROWS),
@@ -170,8 +170,8 @@ def test_a_sort_on_dask_gives_the_in_memory_figures(client, tmp_path, key, monke
     }[key]
     write_parts(pa.table({"key": keys, "label": (ids >= ROWS // 2).astype(np.int8)}), tmp_path / "data", 6)
     in_memory = daskpile.quality(str(tmp_path / "data"), "key", "label")
-    monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
-    monkeypatch.setattr("daskpile._ranks.BUCKET_ROWS", ROWS // 9)
+    monkeypatch.setattr("daskpile.checks._quality.IN_MEMORY_ROWS", 0)
+    monkeypatch.setattr("daskpile.checks._ranks.BUCKET_ROWS", ROWS // 9)
     sorted_on_dask = daskpile.quality(str(tmp_path / "data"), "key", "label", scratch=str(tmp_path / "scratch"))
     assert [(c.name, c.passed) for c in sorted_on_dask.checks] == [(c.name, c.passed) for c in in_memory.checks]
     np.testing.assert_allclose([c.statistic for c in sorted_on_dask.checks], [c.statistic for c in in_memory.checks])
@@ -182,8 +182,8 @@ def test_a_sort_on_dask_gives_the_in_memory_figures(client, tmp_path, key, monke
 
 
 def test_a_sort_on_dask_refuses_repeated_keys(sync_scheduler, tmp_path, monkeypatch):
-    monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
-    monkeypatch.setattr("daskpile._ranks.BUCKET_ROWS", 1000)
+    monkeypatch.setattr("daskpile.checks._quality.IN_MEMORY_ROWS", 0)
+    monkeypatch.setattr("daskpile.checks._ranks.BUCKET_ROWS", 1000)
     times = np.arange(ROWS) * 10
     times[7] = times[ROWS - 3]
     write_parts(pa.table({"t": pa.array(times, pa.timestamp("ms"))}), tmp_path / "data", 4)
@@ -195,7 +195,7 @@ def test_a_sort_on_dask_refuses_repeated_keys(sync_scheduler, tmp_path, monkeypa
 @pytest.mark.parametrize("sorted_on_dask", [False, True])
 def test_nan_in_the_order_column_is_refused_either_way(sync_scheduler, tmp_path, monkeypatch, sorted_on_dask):
     if sorted_on_dask:
-        monkeypatch.setattr("daskpile._quality.IN_MEMORY_ROWS", 0)
+        monkeypatch.setattr("daskpile.checks._quality.IN_MEMORY_ROWS", 0)
     values = np.arange(ROWS, dtype=np.float64) * 0.5
     values[11] = np.nan
     write_parts(pa.table({"x": values}), tmp_path / "data", 3)

@@ -122,7 +122,7 @@ def test_a_retry_after_the_commit_removes_what_the_killed_run_left(source, tmp_p
     """The state of a driver killed between writing the manifest and removing its run file and scratch."""
     import fsspec
 
-    from daskpile import _run
+    from daskpile.engine import _run
 
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     with dask.config.set(scheduler="sync"):

@@ -18,9 +18,10 @@ from _util import daskpile_command, eventually, interrupted_after, read_store_ou
 from click.testing import CliRunner
 
 import daskpile
-from daskpile import _kernels, _lease, _outputs, _random, _scratch, _storage
+from daskpile import _kernels, _random, _storage
 from daskpile.cli import cli
 from daskpile.datasets import write_reference_dataset
+from daskpile.engine import _lease, _outputs, _scratch
 
 s3fs = pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")

@@ -5,9 +5,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from daskpile import _kernels, _passes, _random, _scratch
+from daskpile import _kernels, _random
 from daskpile._storage import filesystem
 from daskpile.datasets import write_reference_dataset
+from daskpile.engine import _passes, _scratch
 
 
 @pytest.mark.parametrize("run_bytes", [1, 300, 1 << 30], ids=["a batch per pile", "runs", "one batch"])

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import daskpile
-from daskpile import _sizing
 from daskpile._compute import total_threads
 from daskpile._storage import filesystem
 from daskpile.datasets import write_reference_dataset
+from daskpile.engine import _sizing
 
 
 def test_the_largest_pile_fits_and_one_pile_fewer_would_not():

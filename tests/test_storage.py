@@ -30,8 +30,8 @@ def test_a_pile_is_written_in_pieces_the_kernel_caches_in_small_pages(tmp_path, 
     # free memory to its host (write_in_pieces): a pile of 8 MB must take at least 7 writes, whatever its format.
     import pyarrow as pa
 
-    from daskpile._outputs import Output, write
     from daskpile._storage import WRITE_BUFFER_BYTES
+    from daskpile.engine._outputs import Output, write
 
     text = pa.array([f"{i:0100d}" for i in range(80_000)])  # 8 MB
     table = pa.table({"line": text}) if output_format != "arrow" else pa.table({"line": text, "n": range(80_000)})

@@ -561,7 +561,7 @@ def test_a_value_holding_a_newline_is_refused_as_lines_and_nothing_is_written(tm
 @pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
 def test_the_newline_check_scans_only_the_values_in_view(kind):
     """A slice's buffer holds bytes around it: a newline there is not in a value."""
-    from daskpile._outputs import _holds_newline
+    from daskpile.engine._outputs import _holds_newline
 
     values = pa.array(["a\nb", "cd", "ef", "g\n"], kind)
     assert _holds_newline(values)
@@ -572,7 +572,7 @@ def test_the_newline_check_scans_only_the_values_in_view(kind):
 
 
 def test_a_null_value_is_an_empty_line_not_a_lost_one():
-    from daskpile._outputs import _lines_bytes
+    from daskpile.engine._outputs import _lines_bytes
 
     column = pa.chunked_array([pa.array(["a", None], pa.string()), pa.array([None, "b"], pa.string())])
     assert b"".join(run.to_pybytes() for run in _lines_bytes(column, "line")) == b"a\n\n\nb\n"
@@ -582,7 +582,7 @@ def test_a_null_value_is_an_empty_line_not_a_lost_one():
 @pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
 def test_lines_of_a_slice_are_its_values_each_ended(kind):
     """The lines of a run are joined from the values' offsets: a slice's start, end and empty values count."""
-    from daskpile._outputs import _lines_bytes
+    from daskpile.engine._outputs import _lines_bytes
 
     values = pa.array(["skipped", "", "ab", None, "", "cde", "skipped too"], kind).slice(1, 5)
     assert b"".join(run.to_pybytes() for run in _lines_bytes(values, "line")) == b"\nab\n\n\ncde\n"
@@ -595,7 +595,7 @@ def test_lines_of_a_slice_are_its_values_each_ended(kind):
 def test_json_objects_escape_only_what_needs_it_control_characters_too():
     import datetime
 
-    from daskpile._outputs import _json_objects
+    from daskpile.engine._outputs import _json_objects
 
     stamps = [datetime.datetime(2024, 5, 17, 8, 30, 15, 250000)] * 3
     table = pa.table({"plain": ["a", "b c", "é€"], "mixed": ["x", 'q"\\', "n\nt\t"], "ts": stamps})
@@ -612,7 +612,7 @@ def test_json_objects_escape_only_what_needs_it_control_characters_too():
 
 def test_json_objects_write_whole_floats_as_floats_so_a_reader_reads_floats_back():
     """Arrow prints 3.0 as 3: pyarrow's JSON reader then takes a pile of whole ratings for int64."""
-    from daskpile._outputs import _json_objects
+    from daskpile.engine._outputs import _json_objects
 
     values = [1.0, 4.5, -0.0, 1e300, 2.5e-10, None, 123456789.0]
     lines = _json_objects(pa.table({"rating": pa.array(values, pa.float64())})).to_pylist()
@@ -625,7 +625,7 @@ def test_json_objects_write_whole_floats_as_floats_so_a_reader_reads_floats_back
 @pytest.mark.parametrize("order", [["s", "n", "t"], ["n", "t", "s"], ["t", "s", "n"], ["s"], ["t"]])
 def test_json_objects_quote_text_beside_numbers_and_nulls_in_any_column_order(order):
     """Text without nulls is quoted by the object's join, text with nulls by its own: either way, valid JSON."""
-    from daskpile._outputs import _json_objects
+    from daskpile.engine._outputs import _json_objects
 
     columns = {"s": pa.array(["a", 'q"', ""]), "n": pa.array([1, None, 3]), "t": pa.array(["x", None, "z"])}
     table = pa.table({name: columns[name] for name in order})
@@ -851,7 +851,8 @@ def test_a_pile_past_the_2_gib_of_a_string_array_is_taken_written_and_read_back_
     2.2 GiB pile goes (checked by hand: `daskpile shuffle big.txt out --format lines --piles 1` on 2.3 GB of
     lines failed in pass 2 with Arrow's "offset overflow"; Parquet and lines out now write and verify it).
     """
-    from daskpile import _kernels, _outputs
+    from daskpile import _kernels
+    from daskpile.engine import _outputs
 
     monkeypatch.setattr(_kernels, "OFFSETS_LIMIT", 64 * 1024)
     monkeypatch.setattr(_outputs, "RUN_BYTES", 16 * 1024)
@@ -888,7 +889,7 @@ def test_a_csv_pile_is_written_and_read_back_in_runs_of_whole_records(sync_sched
     """Arrow's CSV reader takes no block of 2 GiB: a CSV pile past that is written and verified in runs of
     records of about RUN_BYTES (lowered here to 1 KiB), never cut inside quotes.  Arrow's own chunker, cutting
     blocks inside a pile, lost the \n of a quoted \r\n split by a block's end (pyarrow 26)."""
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     monkeypatch.setattr(_outputs, "RUN_BYTES", 1000)  # under the block limit, as 1 GiB is under 2 GiB
     monkeypatch.setattr(_outputs, "CSV_BLOCK_LIMIT", 1024)
@@ -919,7 +920,7 @@ def test_csv_files_are_cut_into_runs_at_record_ends_whatever_the_quotes_hold(mon
     """Random text of quotes, commas and newlines: the runs are the file's bytes, each parsed alone as a block."""
     import random
 
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     monkeypatch.setattr(_outputs, "SCAN_BYTES", 7)  # records and runs across many steps of the scan
     for trial in range(100):
@@ -939,7 +940,8 @@ def test_csv_files_are_cut_into_runs_at_record_ends_whatever_the_quotes_hold(mon
 def test_lines_out_are_fingerprinted_as_a_reader_splits_them_and_a_wrong_layout_is_parsed():
     """Pass 2 fingerprints lines out without parsing them back only where the bytes are the values, one a
     line: then the rows are the very rows a reader gets; a byte off, a size off or a null is parsed back."""
-    from daskpile import _fingerprint, _outputs
+    from daskpile.checks import _fingerprint
+    from daskpile.engine import _outputs
     from daskpile.sources.text import JSON_TEXT
 
     lines = _outputs.Output("lines")
@@ -1082,7 +1084,7 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
 
 def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler, monkeypatch):
     """The saving above is taken in pass 2: each pile is fingerprinted without a parse, and verifies."""
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     parsed = []
     parse = _outputs.parse
@@ -1096,7 +1098,7 @@ def test_a_lines_shuffle_does_not_parse_its_piles_back(tmp_path, sync_scheduler,
 
 
 def test_runs_of_lines_end_at_newlines_and_a_line_longer_than_a_run_is_a_run_of_its_own(monkeypatch):
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     monkeypatch.setattr(_outputs, "RUN_BYTES", 8)
     cases = {
@@ -1131,7 +1133,7 @@ def numbered_lines(path: Path, lines: int = 3000) -> Path:
 
 def interrupted_text_run(source, dest, scratch, after_files: int, **kwargs) -> list[Path]:
     """A run stopped (as by Ctrl-C) in pass 2 once ``after_files`` of its files are written; their paths."""
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     with interrupted_after(_outputs, "write", after_files) as written:
         daskpile.shuffle_parquet(source, str(dest), scratch=str(scratch), **kwargs)
@@ -1180,7 +1182,7 @@ def test_a_text_file_changed_after_an_interruption_is_written_again(tmp_path, sy
 def test_csv_runs_are_the_bytes_of_one_csv_file_cut_between_records(monkeypatch, run_bytes, block_limit):
     """Cut by the Arrow bytes of rows (RUN_BYTES), or in halves where the text outgrows them (CSV_BLOCK_LIMIT:
     a boolean is one bit in Arrow, six bytes of text)."""
-    from daskpile import _outputs
+    from daskpile.engine import _outputs
 
     monkeypatch.setattr(_outputs, "RUN_BYTES", run_bytes)
     monkeypatch.setattr(_outputs, "CSV_BLOCK_LIMIT", block_limit)
@@ -1212,7 +1214,7 @@ def test_a_text_run_cut_into_files_of_equal_rows_resumes_with_the_files_it_wrote
 def test_an_overwrite_killed_between_its_commit_and_its_manifest_keeps_its_text_parts(
     tmp_path, sync_scheduler, monkeypatch
 ):
-    from daskpile import _manifest
+    from daskpile.engine import _manifest
 
     source = numbered_lines(tmp_path / "corpus.txt")
     dest = tmp_path / "out"

@@ -545,7 +545,7 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
 
 def test_after_a_discard_the_next_append_takes_the_generation_afresh(sync_scheduler, days, tmp_path, monkeypatch):
     """An append interrupted in pass 1 leaves scratch; discard removes it, so another append is not refused."""
-    from daskpile import _passes
+    from daskpile.engine import _passes
 
     dest, scratch = str(tmp_path / "window"), tmp_path / "scratch"
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)

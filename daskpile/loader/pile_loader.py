@@ -258,7 +258,7 @@ class PileLoader:
         >>> PileLoader.current_version("shuffled/")
         0
         """
-        from daskpile import _manifest
+        from daskpile.engine import _manifest
 
         return _manifest.version_of(_manifest.read(path, storage_options))
 

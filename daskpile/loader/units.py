@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _manifest, _outputs
 from daskpile._storage import filesystem, full_url, is_local, listed_infos, stamp_size
+from daskpile.engine import _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import open_parquet, parquet_errors

@@ -6,12 +6,12 @@ import dataclasses
 import datetime
 import posixpath
 
-from daskpile import _manifest, _passes
-from daskpile._parquet import shuffle_plan
-from daskpile._places import check_dest_outside_source
 from daskpile._storage import full_url, remove_tree
 from daskpile._validate import check_bytes
 from daskpile._words import count
+from daskpile.engine import _manifest, _passes
+from daskpile.engine._pipeline import shuffle_plan
+from daskpile.engine._places import check_dest_outside_source
 from daskpile.sources import plan_sources
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading

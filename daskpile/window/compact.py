@@ -11,12 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _fingerprint, _kernels, _manifest, _passes, _random
+from daskpile import _kernels, _random
 from daskpile._compute import compute, total_threads
-from daskpile._fingerprint import Fingerprint
-from daskpile._parquet import VerificationError, _pile_groups
 from daskpile._storage import remove_tree
 from daskpile._words import count
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
+from daskpile.engine import _manifest, _passes
+from daskpile.engine._pipeline import VerificationError, _pile_groups
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report

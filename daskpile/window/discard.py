@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import posixpath
 
-from daskpile import _run as run_state
-from daskpile._scratch import Scratch
 from daskpile._storage import full_url, remove_tree
+from daskpile.engine import _run as run_state
+from daskpile.engine._scratch import Scratch
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Window, WindowReport, report
 

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _manifest
 from daskpile._words import count
+from daskpile.engine import _manifest
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report

@@ -30,10 +30,12 @@ import time
 import numpy as np
 from dask.utils import parse_timedelta
 
-from daskpile import _fingerprint, _lease, _manifest, _outputs, _random
-from daskpile._fingerprint import Fingerprint
+from daskpile import _random
 from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
+from daskpile.engine import _lease, _manifest, _outputs
 
 RETIRED = posixpath.join(_manifest.VERSIONS_DIR, "retired.json")
 PENDING = _manifest.WINDOW_PENDING

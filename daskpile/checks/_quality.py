@@ -32,10 +32,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile import _kernels, _manifest, _outputs, _ranks
-from daskpile import _order_stats as _order
+from daskpile import _kernels
 from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
+from daskpile.checks import _order_stats as _order
+from daskpile.checks import _ranks
+from daskpile.engine import _manifest, _outputs
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet

@@ -68,7 +68,7 @@ class Fingerprint:
     Examples
     --------
     >>> import pyarrow as pa
-    >>> from daskpile._fingerprint import of  # the fingerprint of an Arrow table
+    >>> from daskpile.checks._fingerprint import of  # the fingerprint of an Arrow table
     >>> t = pa.table({"x": [1, 2, 3]})
     >>> of(t) == of(t.slice(2)) + of(t.slice(0, 2))
     True

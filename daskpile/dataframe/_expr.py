@@ -56,13 +56,13 @@ from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
 
-from daskpile import _passes, _sizing
 from daskpile._compute import current_client, in_a_worker, workers_blind_to
-from daskpile._pandas import FrameCodec
 from daskpile._random import resolve_seed
-from daskpile._scratch import Scratch, read_pile
 from daskpile._storage import atomic_sink, is_local, write_bytes
 from daskpile._validate import check_bytes, check_piles
+from daskpile.dataframe._pandas import FrameCodec
+from daskpile.engine import _passes, _sizing
+from daskpile.engine._scratch import Scratch, read_pile
 
 logger = logging.getLogger("daskpile")
 
@@ -721,7 +721,7 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
 
     Returns
     -------
-    ~daskpile._sizing.PilePlan
+    ~daskpile.engine._sizing.PilePlan
         The plan: ``piles``, and the estimated ``rows`` and ``bytes`` and the
         ``memory_per_pile`` it was made with.
 

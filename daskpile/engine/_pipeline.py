@@ -20,13 +20,8 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile import _dest, _fingerprint, _lease, _manifest, _passes, _places, _scratch, _sizing
-from daskpile import _run as run_state
 from daskpile._compute import Timer, compute, task, total_threads
-from daskpile._fingerprint import Fingerprint
-from daskpile._outputs import Output
 from daskpile._random import resolve_seed
-from daskpile._scratch import Scratch
 from daskpile._storage import (
     as_urls,
     check_writable,
@@ -37,6 +32,12 @@ from daskpile._storage import (
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
+from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch, _sizing
+from daskpile.engine import _run as run_state
+from daskpile.engine._outputs import Output
+from daskpile.engine._scratch import Scratch
 from daskpile.sources import arrowfiles, plan_sources, text
 
 

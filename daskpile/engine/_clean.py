@@ -23,10 +23,10 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile import _manifest, _outputs, _passes
-from daskpile import _run as run_state
-from daskpile._scratch import Scratch, band_bounds, parse_scratch_name
 from daskpile._storage import file_stamps, filesystem, full_url, remove_tree
+from daskpile.engine import _manifest, _outputs, _passes
+from daskpile.engine import _run as run_state
+from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
 
 
 @dataclasses.dataclass(frozen=True)

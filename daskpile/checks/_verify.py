@@ -8,11 +8,12 @@ import posixpath
 import dask
 import pyarrow as pa
 
-from daskpile import _fingerprint, _manifest, _outputs, _passes
 from daskpile._compute import compute
-from daskpile._fingerprint import Fingerprint
 from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
+from daskpile.engine import _manifest, _outputs, _passes
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet

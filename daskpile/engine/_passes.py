@@ -7,7 +7,7 @@ one task per pile ``j``: read slice ``j`` of every scratch file, permute the
 rows with the generator keyed (seed, GATHER, j), and hand the pile on (as a
 Parquet file or a pandas frame).
 
-The functions here are what the graphs in ``_parquet`` and ``_dataframe`` call;
+The functions here are what the graphs in ``engine._pipeline`` and ``dataframe._expr`` call;
 they take everything they need as arguments so a task is a pure function of its
 inputs and can be run twice, anywhere, with the same result.
 """
@@ -24,11 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile import _fingerprint, _kernels, _manifest, _outputs, _random, _scratch
-from daskpile._fingerprint import Fingerprint
-from daskpile._outputs import Output
-from daskpile._scratch import PileReader, Scratch
+from daskpile import _kernels, _random
 from daskpile._storage import atomic_sink
+from daskpile.checks import _fingerprint
+from daskpile.checks._fingerprint import Fingerprint
+from daskpile.engine import _manifest, _outputs, _scratch
+from daskpile.engine._outputs import Output
+from daskpile.engine._scratch import PileReader, Scratch
 from daskpile.sources.parquet import read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
 

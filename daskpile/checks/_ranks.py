@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 
 from daskpile import _kernels
 from daskpile._compute import workers_blind_to
-from daskpile._scratch import PileReader, Scratch
 from daskpile._storage import is_local
+from daskpile.engine._scratch import PileReader, Scratch
 
 BUCKET_ROWS = 4_000_000  # a step-2 task sorts this many values (about 100 MiB of numbers with their origins)
 SAMPLE_EVERY = 1024  # rows per value of the sample the buckets' bounds come from: it follows each file's size

@@ -14,9 +14,9 @@ import json
 import posixpath
 import re
 
-from daskpile import _lease, _manifest, _outputs
-from daskpile import _run as run_state
 from daskpile._storage import full_url, is_temporary, remove_tree, write_bytes
+from daskpile.engine import _lease, _manifest, _outputs
+from daskpile.engine import _run as run_state
 
 
 def remove_run_state(fs, dest_path: str) -> None:

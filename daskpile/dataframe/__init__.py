@@ -1,0 +1,5 @@
+"""``shuffle(ddf)``: a Dask DataFrame in, one partition per pile out, as a Dask expression.
+
+``_expr`` holds the ``PileShuffle`` expression and its scratch's lifetime;
+``_pandas`` turns pandas partitions into Arrow tables and back, exactly.
+"""
