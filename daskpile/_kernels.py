@@ -268,3 +268,14 @@ def offsets(counts: np.ndarray) -> np.ndarray:
     [0, 2, 2]
     """
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def integer_or_boolean(kind: pa.DataType) -> bool:
+    """Whether values of ``kind`` (a dictionary's: its values) are integers or booleans, which numpy holds
+    as float64 once one of them is null.
+
+    >>> integer_or_boolean(pa.dictionary(pa.int8(), pa.int64())), integer_or_boolean(pa.float64())
+    (True, False)
+    """
+    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+    return pa.types.is_integer(kind) or pa.types.is_boolean(kind)

@@ -6,6 +6,7 @@ only by those who ask for it.
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 
@@ -25,15 +26,22 @@ class PileDataset(IterableDataset):
     A ``PileLoader`` per DataLoader worker: worker ``w`` of ``W`` on rank
     ``r`` of ``R`` reads as rank ``r * W + w`` of ``R * W``, so every row is
     read once per epoch over all ranks and workers, and all of them yield the
-    same number of batches.  Batches are dicts of column name to tensor
-    (columns that are not numbers stay NumPy arrays); give the DataLoader
+    same number of batches.  Batches are dicts of column name to tensor:
+    numbers and booleans as tensors, timestamps and durations as int64
+    tensors in their column's unit (a null as ``-2**63``, numpy's NaT),
+    strings and other values as NumPy arrays.  Give the DataLoader
     ``batch_size=None``, since the batches are made here.
 
-    Call ``set_epoch(e)`` before each epoch, as with ``DistributedSampler``
-    (with ``persistent_workers=True``, whose workers never see it, each
-    iteration goes on to the next epoch).  ``state_dict`` / ``load_state_dict`` resume mid-epoch with
+    Each iteration reads the epoch ``set_epoch`` last asked for (or ``epoch``)
+    from its start, with or without workers, persistent or not: the epoch
+    and version live in shared memory, which the workers read when an
+    iteration begins.  So call ``set_epoch(e)`` before each epoch, as with
+    ``DistributedSampler``; an iteration without it reads the same epoch
+    again, in the same order (a warning says so once an epoch was read
+    whole), and a loop left early and begun again starts the epoch over.  To
+    go on mid-epoch, ``state_dict`` / ``load_state_dict`` resume it: with
     ``num_workers=0``, and in each worker under torchdata's
-    ``StatefulDataLoader``.
+    ``StatefulDataLoader`` (with the same ``num_workers``).
 
     Parameters
     ----------
@@ -50,9 +58,10 @@ class PileDataset(IterableDataset):
     >>> from torch.utils.data import DataLoader
     >>> from daskpile.torch import PileDataset
     >>> data = PileDataset("shuffled/", batch_size=1000, seed=0, columns=["id", "label"])
+    >>> data.set_epoch(0)
     >>> batches = list(DataLoader(data, batch_size=None, num_workers=2))
-    >>> len(batches), batches[0]["id"].dtype
-    (30, torch.int64)
+    >>> len(batches), batches[0]["id"].dtype, data.batches_per_epoch(num_workers=2)
+    (30, torch.int64, 30)
     """
 
     def __init__(
@@ -72,30 +81,46 @@ class PileDataset(IterableDataset):
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader
-        if self.options.get("version") is None and isinstance(path, str):  # one version for every worker
-            self.options["version"] = _current_version(path, options.get("storage_options"))
+        version = self.options.pop("version", None)
+        if version is None and isinstance(path, str):  # one version for every worker
+            version = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
-        self.epoch = epoch
-        self._epoch_given = True  # the next iteration starts self.epoch (else its loader goes on)
-        self._epoch_set = False  # set_epoch was called since the last iteration began
-        self._state: dict | None = None
+        # What every process of the DataLoader reads when an iteration begins: shared memory, which persistent
+        # workers see change (a copy of the dataset made when they started would not), as Hugging Face's
+        # IterableDataset keeps its epoch
+        self._shared = torch.tensor([epoch, _NO_VERSION if version is None else version, 0, 0, 0], dtype=torch.int64)
+        self._shared.share_memory_()
+        self._state: dict | None = None  # loaded, resumed when the next iteration begins (in this process)
         self._loader: PileLoader | None = None
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
 
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return int(self._shared[_EPOCH])
+
+    @property
+    def version(self) -> int | None:
+        """The version of the moving window the next iteration reads (0 for a shuffle result; None for others)."""
+        version = int(self._shared[_VERSION])
+        return None if version == _NO_VERSION else version
+
     def set_epoch(self, epoch: int, version: int | None = None) -> None:
-        """Read ``epoch`` at the next iteration (where a loaded state put it, if it is that state's epoch).
+        """Read ``epoch`` from its start at the next iteration (where a loaded state of that epoch is, if any).
 
         With ``version``, a moving window at that version of its manifest (the
-        same on every rank), as ``PileLoader.set_epoch`` says.
+        same on every rank), as ``PileLoader.set_epoch`` says.  Workers see
+        both, persistent ones too.
         """
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be a whole number from 0, got {epoch!r}")
         if version is not None:
-            self.options["version"] = version
-        if self._state is not None and self._state["epoch"] != epoch:
-            self._state = None
-        self.epoch, self._epoch_given, self._epoch_set = epoch, True, True
+            self._shared[_VERSION] = version
+        self._shared[_EPOCH] = epoch
+        self._shared[_SET] += 1
 
     def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
-        """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``."""
+        """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``, at the epoch the next iteration reads."""
         rank, world_size = worker_share(self.rank, self.world_size, worker, workers)
         if self.canonical_ranks and self.canonical_ranks % world_size:
             raise ValueError(
@@ -104,27 +129,55 @@ class PileDataset(IterableDataset):
             )
         return PileLoader(
             **self.options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
-            canonical_ranks=self.canonical_ranks or world_size,
+            canonical_ranks=self.canonical_ranks or world_size, version=self.version,
         )  # fmt: skip
 
-    def __iter__(self):
-        for batch in self._process_loader():
-            yield {name: _tensor(values) for name, values in batch.items()}
+    def batches_per_epoch(self, num_workers: int = 0) -> int:
+        """The batches this rank yields in an epoch through a DataLoader with ``num_workers`` workers: steps per
+        epoch, for a learning-rate schedule (``len()`` of the DataLoader cannot know its workers)."""
+        workers = max(num_workers, 1)
+        return sum(len(self.loader(worker, workers)) for worker in range(workers))
 
-    def _process_loader(self) -> PileLoader:
-        """The loader of this process (a DataLoader worker, or the main one), made or moved as asked."""
-        # A persistent worker's copy of the dataset never sees set_epoch: its loader goes on to the next epoch.
-        info = get_worker_info()
+    def __iter__(self):
+        loader = self._loader_for_iteration()
+        for batch in loader:
+            yield {name: _tensor(values) for name, values in batch.items()}
+        # read whole: an iteration of the same epoch without set_epoch is warned of
+        self._shared[_READ_EPOCH], self._shared[_READ_AT] = self.epoch + 1, self._shared[_SET]
+
+    def _loader_for_iteration(self) -> PileLoader:
+        """This process's loader (a DataLoader worker's, or the main one's), at the start of the epoch asked
+        for, or where a loaded state of that epoch is."""
         # A worker forked from a process that had made its loader inherits that loader: not its own share
-        here = (os.getpid(), None if info is None else info.id)
-        if self._loader is None or self._epoch_given or self._state is not None or self._loader_of != here:
-            self._loader = self.loader(*((0, 1) if info is None else (info.id, info.num_workers)))
-            self._loader_of = here
-        if self._state is not None:
-            self._loader.load_state_dict(self._state)
-            self._state = None
-        self._epoch_given = self._epoch_set = False
+        here = (os.getpid(), _worker_id())
+        if self._loader is None or self._loader_of != here:
+            self._loader, self._loader_of = self.loader(*_worker_share()), here
+        state, self._state = self._state, None
+        if state is not None and self._resumes(state):
+            self._loader.load_state_dict(state)
+            self._shared[_EPOCH] = state["epoch"]  # (every worker's state is of one epoch: they write one value)
+            return self._loader
+        if (int(self._shared[_READ_EPOCH]), int(self._shared[_READ_AT])) == (self.epoch + 1, int(self._shared[_SET])):
+            warnings.warn(
+                f"PileDataset reads epoch {self.epoch} again, in the order it was read in before: call "
+                "set_epoch(epoch) before each epoch for a new order (as with DistributedSampler)",
+                stacklevel=3,
+            )
+        self._loader.restart(self.epoch, self.version)
         return self._loader
+
+    def _resumes(self, state: dict) -> bool:
+        """Whether a loaded state is resumed: unless ``set_epoch`` asked for another epoch (a checkpoint taken
+        after an epoch's loop, then ``set_epoch(next_epoch)``: that epoch is read from its start)."""
+        if not int(self._shared[_SET]) or state["epoch"] == self.epoch:
+            return True
+        if self.epoch != state["epoch"] + 1:
+            warnings.warn(
+                f"PileDataset: a state of epoch {state['epoch']} is not resumed, since set_epoch({self.epoch}) "
+                "asked for another",
+                stacklevel=4,
+            )
+        return False
 
     def state_dict(self) -> dict:
         """Where this process's loader is; see ``PileLoader.state_dict``.
@@ -132,28 +185,38 @@ class PileDataset(IterableDataset):
         With ``num_workers > 0`` the loaders live in the workers: torchdata's
         ``StatefulDataLoader`` asks each of them.
         """
-        return self._process_loader().state_dict()
+        if self._state is not None:  # loaded and not yet resumed: still where it says
+            return dict(self._state)
+        if self._loader is None or self._loader_of != (os.getpid(), _worker_id()):
+            return self.loader(*_worker_share()).state_dict()  # nothing read here yet: the epoch's start
+        return self._loader.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at ``state`` at the next iteration, unless ``set_epoch`` asked for another epoch since the last.
+        """Resume at ``state`` when the next iteration begins, unless ``set_epoch`` asked for another epoch.
 
-        Whichever comes first: torchdata's ``StatefulDataLoader`` calls this
-        when its iterator is made, after the loop's ``set_epoch``, with no
-        workers, and before it in each worker.  A state of another epoch (the
-        end of the one before, saved after its loop) then leaves the epoch
-        asked for to start from its beginning.
+        torchdata's ``StatefulDataLoader`` calls this when its iterator is
+        made, after the loop's ``set_epoch``: with no workers in this process,
+        else in each worker with its own state.
         """
-        if self._epoch_set and state["epoch"] != self.epoch:
-            if self.epoch != state["epoch"] + 1:  # (the epoch after a state saved at its end: the usual loop)
-                warnings.warn(
-                    f"PileDataset: a state of epoch {state['epoch']} is not resumed, since set_epoch({self.epoch}) "
-                    "asked for another",
-                    stacklevel=2,
-                )
-            return
         if not self._seed_given:
             self.options["seed"] = state["seed"]
-        self._state, self.epoch = state, state["epoch"]
+        self._state = state
+
+
+# The shared tensor: the epoch and version the next iteration reads, set_epoch's calls, and the epoch (+ 1)
+# last read whole, with the set_epoch calls it was read after
+_EPOCH, _VERSION, _SET, _READ_EPOCH, _READ_AT = range(5)
+_NO_VERSION = -1
+
+
+def _worker_id() -> int | None:
+    info = get_worker_info()
+    return None if info is None else info.id
+
+
+def _worker_share() -> tuple[int, int]:
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 def _current_version(path: str, storage_options) -> int | None:
@@ -165,6 +228,8 @@ def _current_version(path: str, storage_options) -> int | None:
 
 
 def _tensor(values: np.ndarray):
-    if values.dtype.kind in "biuf":
+    if values.dtype.kind in "mM":  # torch has no time type: their counts of the column's unit
+        values = values.view(np.int64)
+    if values.dtype.kind in "biufc":
         return torch.from_numpy(np.array(values))  # a copy: Arrow's arrays are read-only, tensors may be written
     return values

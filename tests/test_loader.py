@@ -688,6 +688,38 @@ def test_outputs_columns_and_filters(datasets):
     assert sorted(np.concatenate(ids(low)).tolist()) == list(range(1000))
 
 
+@pytest.mark.parametrize("second_pass", ["eager", "lazy"])
+def test_numpy_output_gives_a_column_with_a_null_anywhere_one_dtype_in_every_batch(tmp_path, second_pass):
+    """An integer or boolean column that holds a null in some file is float64 in every batch, those without a
+    null too (a batch's dtype was its own: an embedding index int64 one step, float64 the next)."""
+    rows = 2_000
+    ids = np.arange(rows)
+    table = pa.table({
+        "id": ids,
+        "user": pa.array([None if i % 97 == 0 else i for i in ids], pa.int32()),
+        "flag": pa.array([None if i % 89 == 0 else bool(i % 2) for i in ids], pa.bool_()),
+        "whole": pa.array(ids % 7, pa.int16()),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "source.parquet")
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(tmp_path / "source.parquet"), str(tmp_path / "piles"), piles=4, seed=1,
+                                 second_pass=second_pass)  # fmt: skip
+    loader = daskpile.PileLoader(str(tmp_path / "piles"), batch_size=32, seed=2, output="numpy")
+    batches = list(loader)
+    dtypes = {name: {str(b[name].dtype) for b in batches} for name in table.column_names}
+    assert dtypes == {"id": {"int64"}, "user": {"float64"}, "flag": {"float64"}, "whole": {"int16"}}
+    assert any(not np.isnan(b["user"]).any() for b in batches)  # batches without a null: float64 all the same
+    order = np.concatenate([b["id"] for b in batches])
+    user = np.concatenate([b["user"] for b in batches])
+    flag = np.concatenate([b["flag"] for b in batches])
+    assert np.array_equal(np.isnan(user), order % 97 == 0) and np.array_equal(
+        user[order % 97 != 0], order[order % 97 != 0]
+    )
+    assert np.array_equal(np.isnan(flag), order % 89 == 0) and np.array_equal(
+        flag[order % 89 != 0], order[order % 89 != 0] % 2
+    )
+
+
 def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
     """A missing or cut file is named when the loader is made (one listing): not when an epoch reaches it."""
     import shutil
@@ -762,13 +794,18 @@ def test_arguments_are_checked(datasets):
 
 
 def test_columns_and_paths_are_checked_when_the_loader_is_made(datasets):
-    with pytest.raises(ValueError, match=r"columns: 'lable' not in .*, whose columns are id, label"):
-        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, columns=["id", "lable"])
+    for path in (datasets["eager"], datasets["ddf"]):  # Dask's __null_dask_index__ is not offered as a column
+        with pytest.raises(ValueError, match=r"columns: 'lable' not in .*, whose columns are id, label") as caught:
+            daskpile.PileLoader(path, batch_size=10, seed=1, columns=["id", "lable"])
+        assert "__null_dask_index__" not in str(caught.value)
     with pytest.raises(FileNotFoundError, match=r"^path '.*nope' does not exist"):
         daskpile.PileLoader(datasets["eager"] + "/nope", batch_size=10, seed=1)
     for path in (datasets["eager"], datasets["ddf"]):  # with a manifest, and without
-        with pytest.raises(ValueError, match=r"^filters: 'lable' is not a column of the dataset, whose columns are id"):
+        with pytest.raises(
+            ValueError, match=r"^filters: 'lable' is not a column of the dataset, whose columns are id"
+        ) as e:
             daskpile.PileLoader(path, batch_size=10, seed=1, filters=[("lable", "=", 1)])
+        assert "__null_dask_index__" not in str(e.value)
     (batch,) = daskpile.PileLoader(datasets["eager"], batch_size=ROWS, seed=1, columns="label")  # one name
     assert batch.column_names == ["label"]
     for wrong in ([], ["id", "id"]):

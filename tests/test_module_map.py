@@ -127,7 +127,9 @@ def test_the_checks_have_teeth(guide, tmp_path):
     assert "daskpile._words has no row in the module map" in rows_that_differ(read_map(without)[0], on_disk)
 
     words = tmp_path / "_words.py"  # a leaf, so its row allows nothing
-    words.write_text(on_disk["daskpile._words"].read_text() + "\n\ndef later():\n    from daskpile.engine import _run\n")
+    words.write_text(
+        on_disk["daskpile._words"].read_text() + "\n\ndef later():\n    from daskpile.engine import _run\n"
+    )
     wrong = forbidden_imports(*read_map(guide), {**on_disk, "daskpile._words": words})
     assert "daskpile._words imports daskpile.engine._run" in wrong
     with pytest.raises(AssertionError, match="has no row"):

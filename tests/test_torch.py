@@ -1,13 +1,18 @@
 """daskpile.torch.PileDataset under a real torch DataLoader (runs where torch is installed: make test-torch)."""
 
 import collections
+import datetime
+import warnings
 
 import dask
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import daskpile
-from tests._util import sorted_source
+from daskpile.datasets import reference_table
+from tests._util import sorted_source, write_parts
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -59,13 +64,99 @@ def test_a_drawn_seed_is_shared_by_the_workers(piles):
     assert sorted(seen) == list(range(ROWS))
 
 
-def test_persistent_workers_go_on_to_the_next_epoch(piles):
+WORKER_SETTINGS = [
+    pytest.param({"num_workers": 0}, id="no-workers"),
+    pytest.param({"num_workers": 2}, id="workers"),
+    pytest.param({"num_workers": 2, "persistent_workers": True}, id="persistent-workers"),
+]
+
+
+@pytest.mark.parametrize("settings", WORKER_SETTINGS)
+def test_set_epoch_reaches_every_worker_and_each_epoch_is_read_once_from_its_start(piles, settings):
+    """The epoch lives in shared memory: persistent workers, made before set_epoch(1), read epoch 1 too."""
     data = PileDataset(piles, batch_size=500, seed=1, columns=["id"])
-    loader = DataLoader(data, batch_size=None, num_workers=2, persistent_workers=True)
-    first, second = ([b["id"] for b in loader] for _ in range(2))
-    first, second = torch.cat(list(first)), torch.cat(list(second))
-    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(ROWS))
-    assert not torch.equal(first, second)
+    loader = DataLoader(data, batch_size=None, timeout=60 if settings["num_workers"] else 0, **settings)
+    epochs = []
+    for epoch in range(2):
+        data.set_epoch(epoch)
+        epochs.append(torch.cat([b["id"] for b in loader]))
+    alone = PileDataset(piles, batch_size=500, seed=1, columns=["id"], epoch=1)
+    expected = torch.cat([b["id"] for b in DataLoader(alone, batch_size=None, **settings)])
+    assert sorted(epochs[0].tolist()) == sorted(epochs[1].tolist()) == list(range(ROWS))
+    assert not torch.equal(epochs[0], epochs[1]) and torch.equal(epochs[1], expected)
+
+
+@pytest.mark.parametrize("settings", WORKER_SETTINGS)
+def test_a_loop_left_early_and_begun_again_reads_the_epoch_from_its_start(piles, settings):
+    """Whatever the workers: no row the workers had read ahead is lost, and the order is the epoch's."""
+    data = PileDataset(piles, batch_size=500, seed=1, columns=["id"])
+    loader = DataLoader(data, batch_size=None, timeout=60 if settings["num_workers"] else 0, **settings)
+    data.set_epoch(3)
+    for i, _ in enumerate(loader):
+        if i == 4:
+            break
+    again = torch.cat([b["id"] for b in loader])
+    whole = torch.cat([b["id"] for b in DataLoader(PileDataset(piles, batch_size=500, seed=1, columns=["id"], epoch=3),
+                                                   batch_size=None, **settings)])  # fmt: skip
+    assert torch.equal(again, whole) and sorted(again.tolist()) == list(range(ROWS))
+
+
+@pytest.mark.parametrize("settings", WORKER_SETTINGS)
+def test_an_epoch_read_again_without_set_epoch_is_the_same_order_and_warned_of(piles, settings):
+    data = PileDataset(piles, batch_size=500, seed=1, columns=["id"])
+    loader = DataLoader(data, batch_size=None, timeout=60 if settings["num_workers"] else 0, **settings)
+    first = torch.cat([b["id"] for b in loader])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        second = torch.cat([b["id"] for b in loader])
+    assert torch.equal(first, second)
+    if not settings["num_workers"]:  # (a worker's warning goes to its own stderr)
+        assert any("reads epoch 0 again" in str(w.message) for w in caught)
+    data.set_epoch(0)  # asked for: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(torch.cat([b["id"] for b in loader]), first)
+
+
+def test_a_window_moved_by_set_epoch_is_read_at_its_new_version_by_persistent_workers(tmp_path):
+    window = str(tmp_path / "window")
+    write_parts(reference_table(0, 3_000, 6_000), tmp_path / "day-0", parts=1)
+    write_parts(reference_table(3_000, 6_000, 6_000), tmp_path / "day-1", parts=1)
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(tmp_path / "day-0"), window, piles=4, seed=1)
+        data = PileDataset(window, batch_size=250, seed=0, columns=["id"])
+        loader = DataLoader(data, batch_size=None, num_workers=2, persistent_workers=True, timeout=60)
+        data.set_epoch(0)
+        assert len(torch.cat([b["id"] for b in loader])) == 3_000
+        daskpile.append(window, str(tmp_path / "day-1"))
+    data.set_epoch(1, version=daskpile.PileLoader.current_version(window))
+    assert sorted(torch.cat([b["id"] for b in loader]).tolist()) == list(range(6_000))
+
+
+def test_timestamps_and_durations_are_int64_tensors_of_their_unit(tmp_path):
+    table = pa.table({
+        "id": pa.array(range(10), pa.int64()),
+        "ts": pa.array([datetime.datetime(2026, 1, 1, 0, 0, i) for i in range(9)] + [None], pa.timestamp("us")),
+        "took": pa.array([datetime.timedelta(seconds=i) for i in range(10)], pa.duration("ms")),
+        "name": pa.array([f"row-{i}" for i in range(10)]),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "part-0.parquet")
+    data = PileDataset(str(tmp_path), batch_size=10, seed=0)
+    for settings in ({"num_workers": 0}, {"num_workers": 1, "timeout": 60}):
+        (batch,) = DataLoader(data, batch_size=None, **settings)
+        order = batch["id"].numpy()
+        ts = table.column("ts").to_numpy().view(np.int64)[order]
+        assert batch["ts"].dtype == torch.int64 and batch["ts"].numpy().tolist() == ts.tolist()
+        assert batch["ts"].numpy()[order == 9].tolist() == [np.iinfo(np.int64).min]  # NaT
+        assert batch["took"].numpy().tolist() == (order * 1000).tolist()
+        assert batch["name"].tolist() == [f"row-{i}" for i in order]
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_batches_per_epoch_is_what_a_dataloader_of_that_many_workers_yields(piles, workers):
+    data = PileDataset(piles, batch_size=700, seed=1, columns=["id"], world_size=2, rank=1)
+    yielded = list(DataLoader(data, batch_size=None, num_workers=workers, timeout=60 if workers else 0))
+    assert data.batches_per_epoch(num_workers=workers) == len(yielded)
 
 
 def test_resume_with_workers_under_a_stateful_dataloader(piles):

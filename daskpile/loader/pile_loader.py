@@ -15,7 +15,7 @@ from daskpile._storage import as_urls
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
-from daskpile.loader.units import Units, discover
+from daskpile.loader.units import DASK_NULL_INDEX, Units, columns_with_nulls, discover
 
 STATE_FORMAT = "daskpile.loader/3"
 # Format 2 cut an eager pile shared by two streams where its file cuts it, format 3 where its turned rows do
@@ -130,9 +130,10 @@ class PileLoader:
         named, an index's among them, are columns and the index is a range,
         where ``pd.read_parquet(columns=...)`` would add the index), or
         ``"numpy"`` (a dict of column name to array, as pyarrow's
-        ``to_numpy`` gives: an integer column with nulls is float64
-        with NaN, refused when it holds integers float64 would round; times
-        with a time zone are ``datetime64`` in UTC).
+        ``to_numpy`` gives, each column one dtype in every batch: an
+        integer or boolean column with a null in any file (by the files'
+        footers) is float64 with NaN, refused when it holds integers float64
+        would round; times with a time zone are ``datetime64`` in UTC).
     storage_options
         Passed to fsspec.
     version
@@ -193,6 +194,7 @@ class PileLoader:
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
+        self._nulls = self._columns_with_nulls()
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
             into = f"{canonical} canonical ranks" if canonical_ranks else f"a share for each of {world_size} ranks"
@@ -246,6 +248,21 @@ class PileLoader:
         elif epoch != self._epoch:
             self._start_epoch(epoch)
 
+    def restart(self, epoch: int, version: int | None = None) -> None:
+        """Read ``epoch`` from its start at the next iteration, wherever the loader is in it (``set_epoch`` goes on
+        in the epoch the loader is in).  With ``version``, a moving window at that version of its manifest.
+
+        >>> loader = PileLoader("shuffled/", batch_size=1000, seed=0)
+        >>> first = next(iter(loader))
+        >>> loader.restart(0)
+        >>> next(iter(loader)).equals(first)
+        True
+        """
+        (epoch,) = _at_least_zero(epoch=epoch)
+        if version is not None:
+            self._read_version(version)
+        self._start_epoch(epoch)
+
     @property
     def version(self) -> int | None:
         """The version of the moving window (or 0 for a shuffle result) this loader reads; None for other data."""
@@ -272,6 +289,11 @@ class PileLoader:
         if version != self.units.version:
             path, storage_options, filters, columns = self._source
             self.units = discover(path, storage_options, filters, version, columns)
+            self._nulls = self._columns_with_nulls()
+
+    def _columns_with_nulls(self) -> set[str]:
+        """For ``output="numpy"``: the integer and boolean columns read as float64 in every batch."""
+        return columns_with_nulls(self.units, self.columns) if self.output == "numpy" else set()
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""
@@ -462,7 +484,10 @@ class PileLoader:
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
             return batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
         if self.output == "numpy":
-            return {name: _numpy(name, column) for name, column in zip(batch.column_names, batch.columns, strict=True)}
+            return {
+                name: _numpy(name, column, name in self._nulls)
+                for name, column in zip(batch.column_names, batch.columns, strict=True)
+            }
         return batch
 
     def _pandas_dtype(self, kind: pa.DataType):
@@ -555,23 +580,32 @@ def _layout_of(state: dict) -> Layout:
 EXACT_IN_FLOAT64 = 2**53
 
 
-def _numpy(name: str, column: pa.ChunkedArray) -> np.ndarray:
-    """A column as numpy, as pyarrow gives it (integers with nulls: float64 and NaN, as in pandas), refusing
-    integers that float64 would round rather than round them.  Dictionaries (categoricals) as their values:
-    pyarrow's ``ChunkedArray.to_numpy`` gives each null of a dictionary column a neighbour's value (26.0.1:
-    ``['a', None, 'c']`` encoded came back ``['a', 'c', 'c']``)."""
+def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarray:
+    """A column as numpy, one dtype in every batch: integers and booleans of a column that holds a null in
+    some file (``nulls``) as float64, a null as NaN (as pandas did before its nullable dtypes), in batches
+    without one too; integers that float64 would round are refused rather than rounded.  Dictionaries
+    (categoricals) as their values: pyarrow's ``ChunkedArray.to_numpy`` gives each null of a dictionary column
+    a neighbour's value (26.0.1: ``['a', None, 'c']`` encoded came back ``['a', 'c', 'c']``).
+
+    >>> _numpy("x", pa.chunked_array([[1, 2]]), nulls=True).dtype, _numpy("x", pa.chunked_array([[1, 2]])).dtype
+    (dtype('float64'), dtype('int64'))
+    """
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
-    if column.null_count and pa.types.is_integer(column.type) and column.type.bit_width == 64:
-        import pyarrow.compute as pc
+    kind = column.type
+    if (nulls or column.null_count) and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
+        if pa.types.is_integer(kind) and kind.bit_width == 64:
+            import pyarrow.compute as pc
 
-        bounds = pc.min_max(column)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()  # None when every value is null
-        if high is not None and (high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64):
-            raise ValueError(
-                f"column {name!r} holds nulls and integers past 2**53 ({high if high > EXACT_IN_FLOAT64 else low:,}), "
-                "which output='numpy' would round as float64: read it with output='arrow', or fill its nulls"
-            )
+            bounds = pc.min_max(column)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()  # None when every value is null
+            if high is not None and (high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64):
+                raise ValueError(
+                    f"column {name!r} holds nulls and integers past 2**53 "
+                    f"({high if high > EXACT_IN_FLOAT64 else low:,}), which output='numpy' would round as float64: "
+                    "read it with output='arrow', or fill its nulls"
+                )
+        column = column.cast(pa.float64())
     return column.to_numpy()
 
 
@@ -627,18 +661,16 @@ def _batches(tables, batch_size: int):
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
 
 
-DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data
-
-
 def _columns_to_read(columns: list[str] | str | None, schema: pa.Schema, path) -> list[str]:
     """The columns a batch holds: those asked for, each checked now rather than by the first load."""
+    data = [name for name in schema.names if name != DASK_NULL_INDEX]
     if columns is None:
-        return [name for name in schema.names if name != DASK_NULL_INDEX]
+        return data
     columns = [columns] if isinstance(columns, str) else list(columns)
     missing = [name for name in columns if name not in schema.names]
     if missing:
         raise ValueError(
-            f"columns: {', '.join(map(repr, missing))} not in {path!r}, whose columns are {', '.join(schema.names)}"
+            f"columns: {', '.join(map(repr, missing))} not in {path!r}, whose columns are {', '.join(data)}"
         )
     if not columns or len(set(columns)) < len(columns):
         raise ValueError(f"columns must name at least one column, each once, got {columns!r}")

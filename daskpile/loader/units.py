@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from daskpile._kernels import integer_or_boolean
 from daskpile._storage import filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile.engine import _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import open_parquet, parquet_errors
 
+DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
 
 
@@ -126,6 +128,41 @@ def discover(
     # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
     return Units(fs, units, rows, lazy, schema, expression, version, keys)
+
+
+def columns_with_nulls(units: Units, columns: list[str]) -> set[str]:
+    """Which integer and boolean ``columns`` hold a null in any file, by the null counts of the files' footers:
+    ``output="numpy"`` gives such a column one dtype in every batch.  daskpile writes those counts (a pile
+    written before it did has none: a batch of it holding a null is float64 on its own, as before).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq
+    >>> pq.write_table(pa.table({"a": [1, None], "b": [1, 2], "c": ["x", None]}), "nulls.parquet")
+    >>> sorted(columns_with_nulls(discover("nulls.parquet", None), ["a", "b", "c"]))
+    ['a']
+    """
+    wanted = {
+        name for name in columns if name in units.schema.names and integer_or_boolean(units.schema.field(name).type)
+    }
+    if not wanted:
+        return set()
+    files = [path for unit in units.paths for path in unit]
+    with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+        found = pool.map(lambda path: _with_nulls(units.fs, path, wanted), files)
+    return set().union(*found)
+
+
+def _with_nulls(fs, path: str, wanted: set[str]) -> set[str]:
+    with open_parquet(fs, path) as parquet, parquet_errors(full_url(fs, path)):
+        footer = parquet.metadata
+    found = set()
+    for group in range(footer.num_row_groups):
+        row_group = footer.row_group(group)
+        for i in range(row_group.num_columns):
+            chunk = row_group.column(i)
+            name, stats = chunk.path_in_schema, chunk.statistics
+            if name in wanted and stats is not None and stats.has_null_count and stats.null_count:
+                found.add(name)
+    return found
 
 
 def _in_one_order(fs, paths: list[str]) -> list[str]:
@@ -325,7 +362,8 @@ def _filter_errors(names: list[str]):
         if missing is None:
             raise
         raise ValueError(
-            f"filters: {missing.group(1)!r} is not a column of the dataset, whose columns are {', '.join(names)}"
+            f"filters: {missing.group(1)!r} is not a column of the dataset, whose columns are "
+            + ", ".join(name for name in names if name != DASK_NULL_INDEX)
         ) from None
 
 
