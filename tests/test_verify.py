@@ -111,6 +111,27 @@ def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, 
     assert "missing: " in text and "the manifest lists it" in text and "unreadable: " in text
 
 
+@pytest.mark.parametrize("output_format", ["parquet", "jsonl"])
+def test_a_file_changed_in_place_is_named(sync_scheduler, source, tmp_path, output_format):
+    """The same size, its footer intact: readers see other values and no error; verify names the file."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=4, seed=0, output_format=output_format)
+    manifest = daskpile.read_manifest(str(dest))
+    assert len(manifest["file_fingerprints"]) == len(manifest["files"])
+    changed = dest / manifest["files"][1]
+    data = bytearray(changed.read_bytes())
+    if output_format == "parquet":  # the middle of the file: values of an uncompressed float column
+        data[len(data) // 2 : len(data) // 2 + 200] = b"\x11" * 200
+    else:  # a digit of a value of the first line
+        at = data.index(b'"x":') + 5
+        data[at : at + 1] = b"7" if data[at : at + 1] != b"7" else b"3"
+    changed.write_bytes(bytes(data))
+    for result in (daskpile.verify(str(dest)), daskpile.verify(source, str(dest))):
+        assert not result.ok and [os.path.basename(p) for p in result.files_differing] == [changed.name]
+        assert f"changed since it was written: {changed}" in str(result)
+        assert result.to_json()["files_differing"] == list(result.files_differing)
+
+
 def test_a_data_file_the_manifest_does_not_list_is_a_mismatch(sync_scheduler, source, tmp_path):
     """A copy left in dest: daskpile reads the listed files only, pandas and pyarrow read the folder."""
     import shutil

@@ -58,6 +58,10 @@ class Verification:
     against_manifest
         True when ``source`` is the fingerprint the manifest recorded when
         the rows were read, not one recomputed from the source files.
+    files_differing
+        Result files that no longer hold the rows pass 2 wrote in them, by
+        the fingerprint of each file its manifest recorded (changed in place:
+        a disk or a store that corrupted them, or a hand that edited them).
     unlisted_files
         Data files in the result's directory that its manifest does not list
         (a copy left there): daskpile and ``PileLoader`` read only the listed
@@ -75,6 +79,7 @@ class Verification:
     generations_differing: tuple[int, ...] = ()
     against_manifest: bool = False
     unlisted_files: tuple[str, ...] = ()
+    files_differing: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -90,6 +95,7 @@ class Verification:
             and not self.unreadable_files
             and not self.generations_differing
             and not self.unlisted_files
+            and not self.files_differing
         )
 
     def __bool__(self) -> bool:
@@ -116,6 +122,7 @@ class Verification:
         elif self.source != self.dest and self.source.rows == self.dest.rows and not self.against_manifest:
             # (against a manifest, no column was fingerprinted alone: which differ is not known)
             lines.append("  every column holds the same values, but not in the same rows")
+        lines += [f"  changed since it was written: {path}" for path in self.files_differing]
         lines += [f"  missing: {path}" for path in self.missing_files]
         lines += [f"  unreadable: {item}" for item in self.unreadable_files]
         lines += [
@@ -150,6 +157,7 @@ class Verification:
             "generations_differing": list(self.generations_differing),
             "against_manifest": self.against_manifest,
             "unlisted_files": list(self.unlisted_files),
+            "files_differing": list(self.files_differing),
         }
 
 
@@ -285,6 +293,20 @@ def verify(
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
         unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
+        files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
+    )
+
+
+def _files_differing(fs, paths: list[str], sides: list[_Side], manifest: dict | None) -> tuple[str, ...]:
+    """The files whose rows are not those their manifest recorded for them (a file missing or unreadable is
+    said so, not here)."""
+    recorded = (manifest or {}).get("file_fingerprints")
+    if not recorded or len(recorded) != len(paths):
+        return ()
+    return tuple(
+        full_url(fs, path)
+        for path, side, want in zip(paths, sides, recorded, strict=True)
+        if not side.missing and not side.unreadable and Fingerprint.from_json(want) not in (None, side.rows)
     )
 
 
@@ -330,6 +352,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         for _, names_, _ in generations
     ]
     sides = compute([t for group in tasks for t in group], progress=progress)
+    paths = [posixpath.join(base, name) for _, names_, _ in generations for name in names_]
     per_generation, start = [], 0
     for group in tasks:
         per_generation.append(_total(sides[start : start + len(group)]))
@@ -350,6 +373,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
             if window and side.rows != want
         ),
         against_manifest=True,
+        files_differing=_files_differing(fs, paths, sides, manifest),
     )
 
 

@@ -73,6 +73,7 @@ def build(
     source_files: list[str],
     seconds: dict[str, float],
     fingerprint=None,
+    file_fingerprints: list | None = None,
     pile_plan=None,
     source: dict | None = None,
     run: dict | None = None,
@@ -101,6 +102,7 @@ def build(
         # each file's size and modification stamp at the commit, so that a retry knows the result is intact
         "file_stamps": file_stamps or [],
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
+        **({"file_fingerprints": [f.to_json() for f in file_fingerprints]} if file_fingerprints else {}),
         "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,
         "versions": dict(library_versions()),

@@ -746,6 +746,7 @@ class _Run:
             source_files=self.plan.urls,
             seconds={"scatter": round(self.seconds_scatter, 3), "gather": round(self.seconds_gather, 3)},
             fingerprint=fingerprint,
+            file_fingerprints=[r.fingerprint for r in gathered] if fingerprint is not None else None,
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.to_json(),
