@@ -27,8 +27,9 @@ class PileDataset(IterableDataset):
     ``r`` of ``R`` reads as rank ``r * W + w`` of ``R * W``, so every row is
     read once per epoch over all ranks and workers, and all of them yield the
     same number of batches.  Batches are dicts of column name to tensor:
-    numbers and booleans as tensors, timestamps and durations as int64
-    tensors in their column's unit (a null as ``-2**63``, numpy's NaT),
+    numbers and booleans as tensors, dates, timestamps and durations as
+    int64 tensors in their column's unit (days for a date; a null as
+    ``-2**63``, numpy's NaT),
     strings and other values as NumPy arrays.  Give the DataLoader
     ``batch_size=None``, since the batches are made here.
 
@@ -37,8 +38,9 @@ class PileDataset(IterableDataset):
     and version live in shared memory, which the workers read when an
     iteration begins.  So call ``set_epoch(e)`` before each epoch, as with
     ``DistributedSampler``; an iteration without it reads the same epoch
-    again, in the same order (a warning says so once an epoch was read
-    whole), and a loop left early and begun again starts the epoch over.  To
+    again, in the same order (without workers, a warning says so once an
+    epoch was read whole), and a loop left early and begun again starts the
+    epoch over.  To
     go on mid-epoch, ``state_dict`` / ``load_state_dict`` resume it: with
     ``num_workers=0``, and in each worker under torchdata's
     ``StatefulDataLoader`` (with the same ``num_workers``).
@@ -88,8 +90,11 @@ class PileDataset(IterableDataset):
         # What every process of the DataLoader reads when an iteration begins: shared memory, which persistent
         # workers see change (a copy of the dataset made when they started would not), as Hugging Face's
         # IterableDataset keeps its epoch
-        self._shared = torch.tensor([epoch, _NO_VERSION if version is None else version, 0, 0, 0], dtype=torch.int64)
+        self._shared = torch.tensor([epoch, _NO_VERSION if version is None else version, 0], dtype=torch.int64)
         self._shared.share_memory_()
+        # This process's own: set_epoch's calls seen when its last iteration began (a worker made afresh
+        # inherits the main process's), and the (epoch, calls) it last read whole, without workers
+        self._set_seen, self._read_whole = 0, None
         self._state: dict | None = None  # loaded, resumed when the next iteration begins (in this process)
         self._loader: PileLoader | None = None
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
@@ -136,28 +141,34 @@ class PileDataset(IterableDataset):
         """The batches this rank yields in an epoch through a DataLoader with ``num_workers`` workers: steps per
         epoch, for a learning-rate schedule (``len()`` of the DataLoader cannot know its workers)."""
         workers = max(num_workers, 1)
-        return sum(len(self.loader(worker, workers)) for worker in range(workers))
+        return workers * len(self.loader(0, workers))  # every worker yields as many
 
     def __iter__(self):
+        # Positioned now, not at the first batch: torchdata asks a worker's state_dict() right after iter()
         loader = self._loader_for_iteration()
+        return self._batches(loader, (loader.epoch, self._set_seen))
+
+    def _batches(self, loader: PileLoader, reading: tuple[int, int]):
         for batch in loader:
             yield {name: _tensor(values) for name, values in batch.items()}
-        # read whole: an iteration of the same epoch without set_epoch is warned of
-        self._shared[_READ_EPOCH], self._shared[_READ_AT] = self.epoch + 1, self._shared[_SET]
+        self._read_whole = reading
 
     def _loader_for_iteration(self) -> PileLoader:
         """This process's loader (a DataLoader worker's, or the main one's), at the start of the epoch asked
-        for, or where a loaded state of that epoch is."""
+        for, or where a loaded state is."""
         # A worker forked from a process that had made its loader inherits that loader: not its own share
         here = (os.getpid(), _worker_id())
         if self._loader is None or self._loader_of != here:
             self._loader, self._loader_of = self.loader(*_worker_share()), here
+        asked = int(self._shared[_SET]) != self._set_seen  # set_epoch since this process's last iteration began
+        self._set_seen = int(self._shared[_SET])
         state, self._state = self._state, None
-        if state is not None and self._resumes(state):
+        if state is not None and self._resumes(state, asked):
             self._loader.load_state_dict(state)
-            self._shared[_EPOCH] = state["epoch"]  # (every worker's state is of one epoch: they write one value)
+            self._shared[_EPOCH] = state["epoch"]  # (the next iteration reads it again, unless set_epoch says)
             return self._loader
-        if (int(self._shared[_READ_EPOCH]), int(self._shared[_READ_AT])) == (self.epoch + 1, int(self._shared[_SET])):
+        if _worker_id() is None and self._read_whole == (self.epoch, self._set_seen) and not asked:
+            # (a worker cannot tell an epoch read whole: what it read ahead, the loop may have left unread)
             warnings.warn(
                 f"PileDataset reads epoch {self.epoch} again, in the order it was read in before: call "
                 "set_epoch(epoch) before each epoch for a new order (as with DistributedSampler)",
@@ -166,10 +177,11 @@ class PileDataset(IterableDataset):
         self._loader.restart(self.epoch, self.version)
         return self._loader
 
-    def _resumes(self, state: dict) -> bool:
-        """Whether a loaded state is resumed: unless ``set_epoch`` asked for another epoch (a checkpoint taken
-        after an epoch's loop, then ``set_epoch(next_epoch)``: that epoch is read from its start)."""
-        if not int(self._shared[_SET]) or state["epoch"] == self.epoch:
+    def _resumes(self, state: dict, asked: bool) -> bool:
+        """Whether a loaded state is resumed: unless ``set_epoch`` asked for another epoch since this process's
+        last iteration began (a checkpoint taken after an epoch's loop, then ``set_epoch(next_epoch)``: that
+        epoch is read from its start)."""
+        if not asked or state["epoch"] == self.epoch:
             return True
         if self.epoch != state["epoch"] + 1:
             warnings.warn(
@@ -188,7 +200,7 @@ class PileDataset(IterableDataset):
         if self._state is not None:  # loaded and not yet resumed: still where it says
             return dict(self._state)
         if self._loader is None or self._loader_of != (os.getpid(), _worker_id()):
-            return self.loader(*_worker_share()).state_dict()  # nothing read here yet: the epoch's start
+            self._loader, self._loader_of = self.loader(*_worker_share()), (os.getpid(), _worker_id())
         return self._loader.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
@@ -203,9 +215,8 @@ class PileDataset(IterableDataset):
         self._state = state
 
 
-# The shared tensor: the epoch and version the next iteration reads, set_epoch's calls, and the epoch (+ 1)
-# last read whole, with the set_epoch calls it was read after
-_EPOCH, _VERSION, _SET, _READ_EPOCH, _READ_AT = range(5)
+# The shared tensor: the epoch and version the next iteration reads, and set_epoch's calls
+_EPOCH, _VERSION, _SET = range(3)
 _NO_VERSION = -1
 
 
@@ -228,7 +239,7 @@ def _current_version(path: str, storage_options) -> int | None:
 
 
 def _tensor(values: np.ndarray):
-    if values.dtype.kind in "mM":  # torch has no time type: their counts of the column's unit
+    if values.dtype.kind in "mM":  # torch has no time type: counts of the column's unit (days, for a date)
         values = values.view(np.int64)
     if values.dtype.kind in "biufc":
         return torch.from_numpy(np.array(values))  # a copy: Arrow's arrays are read-only, tensors may be written

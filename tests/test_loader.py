@@ -720,6 +720,51 @@ def test_numpy_output_gives_a_column_with_a_null_anywhere_one_dtype_in_every_bat
     )
 
 
+def test_a_window_records_the_columns_with_nulls_of_its_generations(tmp_path):
+    """A null only in an appended generation: the window's manifest lists its column, before and after compact."""
+    for day, users in ((0, list(range(300))), (1, [None if i % 7 == 0 else i for i in range(300, 600)])):
+        pq.write_table(pa.table({"id": range(day * 300, day * 300 + 300), "user": pa.array(users, pa.int64())}),
+                       tmp_path / f"day-{day}.parquet")  # fmt: skip
+    window = str(tmp_path / "window")
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(tmp_path / "day-0.parquet"), window, piles=3, seed=1)
+        assert daskpile.read_manifest(window)["null_columns"] == []
+        daskpile.append(window, str(tmp_path / "day-1.parquet"))
+        assert daskpile.read_manifest(window)["null_columns"] == ["user"]
+        batches = list(daskpile.PileLoader(window, batch_size=16, seed=0, output="numpy"))
+        assert {str(b["user"].dtype) for b in batches} == {"float64"}
+        daskpile.compact(window)
+        assert daskpile.read_manifest(window)["null_columns"] == ["user"]
+
+
+def test_numpy_dtypes_of_columns_with_nulls_without_a_manifest_come_from_the_footers(tmp_path):
+    """shuffle(ddf).to_parquet (footers with null counts), a key folder of no value, and files without null counts
+    (said, naming the columns, and read batch by batch as before)."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"id": range(600), "user": pd.array([None if i % 50 == 0 else i for i in range(600)], "Int64")}
+    )
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(dd.from_pandas(frame, npartitions=3), piles=3, seed=1).to_parquet(str(tmp_path / "ddf"))
+    batches = list(daskpile.PileLoader(str(tmp_path / "ddf"), batch_size=16, seed=0, output="numpy"))
+    assert {str(b["user"].dtype) for b in batches} == {"float64"} and {str(b["id"].dtype) for b in batches} == {"int64"}
+
+    for day, rows in (("1", range(0, 100)), ("__HIVE_DEFAULT_PARTITION__", range(100, 110))):
+        (tmp_path / "keys" / f"day={day}").mkdir(parents=True)
+        pq.write_table(pa.table({"id": list(rows)}), tmp_path / "keys" / f"day={day}" / "part-0.parquet")
+    batches = list(daskpile.PileLoader(str(tmp_path / "keys"), batch_size=8, seed=0, output="numpy"))
+    assert {str(b["day"].dtype) for b in batches} == {"float64"}
+    assert sorted(np.concatenate([b["id"][np.isnan(b["day"])] for b in batches]).tolist()) == list(range(100, 110))
+
+    (tmp_path / "plain").mkdir()
+    pq.write_table(frame.pipe(pa.Table.from_pandas), tmp_path / "plain" / "part-0.parquet", write_statistics=False)
+    with pytest.warns(UserWarning, match=r"whether 'id', 'user' hold a null is not recorded"):
+        loader = daskpile.PileLoader(str(tmp_path / "plain"), batch_size=16, seed=0, output="numpy")
+    assert {str(b["user"].dtype) for b in loader} == {"float64", "int64"}  # batch by batch, as said
+
+
 def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
     """A missing or cut file is named when the loader is made (one listing): not when an epoch reaches it."""
     import shutil

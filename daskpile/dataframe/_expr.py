@@ -137,11 +137,12 @@ def shuffle(
     dask.dataframe.DataFrame
         A lazy Dask DataFrame with ``npartitions == piles`` and unknown
         divisions.  Its ``to_parquet`` writes one file per pile, each under a
-        temporary name then renamed, with no min/max statistics, dictionary
-        encoding for categorical columns only and Snappy only on the columns
-        it shrinks, unless you pass those options: a pile spans nearly every
-        value, so statistics let a reader skip nothing, and dictionaries of
-        values in random order cost time and bytes.  Collections derived from it
+        temporary name then renamed, with statistics for integer and boolean
+        columns only (for their null counts), dictionary encoding for
+        categorical columns only and Snappy only on the columns it shrinks,
+        unless you pass those options: a pile spans nearly every value, so
+        statistics let a reader skip nothing, and dictionaries of values in
+        random order cost time and bytes.  Collections derived from it
         (``s[cols]``, ``s.persist()``) are plain Dask DataFrames with Dask's
         defaults; pass ``write_statistics=False, use_dictionary=False`` to
         theirs.
@@ -247,7 +248,13 @@ class PileFrame(dd.DataFrame):
 
     def to_parquet(self, path, *, compute: bool = True, compute_kwargs: dict | None = None, **kwargs):
         categorical = [str(c) for c, t in self._meta.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
-        kwargs.setdefault("write_statistics", False)
+        # statistics of integers and booleans only, for their null counts (PileLoader's numpy dtypes)
+        counted = [
+            str(c)
+            for c, t in self._meta.dtypes.items()
+            if pd.api.types.is_integer_dtype(t) or pd.api.types.is_bool_dtype(t)
+        ]
+        kwargs.setdefault("write_statistics", counted or False)
         kwargs.setdefault("use_dictionary", categorical or False)
         kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
         kwargs.setdefault("engine", PileParquetEngine)

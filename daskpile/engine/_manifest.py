@@ -74,6 +74,7 @@ def build(
     seconds: dict[str, float],
     fingerprint=None,
     file_fingerprints: list | None = None,
+    null_columns=None,
     pile_plan=None,
     source: dict | None = None,
     run: dict | None = None,
@@ -103,6 +104,8 @@ def build(
         "file_stamps": file_stamps or [],
         "fingerprint": None if fingerprint is None else fingerprint.to_json(),
         **({"file_fingerprints": [f.to_json() for f in file_fingerprints]} if file_fingerprints else {}),
+        # which columns hold a null: PileLoader(output="numpy") gives such an integer column float64 in every batch
+        **({"null_columns": sorted(null_columns)} if null_columns is not None else {}),
         "pile_plan": None if pile_plan is None else pile_plan.to_json(),
         "seconds": seconds,
         "versions": dict(library_versions()),

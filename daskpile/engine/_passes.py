@@ -44,6 +44,7 @@ class ScatterResult:
     fingerprint: Fingerprint | None
     reused: bool = False
     pieces: int = 1
+    nulls: frozenset[str] | None = frozenset()  # the columns holding a null; None: not recorded (reused)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ class SplitResult:
 PARQUET = Output()
 
 FINGERPRINT_KEY = "daskpile.fingerprint"  # in a scratch file's footer, beside _scratch's pile index
+NULLS_KEY = "daskpile.nulls"  # the columns of the rows scattered that hold a null, for the manifest
 
 
 def scatter_table(
@@ -78,9 +80,11 @@ def scatter_table(
     rng = _random.generator(seed, _random.SCATTER, partition, piece)
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
+    nulls = frozenset(name for name, column in zip(table.column_names, table.columns, strict=True) if column.null_count)
     footer = {FINGERPRINT_KEY: json.dumps(input_fingerprint.to_json())} if input_fingerprint is not None else {}
+    footer[NULLS_KEY] = json.dumps(sorted(nulls))
     nbytes = scratch.write(partition, piece, grouped, counts, footer)
-    return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint)
+    return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint, nulls=nulls)
 
 
 # Like dask.dataframe.read_parquet's blocksize: a file larger than this in
@@ -127,7 +131,18 @@ def scatter_partition(
         _fingerprint.total(r.fingerprint for r in results) if fingerprint else None,
         reused=all(r.reused for r in results),
         pieces=len(results),
+        nulls=union_of_nulls(r.nulls for r in results),
     )
+
+
+def union_of_nulls(parts) -> frozenset[str] | None:
+    """The columns holding a null in any part; None if a part did not record its own.
+
+    >>> union_of_nulls([frozenset({"a"}), frozenset({"b"})]) == {"a", "b"}, union_of_nulls([frozenset(), None])
+    (True, None)
+    """
+    parts = list(parts)
+    return None if any(p is None for p in parts) else frozenset().union(*parts)
 
 
 def _finished_scatter(
@@ -146,7 +161,8 @@ def _finished_scatter(
     if len(counts) != piles:
         return None
     size = scratch.size(partition, piece)
-    return ScatterResult(partition, int(counts.sum()), size, counts, input_fingerprint, reused=True)
+    nulls = frozenset(json.loads(footer[NULLS_KEY])) if NULLS_KEY in footer else None
+    return ScatterResult(partition, int(counts.sum()), size, counts, input_fingerprint, reused=True, nulls=nulls)
 
 
 def gather_table(

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import numbers
 import os
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ from daskpile._storage import as_urls
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
-from daskpile.loader.units import DASK_NULL_INDEX, Units, columns_with_nulls, discover
+from daskpile.loader.units import DASK_NULL_INDEX, Units, discover
 
 STATE_FORMAT = "daskpile.loader/3"
 # Format 2 cut an eager pile shared by two streams where its file cuts it, format 3 where its turned rows do
@@ -131,9 +132,10 @@ class PileLoader:
         where ``pd.read_parquet(columns=...)`` would add the index), or
         ``"numpy"`` (a dict of column name to array, as pyarrow's
         ``to_numpy`` gives, each column one dtype in every batch: an
-        integer or boolean column with a null in any file (by the files'
-        footers) is float64 with NaN, refused when it holds integers float64
-        would round; times with a time zone are ``datetime64`` in UTC).
+        integer or boolean column with a null in any file (as the manifest
+        records, or the files' footers count) is float64 with NaN, refused
+        when it holds integers float64 would round; times with a time zone
+        are ``datetime64`` in UTC).
     storage_options
         Passed to fsspec.
     version
@@ -194,7 +196,7 @@ class PileLoader:
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
-        self._nulls = self._columns_with_nulls()
+        self._warn_of_uncounted_nulls()
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
             into = f"{canonical} canonical ranks" if canonical_ranks else f"a share for each of {world_size} ranks"
@@ -289,11 +291,17 @@ class PileLoader:
         if version != self.units.version:
             path, storage_options, filters, columns = self._source
             self.units = discover(path, storage_options, filters, version, columns)
-            self._nulls = self._columns_with_nulls()
 
-    def _columns_with_nulls(self) -> set[str]:
-        """For ``output="numpy"``: the integer and boolean columns read as float64 in every batch."""
-        return columns_with_nulls(self.units, self.columns) if self.output == "numpy" else set()
+    def _warn_of_uncounted_nulls(self) -> None:
+        uncounted = [name for name in self.columns if name in self.units.uncounted]
+        if self.output == "numpy" and uncounted:
+            warnings.warn(
+                f"PileLoader(output='numpy'): whether {', '.join(map(repr, uncounted))} hold a null is not recorded "
+                "(a result written before daskpile recorded it, or files without null counts), so a batch of "
+                "them holding one is float64 and the others keep their dtype; shuffle the data again for one "
+                "dtype in every batch, or read output='pandas' or 'arrow'",
+                stacklevel=3,
+            )
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the whole epoch's, or after ``load_state_dict`` those left."""
@@ -485,7 +493,7 @@ class PileLoader:
             return batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
         if self.output == "numpy":
             return {
-                name: _numpy(name, column, name in self._nulls)
+                name: _numpy(name, column, name in self.units.nulls)
                 for name, column in zip(batch.column_names, batch.columns, strict=True)
             }
         return batch

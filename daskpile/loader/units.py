@@ -49,6 +49,10 @@ class Units:
     filter: ds.Expression | None  # noqa: F821 - pyarrow.dataset, imported only with filters
     version: int | None = None
     keys: FolderKeys | None = None  # key=value folders above the files (``to_parquet(partition_on=...)``)
+    # Of the integer and boolean columns: those holding a null in some file, and those of which it is not
+    # known (a result written before daskpile recorded it, files without null counts): see ``_numpy``
+    nulls: frozenset[str] = frozenset()
+    uncounted: frozenset[str] = frozenset()
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -103,6 +107,7 @@ def discover(
         file_rows = np.array(manifest["rows_per_file"], dtype=np.int64)
         schema = _manifest.arrow_schema(manifest)
         lazy = manifest.get("second_pass") == "lazy"
+        counted = None
     else:
         with ThreadPoolExecutor(FOOTER_THREADS) as pool:
             counted = list(pool.map(lambda p: _count(fs, p, expression, keys), paths))
@@ -116,53 +121,34 @@ def discover(
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
     version = None if manifest is None else _manifest.version_of(manifest)
+    nulls, uncounted = _nulls(manifest, counted, keys, schema)
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
         file_piles, piles = _piles_by_name(paths)
     else:
-        return Units(fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version)
+        return Units(
+            fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version, None, nulls, uncounted
+        )
     units = pile_files(paths, file_piles, piles)
     rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
     # a pile of several files (generations, key values) is in their order, so it is read whole and
     # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
-    return Units(fs, units, rows, lazy, schema, expression, version, keys)
+    return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted)
 
 
-def columns_with_nulls(units: Units, columns: list[str]) -> set[str]:
-    """Which integer and boolean ``columns`` hold a null in any file, by the null counts of the files' footers:
-    ``output="numpy"`` gives such a column one dtype in every batch.  daskpile writes those counts (a pile
-    written before it did has none: a batch of it holding a null is float64 on its own, as before).
-
-    >>> import pyarrow as pa, pyarrow.parquet as pq
-    >>> pq.write_table(pa.table({"a": [1, None], "b": [1, 2], "c": ["x", None]}), "nulls.parquet")
-    >>> sorted(columns_with_nulls(discover("nulls.parquet", None), ["a", "b", "c"]))
-    ['a']
-    """
-    wanted = {
-        name for name in columns if name in units.schema.names and integer_or_boolean(units.schema.field(name).type)
-    }
-    if not wanted:
-        return set()
-    files = [path for unit in units.paths for path in unit]
-    with ThreadPoolExecutor(FOOTER_THREADS) as pool:
-        found = pool.map(lambda path: _with_nulls(units.fs, path, wanted), files)
-    return set().union(*found)
-
-
-def _with_nulls(fs, path: str, wanted: set[str]) -> set[str]:
-    with open_parquet(fs, path) as parquet, parquet_errors(full_url(fs, path)):
-        footer = parquet.metadata
-    found = set()
-    for group in range(footer.num_row_groups):
-        row_group = footer.row_group(group)
-        for i in range(row_group.num_columns):
-            chunk = row_group.column(i)
-            name, stats = chunk.path_in_schema, chunk.statistics
-            if name in wanted and stats is not None and stats.has_null_count and stats.null_count:
-                found.add(name)
-    return found
+def _nulls(manifest: dict | None, counted, keys: FolderKeys | None, schema: pa.Schema):
+    """(nulls, uncounted) of ``Units``: from the manifest's record, else from the footers read already."""
+    numeric = frozenset(f.name for f in schema if integer_or_boolean(f.type))
+    if manifest is not None:
+        recorded = manifest.get("null_columns")
+        return (numeric & frozenset(recorded), frozenset()) if recorded is not None else (frozenset(), numeric)
+    nulls = frozenset().union(*(c.nulls for c in counted))
+    if keys is not None:  # a key folder of no value (__HIVE_DEFAULT_PARTITION__) is a null of its column
+        nulls |= {f.name for values in keys.values.values() for f, v in zip(keys.schema, values, strict=True)
+                  if not v.is_valid}  # fmt: skip
+    return nulls & numeric, frozenset().union(*(c.uncounted for c in counted)) & numeric
 
 
 def _in_one_order(fs, paths: list[str]) -> list[str]:
@@ -283,6 +269,8 @@ class _Counted:
     schema: pa.Schema
     lazy: bool
     total: int  # in the file
+    nulls: frozenset[str] = frozenset()  # integer and boolean columns with a null, by the footer's null counts
+    uncounted: frozenset[str] = frozenset()  # integer and boolean columns the footer has no null count of
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
@@ -290,11 +278,29 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
         lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
         schema, total = parquet.schema_arrow, parquet.metadata.num_rows
+        nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:
-            return _Counted(total, schema, lazy, total)
+            return _Counted(total, schema, lazy, total, nulls, uncounted)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, None if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total)
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted)
+
+
+def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[str], frozenset[str]]:
+    """The integer and boolean columns of a file with a null, and those its footer has no null count of."""
+    wanted = {f.name for f in schema if integer_or_boolean(f.type)}
+    nulls, uncounted = set(), set()
+    for group in range(footer.num_row_groups):
+        row_group = footer.row_group(group)
+        for i in range(row_group.num_columns):
+            chunk = row_group.column(i)
+            if chunk.path_in_schema in wanted:
+                stats = chunk.statistics
+                if stats is None or not stats.has_null_count:
+                    uncounted.add(chunk.path_in_schema)
+                elif stats.null_count:
+                    nulls.add(chunk.path_in_schema)
+    return frozenset(nulls), frozenset(uncounted)
 
 
 def check_listed_files(fs, paths: list[str], manifest: dict) -> None:

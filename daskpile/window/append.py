@@ -181,4 +181,5 @@ def _generation(number: int, window: Window) -> Generation:
         source_stamps=tuple((written.get("run") or {}).get("source_stamps", ())),
         seed=int(written["seed"]),
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        null_columns=snapshot.recorded_nulls(written.get("null_columns")),
     )

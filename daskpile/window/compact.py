@@ -21,7 +21,7 @@ from daskpile.engine import _manifest, _passes
 from daskpile.engine._pipeline import VerificationError, _pile_groups
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.window import snapshot
-from daskpile.window.snapshot import Generation, Window, WindowReport, report
+from daskpile.window.snapshot import Generation, Window, WindowReport, nulls_of, report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,4 +197,5 @@ def _generation(window: Window, number: int, compacted: list[_Compacted]) -> Gen
         seed=window.seed,
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         compacted=tuple(n for g in merged for n in (g.compacted or (g.number,))),
+        null_columns=nulls_of(merged),
     )

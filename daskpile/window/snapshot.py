@@ -90,6 +90,7 @@ class Generation:
     created: str
     cuts: tuple[dict, ...] = ()  # {"column", "before"} each: its rows before the value go at the next compact
     compacted: tuple[int, ...] = ()  # the generations a compaction merged
+    null_columns: tuple[str, ...] | None = None  # the columns of its rows holding a null; None: not recorded
 
     @property
     def rows(self) -> int:
@@ -166,6 +167,7 @@ class Window:
             source_stamps=tuple(run.get("source_stamps", ())),
             seed=int(manifest["seed"]),
             created=manifest.get("created", ""),
+            null_columns=recorded_nulls(manifest.get("null_columns")),
         )
         return cls(fs, path, manifest, 0, (first,), 1)
 
@@ -192,6 +194,7 @@ class Window:
             fingerprint=total,
             source=self.base.get("source"),
             second_pass=self.base.get("second_pass", "eager"),
+            null_columns=nulls_of(generations),
         )
         manifest["format"] = _manifest.WINDOW_FORMAT
         manifest["pile_plan"] = self.base.get("pile_plan")
@@ -432,3 +435,15 @@ def collect(window: Window, retain: str | float | None) -> list[str]:
     if removed or len(kept) != len(entries):
         write_bytes(window.fs, posixpath.join(window.path, RETIRED), json.dumps(kept, indent=1).encode())
     return removed
+
+
+def recorded_nulls(null_columns: list[str] | None) -> tuple[str, ...] | None:
+    """A manifest's ``null_columns`` as a generation keeps them (None: not recorded)."""
+    return None if null_columns is None else tuple(null_columns)
+
+
+def nulls_of(generations) -> tuple[str, ...] | None:
+    """The columns holding a null in any of ``generations``; None if one of them did not record its own."""
+    if any(g.null_columns is None for g in generations):
+        return None
+    return tuple(sorted({name for g in generations for name in g.null_columns}))
