@@ -143,12 +143,15 @@ def plan_sources(
     format: str = "auto",
     read_options: dict | None = None,
     keep_json_lines: bool = False,
+    keep_csv_text: bool = False,
 ) -> SourcePlan:
     """The plan of what ``source`` names: see ``shuffle_parquet`` for the arguments.
 
     ``keep_json_lines``: read JSON lines as written (``TextOptions.as_written``)
     where the read options do not say and nothing asks for parsed rows (a
     declared type, partition folders): for JSON lines written out as JSON lines.
+    ``keep_csv_text``: likewise, each value of a CSV as its text
+    (``TextOptions.as_text``), for a CSV written out as a CSV.
 
     >>> plan = plan_sources("lake/events/", schema="unify")  # doctest: +SKIP
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
@@ -160,15 +163,16 @@ def plan_sources(
         with reaching(*filesystem(first, storage_options), "source"):
             return _plan_sources(
                 source, storage_options, partitioning, schema, version, stray_files, format, read_options,
-                keep_json_lines,
+                keep_json_lines, keep_csv_text,
             )  # fmt: skip
     except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
         raise PermissionError(f"source {source!r}: access denied: {e}") from None
 
 
 def _plan_sources(
-    source, storage_options, partitioning, schema, version, stray_files, format, read_options, keep_json_lines
-) -> SourcePlan:
+    source, storage_options, partitioning, schema, version, stray_files, format, read_options, keep_json_lines,
+    keep_csv_text,
+) -> SourcePlan:  # fmt: skip
     schemas.check_policy(schema)
     if stray_files not in ("skip", "error"):
         raise ValueError(f"stray_files must be 'skip' or 'error', got {stray_files!r}")
@@ -218,6 +222,8 @@ def _plan_sources(
     ]
     if format != "parquet":
         options = _as_written(text.TextOptions.of(format, read_options), key_fields, keep_json_lines)
+        if options.format in ("csv", "tsv") and options.as_text is None:  # not said: as the output keeps them
+            options = dataclasses.replace(options, as_text=keep_csv_text and not options.column_types)
         reading = _text_reading(fs, source_files, key_fields, options)
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only

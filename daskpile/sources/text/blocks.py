@@ -193,7 +193,7 @@ class BlockReader:
                 block_size=len(block) + 1,
             ),
             parse_options=self.options.csv_parse(),
-            convert_options=pa_csv.ConvertOptions(column_types=self.schema),
+            convert_options=self.options.csv_convert(self.schema),
         )
 
 

@@ -73,6 +73,7 @@ class TextOptions:
     quote_char: str | bool = '"'  # csv/tsv: what quotes a value; false: quotes are characters of the values
     encoding: str = "utf8"  # csv/tsv: of the text (Python's codec names), transcoded to UTF-8 by Arrow
     as_written: bool | None = None  # jsonl: each row the line as written (checked as JSON); None: not said
+    as_text: bool | None = None  # csv/tsv: every value its text, a string (what a CSV written out keeps)
 
     @classmethod
     def of(cls, format: str, read_options: dict | None) -> TextOptions:
@@ -86,7 +87,7 @@ class TextOptions:
         unknown = [k for k in options if k not in known]
         if unknown:
             raise ValueError(f"read option {unknown[0]!r} is not one of {', '.join(known)}")
-        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "quote_char"):
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "as_text", "quote_char"):
             if isinstance(options.get(name), str) and options[name].lower() in ("true", "false"):
                 options[name] = options[name].lower() == "true"  # as a command line or a config file gives it
         if options.get("delimiter") in ("\\t", "tab"):  # a tab, as a shell makes it hard to type
@@ -97,9 +98,9 @@ class TextOptions:
         return cls(format, column_types=tuple(sorted((str(k), str(v)) for k, v in types.items())), **options)
 
     def __post_init__(self):
-        for name in ("autogenerate_column_names", "newlines_in_values", "as_written"):
+        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "as_text"):
             value = getattr(self, name)
-            if not isinstance(value, bool) and not (name == "as_written" and value is None):
+            if not isinstance(value, bool) and not (name in ("as_written", "as_text") and value is None):
                 raise ValueError(f"read option {name} is true or false, got {value!r}")
         if self.format not in FORMATS[1:]:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
@@ -126,6 +127,11 @@ class TextOptions:
                 "read option as_written keeps JSON lines as written, unparsed: it applies to jsonl, "
                 "without column_types"
             )
+        if self.as_text and (self.format not in ("csv", "tsv") or self.column_types):
+            raise ValueError(
+                "read option as_text reads every value of a CSV as its text: it applies to csv and tsv, without "
+                "column_types"
+            )
         for name, type_name in self.column_types:
             arrow_type(type_name, name)
 
@@ -146,6 +152,13 @@ class TextOptions:
     def csv_read(self, **options) -> pa_csv.ReadOptions:
         """Arrow's read options for these files: ``options``, and the encoding."""
         return pa_csv.ReadOptions(use_threads=False, encoding=self.encoding, **options)
+
+    def csv_convert(self, column_types) -> pa_csv.ConvertOptions:
+        """Arrow's conversion of the values: ``column_types``; an empty field of a string column is a null, and
+        ``""`` an empty string, as daskpile writes them (and as pandas reads an empty field: a missing value)."""
+        return pa_csv.ConvertOptions(
+            column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
+        )
 
     @property
     def separator(self) -> str:
@@ -170,6 +183,7 @@ class TextOptions:
             "autogenerate_column_names": self.autogenerate_column_names,
             "newlines_in_values": self.newlines_in_values,
             "as_written": self.as_written,  # recorded when true: false and not said both parse
+            "as_text": self.as_text,
         }
         given = {k: v for k, v in given.items() if v}
         if self.quote_char != '"':

@@ -86,7 +86,7 @@ def stream_csv(f, options: TextOptions, types, block_size: int):
             block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
         ),
         parse_options=options.csv_parse(newlines_in_values=True),
-        convert_options=pa_csv.ConvertOptions(column_types=types),
+        convert_options=options.csv_convert(types),
     )
 
 
@@ -144,7 +144,7 @@ def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, i
         check_json_lines(head, repr(full_url(fs, path)))
     if options.as_written:  # the lines are checked as they are read: a first line may be longer than the sample
         return pa.schema([JSON_TEXT]), int(bool(head.strip()))
-    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    declared = _declared(options, head)
     url = full_url(fs, path)
     if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
         return pa.schema([]), 0
@@ -155,7 +155,7 @@ def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, i
 
 
 def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
-    declared = {name: arrow_type(t, name) for name, t in options.column_types}
+    declared = _declared(options, sample(fs, path, options) if options.as_text else b"")
     url = full_url(fs, path)
     with column_names_in_utf8(repr(url), options.format):
         table, head = first_records(fs, path, options, declared)
@@ -168,6 +168,21 @@ def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, in
     refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
     _refuse_inferred_binary(table, head, options, url)
     return table.schema, table.num_rows
+
+
+def _declared(options: TextOptions, head: bytes) -> dict[str, pa.DataType]:
+    """The declared types: ``column_types``, or with ``as_text`` a string for every column of the header."""
+    if not options.as_text:
+        return {name: arrow_type(t, name) for name, t in options.column_types}
+    first = head[: head.find(b"\n") + 1] if b"\n" in head else head
+    if not first.strip():
+        return {}
+    names = pa_csv.read_csv(
+        io.BytesIO(newline_ended(first)),
+        read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
+        parse_options=options.csv_parse(newlines_in_values=False),
+    ).schema.names
+    return dict.fromkeys(names, pa.string())
 
 
 @contextlib.contextmanager
@@ -192,7 +207,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
             io.BytesIO(newline_ended(text)),
             read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
             parse_options=options.csv_parse(),
-            convert_options=pa_csv.ConvertOptions(column_types=declared),
+            convert_options=options.csv_convert(declared),
         )
 
     try:
