@@ -765,6 +765,27 @@ def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, s
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("fault", ["long value", "quote never closed"])
+def test_a_csv_record_longer_than_the_block_is_said_with_where_and_what_to_do(tmp_path, sync_scheduler, fault):
+    """Arrow says "straddling object straddles two block boundaries (try to increase block size?)": no place, no
+    option of ours, and the wrong advice for a quote never closed in a file larger than the block."""
+    with open(tmp_path / "data.csv", "w") as f:
+        f.write("id,t\n")
+        f.writelines(f'{i},"v{i}"\n' for i in range(3000))
+        f.write('3000,"' + "x" * 100_000 + '"\n' if fault == "long value" else '3000,"oops\n')
+        f.writelines(f"{i},v{i}\n" for i in range(3001, 9000))
+    said = (
+        r"data\.csv' as csv: a record after its first 3,000 \(within its first [0-9,]+ bytes\) is longer than the "
+        r"block of 16,384 bytes .*--blocksize.*quote_char=false"
+    )
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "data.csv"), str(tmp_path / "out"), piles=2, blocksize=2**14,
+            read_options={"newlines_in_values": True},
+        )  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sync_scheduler):
     """A quote opens a value only at a value's start: ``5" floppy`` is a value.  Counting quotes took it for
     the start of a quoted one, and every later cut fell inside a value: 4 rows for 3, "verified".  Arrow's

@@ -85,11 +85,30 @@ class BlockReader:
                     f"the header of {where} names the columns {reader.schema.names}, not {self.schema.names}"
                 )
             table = None
-            for batch in reader:
+            for batch in self._batches(reader, stream):
                 table = pa.Table.from_batches([batch])
                 yield table
             if table is not None and table.num_rows:
                 self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)
+
+    def _batches(self, reader, stream):
+        """The reader's batches; a record longer than a block said as such, with where and what to do (Arrow:
+        "straddling object straddles two block boundaries (try to increase block size?)")."""
+        records = 0
+        try:
+            for batch in reader:
+                records += batch.num_rows
+                yield batch
+        except pa.ArrowInvalid as e:
+            if "straddl" not in str(e):
+                raise
+            raise ValueError(
+                f"cannot read {self.url!r} as {self.options.format}: a record after its first {records:,} (within "
+                f"its first {stream.handed_out:,} bytes) is longer than the block of {self.blocksize:,} bytes that a "
+                "CSV with quoted newlines is read in: a value that long needs a larger blocksize (--blocksize); or "
+                "a quote opening a value is never closed (if quotes are characters of the values, pass the read "
+                "option quote_char=false)"
+            ) from None
 
     def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes) -> None:
         """Arrow reads a quote never closed as a value running to the end of the file (pandas: "EOF inside

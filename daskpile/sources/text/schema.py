@@ -95,6 +95,7 @@ class Tail(io.RawIOBase):
 
     def __init__(self, f):
         self.f, self.tail, self.first = f, b"", b""
+        self.handed_out = 0  # bytes
 
     def peek(self) -> bytes:
         """Its first byte, still to be read."""
@@ -109,6 +110,7 @@ class Tail(io.RawIOBase):
         buffer[: len(data)] = data
         if data:
             self.tail = (self.tail + data)[-TAIL_BYTES:]
+        self.handed_out += len(data)
         return len(data)
 
 
