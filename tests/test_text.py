@@ -487,8 +487,9 @@ def test_the_same_seed_gives_the_same_bytes_on_a_cluster_and_on_one_thread(tmp_p
     assert file_bytes(tmp_path / "cluster") == file_bytes(tmp_path / "sync")
 
 
-@pytest.mark.parametrize("name", ["data.arrow", "data.feather", "data.orc"])
+@pytest.mark.parametrize("name", ["data.arrow", "stream.arrow", "data.feather", "data.orc"])
 def test_arrow_ipc_and_orc_files_read_a_batch_or_stripe_at_a_time(tmp_path, sync_scheduler, name):
+    """stream.arrow: the IPC stream format in an .arrow file, as Hugging Face datasets writes its cache."""
     import pyarrow.feather as feather
     import pyarrow.orc as orc
 
@@ -500,6 +501,10 @@ def test_arrow_ipc_and_orc_files_read_a_batch_or_stripe_at_a_time(tmp_path, sync
             orc.write_table(part, path, stripe_size=64 * 1024)
         elif name.endswith(".feather"):
             feather.write_feather(part, path, chunksize=1000)
+        elif name.startswith("stream"):
+            with pa.ipc.new_stream(path, part.schema) as writer:
+                for batch in part.to_batches(max_chunksize=1000):
+                    writer.write_batch(batch)
         else:
             with pa.ipc.new_file(path, part.schema) as writer:
                 for batch in part.to_batches(max_chunksize=1000):

@@ -2,7 +2,9 @@
 
 Neither is cut into byte ranges: a file's units are its record batches (IPC)
 or stripes (ORC), which pass 1 groups into pieces of at most ``blocksize``
-bytes in memory, as it groups a Parquet file's row groups.
+bytes in memory, as it groups a Parquet file's row groups.  An ``.arrow`` file
+may also hold the IPC *stream* format (Hugging Face ``datasets`` writes its
+cache so): its batches are read in order, the same way.
 """
 
 from __future__ import annotations
@@ -27,10 +29,24 @@ def opened(fs, path: str, format: str):
     url = full_url(fs, path)
     with fs.open(path, "rb") as f:
         try:
-            reader = ipc.open_file(f) if format == "arrow" else orc.ORCFile(f)
+            reader = orc.ORCFile(f) if format == "orc" else _ipc_reader(f)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
             raise ValueError(f"cannot read {url!r} as {format}: {e}") from None
         yield reader
+
+
+def _ipc_reader(f):
+    """The IPC file reader of ``f``; for the stream format, its stream reader."""
+    try:
+        return ipc.open_file(f)
+    except pa.ArrowInvalid as e:
+        if "Not an Arrow file" not in str(e):
+            raise
+        f.seek(0)
+        try:
+            return ipc.open_stream(f)
+        except pa.ArrowInvalid:
+            raise e from None  # neither: the file format's error
 
 
 def schema(fs, path: str, format: str) -> pa.Schema:
@@ -41,9 +57,13 @@ def schema(fs, path: str, format: str) -> pa.Schema:
 def units(fs, path: str, format: str):
     """(bytes in memory, table) of each record batch or stripe, in order, one in memory at a time."""
     with opened(fs, path, format) as reader:
-        count = reader.num_record_batches if format == "arrow" else reader.nstripes
-        for k in range(count):
-            part = reader.get_batch(k) if format == "arrow" else reader.read_stripe(k)
+        if isinstance(reader, ipc.RecordBatchStreamReader):
+            parts = iter(reader)
+        elif format == "arrow":
+            parts = (reader.get_batch(k) for k in range(reader.num_record_batches))
+        else:
+            parts = (reader.read_stripe(k) for k in range(reader.nstripes))
+        for part in parts:
             table = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else pa.table(part)
             yield table.nbytes, table
 
