@@ -6,6 +6,7 @@ lines and pyarrow's whole-file JSON reader for what other tools read.
 
 import collections
 import io
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -272,3 +273,22 @@ def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, out
     text = b"".join(Path(f).read_bytes() for f in report.files)
     assert text.count(b'"a"') == 2 and text.count(b'"c"') == 1
     assert daskpile.verify(str(tmp_path / "in.parquet"), str(tmp_path / "out")).ok
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (
+            [json.dumps({"id": i, "x": None if i < 80_000 else i}) for i in range(80_001)],  # past the 1 MiB sampled
+            r"Column\(/x\) changed from null to number \(the field was null or absent in every line of the first "
+            r"file's first MiB, so typed null: declare its type, e.g. --read-option column_types.x=int64\)",
+        ),
+        (['{"a": 1, "s": "abc'], r"Invalid encoding in string \(a string not closed on its line, or a raw control"),
+    ],
+    ids=["null-then-number", "string-not-closed"],
+)
+def test_arrows_json_errors_come_with_what_they_mean(tmp_path, sync_scheduler, lines, said):
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(str(tmp_path / "a.jsonl"), str(tmp_path / "out"), piles=1)
+    assert not (tmp_path / "out").exists()

@@ -770,6 +770,20 @@ def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, s
     assert not (tmp_path / "out").exists()
 
 
+def test_a_streamed_csv_record_is_named_as_a_record_not_as_arrows_row(tmp_path, sync_scheduler):
+    """Arrow's "Row #50002" is the 50,002nd record, its header counted: with newlines in values, line 100,002."""
+    with open(tmp_path / "fields.csv", "w") as f:
+        f.write("id,t\n")
+        f.writelines(f'{i},"line one\nline {i}"\n' for i in range(50_000))
+        f.write('50000,"x",extra\n')
+    said = r"as csv: CSV parse error: record 50,002 \(counted from 1, a header included\): Expected 2 columns, got 3"
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "fields.csv"), str(tmp_path / "out"), piles=2, read_options={"newlines_in_values": True}
+        )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("fault", ["long value", "quote never closed"])
 def test_a_csv_record_longer_than_the_block_is_said_with_where_and_what_to_do(tmp_path, sync_scheduler, fault):
     """Arrow says "straddling object straddles two block boundaries (try to increase block size?)": no place, no

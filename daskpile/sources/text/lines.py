@@ -221,6 +221,13 @@ def refused_line(
             ": if the file is in another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1)"
         )
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
+    if changed := re.search(r"Column\(/([^)]*)\) changed from null to ", message):
+        message += (
+            f" (the field was null or absent in every line of the first file's first MiB, so typed null: declare its "
+            f"type, e.g. --read-option column_types.{changed[1]}=int64)"
+        )
+    elif "Invalid encoding in string" in message and format == "jsonl":
+        message += " (a string not closed on its line, or a raw control character in it)"
     if names:  # Arrow numbers CSV columns from 0
         message = re.sub(r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}", message)
     return (

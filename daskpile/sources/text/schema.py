@@ -122,7 +122,11 @@ def csv_errors(url: str, format: str):
     try:
         yield
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise ValueError(f"cannot read {url!r} as {format}: {error_line(e)}") from None
+        # Arrow's "Row #N" of a streamed CSV is its Nth record, a header counted: not a line when values hold newlines
+        said = re.sub(
+            r"Row #(\d+): ", lambda m: f"record {int(m[1]):,} (counted from 1, a header included): ", error_line(e)
+        )
+        raise ValueError(f"cannot read {url!r} as {format}: {said}") from None
 
 
 def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
