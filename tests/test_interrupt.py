@@ -15,6 +15,7 @@ import pytest
 from _util import DASKPILE, file_bytes, finished_partitions, uninterrupted_run
 
 from daskpile.datasets import write_reference_dataset
+from daskpile.engine._run import RUN_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +119,8 @@ def test_in_pass_1_on_every_scheduler_the_run_resumes(source, tmp_path, schedule
     assert status == 130
     line = the_one_line(stderr)
     assert line.startswith(RESUMABLE) and str(tmp_path / "scratch") in line
+    # dest is named once pass 2 has begun there: before, it is not made yet (it named one that did not exist)
+    assert str(tmp_path / "out") not in line and not (tmp_path / "out").exists()
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20)
@@ -129,7 +132,9 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     args = shuffle_args(source, tmp_path, "--output-format", "jsonl")
     status, _, stderr = interrupted_when(args, lambda process: process.stdout.readline().startswith("pass 1:"))
     assert status == 130
-    assert the_one_line(stderr).startswith(RESUMABLE)
+    line = the_one_line(stderr)
+    begun = (tmp_path / "out" / RUN_FILE).exists()  # (the SIGINT may land before pass 2 writes its run file)
+    assert line.startswith(RESUMABLE) and line.endswith(f" and {tmp_path / 'out'}") == begun
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     reference = uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20, output_format="jsonl")

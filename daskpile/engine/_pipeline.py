@@ -509,7 +509,7 @@ def shuffle_plan(
         if finished is not None:
             return finished
         run.prepare_scratch()
-        with _resumable(run.scratch, run.dest_url):
+        with _resumable(run.scratch, run.dest_fs, run.dest_path):
             scattered = run.scatter()
             names, gathered = run.gather(scattered)
             fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
@@ -836,13 +836,17 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
 
 
 @contextlib.contextmanager
-def _resumable(scratch_dir: Scratch, dest_url: str):
+def _resumable(scratch_dir: Scratch, dest_fs, dest_path: str):
     """An interruption or an unexpected failure of the passes says what can be resumed, and where its state is."""
     try:
         yield
     except (KeyboardInterrupt, Exception) as e:
         if not isinstance(e, VerificationError) and scratch_dir.fs.exists(scratch_dir.directory):
-            state = f"{full_url(scratch_dir.fs, scratch_dir.directory)} and {dest_url}"
+            # dest, once pass 2 has begun there (an interruption in pass 1 leaves it as it was, or not made)
+            state = full_url(scratch_dir.fs, scratch_dir.directory)
+            with contextlib.suppress(Exception):  # (never in the way of the error said)
+                if run_state.read(dest_fs, dest_path) is not None:
+                    state += f" and {full_url(dest_fs, dest_path)}"
             e.add_note(f"resumable: run the same call again; its state is in {state} (daskpile clean removes it "
                        "once it cannot be resumed)")  # fmt: skip
             with contextlib.suppress(AttributeError):
