@@ -156,17 +156,14 @@ class PileDataset(IterableDataset):
     def _loader_for_iteration(self) -> PileLoader:
         """This process's loader (a DataLoader worker's, or the main one's), at the start of the epoch asked
         for, or where a loaded state is."""
-        # A worker forked from a process that had made its loader inherits that loader: not its own share
-        here = (os.getpid(), _worker_id())
-        if self._loader is None or self._loader_of != here:
-            self._loader, self._loader_of = self.loader(*_worker_share()), here
+        loader = self._own_loader()
         asked = int(self._shared[_SET]) != self._set_seen  # set_epoch since this process's last iteration began
         self._set_seen = int(self._shared[_SET])
         state, self._state = self._state, None
         if state is not None and self._resumes(state, asked):
-            self._loader.load_state_dict(state)
+            loader.load_state_dict(state)
             self._shared[_EPOCH] = state["epoch"]  # (the next iteration reads it again, unless set_epoch says)
-            return self._loader
+            return loader
         if _worker_id() is None and self._read_whole == (self.epoch, self._set_seen) and not asked:
             # (a worker cannot tell an epoch read whole: what it read ahead, the loop may have left unread)
             warnings.warn(
@@ -174,8 +171,8 @@ class PileDataset(IterableDataset):
                 "set_epoch(epoch) before each epoch for a new order (as with DistributedSampler)",
                 stacklevel=3,
             )
-        self._loader.restart(self.epoch, self.version)
-        return self._loader
+        loader.restart(self.epoch, self.version)
+        return loader
 
     def _resumes(self, state: dict, asked: bool) -> bool:
         """Whether a loaded state is resumed: unless ``set_epoch`` asked for another epoch since this process's
@@ -199,9 +196,15 @@ class PileDataset(IterableDataset):
         """
         if self._state is not None:  # loaded and not yet resumed: still where it says
             return dict(self._state)
-        if self._loader is None or self._loader_of != (os.getpid(), _worker_id()):
-            self._loader, self._loader_of = self.loader(*_worker_share()), (os.getpid(), _worker_id())
-        return self._loader.state_dict()
+        return self._own_loader().state_dict()  # (made here if nothing was read: the epoch's start)
+
+    def _own_loader(self) -> PileLoader:
+        """This process's loader, made on first use."""
+        # A worker forked from a process that had made its loader inherits that loader: not its own share
+        here = (os.getpid(), _worker_id())
+        if self._loader is None or self._loader_of != here:
+            self._loader, self._loader_of = self.loader(*_worker_share()), here
+        return self._loader
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state`` when the next iteration begins, unless ``set_epoch`` asked for another epoch.

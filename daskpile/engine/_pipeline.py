@@ -460,8 +460,7 @@ def shuffle_parquet(
         )
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
-        format=format, read_options=read_options, keep_json_lines=output.format == "jsonl",
-        keep_csv_text=output.format == "csv",
+        format=format, read_options=read_options, written_as=output.format,
     )  # fmt: skip
     output.check(plan.schema)
     return shuffle_plan(

@@ -289,17 +289,18 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
 def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[str], frozenset[str]]:
     """The integer and boolean columns of a file with a null, and those its footer has no null count of."""
     wanted = {f.name for f in schema if integer_or_boolean(f.type)}
+    # Only those columns' chunks: a wide file of many row groups has row groups x columns of them
+    columns = {i: footer.schema.column(i).path for i in range(footer.num_columns)}
+    columns = {i: name for i, name in columns.items() if name in wanted}
     nulls, uncounted = set(), set()
-    for group in range(footer.num_row_groups):
+    for group in range(footer.num_row_groups if columns else 0):
         row_group = footer.row_group(group)
-        for i in range(row_group.num_columns):
-            chunk = row_group.column(i)
-            if chunk.path_in_schema in wanted:
-                stats = chunk.statistics
-                if stats is None or not stats.has_null_count:
-                    uncounted.add(chunk.path_in_schema)
-                elif stats.null_count:
-                    nulls.add(chunk.path_in_schema)
+        for i, name in columns.items():
+            stats = row_group.column(i).statistics
+            if stats is None or not stats.has_null_count:
+                uncounted.add(name)
+            elif stats.null_count:
+                nulls.add(name)
     return frozenset(nulls), frozenset(uncounted)
 
 

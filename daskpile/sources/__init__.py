@@ -142,16 +142,15 @@ def plan_sources(
     stray_files: str = "skip",
     format: str = "auto",
     read_options: dict | None = None,
-    keep_json_lines: bool = False,
-    keep_csv_text: bool = False,
+    written_as: str | None = None,
 ) -> SourcePlan:
     """The plan of what ``source`` names: see ``shuffle_parquet`` for the arguments.
 
-    ``keep_json_lines``: read JSON lines as written (``TextOptions.as_written``)
+    ``written_as``: the output format the rows go to.  JSON lines written out
+    as JSON lines are read as written (``TextOptions.as_written``), and a CSV
+    written out as a CSV each value as its text (``TextOptions.as_text``),
     where the read options do not say and nothing asks for parsed rows (a
-    declared type, partition folders): for JSON lines written out as JSON lines.
-    ``keep_csv_text``: likewise, each value of a CSV as its text
-    (``TextOptions.as_text``), for a CSV written out as a CSV.
+    declared type; for JSON lines, partition folders).
 
     >>> plan = plan_sources("lake/events/", schema="unify")  # doctest: +SKIP
     >>> plan.schema.names, len(plan.files)  # doctest: +SKIP
@@ -163,16 +162,15 @@ def plan_sources(
         with reaching(*filesystem(first, storage_options), "source"):
             return _plan_sources(
                 source, storage_options, partitioning, schema, version, stray_files, format, read_options,
-                keep_json_lines, keep_csv_text,
+                written_as,
             )  # fmt: skip
     except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
         raise PermissionError(f"source {source!r}: access denied: {e}") from None
 
 
 def _plan_sources(
-    source, storage_options, partitioning, schema, version, stray_files, format, read_options, keep_json_lines,
-    keep_csv_text,
-) -> SourcePlan:  # fmt: skip
+    source, storage_options, partitioning, schema, version, stray_files, format, read_options, written_as
+) -> SourcePlan:
     schemas.check_policy(schema)
     if stray_files not in ("skip", "error"):
         raise ValueError(f"stray_files must be 'skip' or 'error', got {stray_files!r}")
@@ -221,9 +219,7 @@ def _plan_sources(
         for (info, pairs), stamp in zip(files, stamps, strict=True)
     ]
     if format != "parquet":
-        options = _as_written(text.TextOptions.of(format, read_options), key_fields, keep_json_lines)
-        if options.format in ("csv", "tsv") and options.as_text is None:  # not said: as the output keeps them
-            options = dataclasses.replace(options, as_text=keep_csv_text and not options.column_types)
+        options = _as_output_keeps(text.TextOptions.of(format, read_options), key_fields, written_as)
         reading = _text_reading(fs, source_files, key_fields, options)
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
@@ -231,15 +227,20 @@ def _plan_sources(
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
 
 
-def _as_written(options: text.TextOptions, key_fields: pa.Schema, keep_json_lines: bool) -> text.TextOptions:
+def _as_output_keeps(options: text.TextOptions, key_fields: pa.Schema, written_as: str | None) -> text.TextOptions:
+    """The read options, with what the output keeps of the text where they do not say: JSON lines as written, a
+    CSV's values as their text."""
     if options.as_written and len(key_fields):
         raise ValueError(
             f"read option as_written keeps JSON lines as written, and key=value folders would add the columns "
             f"{key_fields.names}: pass partitioning='none' (--partitioning none), or as_written=false"
         )
+    if options.format in ("csv", "tsv") and options.as_text is None:
+        return dataclasses.replace(options, as_text=written_as == "csv" and not options.column_types)
     if options.format != "jsonl" or options.as_written is not None:
         return options
-    return dataclasses.replace(options, as_written=keep_json_lines and not options.column_types and not len(key_fields))
+    keep = written_as == "jsonl" and not options.column_types and not len(key_fields)
+    return dataclasses.replace(options, as_written=keep)
 
 
 def _named_only(item: listing.Listed, format: str) -> listing.Listed:
