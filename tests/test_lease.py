@@ -12,6 +12,7 @@ import pytest
 from _util import DASKPILE, daskpile_command, sorted_source, start_lease_holder
 
 import daskpile
+from daskpile import _storage
 from daskpile.engine import _lease
 
 
@@ -92,8 +93,9 @@ def test_the_lease_is_renewed_while_the_run_lives_and_a_run_that_lost_it_does_no
         assert lease_file()["renewed"] > first
         lease.check()
         other = {**lease_file(), "owner": "another", "pid": 1}  # a run that took it over, thinking us dead
-        with open(path, "w") as f:
-            json.dump(other, f)
+        # Written as a run writes it, whole at once: a file read half-written is another writer's too, and
+        # the renewal thread reading it so would say the lease went to "a run whose lease is being written".
+        _storage.write_bytes(fs, path, json.dumps(other).encode())
         time.sleep(0.3)
         assert lease_file()["owner"] == "another"  # never written over by our renewals
         with pytest.raises(daskpile.DestBusyError, match="lease went to the run of pid 1"):
