@@ -1,5 +1,6 @@
 """Kill -9 the driver at several points; running the same call again resumes the run."""
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -211,3 +212,13 @@ def test_an_old_result_stays_whole_until_its_replacement_is_complete(source, uni
         report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), overwrite=True)
     assert report.resumed_piles >= 6 and file_bytes(dest) == uninterrupted
     assert [n for n in os.listdir(dest) if n.startswith(".")] == []
+
+
+def test_a_run_s_band_count_is_kept_in_its_state_and_runs_in_8_bands_keep_their_keys():
+    """A resumed run reads its scratch in the bands it wrote, whatever ``bands_for`` would say now."""
+    from daskpile.engine import _run
+
+    spec = _run.RunSpec(("a.csv",), ("1",), piles=8, seed=1, dest="/d", blocksize=1, bands=2)
+    assert _run.RunSpec.from_json(spec.to_json()) == spec
+    eight = dataclasses.replace(spec, bands=8)
+    assert "bands" not in eight.to_json() and _run.RunSpec.from_json(eight.to_json()) == eight

@@ -214,3 +214,71 @@ def test_pass_2_reads_rather_than_maps_more_scratch_files_than_a_reader_may_map(
     assert read.rows == mapped.rows == 6_000 and read.fingerprint == mapped.fingerprint
     for name in ("part-00000.parquet", "part-00001.parquet", "part-00002.parquet"):
         assert (tmp_path / "read" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()
+
+
+def test_a_pile_of_many_small_slices_is_combined_as_read_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
+    """A slice holds an array a column whatever its rows: 150 tasks of 3 columns is 450 arrays a pile."""
+    monkeypatch.setattr(_scratch, "COMPACT_ARRAYS", 100)
+    fs, _ = filesystem(str(tmp_path))
+    expected = {j: [] for j in range(4)}
+    for k in range(150):
+        table = pa.table({"x": np.arange(20) + 20 * k, "s": [f"v{i}" for i in range(20)], "y": np.ones(20)})
+        grouped, counts = _kernels.scatter(table, 4, _random.generator(0, _random.SCATTER, k))
+        _scratch.write_piles(fs, _scratch.scratch_path(str(tmp_path), k), grouped, counts)
+        starts = _kernels.offsets(counts)
+        for j in range(4):
+            expected[j].append(grouped.slice(starts[j], counts[j]))
+    with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 150)) as reader:
+        for j in range(4):
+            batches = reader.pile(j)
+            assert len(batches) == 4 + 14  # 34 slices (102 arrays) combined into one, four times; 14 as read
+            assert pa.Table.from_batches(batches).equals(pa.Table.from_batches(expected[j]))
+
+
+def test_combining_a_pile_s_slices_changes_nothing_in_the_output(tmp_path, monkeypatch):
+    import dask
+    import pyarrow.parquet as pq
+
+    import daskpile
+
+    source = tmp_path / "source"
+    write_reference_dataset(str(source), rows=6_000, files=150)  # 150 tasks: 150 slices a pile
+    outputs = {}
+    with dask.config.set(scheduler="sync"):
+        for arrays in (10**9, 100):
+            monkeypatch.setattr(_scratch, "COMPACT_ARRAYS", arrays)
+            dest = tmp_path / str(arrays)
+            outputs[arrays] = daskpile.shuffle_parquet(str(source), str(dest), piles=3, seed=1, blocksize=1)
+    assert outputs[100].fingerprint == outputs[10**9].fingerprint
+    for name in ("part-00000.parquet", "part-00001.parquet", "part-00002.parquet"):
+        assert pq.read_table(tmp_path / "100" / name).equals(pq.read_table(tmp_path / str(10**9) / name))
+
+
+def test_a_wide_source_in_small_partitions_is_scattered_in_fewer_bands_to_the_same_output(tmp_path, monkeypatch):
+    """300 columns in ranges of 32 KiB: split in 8 bands, each range's files would be mostly schema."""
+    import dask
+    import pyarrow.parquet as pq
+
+    import daskpile
+
+    source = tmp_path / "wide.csv"
+    with open(source, "w") as f:
+        f.write(",".join(f"c{j}" for j in range(300)) + "\n")
+        for i in range(200):
+            f.write(",".join(str(i * 300 + j) for j in range(300)) + "\n")
+    written = []
+    write_piles = _scratch.write_piles
+    monkeypatch.setattr(_scratch, "write_piles", lambda fs, path, *a: written.append(path) or write_piles(fs, path, *a))
+    with dask.config.set(scheduler="sync"):
+        fewer = daskpile.shuffle_parquet(str(source), str(tmp_path / "fewer"), piles=8, seed=1, blocksize="512KiB")
+        names = [_scratch.parse_scratch_name(path.rsplit("/", 1)[1]) for path in written]
+        ranges = {(partition, piece) for partition, piece, _ in names}
+        assert len(ranges) > 4 and len(written) == len(ranges)  # a file a range, not 8
+        written.clear()
+        monkeypatch.setattr(_scratch, "bands_for", lambda *args: _scratch.BANDS)
+        eight = daskpile.shuffle_parquet(str(source), str(tmp_path / "eight"), piles=8, seed=1, blocksize="512KiB")
+        assert len(written) == 8 * len(ranges)
+    assert fewer.fingerprint == eight.fingerprint
+    for j in range(8):
+        name = f"part-{j:05d}.parquet"
+        assert pq.read_table(tmp_path / "fewer" / name).equals(pq.read_table(tmp_path / "eight" / name))

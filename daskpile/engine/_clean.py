@@ -122,7 +122,7 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
     changed = _changed_source(spec, storage_options)
     if changed:
         return f"its source changed since ({changed})"
-    scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles))
+    scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles, spec.bands))
     output = _outputs.Output.from_key(spec.output)
     staging = posixpath.join(dest, spec.staging())  # an overwrite's parts, beside the result it replaces
     targets = [staging, dest] if dest_fs.exists(staging) else [dest]  # (a commit stopped halfway moved some)

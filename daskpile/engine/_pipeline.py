@@ -606,14 +606,19 @@ class _Run:
             if self.previous is not None:  # resuming: keep the run's count even if the cluster changed
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
-        self.scratch = dataclasses.replace(self.scratch, bands=_scratch.band_bounds(self.piles))
+        bands = (
+            self.previous.bands
+            if self.previous is not None
+            else _scratch.bands_for(self.estimated_bytes / max(len(self.partitions), 1), self.plan.schema)
+        )
+        self.scratch = dataclasses.replace(self.scratch, bands=_scratch.band_bounds(self.piles, bands))
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
         if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
             print(f"source: {self.plan}", flush=True)
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
-            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(),
+            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands,
         )  # fmt: skip
 
     def finished_already(self) -> ShuffleReport | None:

@@ -17,6 +17,7 @@ import posixpath
 import fsspec
 
 from daskpile._storage import write_bytes
+from daskpile.engine._scratch import BANDS
 
 RUN_FILE = "_daskpile.run.json"
 STAGING_PREFIX = ".daskpile-staging-"
@@ -34,6 +35,7 @@ class RunSpec:
     schema_key: str | None = None  # the schema the rows are read into, and the policy that made it
     second_pass: str = "eager"  # "lazy": piles written unpermuted, for PileLoader to permute on load
     output: str = "parquet"  # the files' format and compression, "lines:zstd"
+    bands: int = BANDS  # of scratch (``_scratch.bands_for``): decided from the source, kept when resumed
 
     def to_json(self) -> dict:
         return {
@@ -47,6 +49,7 @@ class RunSpec:
             "schema_key": self.schema_key,
             "second_pass": self.second_pass,
             **({"output": self.output} if self.output != "parquet" else {}),  # the keys of Parquet runs as they were
+            **({"bands": self.bands} if self.bands != BANDS else {}),  # (and of runs in 8 bands)
         }
 
     @classmethod
@@ -64,6 +67,7 @@ class RunSpec:
             data.get("schema_key"),
             data.get("second_pass", "eager"),
             data.get("output", "parquet"),
+            int(data.get("bands", BANDS)),
         )
 
     def key(self) -> str:

@@ -15,8 +15,8 @@ in pieces of whole row groups, each with its own scratch file
 
 A run of ``shuffle_parquet`` splits those files further, by bands of
 consecutive piles (``scatter-00000k-b3.arrow`` holds the rows the partition
-sent to the piles of band 3; see ``BANDS``), so that pass 2 can remove each
-band's files as soon as every pile of the band is written.
+sent to the piles of band 3; see ``BANDS``, and ``bands_for``), so that pass 2
+can remove each band's files as soon as every pile of the band is written.
 
 Scratch is uncompressed: it is written once and read once, sequentially, and
 compressing it costs more CPU than the bytes it saves on local disk.
@@ -152,6 +152,25 @@ class Scratch:
 # ``discard``), and it keeps the disk busy, not the CPU: removing each band while pass 2 works on the others
 # hides all but the share of the bands finished last.  More bands mean more, smaller files.
 BANDS = 8
+
+
+# Every scratch file holds its schema twice and, per batch, about this many bytes a column: a band's file is
+# worth its own only if it holds several times that.  A CSV of 300 columns in 128 KiB ranges (--blocksize 2MiB)
+# wrote 402 MiB of scratch for 81 MiB of rows in 8 bands (files of about 64 KiB, mostly schema), 148 MiB in 1.
+BATCH_BYTES_PER_COLUMN = 64
+BAND_FILE_TIMES_OVERHEAD = 8
+
+
+def bands_for(partition_bytes: float, schema: pa.Schema) -> int:
+    """How many bands to split scratch into: ``BANDS``, fewer when a partition's rows (``partition_bytes`` in
+    memory, on average) cut in that many files would make files of little more than their schema.
+
+    >>> wide = pa.schema([(f"c{i}", pa.int64()) for i in range(300)])  # 50 KB a file besides its rows
+    >>> bands_for(16 * 2**20, wide), bands_for(2**20, wide), bands_for(128 * 2**10, wide)
+    (8, 2, 1)
+    """
+    overhead = 2 * len(schema.serialize()) + BATCH_BYTES_PER_COLUMN * len(schema)
+    return int(min(BANDS, max(1, partition_bytes // (BAND_FILE_TIMES_OVERHEAD * overhead))))
 
 
 def band_bounds(piles: int, bands: int = BANDS) -> tuple[int, ...]:
@@ -469,12 +488,15 @@ class PileReader:
             self._one_at_a_time = files is None  # more scratch files than this process may hold open
             self._files, self._band = files or [], band
         if self._one_at_a_time:
-            return [batch for slices in self.pile_slices(pile) for batch in slices]
-        slices = [found for f in self._files for found in f.pile(pile)]
-        if self.mapped:
-            # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
-            self._mapped += sum(row_bytes for _, row_bytes in slices)
-        return [batch for batch, _ in slices]
+            return compacted((batch, batch.get_total_buffer_size()) for s in self.pile_slices(pile) for batch in s)
+        return compacted(self._counted(found for f in self._files for found in f.pile(pile)))
+
+    def _counted(self, slices: Iterator[tuple[pa.RecordBatch, int]]) -> Iterator[tuple[pa.RecordBatch, int]]:
+        for batch, row_bytes in slices:
+            if self.mapped:
+                # The pages touched are the pile's, not the whole batch's: what is mapped stays untouched until read.
+                self._mapped += row_bytes
+            yield batch, row_bytes
 
     def pile_slices(self, pile: int) -> Iterator[list[pa.RecordBatch]]:
         """The slices of one pile, a scratch file's at a time (one slice, or several for a pile cut in batches),
@@ -499,6 +521,41 @@ class PileReader:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# A pile is a slice of every pass-1 task's scratch file, and each slice holds an Arrow array a column, of
+# hundreds of bytes of C++ and Python objects whatever its rows: 1,300 slices of 300 columns held 132 MiB
+# beside their rows.  So the slices of a pile are combined as they are read (after, the memory freed is not
+# given back), into batches of at least this many arrays (70 MiB held there): a copy of their rows, made only
+# for piles of many tasks times columns (a few columns from a few hundred tasks are left as read).
+COMPACT_ARRAYS = 16_384
+# Slices adding up to more bytes than this are not combined: their objects are small beside their rows, and
+# a string column longer than 2 GiB cannot be one array.
+COMPACT_BYTES = 256 * 2**20
+
+
+def compacted(slices) -> list[pa.RecordBatch]:
+    """The batches of ``(batch, bytes)`` pairs, in order, each run of ``COMPACT_ARRAYS`` arrays combined into
+    one batch: the same rows in the same order.
+
+    >>> one_row = pa.record_batch({"x": [1]})
+    >>> [b.num_rows for b in compacted([(one_row, 8)] * (COMPACT_ARRAYS + 2))]
+    [16384, 1, 1]
+    """
+    batches: list[pa.RecordBatch] = []
+    run: list[pa.RecordBatch] = []
+    run_bytes = 0
+    for batch, nbytes in slices:
+        run.append(batch)
+        run_bytes += nbytes
+        if len(run) * max(batch.num_columns, 1) < COMPACT_ARRAYS:
+            continue
+        if run_bytes <= COMPACT_BYTES:
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):  # schemas that differ
+                run = pa.Table.from_batches(run).combine_chunks().to_batches() or run[:1]  # (no rows: one empty)
+        batches.extend(run)
+        run, run_bytes = [], 0
+    return batches + run
 
 
 # How long the process keeps a scratch run's files open after its last pile read (``read_pile``): a
