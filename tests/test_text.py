@@ -770,13 +770,18 @@ def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, s
     assert not (tmp_path / "out").exists()
 
 
-def test_a_streamed_csv_record_is_named_as_a_record_not_as_arrows_row(tmp_path, sync_scheduler):
-    """Arrow's "Row #50002" is the 50,002nd record, its header counted: with newlines in values, line 100,002."""
-    with open(tmp_path / "fields.csv", "w") as f:
-        f.write("id,t\n")
-        f.writelines(f'{i},"line one\nline {i}"\n' for i in range(50_000))
-        f.write('50000,"x",extra\n')
-    said = r"as csv: CSV parse error: record 50,002 \(counted from 1, a header included\): Expected 2 columns, got 3"
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_a_streamed_csv_record_is_named_as_a_record_not_as_arrows_row_and_by_its_line(tmp_path, sync_scheduler, ending):
+    """Arrow's "Row #50002" is the 50,002nd record, its header counted, empty lines not: with newlines in
+    values and two empty lines, it begins on line 100,004."""
+    with open(tmp_path / "fields.csv", "w", newline="") as f:
+        f.write(f"id,t{ending}{ending}")
+        f.writelines(f'{i},"line one{ending}line {i}"{ending}' for i in range(50_000))
+        f.write(f'{ending}50000,"x",extra{ending}')
+    said = (
+        r"as csv: CSV parse error: record 50,002 \(counted from 1, a header included\), on line 100,004: Expected 2 "
+        r"columns, got 3"
+    )
     with pytest.raises(ValueError, match=said):
         daskpile.shuffle_parquet(
             str(tmp_path / "fields.csv"), str(tmp_path / "out"), piles=2, read_options={"newlines_in_values": True}
@@ -821,7 +826,7 @@ def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sy
     (tmp_path / "bad.csv").write_text(path.read_text() + "1,2,3\n")
     with pytest.raises(
         ValueError,
-        match=r"bad\.csv' as csv: CSV parse error: record 3,003 \(counted from 1, a header included\): Expected 2 col",
+        match=r"bad\.csv' as csv: CSV parse error: record 3,003 \(counted from 1, a header included\), on line 6,002: ",
     ):
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
 

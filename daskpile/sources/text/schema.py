@@ -4,6 +4,7 @@ newlines), inferred by Arrow's readers, and the inferences that would lose data 
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import re
@@ -68,7 +69,7 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
         try:
             # The file itself, not its first bytes alone: given those, Arrow took the record they cut short for
             # a whole one (a row short of fields refused, or its cut last value inferred as another type)
-            with open_decompressed(fs, path) as f, csv_errors(full_url(fs, path), options.format):
+            with open_decompressed(fs, path) as f, csv_errors(fs, path, options):
                 reader = stream_csv(f, options, declared, block)
                 batch = next(iter(reader), None)
             break
@@ -118,15 +119,44 @@ TAIL_BYTES = 2**16
 
 
 @contextlib.contextmanager
-def csv_errors(url: str, format: str):
+def csv_errors(fs, path: str, options: TextOptions):
+    """Arrow's errors reading a whole CSV file as one error naming it, and the line of the record blamed."""
     try:
         yield
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         # Arrow's "Row #N" of a streamed CSV is its Nth record, a header counted: not a line when values hold newlines
-        said = re.sub(
-            r"Row #(\d+): ", lambda m: f"record {int(m[1]):,} (counted from 1, a header included): ", error_line(e)
-        )
-        raise ValueError(f"cannot read {url!r} as {format}: {said}") from None
+        def said_where(match: re.Match) -> str:
+            record = int(match[1])
+            line = record_line(fs, path, options, record)
+            on_line = f", on line {line:,}" if line is not None else ""
+            return f"record {record:,} (counted from 1, a header included){on_line}: "
+
+        said = re.sub(r"Row #(\d+): ", said_where, error_line(e))
+        raise ValueError(f"cannot read {full_url(fs, path)!r} as {options.format}: {said}") from None
+
+
+def record_line(fs, path: str, options: TextOptions, record: int) -> int | None:
+    """The line on which record ``record`` of a CSV begins (counted from 1, a header included, empty lines
+    not, as Arrow counts them); None if Python's reader cannot tell.
+
+    An error's path: the file is read again up to that record, by Python's ``csv``, which takes a quote as
+    Arrow does, opening a value only at its start.
+    """
+    quoting = {"quotechar": options.quote_char} if options.quote_char else {"quoting": csv.QUOTE_NONE}
+    try:
+        with open_decompressed(fs, path) as raw:
+            text = io.TextIOWrapper(raw, encoding=options.encoding, errors="replace", newline="")
+            reader = csv.reader(text, delimiter=options.separator, strict=False, **quoting)
+            seen, before = 0, 0  # records, and the lines read before the current one
+            for row in reader:
+                if row:
+                    seen += 1
+                    if seen == record:
+                        return before + 1
+                before = reader.line_num
+    except (csv.Error, OSError, ValueError):  # a field over csv's size limit, say: the record alone is said
+        return None
+    return None
 
 
 def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
