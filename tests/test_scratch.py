@@ -235,6 +235,24 @@ def test_a_pile_of_many_small_slices_is_combined_as_read_the_same_rows_in_the_sa
             assert pa.Table.from_batches(batches).equals(pa.Table.from_batches(expected[j]))
 
 
+@pytest.mark.parametrize("fields, one_at_a_time", [(450, False), (449, True)])
+def test_a_band_of_more_columns_in_all_than_a_reader_may_hold_open_is_read_a_file_at_a_time(
+    tmp_path, monkeypatch, fields, one_at_a_time
+):
+    """An open file holds its schema and its last batch, objects a column: 150 files of 3 columns is 450."""
+    monkeypatch.setattr(_scratch, "OPEN_FIELDS", fields)
+    fs, _ = filesystem(str(tmp_path))
+    expected = []
+    for k in range(150):
+        table = pa.table({"x": np.arange(20) + 20 * k, "s": [f"v{i}" for i in range(20)], "y": np.ones(20)})
+        grouped, counts = _kernels.scatter(table, 4, _random.generator(0, _random.SCATTER, k))
+        _scratch.write_piles(fs, _scratch.scratch_path(str(tmp_path), k), grouped, counts)
+        expected.append(grouped.slice(_kernels.offsets(counts)[2], counts[2]))
+    with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 150)) as reader:
+        assert pa.Table.from_batches(reader.pile(2)).equals(pa.Table.from_batches(expected))
+        assert reader._one_at_a_time is one_at_a_time and len(reader._files) == (0 if one_at_a_time else 150)
+
+
 def test_combining_a_pile_s_slices_changes_nothing_in_the_output(tmp_path, monkeypatch):
     import dask
     import pyarrow.parquet as pq
