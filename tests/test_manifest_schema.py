@@ -30,10 +30,9 @@ def source(tmp_path_factory):
 
 def test_the_schema_is_a_valid_json_schema_of_the_current_format():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["properties"]["format"]["enum"] == [
-        daskpile.engine._manifest.FORMAT,
-        daskpile.engine._manifest.WINDOW_FORMAT,
-    ]
+    from daskpile.engine import _manifest  # (not an attribute of daskpile until imported)
+
+    assert SCHEMA["properties"]["format"]["enum"] == [_manifest.FORMAT, _manifest.WINDOW_FORMAT]
 
 
 @pytest.mark.parametrize(
@@ -51,6 +50,15 @@ def test_manifests_of_real_runs_follow_the_schema(source, tmp_path, sync_schedul
     daskpile.shuffle_parquet(source, str(tmp_path / "out"), **options)
     manifest = check(tmp_path / "out")
     assert sum(manifest["rows_per_file"]) == manifest["rows"] == 40_000
+
+
+def test_a_run_in_fewer_scratch_bands_follows_it(source, tmp_path, sync_scheduler, monkeypatch):
+    """The band count is the run's, for resuming it, not the call's: the manifest's run does not record it."""
+    from daskpile.engine import _scratch
+
+    monkeypatch.setattr(_scratch, "bands_for", lambda *args: 2)
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3, seed=1)
+    assert "bands" not in check(tmp_path / "out")["run"]
 
 
 def test_a_partitioned_lake_and_an_empty_source_follow_it(tmp_path, sync_scheduler):

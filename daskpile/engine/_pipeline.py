@@ -755,7 +755,7 @@ class _Run:
             null_columns=_passes.union_of_nulls(r.nulls for r in scattered),
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
-            run=self.spec.to_json(),
+            run=self.spec.call_json(),
             file_stamps=_stamps(listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
             second_pass=self.second_pass,
             output=self.output,

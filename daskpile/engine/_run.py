@@ -52,6 +52,10 @@ class RunSpec:
             **({"bands": self.bands} if self.bands != BANDS else {}),  # (and of runs in 8 bands)
         }
 
+    def call_json(self) -> dict:
+        """What a manifest records of the call: ``to_json`` without what only the run's scratch needs."""
+        return {key: value for key, value in self.to_json().items() if key != "bands"}
+
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
         files, stamps = tuple(data["source_files"]), tuple(data["source_stamps"])
