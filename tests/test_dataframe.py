@@ -709,3 +709,27 @@ def test_the_seed_drawn_for_none_is_the_results_seed_and_shuffles_alike_again(sy
     again = daskpile.shuffle(ddf, piles=4, seed=drawn.seed)
     assert isinstance(drawn.seed, int) and again.seed == drawn.seed
     pd.testing.assert_frame_equal(drawn.compute(), again.compute())
+
+
+def test_combining_a_pile_s_slices_as_read_leaves_each_pile_as_it_was(monkeypatch):
+    """A pile's slices are combined once they hold many arrays; an empty slice must not bring its own types:
+    partition 0's one row, in one pile only, came with a category "z" of no row into every pile."""
+    from daskpile.engine import _scratch
+
+    parts = []
+    for k in range(60):
+        n = 1 if k == 0 else 8
+        part = pd.DataFrame({"x": np.arange(n) + 100 * k, "v": np.arange(n, dtype=float)})
+        part["c"] = pd.Categorical(["z"] * n) if k == 0 else pd.Categorical(np.resize(["a", "b"], n))
+        parts.append(part)
+    meta = parts[1].iloc[:0].astype({"c": pd.CategoricalDtype(["__UNKNOWN_CATEGORIES__"])})
+    ddf = dd.from_delayed([dask.delayed(p) for p in parts], meta=meta, verify_meta=False)
+    piles = {}
+    with dask.config.set(scheduler="sync"):
+        for arrays in (10**9, 40):  # 60 slices of 4 arrays (the index too): combined by 10
+            monkeypatch.setattr(_scratch, "COMPACT_ARRAYS", arrays)
+            shuffled = daskpile.shuffle(ddf, piles=4, seed=1)
+            piles[arrays] = [shuffled.partitions[j].compute() for j in range(4)]
+    for as_read, combined in zip(piles[10**9], piles[40], strict=True):
+        pd.testing.assert_frame_equal(as_read, combined)
+        assert ("z" in set(combined["c"].cat.categories)) == ("z" in set(combined["c"]))

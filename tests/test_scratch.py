@@ -231,7 +231,8 @@ def test_a_pile_of_many_small_slices_is_combined_as_read_the_same_rows_in_the_sa
     with _scratch.PileReader(_scratch.Scratch(fs, str(tmp_path), 150)) as reader:
         for j in range(4):
             batches = reader.pile(j)
-            assert len(batches) == 4 + 14  # 34 slices (102 arrays) combined into one, four times; 14 as read
+            held = sum(1 for part in expected[j] if part.num_rows)  # (empty slices are left out)
+            assert len(batches) == held // 34 + held % 34  # each 34 slices (102 arrays) combined into one
             assert pa.Table.from_batches(batches).equals(pa.Table.from_batches(expected[j]))
 
 

@@ -633,9 +633,7 @@ def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
 ) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
-    batches = read_pile(run.variant(variant, scattered["partitions"]), pile, scattered.get("id"))
-    # Empty slices may carry types no other partition has (an empty categorical's null dictionary).
-    batches = [b for b in batches if b.num_rows] or batches[:1]
+    batches = read_pile(run.variant(variant, scattered["partitions"]), pile, scattered.get("id"))  # (no empties)
     table = _passes.gather_table(batches, pile, seed)
     expected = scattered["rows_per_pile"][pile]
     if table.num_rows != expected:

@@ -540,8 +540,8 @@ COMPACT_BYTES = 256 * 2**20
 
 
 def compacted(slices) -> list[pa.RecordBatch]:
-    """The batches of ``(batch, bytes)`` pairs, in order, each run of ``COMPACT_ARRAYS`` arrays combined into
-    one batch: the same rows in the same order.
+    """The batches of ``(batch, bytes)`` pairs holding rows, in order, each run of ``COMPACT_ARRAYS`` arrays
+    combined into one batch: the same rows in the same order (no rows: the first batch, to say the schema).
 
     >>> one_row = pa.record_batch({"x": [1]})
     >>> [b.num_rows for b in compacted([(one_row, 8)] * (COMPACT_ARRAYS + 2))]
@@ -550,7 +550,11 @@ def compacted(slices) -> list[pa.RecordBatch]:
     batches: list[pa.RecordBatch] = []
     run: list[pa.RecordBatch] = []
     run_bytes = 0
+    empty = None
     for batch, nbytes in slices:
+        if not batch.num_rows:  # (its types may be its own: an empty categorical's dictionary of nulls)
+            empty = empty or batch
+            continue
         run.append(batch)
         run_bytes += nbytes
         if len(run) * max(batch.num_columns, 1) < COMPACT_ARRAYS:
@@ -560,7 +564,7 @@ def compacted(slices) -> list[pa.RecordBatch]:
                 run = pa.Table.from_batches(run).combine_chunks().to_batches() or run[:1]  # (no rows: one empty)
         batches.extend(run)
         run, run_bytes = [], 0
-    return batches + run
+    return batches + run or ([empty] if empty is not None else [])
 
 
 # An open scratch file holds its schema, and the batch last read from it an Arrow array a column: about
