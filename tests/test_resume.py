@@ -216,8 +216,9 @@ def test_an_old_result_stays_whole_until_its_replacement_is_complete(source, uni
 
 def test_a_run_s_band_count_is_kept_in_its_state_and_runs_in_8_bands_keep_their_keys():
     """A resumed run reads its scratch in the bands it wrote, whatever ``bands_for`` would say now."""
-    from daskpile.engine import _run
+    from daskpile.engine import _run, _scratch
 
+    assert _run.BANDS == _scratch.BANDS
     spec = _run.RunSpec(("a.csv",), ("1",), piles=8, seed=1, dest="/d", blocksize=1, bands=2)
     assert _run.RunSpec.from_json(spec.to_json()) == spec
     eight = dataclasses.replace(spec, bands=8)

@@ -17,7 +17,8 @@ import posixpath
 import fsspec
 
 from daskpile._storage import write_bytes
-from daskpile.engine._scratch import BANDS
+
+BANDS = 8  # _scratch.BANDS, the most bands: a run state without "bands" was written in that many
 
 RUN_FILE = "_daskpile.run.json"
 STAGING_PREFIX = ".daskpile-staging-"

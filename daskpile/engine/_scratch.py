@@ -493,7 +493,7 @@ class PileReader:
             self._one_at_a_time = files is None  # more scratch files than this process may hold open
             self._files, self._band = files or [], band
         if self._one_at_a_time:
-            return compacted((batch, batch.get_total_buffer_size()) for s in self.pile_slices(pile) for batch in s)
+            return compacted(found for slices in self._slices_one_file_at_a_time(pile) for found in slices)
         return compacted(self._counted(found for f in self._files for found in f.pile(pile)))
 
     def _counted(self, slices: Iterator[tuple[pa.RecordBatch, int]]) -> Iterator[tuple[pa.RecordBatch, int]]:
@@ -510,10 +510,14 @@ class PileReader:
         For piles too large to hold: a slice's pages are unmapped as soon as
         the caller drops the slice, so memory holds what the caller keeps.
         """
+        for slices in self._slices_one_file_at_a_time(pile):
+            yield [batch for batch, _ in slices]
+
+    def _slices_one_file_at_a_time(self, pile: int) -> Iterator[list[tuple[pa.RecordBatch, int]]]:
         for path in self.scratch.paths(self.scratch.band_of(pile)):
             f = self._open(path)
             try:
-                slices = [batch for batch, _ in f.pile(pile)]
+                slices = f.pile(pile)
             finally:
                 f.close()
             yield slices
@@ -534,14 +538,16 @@ class PileReader:
 # given back), into batches of at least this many arrays (70 MiB held there): a copy of their rows, made only
 # for piles of many tasks times columns (a few columns from a few hundred tasks are left as read).
 COMPACT_ARRAYS = 16_384
-# Slices adding up to more bytes than this are not combined: their objects are small beside their rows, and
-# a string column longer than 2 GiB cannot be one array.
-COMPACT_BYTES = 256 * 2**20
+# Slices adding up to more bytes than this are not combined: their objects are small beside their rows (at
+# most 700 bytes an array against 1 KiB), and the copy would raise the pile's peak (a run of 256 MiB: 958 MiB
+# against 696 for a pile of 110 tasks of 300 columns).
+COMPACT_BYTES = 16 * 2**20
 
 
 def compacted(slices) -> list[pa.RecordBatch]:
     """The batches of ``(batch, bytes)`` pairs holding rows, in order, each run of ``COMPACT_ARRAYS`` arrays
-    combined into one batch: the same rows in the same order (no rows: the first batch, to say the schema).
+    and at most ``COMPACT_BYTES`` combined into one batch (a run whose schemas differ left as read): the same
+    rows in the same order (no rows at all: the first batch, to say the schema).
 
     >>> one_row = pa.record_batch({"x": [1]})
     >>> [b.num_rows for b in compacted([(one_row, 8)] * (COMPACT_ARRAYS + 2))]
@@ -686,7 +692,7 @@ def read_pile(scratch: Scratch, pile: int, run_id: str | None = None) -> list[pa
     slice of every scratch file: opening them all for every pile cost 0.41 s
     of the 3.9 s of dataset A in 64 piles on one thread (2,560 opens, most of
     it reading footers).  The files stay open, read rather than memory-mapped
-    (a batch is copied once, as ``take`` would copy it anyway), for one run at a
+    (a batch is copied once, as ``take`` would copy it anyway; twice if ``compacted``), for one run at a
     time, and are closed ``IDLE_SECONDS`` after the last read.
     """
     return _OPEN_RUN.pile(scratch, pile, run_id)
