@@ -9,7 +9,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, daskpile_command, sorted_source, start_lease_holder
+from _util import DASKPILE, daskpile_command, eventually, sorted_source, start_lease_holder
 
 import daskpile
 from daskpile import _storage
@@ -89,15 +89,22 @@ def test_the_lease_is_renewed_while_the_run_lives_and_a_run_that_lost_it_does_no
 
     with _lease.held(fs, dest) as lease:
         first = lease_file()["renewed"]
-        time.sleep(0.5)
-        assert lease_file()["renewed"] > first
+        eventually(lambda: lease_file()["renewed"] > first, what="the lease renewed")
         lease.check()
         other = {**lease_file(), "owner": "another", "pid": 1}  # a run that took it over, thinking us dead
-        # Written as a run writes it, whole at once: a file read half-written is another writer's too, and
-        # the renewal thread reading it so would say the lease went to "a run whose lease is being written".
+
+        def taken_over() -> bool:
+            # Written as a run writes it, whole at once (a file read half-written is another writer's too).  A
+            # renewal that read the lease as ours just before may still write over it once (a read, then a
+            # write: no store offers more); the next one sees ours again, so the other run writes again
+            _storage.write_bytes(fs, path, json.dumps(other).encode())
+            time.sleep(0.2)
+            return lease.lost is not None
+
+        eventually(taken_over, what="the renewal thread saw the lease taken over")
         _storage.write_bytes(fs, path, json.dumps(other).encode())
         time.sleep(0.3)
-        assert lease_file()["owner"] == "another"  # never written over by our renewals
+        assert lease_file()["owner"] == "another"  # once seen taken over, never written over by our renewals
         with pytest.raises(daskpile.DestBusyError, match="lease went to the run of pid 1"):
             lease.check()
     assert lease_file()["owner"] == "another"  # not ours to remove
