@@ -318,7 +318,8 @@ def test_an_index_dropped_after_the_shuffle_is_not_shuffled_and_the_rows_keep_th
 def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle(sync_scheduler, monkeypatch):
     from daskpile.engine import _scratch
 
-    monkeypatch.setattr(_scratch, "IDLE_SECONDS", 0.2)
+    # Idle for 2 s, not less: a loaded machine may take longer than a fraction of a second between two piles
+    monkeypatch.setattr(_scratch, "IDLE_SECONDS", 2.0)
     opened = []
     real_open = _scratch._open_scratch
     monkeypatch.setattr(_scratch, "_open_scratch", lambda *a: opened.append(a[1]) or real_open(*a))
@@ -327,15 +328,14 @@ def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle
     first.persist(), second.persist()  # pass 1 of each
     opened.clear()
     piles = [first.partitions[j].compute() for j in range(5)] + [second.partitions[j].compute() for j in range(3)]
+    reader = _scratch._OPEN_RUN.reader  # (checked after the frames below, which may take longer than idle)
     assert len(opened) == 2 * 4  # each run's 4 files, once, not once per pile
+    assert reader is not None and not reader.mapped  # pages mapped between tasks would stay in a worker's memory
     pd.testing.assert_frame_equal(pd.concat(piles[:5]).sort_index(), ddf.compute())
     pd.testing.assert_frame_equal(pd.concat(piles[5:]).sort_index(), ddf.compute())
-    assert _scratch._OPEN_RUN.reader is not None
-    assert not _scratch._OPEN_RUN.reader.mapped  # pages mapped between tasks would stay in the worker's memory
-    deadline = time.monotonic() + 5  # a timer armed by an earlier test may still run with the default delay
-    while _scratch._OPEN_RUN.reader is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _scratch._OPEN_RUN.reader is None  # closed once idle: a removed file's space is freed
+    # closed once idle (a removed file's space is freed); a timer armed by an earlier test may still run with the
+    # default delay
+    eventually(lambda: _scratch._OPEN_RUN.reader is None, timeout=10, what="the scratch files closed once idle")
 
 
 def test_a_projection_is_pushed_below_the_shuffle_so_only_its_columns_are_read_and_shuffled(uneven, tmp_path):

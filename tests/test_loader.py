@@ -518,7 +518,9 @@ def test_prefetch_keeps_a_fast_consumer_fed(datasets, prefetch):
         time.sleep(0.1)
     assert loader.stats.groups == 8 and loader.stats.first_wait >= 0.2
     if prefetch:
-        assert loader.stats.waited < 0.1
+        # About 0 s on a quiet machine; a loaded one may delay the reader's thread a little (a pile read ahead
+        # only every other time would wait 0.7 s, none 1.4)
+        assert loader.stats.waited < 0.5
     else:
         assert loader.stats.waited >= 7 * 0.2
 
