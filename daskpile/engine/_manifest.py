@@ -62,6 +62,16 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def union_of_nulls(parts) -> frozenset[str] | None:
+    """The columns holding a null in any part (a manifest's ``null_columns``); None if a part did not record its own.
+
+    >>> union_of_nulls([frozenset({"a"}), frozenset({"b"})]) == {"a", "b"}, union_of_nulls([frozenset(), None])
+    (True, None)
+    """
+    parts = list(parts)
+    return None if any(p is None for p in parts) else frozenset().union(*parts)
+
+
 def build(
     *,
     piles: int,

@@ -131,18 +131,8 @@ def scatter_partition(
         _fingerprint.total(r.fingerprint for r in results) if fingerprint else None,
         reused=all(r.reused for r in results),
         pieces=len(results),
-        nulls=union_of_nulls(r.nulls for r in results),
+        nulls=_manifest.union_of_nulls(r.nulls for r in results),
     )
-
-
-def union_of_nulls(parts) -> frozenset[str] | None:
-    """The columns holding a null in any part; None if a part did not record its own.
-
-    >>> union_of_nulls([frozenset({"a"}), frozenset({"b"})]) == {"a", "b"}, union_of_nulls([frozenset(), None])
-    (True, None)
-    """
-    parts = list(parts)
-    return None if any(p is None for p in parts) else frozenset().union(*parts)
 
 
 def _finished_scatter(

@@ -752,7 +752,7 @@ class _Run:
             seconds={"scatter": round(self.seconds_scatter, 3), "gather": round(self.seconds_gather, 3)},
             fingerprint=fingerprint,
             file_fingerprints=[r.fingerprint for r in gathered] if fingerprint is not None else None,
-            null_columns=_passes.union_of_nulls(r.nulls for r in scattered),
+            null_columns=_manifest.union_of_nulls(r.nulls for r in scattered),
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.call_json(),

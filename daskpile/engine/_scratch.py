@@ -467,9 +467,8 @@ class PileReader:
         try:
             for path in paths:
                 files.append(self._open(path))
-                if len(paths) * len(files[0].reader.schema) > OPEN_FIELDS:
-                    for f in files:
-                        f.close()
+                if len(files) == 1 and len(paths) * len(files[0].reader.schema) > OPEN_FIELDS:
+                    files.pop().close()
                     return None
         except OSError as e:
             for f in files:

@@ -444,6 +444,5 @@ def recorded_nulls(null_columns: list[str] | None) -> tuple[str, ...] | None:
 
 def nulls_of(generations) -> tuple[str, ...] | None:
     """The columns holding a null in any of ``generations``; None if one of them did not record its own."""
-    if any(g.null_columns is None for g in generations):
-        return None
-    return tuple(sorted({name for g in generations for name in g.null_columns}))
+    nulls = _manifest.union_of_nulls(g.null_columns for g in generations)
+    return None if nulls is None else tuple(sorted(nulls))
