@@ -19,6 +19,7 @@ import threading
 import time
 
 import dask
+import dask.system
 import dask.threaded
 import psutil
 
@@ -132,7 +133,7 @@ def total_threads() -> int:
     """Threads of the current Dask client, or of this machine without one."""
     client = current_client()
     if client is None:
-        return os.cpu_count() or 1
+        return dask.system.CPU_COUNT
     return max(1, sum(client.nthreads().values()))
 
 
@@ -144,7 +145,7 @@ def memory_per_thread() -> int:
         limits = [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")]
         if limits:
             return int(min(limits))
-    return psutil.virtual_memory().total // (os.cpu_count() or 1)
+    return psutil.virtual_memory().total // dask.system.CPU_COUNT
 
 
 def task(fn, *args, key: str, **kwargs) -> dask.delayed:
@@ -192,7 +193,7 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
         if _configured() not in (None, "threads", "threading"):
             return list(dask.compute(*tasks, scheduler=_local_scheduler()))
         # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
-        pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or dask.system.CPU_COUNT)
         interrupted = False
         try:
             return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile.loader import PileLoader
@@ -31,7 +32,8 @@ class PileDataset(IterableDataset):
     int64 tensors in their column's unit (days for a date; a null as
     ``-2**63``, numpy's NaT),
     strings and other values as NumPy arrays.  Give the DataLoader
-    ``batch_size=None``, since the batches are made here.
+    ``batch_size=None``, since the batches are made here.  The arguments
+    are checked, and the path read, when the dataset is made.
 
     Each iteration reads the epoch ``set_epoch`` last asked for (or ``epoch``)
     from its start, with or without workers, persistent or not: the epoch
@@ -54,6 +56,10 @@ class PileDataset(IterableDataset):
     canonical_ranks
         Streams an epoch is cut into, over all ranks and workers.  Default:
         ``world_size`` times the DataLoader's workers.
+    threads
+        Each DataLoader worker's reading threads.  Default: the cores this
+        process may use, shared out among its workers and among the ranks on
+        this machine (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets).
 
     Examples
     --------
@@ -79,25 +85,40 @@ class PileDataset(IterableDataset):
         **options,
     ):
         super().__init__()
+        if "output" in options:
+            raise TypeError(
+                "PileDataset: output= is not an option: its batches are dicts of tensors (strings and other values "
+                "as NumPy arrays); read PileLoader(output='arrow' or 'pandas') in a loop without a DataLoader"
+            )
         path = as_urls(path, "path")
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader
         version = self.options.pop("version", None)
-        if version is None and isinstance(path, str):  # one version for every worker
-            version = _current_version(path, options.get("storage_options"))
         self.rank, self.world_size, self.canonical_ranks = rank, world_size, canonical_ranks
         # What every process of the DataLoader reads when an iteration begins: shared memory, which persistent
         # workers see change (a copy of the dataset made when they started would not), as Hugging Face's
         # IterableDataset keeps its epoch
-        self._shared = torch.tensor([epoch, _NO_VERSION if version is None else version, 0], dtype=torch.int64)
+        self._shared = torch.tensor([epoch, _NO_VERSION, 0, 0], dtype=torch.int64)
         self._shared.share_memory_()
         # This process's own: set_epoch's calls seen when its last iteration began (a worker made afresh
         # inherits the main process's), and the (epoch, calls) it last read whole, without workers
         self._set_seen, self._read_whole = 0, None
         self._state: dict | None = None  # loaded, resumed when the next iteration begins (in this process)
+        self._state_of: int | None = None  # the process that loaded it
         self._loader: PileLoader | None = None
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
+        if version is not None:
+            self._shared[_VERSION] = version
+        # Made now, so that a wrong argument (a column, a rank, the path) is said here, not by each DataLoader
+        # worker at the first batch; and one version of a window for every worker
+        made = self._own_loader()
+        if made.version is not None:
+            self._shared[_VERSION] = made.version
+
+    def __getstate__(self) -> dict:
+        # A spawned DataLoader worker makes a loader of its own share: this process's is not sent to it
+        return {**self.__dict__, "_loader": None, "_loader_of": None}
 
     @property
     def epoch(self) -> int:
@@ -132,8 +153,12 @@ class PileDataset(IterableDataset):
                 f"{workers} DataLoader workers on each of {self.world_size} ranks make {world_size} readers, which "
                 f"do not divide canonical_ranks {self.canonical_ranks}: change num_workers or canonical_ranks"
             )
+        # The process's cores shared out among its DataLoader workers, and among the ranks on this machine
+        # (torchrun's LOCAL_WORLD_SIZE): each worker's loader has a pool of its own
+        share = available_cores() // (workers * int(os.environ.get("LOCAL_WORLD_SIZE", 1) or 1))
+        options = {"threads": max(1, share), **self.options}
         return PileLoader(
-            **self.options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
+            **options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
             canonical_ranks=self.canonical_ranks or world_size, version=self.version,
         )  # fmt: skip
 
@@ -157,9 +182,16 @@ class PileDataset(IterableDataset):
         """This process's loader (a DataLoader worker's, or the main one's), at the start of the epoch asked
         for, or where a loaded state is."""
         loader = self._own_loader()
+        self._shared[_WORKERS] = _worker_share()[1] if _worker_id() is not None else 0
         asked = int(self._shared[_SET]) != self._set_seen  # set_epoch since this process's last iteration began
         self._set_seen = int(self._shared[_SET])
         state, self._state = self._state, None
+        if state is not None and _worker_id() is not None and self._state_of != os.getpid():
+            raise ValueError(
+                "PileDataset: a state given to load_state_dict in the main process is one loader's position, and "
+                "each DataLoader worker has its own: resume through torchdata's StatefulDataLoader "
+                "(its load_state_dict gives each worker its state), or with num_workers=0"
+            )
         if state is not None and self._resumes(state, asked):
             loader.load_state_dict(state)
             self._shared[_EPOCH] = state["epoch"]  # (the next iteration reads it again, unless set_epoch says)
@@ -192,10 +224,18 @@ class PileDataset(IterableDataset):
         """Where this process's loader is; see ``PileLoader.state_dict``.
 
         With ``num_workers > 0`` the loaders live in the workers: torchdata's
-        ``StatefulDataLoader`` asks each of them.
+        ``StatefulDataLoader`` asks each of them.  Asked in the main process
+        after workers read, it raises: it cannot see where they are.
         """
         if self._state is not None:  # loaded and not yet resumed: still where it says
             return dict(self._state)
+        workers = int(self._shared[_WORKERS])
+        if workers and _worker_id() is None:
+            raise RuntimeError(
+                f"PileDataset.state_dict(): the last iteration was read by {workers} DataLoader workers, whose "
+                "positions this process cannot see (its own loader is at the epoch's start): checkpoint through "
+                "torchdata's StatefulDataLoader (its state_dict asks each worker), or read with num_workers=0"
+            )
         return self._own_loader().state_dict()  # (made here if nothing was read: the epoch's start)
 
     def _own_loader(self) -> PileLoader:
@@ -215,11 +255,12 @@ class PileDataset(IterableDataset):
         """
         if not self._seed_given:
             self.options["seed"] = state["seed"]
-        self._state = state
+        self._state, self._state_of = state, os.getpid()
 
 
-# The shared tensor: the epoch and version the next iteration reads, and set_epoch's calls
-_EPOCH, _VERSION, _SET = range(3)
+# The shared tensor: the epoch and version the next iteration reads, set_epoch's calls, and the DataLoader
+# workers that read the iteration begun last (0: the main process)
+_EPOCH, _VERSION, _SET, _WORKERS = range(4)
 _NO_VERSION = -1
 
 
@@ -231,14 +272,6 @@ def _worker_id() -> int | None:
 def _worker_share() -> tuple[int, int]:
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def _current_version(path: str, storage_options) -> int | None:
-    """The version a daskpile result's manifest holds now; None for other Parquet data."""
-    try:
-        return PileLoader.current_version(path, storage_options)
-    except FileNotFoundError:
-        return None
 
 
 def _tensor(values: np.ndarray):

@@ -10,13 +10,14 @@ from pathlib import Path
 import dask
 import fsspec
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 import daskpile
-from daskpile.loader.pile_loader import _numpy
+from daskpile.loader.pile_loader import CoBatch, _numpy
 from tests._cluster import moto_s3
 from tests._util import daskpile_in_process, sorted_source
 
@@ -347,7 +348,9 @@ def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
     state = loader.state_dict()
     assert json.loads(json.dumps(state)) == state
     assert all(
-        type(v) is int for k, v in state.items() if k not in ("format", "drop_last", "starts", "version", "data")
+        type(v) is int
+        for k, v in state.items()
+        if k not in ("format", "drop_last", "starts", "version", "data", "lazy")
     )
 
 
@@ -379,6 +382,9 @@ def test_a_state_of_another_shuffle_of_the_same_rows_is_refused_and_a_copy_elsew
     state = loader.state_dict()
     with pytest.raises(ValueError, match="the state belongs to another dataset: its files, or their rows"):
         daskpile.PileLoader(str(tmp_path / "other"), batch_size=700, seed=1).load_state_dict(state)
+    # the lazy result of the same seed has the same files and rows, each file in another order
+    with pytest.raises(ValueError, match=r"taken on eager piles, this loader reads lazy piles \(second_pass='lazy'\)"):
+        daskpile.PileLoader(datasets["lazy"], batch_size=700, seed=1).load_state_dict(state)
     shutil.copytree(datasets["eager"], tmp_path / "moved")
     resumed = daskpile.PileLoader(str(tmp_path / "moved"), batch_size=700, seed=1)
     resumed.load_state_dict(state)
@@ -571,7 +577,6 @@ MIX_MEMORY = """
 import os, sys, time
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 import daskpile
-os.cpu_count = lambda: 2  # the loader's column threads, each permuting a column at a time: as measured
 from daskpile.loader import reading
 
 directory, mix, prefetch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -581,7 +586,8 @@ for j in range(8):
     pq.write_table(pile, f"{directory}/part-{j}.parquet", compression="none")
 reading.PART_ROWS = 8192  # 7 parts a file, as B's 1.56 M-row piles make 2 parts of 2**20
 rows = 0
-for batch in daskpile.PileLoader(directory, batch_size=1000, seed=0, mix=mix, prefetch=prefetch):
+# threads=2: the loader's column threads, each permuting a column at a time, as measured
+for batch in daskpile.PileLoader(directory, batch_size=1000, seed=0, mix=mix, prefetch=prefetch, threads=2):
     rows += batch.num_rows
     time.sleep(0.001)  # a consumer slower than the reader: it reads as far ahead as it may
 print(rows, pa.default_memory_pool().max_memory() / pile.nbytes)
@@ -623,17 +629,13 @@ def test_loading_a_pile_does_not_hold_it_read_and_permuted_whole_at_once(tmp_pat
     assert pool.max_memory() < 1.8 * pile.nbytes
 
 
-def test_a_batch_across_two_groups_holds_a_batch_of_the_first_not_its_last_part(tmp_path, monkeypatch):
+def test_a_batch_across_two_groups_holds_a_batch_of_the_first_not_its_last_part(tmp_path):
     """The rows a group ends with short of a batch are a view of a part of a batch's rows (no copy): what a
     batch across groups keeps of the group it began in is that part, not one of the group's large parts."""
-    import os
-
-    import pyarrow as pa
-
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # parts of 3,500 rows, then the last 3,000 (a batch)
     for j in range(3):
         pq.write_table(pa.table({"id": np.arange(j * 10_000, (j + 1) * 10_000)}), tmp_path / f"part-{j}.parquet")
-    batches = list(daskpile.PileLoader(str(tmp_path), batch_size=3_000, seed=0, prefetch=1))
+    # two threads: parts of 3,500 rows, then the last 3,000 (a batch)
+    batches = list(daskpile.PileLoader(str(tmp_path), batch_size=3_000, seed=0, prefetch=1, threads=2))
     across = [batch for batch in batches if len(set(batch["id"].to_numpy() // 10_000)) > 1]
     assert len(across) == 2  # 10,000 rows a group: batches of 3,000 end a group short by 1,000, then 2,000
     for batch in across:
@@ -721,6 +723,14 @@ def test_numpy_output_gives_a_column_with_a_null_anywhere_one_dtype_in_every_bat
         flag[order % 89 != 0], order[order % 89 != 0] % 2
     )
 
+    # pandas: the dtypes pd.read_parquet gives the files (float64, object), in batches without a null too
+    frames = list(daskpile.PileLoader(str(tmp_path / "piles"), batch_size=32, seed=2, output="pandas"))
+    dtypes = {name: {str(f[name].dtype) for f in frames} for name in table.column_names}
+    assert dtypes == {"id": {"int64"}, "user": {"float64"}, "flag": {"object"}, "whole": {"int16"}}
+    assert any(f["user"].notna().all() for f in frames)
+    whole = pd.concat(frames, ignore_index=True).sort_values("id", ignore_index=True)
+    pd.testing.assert_frame_equal(whole, pd.read_parquet(tmp_path / "source.parquet"))
+
 
 def test_a_window_records_the_columns_with_nulls_of_its_generations(tmp_path):
     """A null only in an appended generation: the window's manifest lists its column, before and after compact."""
@@ -758,6 +768,8 @@ def test_numpy_dtypes_of_columns_with_nulls_without_a_manifest_come_from_the_foo
         pq.write_table(pa.table({"id": list(rows)}), tmp_path / "keys" / f"day={day}" / "part-0.parquet")
     batches = list(daskpile.PileLoader(str(tmp_path / "keys"), batch_size=8, seed=0, output="numpy"))
     assert {str(b["day"].dtype) for b in batches} == {"float64"}
+    frames = list(daskpile.PileLoader(str(tmp_path / "keys"), batch_size=8, seed=0, output="pandas"))
+    assert {str(f["day"].dtype) for f in frames} == {"float64"}
     assert sorted(np.concatenate([b["id"][np.isnan(b["day"])] for b in batches]).tolist()) == list(range(100, 110))
 
     (tmp_path / "plain").mkdir()
@@ -765,6 +777,26 @@ def test_numpy_dtypes_of_columns_with_nulls_without_a_manifest_come_from_the_foo
     with pytest.warns(UserWarning, match=r"whether 'id', 'user' hold a null is not recorded"):
         loader = daskpile.PileLoader(str(tmp_path / "plain"), batch_size=16, seed=0, output="numpy")
     assert {str(b["user"].dtype) for b in loader} == {"float64", "int64"}  # batch by batch, as said
+
+
+def test_shuffle_ddf_to_parquet_counts_the_nulls_of_an_integer_index_it_writes(tmp_path):
+    """Its index, named or not, is a column of the files: without null counts, every numpy loader warned."""
+    import warnings
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    for name in ("user_id", None):
+        frame = pd.DataFrame({"x": np.arange(600)}, index=pd.Index(np.arange(600), name=name))
+        with dask.config.set(scheduler="sync"):
+            daskpile.shuffle(dd.from_pandas(frame, npartitions=2), piles=2, seed=0).to_parquet(
+                str(tmp_path / str(name))
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader = daskpile.PileLoader(str(tmp_path / str(name)), batch_size=100, seed=0, output="numpy",
+                                         columns=["x", name or "__null_dask_index__"])  # fmt: skip
+        assert {str(b[name or "__null_dask_index__"].dtype) for b in loader} == {"int64"}
 
 
 def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
@@ -1089,3 +1121,14 @@ def test_key_folders_count_below_the_path_given_and_a_files_own_column_wins(tmp_
         batch = next(iter(daskpile.PileLoader(str(path), batch_size=10, seed=0)))
         assert batch.schema.names == ["id", "year", "day"] and set(batch["year"].to_pylist()) == {2023}
         assert sorted(batch["day"].to_pylist()) == [1, 1, 2, 2]
+
+
+def test_a_result_of_no_rows_has_no_pairs_to_co_batch(tmp_path):
+    (tmp_path / "source").mkdir()
+    pq.write_table(pa.table({"id": np.arange(0)}), tmp_path / "source" / "a.parquet")
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(tmp_path / "source"), str(tmp_path / "piles"), piles=4, seed=0)
+    loader = daskpile.PileLoader(str(tmp_path / "piles"), batch_size=4, seed=0)
+    assert list(loader) == [] and loader.co_batch_rate() == CoBatch(0.0, 0.0, 0)
+    command = [sys.executable, "-m", "daskpile", "epochs", str(tmp_path / "piles"), "--json"]
+    assert json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)

@@ -273,3 +273,59 @@ def test_workers_forked_after_the_main_process_read_take_their_own_share(piles):
     again = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=0)]).tolist()
     more = torch.cat([b["id"] for b in DataLoader(data, batch_size=None, num_workers=2, timeout=60)]).tolist()
     assert sorted(again) == sorted(more) == list(range(ROWS))
+
+
+def test_the_main_process_state_after_workers_read_is_refused_not_the_epoch_s_start(piles):
+    """With a plain DataLoader of workers, the main process's loader never moved: its state would replay the epoch."""
+    data = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    iterator = iter(DataLoader(data, batch_size=None, num_workers=2))
+    for _ in range(5):
+        next(iterator)
+    with pytest.raises(RuntimeError, match="read by 2 DataLoader workers, whose positions this process cannot see"):
+        data.state_dict()
+    del iterator
+    list(DataLoader(data, batch_size=None, num_workers=0))  # read in this process again: its state is its own
+    assert data.state_dict()["epoch"] == 0
+
+
+def test_a_state_loaded_in_the_main_process_is_refused_by_workers(piles):
+    data = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    iterator = iter(DataLoader(data, batch_size=None))
+    next(iterator)
+    state = data.state_dict()
+    resumed = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    resumed.load_state_dict(state)
+    with pytest.raises(ValueError, match="each DataLoader worker has its own: resume through torchdata"):
+        list(DataLoader(resumed, batch_size=None, num_workers=2))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"columns": ["lable"]}, ValueError, "columns: 'lable' not in"),
+        ({"colums": ["id"]}, TypeError, "unexpected keyword argument 'colums'"),
+        ({"output": "pandas"}, TypeError, "output= is not an option"),
+        ({"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
+        ({"rank": 5, "world_size": 2}, ValueError, "rank 5 is not below world_size 2"),
+        ({"path": "no-such-dir"}, FileNotFoundError, "no-such-dir"),
+    ],
+)
+def test_a_wrong_argument_is_refused_when_the_dataset_is_made(piles, tmp_path, arguments, error, message):
+    """Not by each worker at the first batch, after the model is set up (and with numbers of its own making)."""
+    arguments = {"path": piles, "batch_size": 300, "seed": 3, **arguments}
+    if arguments["path"] == "no-such-dir":
+        arguments["path"] = str(tmp_path / "no-such-dir")
+    with pytest.raises(error, match=message):
+        PileDataset(arguments.pop("path"), **arguments)
+
+
+def test_each_worker_reads_with_its_share_of_the_cores(piles, monkeypatch):
+    """Not every core in every worker of every rank: 8 ranks of 8 workers on 64 cores would run 4,096 threads."""
+    monkeypatch.setattr("daskpile.torch.available_cores", lambda: 64)
+    data = PileDataset(piles, batch_size=300, seed=3)
+    assert data.loader(0, 1)._threads == 64
+    assert data.loader(1, 4)._threads == 16
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert data.loader(0, 4)._threads == 2
+    assert data.loader(0, 16)._threads == 1
+    assert PileDataset(piles, batch_size=300, seed=3, threads=3).loader(0, 4)._threads == 3

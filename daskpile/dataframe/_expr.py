@@ -248,12 +248,7 @@ class PileFrame(dd.DataFrame):
 
     def to_parquet(self, path, *, compute: bool = True, compute_kwargs: dict | None = None, **kwargs):
         categorical = [str(c) for c, t in self._meta.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
-        # statistics of integers and booleans only, for their null counts (PileLoader's numpy dtypes)
-        counted = [
-            str(c)
-            for c, t in self._meta.dtypes.items()
-            if pd.api.types.is_integer_dtype(t) or pd.api.types.is_bool_dtype(t)
-        ]
+        counted = _null_counted(self._meta, kwargs.get("write_index", True))
         kwargs.setdefault("write_statistics", counted or False)
         kwargs.setdefault("use_dictionary", categorical or False)
         kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
@@ -269,6 +264,23 @@ class PileFrame(dd.DataFrame):
         for barrier in write.expr.find_operations(ToParquetBarrier):
             barrier.fs.invalidate_cache(barrier.path)  # as Dask's to_parquet does after writing
         return result
+
+
+def _null_counted(meta: pd.DataFrame, write_index: bool) -> list[str]:
+    """The columns ``to_parquet`` writes statistics of, for their null counts (``PileLoader`` gives a column with
+    a null in any file one dtype in every batch): integers and booleans, the index too as Dask writes it.
+
+    >>> _null_counted(pd.DataFrame({"x": [1], "s": ["a"]}, index=pd.Index([7], name="user")), write_index=True)
+    ['x', 'user']
+    """
+
+    def counts(dtype) -> bool:
+        return pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
+
+    counted = [str(name) for name, dtype in meta.dtypes.items() if counts(dtype)]
+    if write_index and counts(meta.index.dtype):
+        counted.append("__null_dask_index__" if meta.index.name is None else str(meta.index.name))  # as Dask names it
+    return counted
 
 
 SNAPPY_WHERE_IT_PAYS = "daskpile: snappy where it pays"  # PileFrame.to_parquet's default compression

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 
+from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile._words import count
@@ -102,7 +103,7 @@ class PileLoader:
         times less often.
     prefetch
         Files read and permuted ahead, beyond the group being consumed, in
-        background threads (one a core).  The loader holds at most ``mix +
+        background threads (``threads``).  The loader holds at most ``mix +
         prefetch`` files, and as many rows as that many of the largest
         file (a group is let go part by part as it is consumed; a rank
         reading several streams, see ``canonical_ranks``, holds ``mix`` files
@@ -126,7 +127,10 @@ class PileLoader:
         longest wraps around to rows of its own from this epoch.
     output
         ``"arrow"`` (a ``pyarrow.Table`` per batch), ``"pandas"`` (with the
-        dtypes pandas gives the files: nullable integers stay ``Int64``; and
+        dtypes pandas gives the files, in every batch: an integer or boolean
+        column with a null in any file is float64 or object, as
+        ``pd.read_parquet`` gives it, in batches without one too; nullable
+        integers stay ``Int64``; and
         their named index, unless ``columns`` is given: then the columns
         named, an index's among them, are columns and the index is a range,
         where ``pd.read_parquet(columns=...)`` would add the index), or
@@ -150,6 +154,11 @@ class PileLoader:
         version, so that they share out the same rows); ``state_dict``
         records it, so a resumed epoch reads it too.  A window's pile is all
         its generations, loaded and permuted together.
+    threads
+        The threads that read and permute files, their columns spread over
+        them.  Default: the cores this process may use (its CPU affinity,
+        within its cgroup's CPU quota, as a Kubernetes CPU limit sets it).
+        ``PileDataset`` gives each DataLoader worker its share.
 
     Examples
     --------
@@ -180,8 +189,10 @@ class PileLoader:
         output: str = "arrow",
         storage_options: dict | None = None,
         version: int | None = None,
+        threads: int | None = None,
     ):
         batch_size, world_size, mix = _positive(batch_size=batch_size, world_size=world_size, mix=mix)
+        (threads,) = _positive(threads=available_cores() if threads is None else threads)
         (canonical,) = _positive(canonical_ranks=canonical_ranks or world_size)
         epoch, rank, prefetch = _at_least_zero(epoch=epoch, rank=rank, prefetch=prefetch)
         if rank >= world_size:
@@ -204,8 +215,7 @@ class PileLoader:
         self._layout = Layout(canonical, world_size, batch_size, drop_last, (0,) * canonical)
         self._epoch, self._batches = epoch, 0
         self._cached_plan: tuple = (None, None)  # ((seed, epoch), its plan)
-        # reads and permutes a group's columns on every core (Arrow and numpy let go of the GIL)
-        self._threads = os.cpu_count() or 1
+        self._threads = threads  # (Arrow and numpy let go of the GIL: a thread a core)
         self._pools: dict[int, TaskPool] = {}
         self.stats: LoadStats | None = None
         self._iteration = 0  # which iterator is current (see __iter__)
@@ -294,12 +304,12 @@ class PileLoader:
 
     def _warn_of_uncounted_nulls(self) -> None:
         uncounted = [name for name in self.columns if name in self.units.uncounted]
-        if self.output == "numpy" and uncounted:
+        if self.output != "arrow" and uncounted:
             warnings.warn(
-                f"PileLoader(output='numpy'): whether {', '.join(map(repr, uncounted))} hold a null is not recorded "
-                "(a result written before daskpile recorded it, or files without null counts), so a batch of "
-                "them holding one is float64 and the others keep their dtype; shuffle the data again for one "
-                "dtype in every batch, or read output='pandas' or 'arrow'",
+                f"PileLoader(output={self.output!r}): whether {', '.join(map(repr, uncounted))} hold a null is not "
+                "recorded (a result written before daskpile recorded it, or files without null counts), so a batch "
+                "of them holding one is float64 (booleans: object) and the others keep their dtype; shuffle the "
+                "data again for one dtype in every batch, or read output='arrow'",
                 stacklevel=3,
             )
 
@@ -330,9 +340,10 @@ class PileLoader:
         try:
             for batch in _batches(loaded, self.batch_size):
                 self._check_current(iteration)
+                converted = self._convert(batch)  # (a batch numpy refuses is not counted as read)
                 self._batches += 1
                 self._finished = None
-                yield self._convert(batch)
+                yield converted
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
@@ -394,6 +405,7 @@ class PileLoader:
             "starts": list(self._layout.starts),
             "batches": self._batches,
             "data": self.units.key,
+            "lazy": self.units.lazy,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -439,6 +451,8 @@ class PileLoader:
         first = self._epoch if first_epoch is None else first_epoch
         second = first + 1 if second_epoch is None else second_epoch
         batch_a, batch_b = self._batch_of_rows(first), self._batch_of_rows(second)
+        if not len(batch_a):  # no rows: no pairs
+            return CoBatch(0.0, 0.0, 0)
         both = (batch_a >= 0) & (batch_b >= 0)
         sizes_a = np.bincount(batch_a[batch_a >= 0])
         sizes_b = np.bincount(batch_b[batch_b >= 0])
@@ -490,7 +504,8 @@ class PileLoader:
 
     def _convert(self, batch: pa.Table):
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
-            return batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
+            frame = batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
+            return _pandas_with_nulls(frame, self.units.nulls)
         if self.output == "numpy":
             return {
                 name: _numpy(name, column, name in self.units.nulls)
@@ -523,6 +538,12 @@ class PileLoader:
             raise ValueError(
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
+            )
+        if state.get("lazy", self.units.lazy) != self.units.lazy:  # (states saved before it was recorded have none)
+            piles = {True: "lazy piles (second_pass='lazy')", False: "eager piles"}
+            raise ValueError(
+                f"the state belongs to another dataset: it was taken on {piles[bool(state['lazy'])]}, this loader "
+                f"reads {piles[self.units.lazy]}: the same rows and files, each in another order"
             )
         if self._seed_given and state["seed"] != self.seed:
             raise ValueError(
@@ -615,6 +636,22 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
                 )
         column = column.cast(pa.float64())
     return column.to_numpy()
+
+
+def _pandas_with_nulls(frame, nulls: frozenset[str]):
+    """``frame`` with the dtypes pandas gives a column holding a null in some file, in batches without one too:
+    ``to_pandas`` makes integers float64 and booleans object in a batch holding a null, int64 and bool in one
+    without (the nullable ``Int64`` and ``boolean`` the pandas metadata asks for stay as they are).
+
+    >>> import pandas as pd
+    >>> _pandas_with_nulls(pd.DataFrame({"n": [1], "b": [True], "x": [1]}), frozenset({"n", "b"})).dtypes.tolist()
+    [dtype('float64'), dtype('O'), dtype('int64')]
+    """
+    for name in nulls.intersection(frame.columns):
+        dtype = frame[name].dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "iub":
+            frame[name] = frame[name].astype(np.float64 if dtype.kind in "iu" else object)
+    return frame
 
 
 def _check_format(state: dict, lazy: bool, ended: bool) -> None:
