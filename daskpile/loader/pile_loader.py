@@ -344,6 +344,14 @@ class PileLoader:
                 self._batches += 1
                 self._finished = None
                 yield converted
+        except FileNotFoundError as error:
+            if units.version is None:  # not a daskpile result: nothing more to say
+                raise
+            raise FileNotFoundError(
+                f"{error}: the result changed since this loader was made (written again, or a window whose version "
+                "this loader reads has its files removed once their grace period, --retain, is over): make the "
+                "loader again, or move it with set_epoch(epoch, version=PileLoader.current_version(path))"
+            ) from error
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
