@@ -291,6 +291,12 @@ def test_to_parquet_writes_what_dasks_writer_writes_snappy_only_where_it_pays(tm
     shuffled.to_parquet(str(tmp_path / "zstd"), compression="zstd")
     meta = pq.ParquetFile(tmp_path / "zstd" / "part.0.parquet").metadata.row_group(0)
     assert {meta.column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    # Dask's names of its pyarrow engine are this one (its default codec reached pyarrow as a codec's name)
+    for engine in ("pyarrow", "auto"):
+        shuffled.to_parquet(str(tmp_path / engine), engine=engine)
+        assert pq.read_table(tmp_path / engine / "part.0.parquet").equals(
+            pq.read_table(tmp_path / "ours" / "part.0.parquet")
+        )
 
 
 def test_an_index_dropped_after_the_shuffle_is_not_shuffled_and_the_rows_keep_their_order(tmp_path):

@@ -251,8 +251,10 @@ class PileFrame(dd.DataFrame):
         counted = _null_counted(self._meta, kwargs.get("write_index", True))
         kwargs.setdefault("write_statistics", counted or False)
         kwargs.setdefault("use_dictionary", categorical or False)
-        kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
-        kwargs.setdefault("engine", PileParquetEngine)
+        if kwargs.get("engine", "auto") in ("auto", "pyarrow"):  # Dask's names of the engine this one extends
+            kwargs["engine"] = PileParquetEngine
+        if isinstance(kwargs["engine"], type) and issubclass(kwargs["engine"], PileParquetEngine):
+            kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
         write = super().to_parquet(path, compute=False, **kwargs)
         # Fused as ``persist()`` fuses: ``compute()`` does not (Dask 2026.8 optimizes what it computes
         # without blockwise fusion), so reading a partition, its pass 1, and a pile's pass 2, index reset
