@@ -697,6 +697,26 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_null_lines_cannot_hold_is_refused_after_pass_1_naming_its_file_and_nothing_is_written(tmp_path):
+    """A text column of a lake with a missing value: written as an empty line, read back as "", the whole run
+    failed verification ("not a permutation of the input", exit 1), as if daskpile had lost data."""
+    (tmp_path / "lake").mkdir()
+    pq.write_table(pa.table({"text": [f"line {i}" for i in range(100)]}), tmp_path / "lake" / "a.parquet")
+    pq.write_table(pa.table({"text": ["x", None, "y"]}), tmp_path / "lake" / "b.parquet")
+    done = daskpile_in_process(
+        "shuffle", str(tmp_path / "lake"), str(tmp_path / "out"), "--output-format", "lines", "-q",
+        "--scheduler", "threads",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"daskpile: error: column 'text' holds a null, in one of 2 files read together from "
+        f"{tmp_path / 'lake' / 'a.parquet'} on, which a file of lines "
+        "would write as an empty line, read back as an empty string: write another format (jsonl, parquet), or "
+        "fill the nulls first"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path, sync_scheduler, fmt):
     """Arrow infers float64 for them and rounds (a uint64 hash came out changed, and "verified")."""
@@ -757,6 +777,25 @@ def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync
             "LICENSE",
             "README.md",
         ]
+
+
+def test_lines_read_every_file_of_a_folder_of_logs_whatever_its_name_but_documents_and_data(tmp_path, sync_scheduler):
+    """Rotated logs (app.log.1, app.log.2.gz, access.log-20261128), .out and .text were skipped as not data:
+    600 of 700 lines missing, and the run said so only at the end of its last line."""
+    import gzip
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    names = ["app.log", "app.log.1", "access.log-20261128", "corpus.text", "run.out", "data.dat"]
+    for name in names:
+        (folder / name).write_text("".join(f"{name} {j}\n" for j in range(100)))
+    (folder / "app.log.2.gz").write_bytes(gzip.compress("".join(f"gz {j}\n" for j in range(100)).encode()))
+    pq.write_table(pa.table({"x": [1]}), folder / "stats.parquet")
+    (folder / "README.md").write_text("# logs\n")
+    (folder / "figure.png").write_bytes(b"\x89PNG\r\n")
+    report = daskpile.shuffle_parquet(str(folder), str(tmp_path / "out"), piles=2, seed=1, format="lines")
+    assert report.rows == 700
+    assert sorted(p.rsplit("/", 1)[1] for p in report.skipped_files) == ["README.md", "figure.png", "stats.parquet"]
 
 
 def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, sync_scheduler):

@@ -669,6 +669,7 @@ class _Run:
                 where = full_url(self.scratch.fs, self.scratch.directory)
                 raise OSError(e.errno, f"scratch {where!r} is full: {e}") from e
             raise
+        self.refuse_what_the_output_cannot_hold(scattered)
         self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
@@ -678,6 +679,24 @@ class _Run:
             f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
         )
         return scattered
+
+    def refuse_what_the_output_cannot_hold(self, scattered) -> None:
+        """A null, which a file of lines can only write as an empty line, read back as an empty string: refused
+        once pass 1 has found one, naming the files it was in, before pass 2 writes anything."""
+        if self.output.format != "lines":
+            return
+        for result, files in zip(scattered, self.partitions, strict=True):
+            if result.nulls:
+                self.scratch.remove()  # bad input: nothing worth resuming
+                first = full_url(self.plan.fs, files[0].path)
+                where = (
+                    first if len(files) == 1 else f"one of {count(len(files), 'file')} read together from {first} on"
+                )
+                raise ValueError(
+                    f"column {self.plan.schema.names[0]!r} holds a null, in {where}, which a file of lines would "
+                    "write as an empty line, read back as an empty string: write another format (jsonl, parquet), "
+                    "or fill the nulls first"
+                )
 
     def gather(self, scattered) -> tuple[list[str], list[_passes.GatherResult]]:
         """Pass 2: every pile permuted into its file (split if over its memory budget); the files' names."""

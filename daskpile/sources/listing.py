@@ -113,24 +113,30 @@ def _is_hidden(relative_path: str) -> bool:
 NOT_DATA = {"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CONTRIBUTORS", "README", "CHANGELOG", "MAKEFILE"}
 
 
+# What a folder of text may hold beside its lines, named so: documents, pictures, archives, binary data
+NOT_LINES = {
+    ".md", ".rst", ".html", ".htm", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".zip", ".tar", ".7z",
+    ".pkl", ".pickle", ".npy", ".npz", ".h5", ".avro", ".db", ".sqlite",
+}  # fmt: skip
+
+
 def _is_stray(name: str, format: str = "parquet") -> bool:
     """A file whose extension says it is not of ``format`` (``B.PARQUET`` is Parquet), or a LICENSE.
 
     >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
     (True, False, False)
-    >>> [_is_stray(n, "lines") for n in ("part-0.jsonl", "server.log.gz", "part-0", "p.parquet", "README.md")]
-    [False, False, False, True, True]
+    >>> names = ("part-0.jsonl", "server.log.gz", "app.log.1", "access.log-20261128", "run.out", "p.parquet")
+    >>> [_is_stray(n, "lines") for n in (*names, "README.md", "guide.md", "figure.png")]
+    [False, False, False, False, False, True, True, True, True]
     """
     if name.upper() in NOT_DATA:
         return True
-    if format == "lines":  # files named as text (JSON lines, CSV rows, .txt, logs) or not named, as the command asked
+    if format == "lines":  # any text, as the command said, but files that other formats, documents or pictures
         if name.split(".")[0].upper() in NOT_DATA:  # README.txt, LICENSE.md
             return True
         said = text.detect(name)[0]
-        return said not in text.TEXT_FORMATS and posixpath.splitext(text.uncompressed_name(name)[0])[1] not in (
-            "",
-            ".log",
-        )
+        extension = posixpath.splitext(text.uncompressed_name(name)[0])[1]
+        return (said is not None and said not in text.TEXT_FORMATS) or extension in NOT_LINES
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))
