@@ -281,11 +281,18 @@ def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, out
         (
             [json.dumps({"id": i, "x": None if i < 80_000 else i}) for i in range(80_001)],  # past the 1 MiB sampled
             r"Column\(/x\) changed from null to number \(the field was null or absent in every line of the first "
-            r"file's first MiB, so typed null: declare its type, e.g. --read-option column_types.x=int64\)",
+            r"file's first MiB, so typed null: declare its type: --read-option column_types.x=double \(int64 for "
+            r"whole numbers\)\)",
+        ),
+        (
+            [json.dumps({"id": i, "tags": [] if i < 80_000 else [i]}) for i in range(80_001)],
+            r"Column\(/tags/\[\]\) changed from null to number \(.* so typed null: 'tags/\[\]' is in a list or an "
+            r"object, whose type has no name to declare: keep the lines as written \(--output-format jsonl; into "
+            r"Parquet, --read-option as_written=true\)",
         ),
         (['{"a": 1, "s": "abc'], r"Invalid encoding in string \(a string not closed on its line, or a raw control"),
     ],
-    ids=["null-then-number", "string-not-closed"],
+    ids=["null-then-number", "string-not-closed", "empty-list-then-numbers"],
 )
 def test_arrows_json_errors_come_with_what_they_mean(tmp_path, sync_scheduler, lines, said):
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")

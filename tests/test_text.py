@@ -268,7 +268,9 @@ def test_lines_table_keeps_bytes_exactly():
             "late.jsonl",
             b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n',
             r"late\.jsonl' as jsonl: the line at byte 1,800,000: field 'b' is not one of the columns found in the "
-            r"first file's first MiB \(a\): declare its type to read it \(read option column_types\)$",
+            r"first file's first MiB \(a\): declare its type to read it \(read option column_types\), or keep the "
+            r"lines as written \(--output-format jsonl; where key=value folders are above the files, with "
+            r"--partitioning none\)$",
         ),
         (
             "types.csv",
@@ -540,12 +542,12 @@ def test_a_range_in_which_no_line_starts_gives_no_rows(tmp_path, sync_scheduler)
     assert read_output(tmp_path / "out").sort_by("id").equals(pa_json.read_json(path))
 
 
-def test_values_a_format_cannot_tell_apart_fail_verification_not_pass_altered(tmp_path, sync_scheduler):
-    """A null string written as a line comes back empty: the run says so. As the only column of a CSV it would
-    be an empty line, which readers skip: refused as the pile is written."""
+def test_values_a_format_cannot_tell_apart_are_refused_not_passed_altered(tmp_path, sync_scheduler):
+    """A null string written as a line would come back empty: refused once pass 1 found it. As the only column
+    of a CSV it would be an empty line, which readers skip: refused as the pile is written."""
     write_jsonl(pa.table({"s": ["a", None, "b"]}), tmp_path / "n.jsonl")
-    for output_format, error in (("lines", daskpile.VerificationError), ("csv", ValueError)):
-        with pytest.raises(error):
+    for output_format, said in (("lines", "which a file of lines would write as"), ("csv", "a CSV of one column")):
+        with pytest.raises(ValueError, match=said):
             daskpile.shuffle_parquet(
                 str(tmp_path / "n.jsonl"), str(tmp_path / output_format), 2, output_format=output_format,
                 scratch=str(tmp_path / "scratch"),

@@ -611,11 +611,8 @@ def _run_bytes(chunks: list[pa.Array], kind: pa.DataType, name: str) -> pa.Buffe
     values = chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, kind).combine_chunks()
     if values.nbytes > RUN_BYTES:  # a chunk of up to 2 GiB, and a newline a value, outgrow 32-bit offsets
         values = _kernels.as_wide(values)
-    if values.null_count:  # (found by pass 1 already, when it recorded which columns hold a null)
-        raise ValueError(
-            f"column {name!r} holds a null, which a file of lines would write as an empty line, read back as an "
-            "empty string: write another format (jsonl, parquet), or fill the nulls first"
-        )
+    if values.null_count:
+        values = values.fill_null(_kernels.binary_scalar(b"", values.type))
     if _holds_newline(values):
         value = values[pc.index(pc.match_substring(values.cast(pa.large_binary()), "\n"), True).as_py()].as_py()
         at = value.index("\n" if isinstance(value, str) else b"\n")

@@ -27,6 +27,9 @@ from daskpile.sources.text.lines import (
 )
 from daskpile.sources.text.schema import Tail, column_names_in_utf8, csv_errors, refuse_rounded_integers, stream_csv
 
+# How JSON lines are kept as written: written out as JSON lines, where no key=value folder adds a column
+_AS_WRITTEN = "--output-format jsonl; where key=value folders are above the files, with --partitioning none"
+
 
 def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
     """(offset, bytes) of the whole lines that start in ``[start, end)`` of a file, as ``fs.read_block`` with a
@@ -177,11 +180,12 @@ class BlockReader:
         if "." not in new:
             return (
                 f"field {new!r} is not one of the columns found in the first file's first MiB "
-                f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types)"
+                f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types), or "
+                f"keep the lines as written ({_AS_WRITTEN})"
             )
         return (
             f"field {new!r} is not one found in the first file's first MiB, and column_types declares top-level "
-            "columns only: keep the lines as written (--output-format jsonl)"
+            f"columns only: keep the lines as written ({_AS_WRITTEN})"
         )
 
     def _json(self, block: bytes) -> pa.Table:

@@ -221,10 +221,10 @@ def refused_line(
             ": if the file is in another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1)"
         )
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
-    if changed := re.search(r"Column\(/([^)]*)\) changed from null to ", message):
+    if changed := re.search(r"Column\(/([^)]*)\) changed from null to (\w+)", message):
         message += (
-            f" (the field was null or absent in every line of the first file's first MiB, so typed null: declare its "
-            f"type, e.g. --read-option column_types.{changed[1]}=int64)"
+            " (the field was null or absent in every line of the first file's first MiB, so typed null: "
+            f"{_null_typed_fix(changed[1], changed[2])})"
         )
     elif "Invalid encoding in string" in message and format == "jsonl":
         message += " (a string not closed on its line, or a raw control character in it)"
@@ -237,6 +237,28 @@ def refused_line(
             or (message if message.endswith(f": {line.decode('utf-8', 'replace')}") else f"{message} ({shown(line)})")
         )
         + hint
+    )
+
+
+# The type to declare for a field typed null whose later value is of Arrow's JSON kind
+_DECLARED_FOR_KIND = {"string": "string", "number": "double", "boolean": "bool"}
+
+
+def _null_typed_fix(path: str, kind: str) -> str:
+    """What to do about a field typed null (Arrow's path to it, ``tags/[]``, ``meta/a``) that later holds ``kind``.
+
+    >>> _null_typed_fix("opt", "string")
+    'declare its type: --read-option column_types.opt=string'
+    >>> _null_typed_fix("meta/a", "number")[:70]
+    "'meta/a' is in a list or an object, whose type has no name to declare:"
+    """
+    if "/" not in path and kind in _DECLARED_FOR_KIND:
+        whole = " (int64 for whole numbers)" if kind == "number" else ""
+        return f"declare its type: --read-option column_types.{path}={_DECLARED_FOR_KIND[kind]}{whole}"
+    what = f"{path!r} is in a list or an object" if "/" in path else f"{path!r} holds an {kind}"
+    return (
+        f"{what}, whose type has no name to declare: keep the lines as written (--output-format jsonl; into "
+        "Parquet, --read-option as_written=true), or let the first MiB hold a line with a value of it"
     )
 
 
