@@ -128,7 +128,7 @@ def _command(f):
     """Options every command shares, and the translation of exceptions into one line and an exit status."""
 
     @click.option("--debug", is_flag=True, help="On an error, print the whole traceback.")
-    @click.option("--quiet", "-q", is_flag=True, help="No progress bars or lines per pass: the final report only.")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress bars or lines: the final report only.")
     @functools.wraps(f)
     def run(*args, debug: bool, **kwargs):
         # With --json, stdout carries the JSON document alone: every other line goes to stderr.
@@ -197,7 +197,8 @@ def _source_options(f):
             type=click.Choice(["strict", "unify"]),
             default="strict",
             show_default=True,
-            help="strict: every file has the same columns; unify: their union, types promoted, missing as nulls.",
+            help="strict: every file has the same columns; unify (Parquet): their union, types promoted, missing as "
+            "nulls.",
         ),
         click.option("--table-version", type=int, help="Delta version or Iceberg snapshot id [the current one]."),
         click.option(
@@ -268,6 +269,18 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
 
     if (image or namespace) and not kubernetes:
         raise click.UsageError("--image and --namespace apply to --kubernetes")
+    if scheduler and scheduler not in ("threads", "sync") and ":" not in scheduler:  # not an address either
+        raise click.UsageError(
+            f"--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not {scheduler!r}; "
+            "without it, the command starts a LocalCluster of worker processes"
+        )
+    shaping = [name for name, value in (("--workers", workers), ("--threads-per-worker", threads_per_worker)) if value]
+    if scheduler and shaping:
+        raise click.UsageError(
+            f"{' and '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} the cluster the command starts, "
+            f"and --scheduler {scheduler} runs on "
+            f"{'an existing one' if ':' in scheduler else 'this process only'}"
+        )
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             yield
@@ -333,7 +346,12 @@ def cli():
 @click.argument("source", nargs=-1, required=True)
 @click.argument("dest")
 @click.option("--piles", type=_Piles(), default="auto", show_default=True, help="Output files; auto fits memory.")
-@click.option("--memory-per-pile", type=_Bytes(), help="With --piles auto [a quarter of a worker's memory per thread].")
+@click.option(
+    "--memory-per-pile",
+    type=_Bytes(),
+    help="The memory a pile may take: sizes --piles auto, and a pile over it is split (--on-oversize) "
+    "[with --piles auto, a quarter of a worker's memory per thread; with a count, none].",
+)
 @click.option(
     "--on-oversize",
     type=click.Choice(["split", "error"]),

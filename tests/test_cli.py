@@ -230,6 +230,14 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     assert done.returncode == 2 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
     done = run("shuffle", sorted_source, str(tmp_path / "o3"), "--seed", "-1", "--scheduler", "sync", check_status=2)
     assert "'--seed'" in done.stderr and "-1 is not in the range x>=0" in done.stderr
+    # Dask's third local scheduler is not one of the command's (it was "missing port number in address")
+    done = run("shuffle", sorted_source, str(tmp_path / "o4"), "--scheduler", "processes", check_status=2)
+    assert "--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not 'processes'" in done.stderr
+    # options that shape a cluster the command does not start (they were ignored)
+    done = run("shuffle", sorted_source, str(tmp_path / "o5"), "--scheduler", "threads", "--workers", "7",
+               check_status=2)  # fmt: skip
+    assert "--workers shapes the cluster the command starts, and --scheduler threads runs on this" in done.stderr
+    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5))
 
 
 def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):

@@ -584,6 +584,15 @@ def test_a_file_without_extension_is_data_only_if_it_is_parquet(tmp_path, sync_s
     pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "hive" / "000000_0")
     (tmp_path / "hive" / "README.txt").write_text("a Hive table")
     assert daskpile.shuffle_parquet(str(tmp_path / "hive"), str(tmp_path / "o2"), 2).rows == 3
+    # text named without an extension, and compressed text whose name says no format within: said to pass --format
+    import gzip
+
+    (tmp_path / "part-00000").write_text("one\ntwo\n")
+    (tmp_path / "logs.gz").write_bytes(gzip.compress(b"one\ntwo\n"))
+    for name, said in (("part-00000", "named without an extension"), ("logs.gz", "says no format within")):
+        with pytest.raises(ValueError, match=rf"{name}' as Parquet: .*{said}.*pass --format\)$"):
+            daskpile.shuffle_parquet(str(tmp_path / name), str(tmp_path / "o3"), 2)
+        assert daskpile.shuffle_parquet(str(tmp_path / name), str(tmp_path / f"o-{name}"), 2, format="lines").rows == 2
 
 
 def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, sync_scheduler):

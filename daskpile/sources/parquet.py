@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._storage import full_url, is_local
+from daskpile.sources.text.formats import compression_of
 
 
 def _read_table_single_threaded(source) -> pa.Table:
@@ -58,7 +59,13 @@ def parquet_errors(url: str):
     except pa.ArrowMemoryError:
         raise
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowNotImplementedError (unsupported codecs), ...
-        hint = ""
-        if "magic bytes not found" in str(e) and "." not in url.rsplit("/", 1)[-1]:  # Spark's part-00000, named so
-            hint = " (a file named without an extension is read as Parquet: if these are text, pass --format)"
+        hint, name = "", url.rsplit("/", 1)[-1]
+        if "magic bytes not found" in str(e):
+            if "." not in name:  # Spark's part-00000, named so
+                hint = " (a file named without an extension is read as Parquet: if these are text, pass --format)"
+            elif compression_of(name) is not None:  # logs.gz: compressed, but compressed what?
+                hint = (
+                    " (a compressed file whose name says no format within, such as .txt.gz or .jsonl.gz, is read as "
+                    "Parquet: pass --format)"
+                )
         raise ValueError(f"cannot read {url!r} as Parquet: {e}{hint}") from e
