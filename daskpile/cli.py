@@ -24,6 +24,7 @@ import sys
 import traceback
 
 import click
+from click.core import ParameterSource
 
 from daskpile._compute import local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
@@ -274,12 +275,15 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             f"--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not {scheduler!r}; "
             "without it, the command starts a LocalCluster of worker processes"
         )
-    shaping = [name for name, value in (("--workers", workers), ("--threads-per-worker", threads_per_worker)) if value]
+    given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
+    shaping = [name for name, value in given if value] + (["--memory-limit"] if memory_limit != "auto" else [])
     if scheduler and shaping:
+        from_environment = click.get_current_context().get_parameter_source("scheduler") is ParameterSource.ENVIRONMENT
+        named = f"$DASK_SCHEDULER_ADDRESS ({scheduler})" if from_environment else f"--scheduler {scheduler}"
         raise click.UsageError(
-            f"{' and '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} the cluster the command starts, "
-            f"and --scheduler {scheduler} runs on "
-            f"{'an existing one' if ':' in scheduler else 'this process only'}"
+            f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
+            f"{named} {'names an existing one' if ':' in scheduler else 'runs in this process'}"
+            + (": unset it to start one" if from_environment else "")
         )
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from daskpile._cores import available_cores
+from daskpile._cores import available_cores, pinned
 from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile.loader import PileLoader
@@ -59,7 +59,8 @@ class PileDataset(IterableDataset):
     threads
         Each DataLoader worker's reading threads.  Default: the cores this
         process may use, shared out among its workers and among the ranks on
-        this machine (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets).
+        this machine (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets) unless
+        the process is pinned to some of the machine's cores.
 
     Examples
     --------
@@ -110,11 +111,11 @@ class PileDataset(IterableDataset):
         self._loader_of: tuple | None = None  # (process, DataLoader worker) that made it
         if version is not None:
             self._shared[_VERSION] = version
-        # Made now, so that a wrong argument (a column, a rank, the path) is said here, not by each DataLoader
-        # worker at the first batch; and one version of a window for every worker
-        made = self._own_loader()
-        if made.version is not None:
-            self._shared[_VERSION] = made.version
+        # Made now, and let go, so that a wrong argument (a column, a rank, the path) is said here, not by each
+        # DataLoader worker at the first batch; and one version of a window for every worker
+        checked = self.loader(*_worker_share())
+        if checked.version is not None:
+            self._shared[_VERSION] = checked.version
 
     def __getstate__(self) -> dict:
         # A spawned DataLoader worker makes a loader of its own share: this process's is not sent to it
@@ -144,6 +145,7 @@ class PileDataset(IterableDataset):
             self._shared[_VERSION] = version
         self._shared[_EPOCH] = epoch
         self._shared[_SET] += 1
+        self._shared[_WORKERS] = 0  # the next iteration starts the epoch: where is known here too
 
     def loader(self, worker: int = 0, workers: int = 1) -> PileLoader:
         """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``, at the epoch the next iteration reads."""
@@ -154,9 +156,9 @@ class PileDataset(IterableDataset):
                 f"do not divide canonical_ranks {self.canonical_ranks}: change num_workers or canonical_ranks"
             )
         # The process's cores shared out among its DataLoader workers, and among the ranks on this machine
-        # (torchrun's LOCAL_WORLD_SIZE): each worker's loader has a pool of its own
-        share = available_cores() // (workers * int(os.environ.get("LOCAL_WORLD_SIZE", 1) or 1))
-        options = {"threads": max(1, share), **self.options}
+        # (torchrun's LOCAL_WORLD_SIZE) unless a rank is pinned to cores of its own: a pool each worker
+        ranks_here = 1 if pinned() else _local_world_size()
+        options = {"threads": max(1, available_cores() // (workers * ranks_here)), **self.options}
         return PileLoader(
             **options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
             canonical_ranks=self.canonical_ranks or world_size, version=self.version,
@@ -186,13 +188,13 @@ class PileDataset(IterableDataset):
         asked = int(self._shared[_SET]) != self._set_seen  # set_epoch since this process's last iteration began
         self._set_seen = int(self._shared[_SET])
         state, self._state = self._state, None
-        if state is not None and _worker_id() is not None and self._state_of != os.getpid():
-            raise ValueError(
-                "PileDataset: a state given to load_state_dict in the main process is one loader's position, and "
-                "each DataLoader worker has its own: resume through torchdata's StatefulDataLoader "
-                "(its load_state_dict gives each worker its state), or with num_workers=0"
-            )
         if state is not None and self._resumes(state, asked):
+            if _worker_id() is not None and self._state_of != os.getpid():
+                raise ValueError(
+                    "PileDataset: a state given to load_state_dict in the main process is one loader's position, and "
+                    "each DataLoader worker has its own: resume through torchdata's StatefulDataLoader "
+                    "(its load_state_dict gives each worker its state), or with num_workers=0"
+                )
             loader.load_state_dict(state)
             self._shared[_EPOCH] = state["epoch"]  # (the next iteration reads it again, unless set_epoch says)
             return loader
@@ -234,9 +236,12 @@ class PileDataset(IterableDataset):
             raise RuntimeError(
                 f"PileDataset.state_dict(): the last iteration was read by {workers} DataLoader workers, whose "
                 "positions this process cannot see (its own loader is at the epoch's start): checkpoint through "
-                "torchdata's StatefulDataLoader (its state_dict asks each worker), or read with num_workers=0"
+                "torchdata's StatefulDataLoader (its state_dict asks each worker), read with num_workers=0, or, "
+                "between epochs, call set_epoch(next_epoch) first (the next iteration then starts it)"
             )
-        return self._own_loader().state_dict()  # (made here if nothing was read: the epoch's start)
+        if int(self._shared[_SET]) != self._set_seen:  # set_epoch since this process's last iteration began:
+            return self.loader(*_worker_share()).state_dict()  # the next iteration starts that epoch
+        return self._own_loader().state_dict()
 
     def _own_loader(self) -> PileLoader:
         """This process's loader, made on first use."""
@@ -272,6 +277,14 @@ def _worker_id() -> int | None:
 def _worker_share() -> tuple[int, int]:
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _local_world_size() -> int:
+    """The ranks on this machine, as torchrun says (``LOCAL_WORLD_SIZE``); 1 where it does not."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    except ValueError:
+        return 1
 
 
 def _tensor(values: np.ndarray):

@@ -236,8 +236,16 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     # options that shape a cluster the command does not start (they were ignored)
     done = run("shuffle", sorted_source, str(tmp_path / "o5"), "--scheduler", "threads", "--workers", "7",
                check_status=2)  # fmt: skip
-    assert "--workers shapes the cluster the command starts, and --scheduler threads runs on this" in done.stderr
-    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5))
+    assert "--workers shapes a cluster the command starts, and --scheduler threads runs in this process" in done.stderr
+    # in a pod of a dask-kubernetes job, whose scheduler's address is in the environment
+    env = {**os.environ, "DASK_SCHEDULER_ADDRESS": "tcp://10.0.0.5:8786"}
+    done = subprocess.run([DASKPILE, "shuffle", sorted_source, str(tmp_path / "o6"), "--workers", "8", "--kubernetes",
+                           "big"], capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 2 and (
+        "--workers, --kubernetes shape a cluster the command starts, and $DASK_SCHEDULER_ADDRESS (tcp://10.0.0.5:8786) "
+        "names an existing one: unset it to start one"
+    ) in " ".join(done.stderr.split()), done.stderr
+    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6))
 
 
 def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):

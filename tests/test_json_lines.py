@@ -287,8 +287,9 @@ def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, out
         (
             [json.dumps({"id": i, "tags": [] if i < 80_000 else [i]}) for i in range(80_001)],
             r"Column\(/tags/\[\]\) changed from null to number \(.* so typed null: 'tags/\[\]' is in a list or an "
-            r"object, whose type has no name to declare: keep the lines as written \(--output-format jsonl; into "
-            r"Parquet, --read-option as_written=true\)",
+            r"object, whose type has no name to declare: keep the lines as written \(--output-format jsonl, with "
+            r"--partitioning none where key=value folders are above the files; into Parquet, --read-option "
+            r"as_written=true\)",
         ),
         (['{"a": 1, "s": "abc'], r"Invalid encoding in string \(a string not closed on its line, or a raw control"),
     ],

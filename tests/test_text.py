@@ -269,8 +269,8 @@ def test_lines_table_keeps_bytes_exactly():
             b'{"a": 1}\n' * 200000 + b'{"a": 2, "b": 3}\n',
             r"late\.jsonl' as jsonl: the line at byte 1,800,000: field 'b' is not one of the columns found in the "
             r"first file's first MiB \(a\): declare its type to read it \(read option column_types\), or keep the "
-            r"lines as written \(--output-format jsonl; where key=value folders are above the files, with "
-            r"--partitioning none\)$",
+            r"lines as written \(--output-format jsonl, with --partitioning none where key=value folders are above "
+            r"the files; into Parquet, --read-option as_written=true\)$",
         ),
         (
             "types.csv",
@@ -790,23 +790,25 @@ def test_a_license_beside_the_data_is_skipped_whatever_the_format(tmp_path, sync
         ]
 
 
-def test_lines_read_every_file_of_a_folder_of_logs_whatever_its_name_but_documents_and_data(tmp_path, sync_scheduler):
+def test_lines_read_a_folder_of_logs_rotated_ones_too_and_nothing_named_otherwise(tmp_path, sync_scheduler):
     """Rotated logs (app.log.1, app.log.2.gz, access.log-20261128), .out and .text were skipped as not data:
     600 of 700 lines missing, and the run said so only at the end of its last line."""
     import gzip
 
     folder = tmp_path / "logs"
     folder.mkdir()
-    names = ["app.log", "app.log.1", "access.log-20261128", "corpus.text", "run.out", "data.dat"]
+    names = ["app.log", "app.log.1", "access.log-20261128", "corpus.text", "run.out", "app.err.2"]
     for name in names:
         (folder / name).write_text("".join(f"{name} {j}\n" for j in range(100)))
     (folder / "app.log.2.gz").write_bytes(gzip.compress("".join(f"gz {j}\n" for j in range(100)).encode()))
     pq.write_table(pa.table({"x": [1]}), folder / "stats.parquet")
     (folder / "README.md").write_text("# logs\n")
     (folder / "figure.png").write_bytes(b"\x89PNG\r\n")
+    (folder / "model.pt").write_bytes(b"\x80\x02binary\n")  # named as no text: not read as lines
     report = daskpile.shuffle_parquet(str(folder), str(tmp_path / "out"), piles=2, seed=1, format="lines")
     assert report.rows == 700
-    assert sorted(p.rsplit("/", 1)[1] for p in report.skipped_files) == ["README.md", "figure.png", "stats.parquet"]
+    skipped = sorted(p.rsplit("/", 1)[1] for p in report.skipped_files)
+    assert skipped == ["README.md", "figure.png", "model.pt", "stats.parquet"]
 
 
 def test_a_bad_row_in_a_later_range_is_named_by_its_byte_in_the_file(tmp_path, sync_scheduler):

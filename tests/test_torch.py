@@ -284,8 +284,23 @@ def test_the_main_process_state_after_workers_read_is_refused_not_the_epoch_s_st
     with pytest.raises(RuntimeError, match="read by 2 DataLoader workers, whose positions this process cannot see"):
         data.state_dict()
     del iterator
-    list(DataLoader(data, batch_size=None, num_workers=0))  # read in this process again: its state is its own
-    assert data.state_dict()["epoch"] == 0
+    data.set_epoch(1)  # between epochs: the next iteration starts epoch 1, which this process knows
+    assert (data.state_dict()["epoch"], data.state_dict()["batches"]) == (1, 0)
+    list(DataLoader(data, batch_size=None, num_workers=0))  # read in this process: its state is its own
+    assert data.state_dict()["epoch"] == 1
+
+
+def test_the_state_after_set_epoch_and_before_the_loop_is_that_epoch_s_start(piles):
+    data = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    data.set_epoch(5)
+    state = data.state_dict()
+    assert (state["epoch"], state["batches"]) == (5, 0)
+    resumed = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    resumed.load_state_dict(state)
+    expected = PileDataset(piles, batch_size=300, seed=3, columns=["id"], epoch=5)
+    assert [b["id"].tolist() for b in DataLoader(resumed, batch_size=None)] == [
+        b["id"].tolist() for b in DataLoader(expected, batch_size=None)
+    ]
 
 
 def test_a_state_loaded_in_the_main_process_is_refused_by_workers(piles):
@@ -297,6 +312,15 @@ def test_a_state_loaded_in_the_main_process_is_refused_by_workers(piles):
     resumed.load_state_dict(state)
     with pytest.raises(ValueError, match="each DataLoader worker has its own: resume through torchdata"):
         list(DataLoader(resumed, batch_size=None, num_workers=2))
+    # a state of an epoch's end, then set_epoch(next): not resumed, so not refused (the guide's checkpoint)
+    ended = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    list(DataLoader(ended, batch_size=None))
+    state = ended.state_dict()
+    following = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    following.load_state_dict(state)
+    following.set_epoch(1)
+    ids = [i for b in DataLoader(following, batch_size=None, num_workers=2) for i in b["id"].tolist()]
+    assert sorted(ids) == list(range(ROWS))
 
 
 @pytest.mark.parametrize(
@@ -322,6 +346,8 @@ def test_a_wrong_argument_is_refused_when_the_dataset_is_made(piles, tmp_path, a
 def test_each_worker_reads_with_its_share_of_the_cores(piles, monkeypatch):
     """Not every core in every worker of every rank: 8 ranks of 8 workers on 64 cores would run 4,096 threads."""
     monkeypatch.setattr("daskpile.torch.available_cores", lambda: 64)
+    monkeypatch.setattr("daskpile.torch.pinned", lambda: False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     data = PileDataset(piles, batch_size=300, seed=3)
     assert data.loader(0, 1)._threads == 64
     assert data.loader(1, 4)._threads == 16
@@ -329,3 +355,5 @@ def test_each_worker_reads_with_its_share_of_the_cores(piles, monkeypatch):
     assert data.loader(0, 4)._threads == 2
     assert data.loader(0, 16)._threads == 1
     assert PileDataset(piles, batch_size=300, seed=3, threads=3).loader(0, 4)._threads == 3
+    monkeypatch.setattr("daskpile.torch.pinned", lambda: True)  # a rank bound to cores of its own: all its own
+    assert data.loader(0, 4)._threads == 16

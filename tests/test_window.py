@@ -298,7 +298,7 @@ def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version
     next(mid_epoch)
     report = daskpile.append(str(dest), days[2], retain=0)
     assert not (dest / "part-00000.parquet").exists() and report.removed
-    with pytest.raises(FileNotFoundError, match=r"grace period, --retain, is over\): make the loader again"):
+    with pytest.raises(FileNotFoundError, match=r"grace period, retain= or --retain, is over\): make the loader again"):
         list(mid_epoch)  # its version's files went while it read
     with pytest.raises(FileNotFoundError, match=r"version 1 of the window .* is gone"):
         daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=1)

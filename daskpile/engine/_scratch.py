@@ -33,6 +33,7 @@ import dataclasses
 import errno
 import functools
 import json
+import os
 import posixpath
 import re
 import tempfile
@@ -46,7 +47,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from daskpile._cores import available_cores
 from daskpile._kernels import offsets
 from daskpile._storage import atomic_sink, filesystem, is_local, reaching, remove_tree, rows_per_write
 
@@ -603,7 +603,7 @@ def maps_budget() -> int:
             limit = int(f.read())
     except (OSError, ValueError):  # not Linux: its default
         limit = 65_530
-    return limit // max(MAPS_SHARE, 2 * (available_cores()))  # a reader a thread, a thread a core by default
+    return limit // max(MAPS_SHARE, 2 * (os.cpu_count() or 1))  # a reader a thread, a thread a core by default
 
 
 @functools.cache

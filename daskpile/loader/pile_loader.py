@@ -347,10 +347,10 @@ class PileLoader:
         except FileNotFoundError as error:
             if units.version is None:  # not a daskpile result: nothing more to say
                 raise
-            raise FileNotFoundError(
+            raise FileNotFoundError(  # (the file system's error, with its filename, is its cause)
                 f"{error}: the result changed since this loader was made (written again, or a window whose version "
-                "this loader reads has its files removed once their grace period, --retain, is over): make the "
-                "loader again, or move it with set_epoch(epoch, version=PileLoader.current_version(path))"
+                "this loader reads has its files removed once their grace period, retain= or --retain, is over): "
+                "make the loader again, or move it with set_epoch(epoch, version=PileLoader.current_version(path))"
             ) from error
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
@@ -547,7 +547,10 @@ class PileLoader:
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
             )
-        if state.get("lazy", self.units.lazy) != self.units.lazy:  # (states saved before it was recorded have none)
+        at_an_end = (not state["batches"] and not any(state["starts"])) or self._ended(state)
+        # Mid-epoch, the rows read depend on the files' orders (at an epoch's start or end, none or all are read);
+        # states saved before it was recorded have no "lazy"
+        if state.get("lazy", self.units.lazy) != self.units.lazy and not at_an_end:
             piles = {True: "lazy piles (second_pass='lazy')", False: "eager piles"}
             raise ValueError(
                 f"the state belongs to another dataset: it was taken on {piles[bool(state['lazy'])]}, this loader "
@@ -655,10 +658,15 @@ def _pandas_with_nulls(frame, nulls: frozenset[str]):
     >>> _pandas_with_nulls(pd.DataFrame({"n": [1], "b": [True], "x": [1]}), frozenset({"n", "b"})).dtypes.tolist()
     [dtype('float64'), dtype('O'), dtype('int64')]
     """
+
+    def as_with_nulls(values):
+        kind = values.dtype.kind if isinstance(values.dtype, np.dtype) else ""
+        return values.astype(np.float64 if kind in "iu" else object) if kind and kind in "iub" else values
+
     for name in nulls.intersection(frame.columns):
-        dtype = frame[name].dtype
-        if isinstance(dtype, np.dtype) and dtype.kind in "iub":
-            frame[name] = frame[name].astype(np.float64 if dtype.kind in "iu" else object)
+        frame[name] = as_with_nulls(frame[name])
+    if frame.index.name in nulls:  # a named index, restored from the pandas metadata
+        frame.index = as_with_nulls(frame.index)
     return frame
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 
 import fsspec
 
@@ -113,11 +114,9 @@ def _is_hidden(relative_path: str) -> bool:
 NOT_DATA = {"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CONTRIBUTORS", "README", "CHANGELOG", "MAKEFILE"}
 
 
-# What a folder of text may hold beside its lines, named so: documents, pictures, archives, binary data
-NOT_LINES = {
-    ".md", ".rst", ".html", ".htm", ".pdf", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".zip", ".tar", ".7z",
-    ".pkl", ".pickle", ".npy", ".npz", ".h5", ".avro", ".db", ".sqlite",
-}  # fmt: skip
+# Names of text that say no text format: a log and its rotations (app.log.1, access.log-20261128, app.log.2.gz),
+# a program's output, text by another extension
+_TEXT_NAMES = re.compile(r".*\.(log|out|err|text)([.-][0-9][0-9-]*)?")
 
 
 def _is_stray(name: str, format: str = "parquet") -> bool:
@@ -125,18 +124,18 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
 
     >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
     (True, False, False)
-    >>> names = ("part-0.jsonl", "server.log.gz", "app.log.1", "access.log-20261128", "run.out", "p.parquet")
-    >>> [_is_stray(n, "lines") for n in (*names, "README.md", "guide.md", "figure.png")]
-    [False, False, False, False, False, True, True, True, True]
+    >>> lines = ("part-0.jsonl", "server.log.gz", "app.log.1", "access.log-20261128", "run.out", "part-0")
+    >>> [_is_stray(n, "lines") for n in (*lines, "p.parquet", "README.md", "model.pt", "report.xlsx", "a.crc")]
+    [False, False, False, False, False, False, True, True, True, True, True]
     """
     if name.upper() in NOT_DATA:
         return True
-    if format == "lines":  # any text, as the command said, but files that other formats, documents or pictures
+    if format == "lines":  # files named as text (JSON lines, CSV rows, .txt, logs) or not named, as the command asked
         if name.split(".")[0].upper() in NOT_DATA:  # README.txt, LICENSE.md
             return True
-        said = text.detect(name)[0]
-        extension = posixpath.splitext(text.uncompressed_name(name)[0])[1]
-        return (said is not None and said not in text.TEXT_FORMATS) or extension in NOT_LINES
+        stem = text.uncompressed_name(name)[0]
+        named_text = text.detect(name)[0] in text.TEXT_FORMATS or _TEXT_NAMES.fullmatch(stem)
+        return not named_text and posixpath.splitext(stem)[1] != ""
     if format != "parquet":
         said = text.detect(name)[0]
         return said != format and (said is not None or _is_stray(name))

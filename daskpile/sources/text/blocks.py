@@ -16,6 +16,7 @@ import pyarrow.json as pa_json
 from daskpile._storage import full_url
 from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed
 from daskpile.sources.text.lines import (
+    AS_WRITTEN,
     check_utf8,
     ended_lines,
     json_lines_table,
@@ -26,9 +27,6 @@ from daskpile.sources.text.lines import (
     shown,
 )
 from daskpile.sources.text.schema import Tail, column_names_in_utf8, csv_errors, refuse_rounded_integers, stream_csv
-
-# How JSON lines are kept as written: written out as JSON lines, where no key=value folder adds a column
-_AS_WRITTEN = "--output-format jsonl; where key=value folders are above the files, with --partitioning none"
 
 
 def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
@@ -181,11 +179,11 @@ class BlockReader:
             return (
                 f"field {new!r} is not one of the columns found in the first file's first MiB "
                 f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types), or "
-                f"keep the lines as written ({_AS_WRITTEN})"
+                f"keep the lines as written ({AS_WRITTEN})"
             )
         return (
             f"field {new!r} is not one found in the first file's first MiB, and column_types declares top-level "
-            f"columns only: keep the lines as written ({_AS_WRITTEN})"
+            f"columns only: keep the lines as written ({AS_WRITTEN})"
         )
 
     def _json(self, block: bytes) -> pa.Table:

@@ -240,6 +240,11 @@ def refused_line(
     )
 
 
+# How JSON lines are kept as written, unparsed, whatever their fields
+AS_WRITTEN = (
+    "--output-format jsonl, with --partitioning none where key=value folders are above the files; into Parquet, "
+    "--read-option as_written=true"
+)
 # The type to declare for a field typed null whose later value is of Arrow's JSON kind
 _DECLARED_FOR_KIND = {"string": "string", "number": "double", "boolean": "bool"}
 
@@ -256,10 +261,7 @@ def _null_typed_fix(path: str, kind: str) -> str:
         whole = " (int64 for whole numbers)" if kind == "number" else ""
         return f"declare its type: --read-option column_types.{path}={_DECLARED_FOR_KIND[kind]}{whole}"
     what = f"{path!r} is in a list or an object" if "/" in path else f"{path!r} holds an {kind}"
-    return (
-        f"{what}, whose type has no name to declare: keep the lines as written (--output-format jsonl; into "
-        "Parquet, --read-option as_written=true), or let the first MiB hold a line with a value of it"
-    )
+    return f"{what}, whose type has no name to declare: keep the lines as written ({AS_WRITTEN})"
 
 
 def new_field(record: dict, fields, prefix: str = "") -> str | None:
