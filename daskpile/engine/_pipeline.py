@@ -39,6 +39,7 @@ from daskpile.engine import _run as run_state
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import Scratch
 from daskpile.sources import arrowfiles, plan_sources, text
+from daskpile.sources.read import read_pieces
 
 
 class VerificationError(RuntimeError):
@@ -682,21 +683,26 @@ class _Run:
 
     def refuse_what_the_output_cannot_hold(self, scattered) -> None:
         """A null, which a file of lines can only write as an empty line, read back as an empty string: refused
-        once pass 1 has found one, naming the files it was in, before pass 2 writes anything."""
+        once pass 1 has found one, naming its file, before pass 2 writes anything.  (A piece of an earlier
+        version's run, reused, says nothing of its nulls: verification finds them.)"""
         if self.output.format != "lines":
             return
         for result, files in zip(scattered, self.partitions, strict=True):
             if result.nulls:
                 self.scratch.remove()  # bad input: nothing worth resuming
-                first = full_url(self.plan.fs, files[0].path)
-                where = (
-                    first if len(files) == 1 else f"one of {count(len(files), 'file')} read together from {first} on"
-                )
                 raise ValueError(
-                    f"column {self.plan.schema.names[0]!r} holds a null, in {where}, which a file of lines would "
-                    "write as an empty line, read back as an empty string: write another format (jsonl, parquet), "
-                    "or fill the nulls first"
+                    f"column {self.plan.schema.names[0]!r} holds a null, in {self._file_holding_a_null(files)}, "
+                    "which a file of lines would write as an empty line, read back as an empty string: write "
+                    "another format (jsonl, parquet), or fill the nulls first"
                 )
+
+    def _file_holding_a_null(self, files) -> str:
+        """Which of a partition's files holds the null its pass 1 found: read again here, one at a time."""
+        for f in files if len(files) > 1 else ():
+            pieces = read_pieces(self.plan.fs, [f], self.plan.reading, self.blocksize)
+            if any(table.column(0).null_count for _, table in pieces):
+                return full_url(self.plan.fs, f.path)
+        return full_url(self.plan.fs, files[0].path)
 
     def gather(self, scattered) -> tuple[list[str], list[_passes.GatherResult]]:
         """Pass 2: every pile permuted into its file (split if over its memory budget); the files' names."""
