@@ -581,7 +581,8 @@ def epochs(dest, batch_size, mix, world_size, seed, storage_options, as_json, qu
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 @_command
 def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
-    """Remove the scratch of interrupted runs that can no longer be resumed (dest gone, finished or replaced)."""
+    """Remove the scratch of interrupted runs that can no longer be resumed (finished, replaced, or their source
+    changed); a run that can, its dest deleted or not, stays until --older-than says it is stale."""
     from daskpile.engine._clean import clean as find_and_remove
 
     found = find_and_remove(

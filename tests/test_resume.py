@@ -14,6 +14,7 @@ import pytest
 from _util import DASKPILE, count_files, file_bytes, finished_partitions, sorted_source, uninterrupted_run
 
 import daskpile
+from daskpile.engine._clean import clean as daskpile_clean
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
@@ -169,7 +170,12 @@ def test_leftover_state_of_a_deleted_dest_is_named_where_it_is(source, tmp_path)
         shuffle(source, str(dest), piles=PILES, seed=8, scratch=str(scratch))
     assert str(refused.value).startswith(f"scratch '{scratch}/daskpile-")
     assert f"holds, for dest '{dest}', an unfinished daskpile run" in str(refused.value)
-    assert "daskpile clean" in str(refused.value)
+    # what it says works (it said "daskpile clean", which keeps a run that can be resumed: the error came again)
+    assert str(refused.value).endswith("or pass overwrite=True (--overwrite) to discard it and run this call.")
+    assert [leftover.removable for leftover in daskpile_clean(str(scratch))] == [False]
+    with dask.config.set(scheduler="sync"):
+        report = shuffle(source, str(dest), piles=PILES, seed=8, scratch=str(scratch), overwrite=True)
+    assert report.seed == 8 and daskpile.verify(source, str(dest)).ok
 
 
 @pytest.mark.slow

@@ -313,7 +313,9 @@ def shuffle_parquet(
         of one per pile: pass 2 keeps the permuted piles in scratch and a
         third pass cuts their sequence into equal files.  It is the same
         sequence as one file per pile, cut differently, so still uniform; it
-        costs one more write and read of scratch.  Default None.
+        costs one more write and read of scratch.  ``PileLoader`` takes each
+        file as a pile: files smaller than the piles tie its epochs more (see
+        the training guide).  Default None.
     partitioning
         How ``key=value`` folders in the files' paths (``year=2024/``,
         anywhere in the path, as DuckDB reads them) become columns, which are
@@ -581,11 +583,11 @@ class _Run:
                 if in_dest is not None
                 else f"scratch {full_url(self.scratch.fs, self.scratch.directory)!r} holds, for dest {self.dest_url!r},"
             )
-            clean = "" if in_dest is not None else ", or remove it with daskpile clean"
+            # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
             raise RunMismatchError(
                 f"{where} an unfinished daskpile run (seed {self.previous.seed}, {self.previous.piles} piles) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
-                f"pass overwrite=True (--overwrite) to discard it{clean}."
+                "or pass overwrite=True (--overwrite) to discard it and run this call."
             )
         if differences:
             self.scratch.remove()

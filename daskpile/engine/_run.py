@@ -106,7 +106,7 @@ class RunSpec:
         if seed is not None and seed != self.seed:
             found.append(f"seed {seed} instead of {self.seed}")
         if blocksize != self.blocksize:
-            found.append(f"blocksize {blocksize} instead of {self.blocksize}")
+            found.append(f"blocksize {blocksize:,} bytes instead of {self.blocksize:,}")
         if rows_per_file != self.rows_per_file:
             found.append(f"rows_per_file {rows_per_file} instead of {self.rows_per_file}")
         if schema_key != self.schema_key:
