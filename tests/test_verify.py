@@ -146,6 +146,26 @@ def test_a_data_file_the_manifest_does_not_list_is_a_mismatch(sync_scheduler, so
     assert pq.read_table(dest).num_rows == 5_000 + pq.read_table(dest / "part-00001.parquet").num_rows
 
 
+def test_a_mismatch_after_the_source_changed_says_so(sync_scheduler, source, tmp_path):
+    """A lake that got a new day's file, or a file rewritten: the result is not to blame, and verify said only
+    MISMATCH, as if the shuffled data were corrupt."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    files = sorted(pathlib.Path(source).glob("*.parquet"))
+    write_parts(reference_table(5_000, 100, 100), tmp_path / "new", parts=1)
+    added = pathlib.Path(source) / "zz-new.parquet"
+    (tmp_path / "new").joinpath(os.listdir(tmp_path / "new")[0]).rename(added)
+    changed = pq.read_table(files[0])
+    pq.write_table(changed.slice(1), files[0])
+    result = daskpile.verify(source, str(dest))
+    assert not result.ok and sorted(result.source_changed) == sorted([f"{added} (added)", f"{files[0]} (changed)"])
+    assert str(result).splitlines()[-1] == (
+        f"  the source changed since the shuffle read it: {added} (added), {files[0]} (changed); "
+        "the result matches what was read then"
+    )
+    assert result.to_json()["source_changed"] == list(result.source_changed)
+
+
 @pytest.mark.parametrize("write_index", [True, False])
 def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, write_index):
     """shuffle(dd.read_parquet(src)).to_parquet(out): Dask's own index column is recognised, and named."""

@@ -67,6 +67,10 @@ class Verification:
         (a copy left there): daskpile and ``PileLoader`` read only the listed
         ones, but other readers of the directory (``pd.read_parquet(dest)``)
         read them too, so they make a mismatch.
+    source_changed
+        Source files added, gone or changed since the shuffle read them, by
+        the files and stamps its manifest recorded: on a mismatch, the
+        likelier cause than the result.
     """
 
     source: Fingerprint
@@ -80,6 +84,7 @@ class Verification:
     against_manifest: bool = False
     unlisted_files: tuple[str, ...] = ()
     files_differing: tuple[str, ...] = ()
+    source_changed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -131,6 +136,14 @@ class Verification:
         ]
         if self.manifest is not None and self.manifest != self.dest:
             lines.append(f"  the manifest records another fingerprint ({count(self.manifest.rows, 'row')})")
+        if self.source_changed:
+            more = len(self.source_changed) - COLUMNS_SHOWN
+            lines.append(
+                "  the source changed since the shuffle read it: "
+                + ", ".join(self.source_changed[:COLUMNS_SHOWN])
+                + (f", and {more:,} more" if more > 0 else "")
+                + ("; the result matches what was read then" if self.manifest == self.dest else "")
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -158,6 +171,7 @@ class Verification:
             "against_manifest": self.against_manifest,
             "unlisted_files": list(self.unlisted_files),
             "files_differing": list(self.files_differing),
+            "source_changed": list(self.source_changed),
         }
 
 
@@ -294,6 +308,23 @@ def verify(
         ignored_columns=result.ignored,
         unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
         files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
+        source_changed=_source_changed(plan, manifest),
+    )
+
+
+def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:
+    """The source files added, gone or changed (their size or modification stamp) since the run its manifest
+    records read them; none where it records no run, or where no file is in both (another spelling of the
+    source, or another source: nothing to compare)."""
+    run = (manifest or {}).get("run") or {}
+    then = dict(zip(run.get("source_files", ()), run.get("source_stamps", ()), strict=False))
+    now = dict(zip(plan.urls, plan.stamps, strict=True))
+    if not then.keys() & now.keys():
+        return ()
+    return (
+        *(f"{url} (added)" for url in now if url not in then),
+        *(f"{url} (gone)" for url in then if url not in now),
+        *(f"{url} (changed)" for url in now if url in then and now[url] != then[url]),
     )
 
 
