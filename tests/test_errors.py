@@ -1,10 +1,12 @@
 """Bad input gets an error naming the problem, and nothing is written to dest."""
 
 import os
+import re
 import shutil
 import subprocess
 import time
 
+import fsspec
 import pyarrow as pa
 import pytest
 from _util import write_parts
@@ -128,6 +130,24 @@ def test_overwrite_removes_exactly_the_old_result(sync_scheduler, source, tmp_pa
     with pytest.raises(FileExistsError, match=r"did not write \(notes\.txt\)"):
         daskpile.shuffle_parquet(source, str(dest), piles=2, seed=3, overwrite=True)
     assert daskpile.read_manifest(str(dest))["seed"] == 2 and (dest / "notes.txt").exists()
+
+
+def test_an_unfinished_run_claims_only_the_part_names_it_writes(source, tmp_path):
+    """Every part-NNNNN.* of a dest holding an unfinished run was taken for its own: a part-00999.parquet of a
+    run of 40 piles stayed, and the run said "verified" over a result that verify then failed."""
+    from daskpile.engine import _dest
+    from daskpile.engine import _run as run_state
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    run_state.write(fsspec.filesystem("file"), str(dest), run_state.RunSpec((), (), 40, 7, str(dest), 2**20))
+    (dest / "part-00003.parquet").write_bytes(b"a part the run wrote")
+    assert _dest.check(fsspec.filesystem("file"), str(dest)) is None
+    for name in ("part-00999.parquet", "part-00001.txt"):
+        (dest / name).write_text("mine")
+        with pytest.raises(FileExistsError, match=rf"did not write \({re.escape(name)}\)"):
+            _dest.check(fsspec.filesystem("file"), str(dest))
+        (dest / name).unlink()
 
 
 def test_many_foreign_files_are_named_up_to_ten(source, tmp_path):

@@ -28,7 +28,7 @@ def remove_run_state(fs, dest_path: str) -> None:
 FOREIGN_NAMES_SHOWN = 10
 STAGING_PREFIX = run_state.STAGING_PREFIX
 COMMIT_PLAN = "_commit.json"  # in a staging directory: the commit has begun; what it removes
-_PART_NAME = re.compile(r"^part-\d{5,}(-\d{4})?\.(parquet|arrow|csv|jsonl|txt)(\.gz|\.zst)?$")
+_PART_NAME = re.compile(r"^part-(\d{5,})(-\d{4})?\.(parquet|arrow|csv|jsonl|txt)(\.gz|\.zst)?$")
 
 
 def _entries_of(fs, dest_path: str) -> dict[str, str]:
@@ -41,7 +41,7 @@ def _entries_of(fs, dest_path: str) -> dict[str, str]:
     return entries
 
 
-def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
+def _is_ours(name: str, manifest: dict | None, unfinished_run: run_state.RunSpec | None) -> bool:
     """Whether daskpile wrote ``name`` in dest: its result, its run state, an unfinished run's parts, temporaries."""
     return (
         name in (_manifest.MANIFEST_NAME, run_state.RUN_FILE, _outputs.STAMPS_DIR, _lease.LEASE_FILE)
@@ -49,8 +49,24 @@ def _is_ours(name: str, manifest: dict | None, unfinished_run: bool) -> bool:
         or name in (manifest or {}).get("files", ())
         or name.startswith(STAGING_PREFIX)
         or _is_part_temporary(name)
-        or (unfinished_run and bool(_PART_NAME.match(name)))
+        or (unfinished_run is not None and _is_part_of(name, unfinished_run))
     )
+
+
+def _is_part_of(name: str, run: run_state.RunSpec) -> bool:
+    """Whether ``name`` is one the unfinished ``run`` writes: its format's, and a pile it has (any number, with
+    ``rows_per_file``); a ``part-00999.parquet`` of a run of 40 piles is not its, nor a ``.txt`` of Parquet's.
+
+    >>> run = run_state.RunSpec((), (), piles=40, seed=1, dest="d", blocksize=1)
+    >>> [_is_part_of(n, run) for n in ("part-00039.parquet", "part-00039-0001.parquet", "part-00040.parquet")]
+    [True, True, False]
+    >>> _is_part_of("part-00001.txt", run)
+    False
+    """
+    found = _PART_NAME.match(name)
+    if not found or not name.endswith(_outputs.Output.from_key(run.output).suffix):
+        return False
+    return run.rows_per_file is not None or int(found[1]) < run.piles
 
 
 def check(fs, dest_path: str) -> dict | None:
@@ -69,7 +85,8 @@ def check(fs, dest_path: str) -> dict | None:
     _finish_interrupted_commits(fs, dest_path)
     entries = _entries_of(fs, dest_path)
     manifest = _manifest.read_at(fs, dest_path) if _manifest.MANIFEST_NAME in entries else None
-    foreign = sorted(n for n in entries if not _is_ours(n, manifest, run_state.RUN_FILE in entries))
+    run = run_state.read(fs, dest_path) if run_state.RUN_FILE in entries else None
+    foreign = sorted(n for n in entries if not _is_ours(n, manifest, run))
     if foreign:
         shown = ", ".join(foreign[:FOREIGN_NAMES_SHOWN]) + (
             f" and {len(foreign) - FOREIGN_NAMES_SHOWN} more" if len(foreign) > FOREIGN_NAMES_SHOWN else ""
