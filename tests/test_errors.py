@@ -148,6 +148,11 @@ def test_an_unfinished_run_claims_only_the_part_names_it_writes(source, tmp_path
         with pytest.raises(FileExistsError, match=rf"did not write \({re.escape(name)}\)"):
             _dest.check(fsspec.filesystem("file"), str(dest))
         (dest / name).unlink()
+    # read as a dataset, its parts would be some of the result's piles: a mismatch, or "uniform"
+    for check in (lambda: daskpile.verify(source, str(dest)), lambda: daskpile.verify(str(dest)),
+                  lambda: daskpile.quality(str(dest), order_column="id")):  # fmt: skip
+        with pytest.raises(ValueError, match=r"holds an unfinished daskpile run \(seed 7, 40 piles\), not a result"):
+            check()
 
 
 def test_many_foreign_files_are_named_up_to_ten(source, tmp_path):

@@ -37,7 +37,7 @@ from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
 from daskpile.checks import _order_stats as _order
 from daskpile.checks import _ranks
-from daskpile.engine import _manifest, _outputs
+from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet
@@ -371,6 +371,7 @@ def quality(
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     fs, files, manifest = _manifest.result_files(dest, storage_options)
+    _dest.refuse_unfinished(dest, storage_options, manifest)
     _outputs.require_parquet(manifest, dest, "quality")
     where = _where(dest, storage_options)
     _check_columns(fs, files, manifest, [order_column, label_column], where)

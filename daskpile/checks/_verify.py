@@ -13,7 +13,7 @@ from daskpile._storage import as_urls, filesystem, full_url
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _manifest, _outputs, _passes
+from daskpile.engine import _dest, _manifest, _outputs, _passes
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet
@@ -268,6 +268,7 @@ def verify(
     if dest is None:
         return _against_manifest(source, storage_options, progress)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
+    _dest.refuse_unfinished(dest, storage_options, manifest)
     recorded = manifest and manifest.get("fingerprint")
     read_as = (manifest or {}).get("source") or {}
     if partitioning is None:
@@ -365,6 +366,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     if not isinstance(dest, str):
         raise ValueError("verify(dest) with one argument needs a daskpile result's directory, with its manifest")
     fs, _, manifest = _manifest.result_files(dest, storage_options)
+    _dest.refuse_unfinished(dest, storage_options, manifest)
     if manifest is None:
         raise ValueError(f"{dest!r} has no daskpile manifest: give the source too, verify(source, dest)")
     window = manifest.get("window")

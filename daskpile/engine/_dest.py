@@ -14,7 +14,7 @@ import json
 import posixpath
 import re
 
-from daskpile._storage import full_url, is_temporary, remove_tree, write_bytes
+from daskpile._storage import filesystem, full_url, is_temporary, remove_tree, write_bytes
 from daskpile.engine import _lease, _manifest, _outputs
 from daskpile.engine import _run as run_state
 
@@ -67,6 +67,20 @@ def _is_part_of(name: str, run: run_state.RunSpec) -> bool:
     if not found or not name.endswith(_outputs.Output.from_key(run.output).suffix):
         return False
     return run.rows_per_file is not None or int(found[1]) < run.piles
+
+
+def refuse_unfinished(dest, storage_options: dict | None, manifest: dict | None) -> None:
+    """Refuse to read as a dataset a dest whose shuffle is unfinished (a run file, no manifest): its parts are
+    some piles of the result, which ``verify`` would call a mismatch and ``quality`` might call uniform."""
+    if manifest is not None or not isinstance(dest, str):
+        return
+    fs, path = filesystem(dest, storage_options)
+    run = run_state.read(fs, path)
+    if run is not None:
+        raise ValueError(
+            f"{full_url(fs, path)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), not a "
+            "result: run the same shuffle again to finish it (it resumes), then check the result"
+        )
 
 
 def check(fs, dest_path: str) -> dict | None:
