@@ -75,7 +75,10 @@ def refuse_unfinished(dest, storage_options: dict | None, manifest: dict | None)
     if manifest is not None or not isinstance(dest, str):
         return
     fs, path = filesystem(dest, storage_options)
-    run = run_state.read(fs, path)
+    try:
+        run = run_state.read(fs, path)
+    except OSError:  # a file, a glob: not a directory that could hold a run
+        return
     if run is not None:
         raise ValueError(
             f"{full_url(fs, path)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), not a "
