@@ -88,6 +88,16 @@ def test_the_command(scratch_root):
     assert len(os.listdir(scratch_root)) == 5
 
 
+def test_a_scratch_that_is_no_directory_and_an_age_dask_cannot_read_are_said_plainly(tmp_path):
+    """A file given as the scratch said "removed 0 scratch directories" and exit 0; "3x" listed pandas' units."""
+    (tmp_path / "a-file").write_text("x")
+    for scratch, said in ((tmp_path / "a-file", "is a file"), (tmp_path / "nothing", "does not exist")):
+        with pytest.raises(NotADirectoryError, match=rf"scratch '{scratch}' {said}: give the directory"):
+            clean(str(scratch))
+    with pytest.raises(ValueError, match=r"^older_than: '3x' is not an age such as 1d, 12h, 30m or 90s$"):
+        clean(str(tmp_path), older_than="3x")
+
+
 def test_scratch_pass_2_used_up_is_removed_when_dest_lacks_its_piles(tmp_path):
     source = sorted_source(tmp_path / "src", rows=1_000, files=1)
     plan = plan_sources(source)

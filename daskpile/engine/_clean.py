@@ -62,7 +62,10 @@ def clean(
     remove /tmp/daskpile-3f2a9c0d1b7e4a55 (781.00 MiB, 1.26 d old): its run finished: /data/out holds its result
     """
     fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
-    min_age = parse_timedelta(older_than) if older_than is not None else None
+    min_age = _age(older_than)
+    if not fs.isdir(root):
+        what = "is a file" if fs.exists(root) else "does not exist"
+        raise NotADirectoryError(f"scratch {full_url(fs, root)!r} {what}: give the directory runs kept scratch in")
     found = []
     for path in sorted(fs.ls(root, detail=False)):
         path = path.rstrip("/")
@@ -75,6 +78,20 @@ def clean(
             if leftover.removable:
                 remove_tree(fs, filesystem(leftover.url, storage_options)[1])
     return found
+
+
+def _age(older_than: str | float | None) -> float | None:
+    """Seconds of ``older_than`` ("1d", "12h", "30m", or seconds); a spelling Dask does not read, said plainly.
+
+    >>> _age("12h"), _age(None)
+    (43200, None)
+    """
+    if older_than is None:
+        return None
+    try:
+        return parse_timedelta(older_than)
+    except (KeyError, ValueError, TypeError):
+        raise ValueError(f"older_than: {older_than!r} is not an age such as 1d, 12h, 30m or 90s") from None
 
 
 SCRATCH_NAME = re.compile(r"^daskpile-[0-9a-f]{16}$")  # Scratch.create's names, and nothing else

@@ -729,7 +729,7 @@ class _Run:
         self.seconds_gather = timer.seconds
         _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
-        split_note += f", cut into files of {self.rows_per_file:,} rows" if self.rows_per_file else ""
+        split_note += f", cut into files of {count(self.rows_per_file, 'row')}" if self.rows_per_file else ""
         empty = sum(1 for r in gathered if not r.rows)
         split_note += f", {empty:,} of them empty" if empty else ""
         timer.say(
