@@ -263,11 +263,8 @@ def kubernetes_shape(workers, threads_per_worker, memory_limit) -> dict:
 FIRST_WORKER_TIMEOUT = 600
 
 
-@contextlib.contextmanager
-def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool):
-    """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
-    import dask
-
+def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit):
+    """Refuse options that would do nothing: where the tasks run decides which apply."""
     if (image or namespace) and not kubernetes:
         raise click.UsageError("--image and --namespace apply to --kubernetes")
     if scheduler and scheduler not in ("threads", "sync") and ":" not in scheduler:  # not an address either
@@ -278,13 +275,24 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
     given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
     shaping = [name for name, value in given if value] + (["--memory-limit"] if memory_limit != "auto" else [])
     if scheduler and shaping:
-        from_environment = click.get_current_context().get_parameter_source("scheduler") is ParameterSource.ENVIRONMENT
+        context = click.get_current_context(silent=True)
+        from_environment = (
+            context is not None and context.get_parameter_source("scheduler") is ParameterSource.ENVIRONMENT
+        )
         named = f"$DASK_SCHEDULER_ADDRESS ({scheduler})" if from_environment else f"--scheduler {scheduler}"
         raise click.UsageError(
             f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
             f"{named} {'names an existing one' if ':' in scheduler else 'runs in this process'}"
             + (": unset it to start one" if from_environment else "")
         )
+
+
+@contextlib.contextmanager
+def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool):
+    """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
+    import dask
+
+    _check_cluster_options(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             yield
