@@ -153,6 +153,12 @@ def test_an_unfinished_run_claims_only_the_part_names_it_writes(source, tmp_path
                   lambda: daskpile.quality(str(dest), order_column="id")):  # fmt: skip
         with pytest.raises(ValueError, match=r"holds an unfinished daskpile run \(seed 7, 40 piles\), not a result"):
             check()
+    (dest / "part-00003.parquet").unlink()  # no part yet (or parts of text): "matches no Parquet files" before
+    with pytest.raises(ValueError, match=r"holds an unfinished daskpile run \(seed 7, 40 piles\), not a result"):
+        daskpile.verify(source, str(dest))
+    (dest / "_daskpile.run.json").write_text("{}")  # damaged, or a user's: said so, not a KeyError
+    with pytest.raises(ValueError, match=r"_daskpile\.run\.json is not a daskpile run's state \(KeyError"):
+        _dest.check(fsspec.filesystem("file"), str(dest))
 
 
 def test_many_foreign_files_are_named_up_to_ten(source, tmp_path):

@@ -214,6 +214,14 @@ def test_the_command_on_s3(s3):
     assert result.exit_code == 0 and "match" in result.output
 
 
+def test_clean_of_a_scratch_prefix_whose_last_run_went_finds_nothing(s3):
+    """On a store, a prefix is there while objects are: a nightly clean after the last scratch went failed."""
+    from daskpile.engine._clean import clean
+
+    _, options = s3
+    assert clean("s3://scratch/emptied/", storage_options=options) == []
+
+
 def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(sync_scheduler, s3):
     """S3 consoles make "folders" as empty objects named dest/: s3fs lists them; they are not user files."""
     fs, options = s3

@@ -152,16 +152,19 @@ def test_a_mismatch_after_the_source_changed_says_so(sync_scheduler, source, tmp
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
     files = sorted(pathlib.Path(source).glob("*.parquet"))
+    narrower = daskpile.verify(str(files[1]), str(dest))  # nothing changed: the source given is a part of it
+    assert sorted(narrower.source_changed) == [f"{f} (not in the source given)" for f in (files[0], files[2])]
     write_parts(reference_table(5_000, 100, 100), tmp_path / "new", parts=1)
     added = pathlib.Path(source) / "zz-new.parquet"
     (tmp_path / "new").joinpath(os.listdir(tmp_path / "new")[0]).rename(added)
     changed = pq.read_table(files[0])
     pq.write_table(changed.slice(1), files[0])
+    files[2].unlink()
     result = daskpile.verify(source, str(dest))
-    assert not result.ok and sorted(result.source_changed) == sorted([f"{added} (added)", f"{files[0]} (changed)"])
+    expected = [f"{added} (added)", f"{files[2]} (gone)", f"{files[0]} (changed)"]
+    assert not result.ok and list(result.source_changed) == expected
     assert str(result).splitlines()[-1] == (
-        f"  the source changed since the shuffle read it: {added} (added), {files[0]} (changed); "
-        "the result matches what was read then"
+        f"  the source changed since the shuffle read it: {', '.join(expected)}; the result matches what was read then"
     )
     assert result.to_json()["source_changed"] == list(result.source_changed)
 

@@ -370,8 +370,8 @@ def quality(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
+    _dest.refuse_unfinished(dest, storage_options)
     fs, files, manifest = _manifest.result_files(dest, storage_options)
-    _dest.refuse_unfinished(dest, storage_options, manifest)
     _outputs.require_parquet(manifest, dest, "quality")
     where = _where(dest, storage_options)
     _check_columns(fs, files, manifest, [order_column, label_column], where)

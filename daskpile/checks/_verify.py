@@ -267,8 +267,8 @@ def verify(
     source, dest = as_urls(source), as_urls(dest, "dest")
     if dest is None:
         return _against_manifest(source, storage_options, progress)
+    _dest.refuse_unfinished(dest, storage_options)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
-    _dest.refuse_unfinished(dest, storage_options, manifest)
     recorded = manifest and manifest.get("fingerprint")
     read_as = (manifest or {}).get("source") or {}
     if partitioning is None:
@@ -315,16 +315,17 @@ def verify(
 
 def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:
     """The source files added, gone or changed (their size or modification stamp) since the run its manifest
-    records read them; none where it records no run, or where no file is in both (another spelling of the
-    source, or another source: nothing to compare)."""
+    records read them, and those it read that the source given leaves out; none where it records no run, or
+    where no file is in both (another spelling of the source, or another source: nothing to compare)."""
     run = (manifest or {}).get("run") or {}
     then = dict(zip(run.get("source_files", ()), run.get("source_stamps", ()), strict=False))
     now = dict(zip(plan.urls, plan.stamps, strict=True))
     if not then.keys() & now.keys():
         return ()
+    left_out = [url for url in then if url not in now]
     return (
         *(f"{url} (added)" for url in now if url not in then),
-        *(f"{url} (gone)" for url in then if url not in now),
+        *(f"{url} ({'not in the source given' if plan.fs.exists(url) else 'gone'})" for url in left_out),
         *(f"{url} (changed)" for url in now if url in then and now[url] != then[url]),
     )
 
@@ -365,8 +366,8 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     """A result's files, generation by generation, against the fingerprints its manifest recorded."""
     if not isinstance(dest, str):
         raise ValueError("verify(dest) with one argument needs a daskpile result's directory, with its manifest")
+    _dest.refuse_unfinished(dest, storage_options)
     fs, _, manifest = _manifest.result_files(dest, storage_options)
-    _dest.refuse_unfinished(dest, storage_options, manifest)
     if manifest is None:
         raise ValueError(f"{dest!r} has no daskpile manifest: give the source too, verify(source, dest)")
     window = manifest.get("window")

@@ -23,7 +23,7 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile._storage import file_stamps, filesystem, full_url, remove_tree
+from daskpile._storage import file_stamps, filesystem, full_url, is_local, remove_tree
 from daskpile.engine import _manifest, _outputs, _passes
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
@@ -64,6 +64,8 @@ def clean(
     fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
     min_age = _age(older_than)
     if not fs.isdir(root):
+        if not fs.exists(root) and not is_local(fs):  # an object store's prefix whose last scratch went
+            return []
         what = "is a file" if fs.exists(root) else "does not exist"
         raise NotADirectoryError(f"scratch {full_url(fs, root)!r} {what}: give the directory runs kept scratch in")
     found = []
