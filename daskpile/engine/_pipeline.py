@@ -666,13 +666,13 @@ class _Run:
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip
             self.seconds_scatter = timer.seconds
+            self.refuse_what_the_output_cannot_hold(scattered)
         except (ValueError, TypeError, OSError) as e:
             self.scratch.remove()  # bad input, or scratch full: nothing worth resuming
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 where = full_url(self.scratch.fs, self.scratch.directory)
                 raise OSError(e.errno, f"scratch {where!r} is full: {e}") from e
             raise
-        self.refuse_what_the_output_cannot_hold(scattered)
         self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
@@ -685,13 +685,13 @@ class _Run:
 
     def refuse_what_the_output_cannot_hold(self, scattered) -> None:
         """A null, which a file of lines can only write as an empty line, read back as an empty string: refused
-        once pass 1 has found one, naming its file, before pass 2 writes anything.  (A piece of an earlier
-        version's run, reused, says nothing of its nulls: verification finds them.)"""
+        once pass 1 has found one, naming its file, before pass 2 writes anything (``scatter`` then removes
+        scratch, as for other bad input).  A piece of an earlier version's run, reused, says nothing of its
+        nulls: verification finds them."""
         if self.output.format != "lines":
             return
         for result, files in zip(scattered, self.partitions, strict=True):
             if result.nulls:
-                self.scratch.remove()  # bad input: nothing worth resuming
                 raise ValueError(
                     f"column {self.plan.schema.names[0]!r} holds a null, in {self._file_holding_a_null(files)}, "
                     "which a file of lines would write as an empty line, read back as an empty string: write "
@@ -700,10 +700,11 @@ class _Run:
 
     def _file_holding_a_null(self, files) -> str:
         """Which of a partition's files holds the null its pass 1 found: read again here, one at a time."""
-        for f in files if len(files) > 1 else ():
-            pieces = read_pieces(self.plan.fs, [f], self.plan.reading, self.blocksize)
-            if any(table.column(0).null_count for _, table in pieces):
-                return full_url(self.plan.fs, f.path)
+        if len(files) > 1:
+            for f in files:
+                pieces = read_pieces(self.plan.fs, [f], self.plan.reading, self.blocksize)
+                if any(table.column(0).null_count for _, table in pieces):
+                    return full_url(self.plan.fs, f.path)
         return full_url(self.plan.fs, files[0].path)
 
     def gather(self, scattered) -> tuple[list[str], list[_passes.GatherResult]]:

@@ -547,10 +547,8 @@ class PileLoader:
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
             )
-        at_an_end = (not state["batches"] and not any(state["starts"])) or self._ended(state)
-        # Mid-epoch, the rows read depend on the files' orders (at an epoch's start or end, none or all are read);
-        # states saved before it was recorded have no "lazy"
-        if state.get("lazy", self.units.lazy) != self.units.lazy and not at_an_end:
+        # Mid-epoch, the rows read depend on the files' orders; states saved before it was recorded have no "lazy"
+        if state.get("lazy", self.units.lazy) != self.units.lazy and not _at_start_or_end(state, self._ended(state)):
             piles = {True: "lazy piles (second_pass='lazy')", False: "eager piles"}
             raise ValueError(
                 f"the state belongs to another dataset: it was taken on {piles[bool(state['lazy'])]}, this loader "
@@ -670,13 +668,19 @@ def _pandas_with_nulls(frame, nulls: frozenset[str]):
     return frame
 
 
+def _at_start_or_end(state: dict, ended: bool) -> bool:
+    """Whether ``state`` was taken at its epoch's start or (``ended``) its end: nothing of it read, or left, so
+    that how the files' rows were cut and ordered does not matter."""
+    return ended or (not state["batches"] and not any(state.get("starts") or ()))
+
+
 def _check_format(state: dict, lazy: bool, ended: bool) -> None:
     """Refuse a state of another format, unless it means the same here (see ``STATE_FORMAT``): of lazy piles
     (their cuts are as before), or taken at its epoch's start or end (nothing of it read, or left)."""
     found = state.get("format")
     if found == STATE_FORMAT:
         return
-    at_start = ended or (not state["batches"] and not any(state.get("starts") or ()))
+    at_start = _at_start_or_end(state, ended)
     same_cuts = at_start or lazy or state["canonical_ranks"] == 1
     one_stream = at_start or state["canonical_ranks"] == state["world_size"]
     if found in _FILE_CUT_FORMATS and same_cuts and (found not in _ONE_STREAM_FORMATS or one_stream):
