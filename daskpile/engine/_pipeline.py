@@ -246,7 +246,9 @@ def shuffle_parquet(
         but not piles of fewer than 10,000 rows on average, such that a pile
         of mean size plus 6 standard deviations fits ``memory_per_pile``.
         The size comes from the Parquet footers of up to 8 evenly spaced files, scaled
-        by file size (or from ``_metadata``).  The choice and its inputs are
+        by file size (or from ``_metadata``); dictionary-encoded columns, which
+        footers count at their encoded size, are measured on the first 65,536
+        rows of a file.  The choice and its inputs are
         ``report.pile_plan`` and the manifest's ``pile_plan``; a resumed run
         keeps the count it started with.  Give a count (and a seed) for an
         output that does not depend on the cluster's memory.

@@ -13,16 +13,18 @@ import dataclasses
 import errno
 import math
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
 from daskpile._words import count
-from daskpile.sources.parquet import read_parquet
+from daskpile.sources.parquet import open_parquet, parquet_errors, read_parquet
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
 MIN_ROWS_PER_PILE = 10_000
 SAMPLED_FILES = 8
+DECODED_SAMPLE_ROWS = 65_536
 # Peak memory of a pass-2 task measured at about 2.5 piles (the pile, its
 # permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
 MEMORY_PER_PILE_FRACTION = 1 / 4
@@ -73,24 +75,89 @@ class PilePlan:
 def estimate_parquet(
     fs, files: list[str], sizes: list[int], metadata: pq.FileMetaData | None = None
 ) -> tuple[int, int]:
-    """(rows, uncompressed bytes) of a Parquet dataset, from the footers of a few evenly spaced files.
+    """(rows, bytes in memory) of a Parquet dataset, from the footers of a few evenly spaced files.
 
     The sampled files' rows and bytes per stored byte are extrapolated by file
     size, so a dataset of 10,000 files on S3 costs 8 footer reads.  With the
-    dataset's ``_metadata`` sidecar, it is exact and reads no footer.
+    dataset's ``_metadata`` sidecar, the rows are exact and no footer is read.
+    A footer counts a dictionary-encoded column at its encoded size (a country
+    name in 1 byte); such columns are measured by decoding up to
+    ``DECODED_SAMPLE_ROWS`` rows of the first sampled file that has rows.
     """
     if metadata is not None:
-        return metadata.num_rows, sum(metadata.row_group(g).total_byte_size for g in range(metadata.num_row_groups))
-    step = max(1, len(files) // SAMPLED_FILES)
-    sample = list(range(0, len(files), step))[:SAMPLED_FILES]
-    rows = data_bytes = stored = 0
-    for k in sample:
-        meta = read_parquet(fs, files[k], pq.read_metadata)
-        rows += meta.num_rows
-        data_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-        stored += sizes[k]
-    scale = sum(sizes) / max(stored, 1)
-    return round(rows * scale), round(data_bytes * scale)
+        rows, bytes_by_column = metadata.num_rows, _footer_bytes_by_column(metadata)
+        with_rows = next((f for f, size in zip(files, sizes, strict=True) if size), None)
+    else:
+        step = max(1, len(files) // SAMPLED_FILES)
+        sample = list(range(0, len(files), step))[:SAMPLED_FILES]
+        rows = stored = 0
+        bytes_by_column: dict[str, int] = {}
+        with_rows = None
+        for k in sample:
+            meta = read_parquet(fs, files[k], pq.read_metadata)
+            if with_rows is None and meta.num_rows:
+                with_rows = files[k]
+            rows += meta.num_rows
+            for name, nbytes in _footer_bytes_by_column(meta).items():
+                bytes_by_column[name] = bytes_by_column.get(name, 0) + nbytes
+            stored += sizes[k]
+        scale = sum(sizes) / max(stored, 1)
+        rows, bytes_by_column = round(rows * scale), {n: b * scale for n, b in bytes_by_column.items()}
+    decoded = _decoded_bytes_per_row(fs, with_rows) if with_rows is not None and rows else {}
+    return rows, round(sum(max(b, decoded.get(n, 0) * rows) for n, b in bytes_by_column.items()))
+
+
+def _footer_bytes_by_column(meta: pq.FileMetaData) -> dict[str, int]:
+    """{top-level column: its uncompressed bytes as the footer counts them}, over every row group."""
+    found: dict[str, int] = {}
+    owners = _top_level_owners(meta)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c, name in enumerate(owners):
+            found[name] = found.get(name, 0) + group.column(c).total_uncompressed_size
+    return found
+
+
+def _top_level_owners(meta: pq.FileMetaData) -> list[str]:
+    """The top-level column of each leaf column, in the footer's order (a name may hold dots: "a.b" is one).
+
+    >>> import pyarrow as pa, io
+    >>> sink, pairs = io.BytesIO(), pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int8()))
+    >>> pq.write_table(pa.table({"a.b": [1], "s": [{"x": 1, "y": "q"}], "m": pairs}), sink)
+    >>> _top_level_owners(pq.read_metadata(pa.BufferReader(sink.getvalue())))
+    ['a.b', 's', 's', 'm', 'm']
+    """
+    return [field.name for field in meta.schema.to_arrow_schema() for _ in range(_leaves(field.type))]
+
+
+def _leaves(kind) -> int:
+    if pa.types.is_dictionary(kind):
+        return _leaves(kind.value_type)
+    if pa.types.is_map(kind):
+        return _leaves(kind.key_type) + _leaves(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaves(kind.value_type)
+    if pa.types.is_struct(kind):
+        return sum(_leaves(kind.field(i).type) for i in range(kind.num_fields))
+    return 1
+
+
+def _decoded_bytes_per_row(fs, path: str) -> dict[str, float]:
+    """{top-level column: bytes a row in memory}, measured on the first rows of ``path``, for the columns
+    whose first row group holds a dictionary page (their footer sizes are encoded sizes, not Arrow's)."""
+    with open_parquet(fs, path) as parquet:
+        if parquet.metadata.num_row_groups == 0:
+            return {}
+        group = parquet.metadata.row_group(0)
+        owners = _top_level_owners(parquet.metadata)
+        names = sorted({name for c, name in enumerate(owners) if group.column(c).has_dictionary_page})
+        if not names:
+            return {}
+        with parquet_errors(full_url(fs, path)):
+            batch = next(parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=names, use_threads=False), None)
+    if batch is None or batch.num_rows == 0:
+        return {}
+    return {name: batch.column(name).nbytes / batch.num_rows for name in names}
 
 
 def plan_for_cluster(rows: int, data_bytes: int, memory_per_pile: int | None = None) -> PilePlan:
@@ -139,8 +206,8 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
 def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_dir: str, output_bytes: int) -> None:
     """Fail before anything is written if local scratch or dest lacks the space the run needs.
 
-    Scratch holds uncompressed Arrow (about the data's in-memory size; 0.9x
-    the footers' uncompressed size on the benchmark data), the output about
+    Scratch holds uncompressed Arrow (about the data's in-memory size, as
+    estimated: 0.9x it on the benchmark data), the output about
     the input's Parquet size; both exist at once at the end of pass 2.
     Object stores are not checked.
     """
