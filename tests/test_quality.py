@@ -11,6 +11,7 @@ from _util import write_parts
 from scipy import stats
 
 import daskpile
+from daskpile._storage import filesystem
 from daskpile.checks._quality import chi_square_sf, poisson_sf
 from daskpile.datasets import write_reference_dataset
 
@@ -54,6 +55,39 @@ def test_a_daskpile_result_passes_and_its_input_fails_every_check(sync_scheduler
     assert before.rank_correlation == pytest.approx(1.0)
     assert before.longest_run == 100_000 and before.entropy_bits == 0
     assert "NOT uniformly shuffled" in str(before) and "consistent with a uniform shuffle" in str(after)
+
+
+@pytest.mark.parametrize("output_format", ["csv", "arrow", "jsonl", "lines"])
+def test_a_result_in_any_output_format_is_measured_and_its_sorted_files_fail(sync_scheduler, tmp_path, output_format):
+    """quality refused every result but Parquet ("reads Parquet results only"): a corpus shuffled into lines
+    or JSON lines could not be checked.  Its files are read as verify reads them."""
+    from daskpile.engine import _manifest, _outputs
+
+    dest = tmp_path / "shuffled"
+    if output_format == "lines":  # the line is the key: zero-padded positions sort in the input's order
+        source, order_column = tmp_path / "lines.txt", "line"
+        source.write_text("".join(f"{i:08d}\n" for i in range(ROWS)))
+        daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, format="lines", output_format="lines")
+    else:
+        source, order_column = tmp_path / "sorted", "id"
+        write_reference_dataset(source, rows=ROWS, files=2)
+        daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, output_format=output_format)
+    labels = {} if output_format == "lines" else {"label_column": "label"}
+    report = daskpile.quality(str(dest), order_column=order_column, **labels)
+    assert report.ok and report.rows == ROWS and len(report.files) == 4, report
+
+    fs, dest_path = filesystem(str(dest))
+    manifest = _manifest.read_at(fs, dest_path)
+    output, schema = _outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)
+    for path in sorted(dest.glob("part-*")):  # each file sorted: the order is left in runs
+        table = _outputs.read(fs, str(path), output, schema).sort_by(order_column)
+        if output_format == "arrow":
+            with pa.ipc.new_file(path, table.schema) as writer:
+                writer.write_table(table)
+        else:
+            path.write_bytes(b"".join(b.to_pybytes() for b in _outputs.serialize(table, output)))
+    sorted_files = daskpile.quality(str(dest), order_column=order_column, **labels)
+    assert {"successions", "neighbours within 10"} <= failed(sorted_files), sorted_files
 
 
 def test_uniform_permutations_pass(tmp_path):

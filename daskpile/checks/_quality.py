@@ -280,7 +280,8 @@ def quality(
 ) -> QualityReport:
     """Measure how random the row order of ``dest`` is against an original order.
 
-    Only the order column and the label column are read, in parallel on the
+    Only the order column and the label column are read (of a result in a
+    text format, whole files, one a task), in parallel on the
     current Dask client (else on Dask's default local scheduler).  When the
     order column holds integers forming a dense range (ids 0..n-1, or any
     range without gaps), it is measured file by file on the workers, no
@@ -314,7 +315,8 @@ def quality(
     Parameters
     ----------
     dest
-        A daskpile result, read in manifest order, or any Parquet directory
+        A daskpile result, read in manifest order (in any output format:
+        Parquet, Arrow, CSV, JSON lines or lines), or any Parquet directory
         or glob (read in name order), or a list of files (read in that order).
     order_column
         The column holding each row's original position, or any unique key
@@ -372,17 +374,17 @@ def quality(
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     _dest.refuse_unfinished(dest, storage_options)
     fs, files, manifest = _manifest.result_files(dest, storage_options)
-    _outputs.require_parquet(manifest, dest, "quality")
+    result = _ResultFiles.of(fs, manifest)
     where = _where(dest, storage_options)
     _check_columns(fs, files, manifest, [order_column, label_column], where)
     files = _in_reading_order(files, manifest)
-    (described,) = dask.compute([dask.delayed(_describe)(fs, path, order_column, label_column) for path in files])
+    (described,) = dask.compute([dask.delayed(_describe)(result, path, order_column, label_column) for path in files])
     rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
     rows = int(rows_per_file.sum())
     nulls = sum(d.nulls for d in described)
     if nulls:
         raise ValueError(f"order column {order_column!r} has {nulls} null values")
-    stats = _order_stats(fs, files, described, order_column, rows_per_file, neighbours, scratch, storage_options)
+    stats = _order_stats(result, files, described, order_column, rows_per_file, neighbours, scratch, storage_options)
 
     checks = []
     rho = stats.rank_correlation
@@ -456,9 +458,9 @@ class _Described:
     sample: np.ndarray  # evenly spaced order values, for the bounds of a sort on Dask
 
 
-def _describe(fs, path: str, order_column: str, label_column: str | None) -> _Described:
+def _describe(result: _ResultFiles, path: str, order_column: str, label_column: str | None) -> _Described:
     columns = [order_column] + ([label_column] if label_column else [])
-    order, *label = _read_columns(fs, path, columns)
+    order, *label = _read_columns(result, path, columns)
     integer = pa.types.is_integer(order.type)
     low, high = (pc.min(order).as_py(), pc.max(order).as_py()) if integer and len(order) else (None, None)
     last = order[len(order) - 1].as_py() if integer and len(order) else None
@@ -473,7 +475,14 @@ IN_MEMORY_ROWS = 2_000_000  # an order column that is not a dense range is ranke
 
 
 def _order_stats(
-    fs, files, described, order_column: str, rows_per_file, neighbours: int, scratch=None, storage_options=None
+    result: _ResultFiles,
+    files,
+    described,
+    order_column: str,
+    rows_per_file,
+    neighbours: int,
+    scratch=None,
+    storage_options=None,
 ) -> _order.OrderStats:
     """File by file when the order column is a dense range of integers (its values are the ranks, shifted);
     else from the whole rank array in memory, up to ``IN_MEMORY_ROWS``; else file by file from ranks sorted
@@ -486,10 +495,10 @@ def _order_stats(
     if dense:
         low = min(lows)
         lasts = [d.last - low if d.rows else -1 for d in described]
-        read_ranks = functools.partial(_read_ranks, fs, order_column, low)
+        read_ranks = functools.partial(_read_ranks, result, order_column, low)
         return _order.by_file(read_ranks, files, offsets, lasts, rows, neighbours)
     if rows > IN_MEMORY_ROWS:
-        read_order = functools.partial(_read_order, fs, order_column)
+        read_order = functools.partial(_read_order, result, order_column)
         samples = [d.sample for d in described]
         ranked = _ranks.rank_files(read_order, files, rows_per_file.tolist(), samples, scratch, storage_options)
         try:
@@ -497,7 +506,7 @@ def _order_stats(
             return _order.by_file(ranked.read_ranks, indices, offsets, list(ranked.lasts), rows, neighbours)
         finally:
             ranked.remove()
-    parts = dask.compute(*[dask.delayed(_read_columns)(fs, path, [order_column]) for path in files])
+    parts = dask.compute(*[dask.delayed(_read_columns)(result, path, [order_column]) for path in files])
     order = pa.chunked_array([p[0] for p in parts], type=parts[0][0].type if parts else pa.int64())
     if pa.types.is_floating(order.type) and pc.any(pc.is_nan(order)).as_py():
         raise ValueError(f"order column {order_column!r} has NaN values: it must identify each row's position")
@@ -507,13 +516,13 @@ def _order_stats(
     return _order.in_memory(rank, neighbours)
 
 
-def _read_order(fs, order_column: str, file) -> pa.ChunkedArray:
-    (order,) = _read_columns(fs, file, [order_column])
+def _read_order(result: _ResultFiles, order_column: str, file) -> pa.ChunkedArray:
+    (order,) = _read_columns(result, file, [order_column])
     return order
 
 
-def _read_ranks(fs, order_column: str, low: int, path: str) -> np.ndarray:
-    (order,) = _read_columns(fs, path, [order_column])
+def _read_ranks(result: _ResultFiles, order_column: str, low: int, path: str) -> np.ndarray:
+    (order,) = _read_columns(result, path, [order_column])
     return order.to_numpy().astype(np.int64) - low
 
 
@@ -564,21 +573,38 @@ def _in_reading_order(files: list[str], manifest: dict | None) -> list:
     return [_LazyPile(units[g.pieces[0].unit], manifest["seed"], g) for g in groups]
 
 
-def _read_columns(fs, file, columns: list[str]) -> list[pa.ChunkedArray]:
-    tables = [_read_file_columns(fs, path, columns) for path in (file.paths if isinstance(file, _LazyPile) else [file])]
+def _read_columns(result: _ResultFiles, file, columns: list[str]) -> list[pa.ChunkedArray]:
+    paths = file.paths if isinstance(file, _LazyPile) else [file]
+    tables = [result.read(path, columns) for path in paths]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if isinstance(file, _LazyPile):
         table = _kernels.take(table, group_permutation(file.seed, 0, file.group))
     return [table[name] for name in columns]
 
 
-def _read_file_columns(fs, path: str, columns: list[str]) -> pa.Table:
-    with open_parquet(fs, path) as parquet:
-        names = parquet.schema_arrow.names
-        for name in columns:
-            if name not in names:
-                raise KeyError(f"column {name!r} is not in {full_url(fs, path)!r} (columns: {', '.join(names)})")
-        return parquet.read(columns=columns, use_threads=False)
+@dataclasses.dataclass(frozen=True)
+class _ResultFiles:
+    """How the files of ``dest`` are read: Parquet (a column at a time), or as a daskpile result's manifest
+    says they were written (Arrow IPC, CSV, JSON lines, lines; whole files, as ``verify`` reads them)."""
+
+    fs: object
+    written_as: tuple[_outputs.Output, pa.Schema] | None = None
+
+    @classmethod
+    def of(cls, fs, manifest: dict | None) -> _ResultFiles:
+        output = _outputs.of_manifest(manifest)
+        return cls(fs, None if output.format == "parquet" else (output, _manifest.arrow_schema(manifest)))
+
+    def read(self, path: str, columns: list[str]) -> pa.Table:
+        if self.written_as is not None:
+            return _outputs.read(self.fs, path, *self.written_as).select(columns)
+        with open_parquet(self.fs, path) as parquet:
+            names = parquet.schema_arrow.names
+            for name in columns:
+                if name not in names:
+                    where = full_url(self.fs, path)
+                    raise KeyError(f"column {name!r} is not in {where!r} (columns: {', '.join(names)})")
+            return parquet.read(columns=columns, use_threads=False)
 
 
 def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.ndarray]:
