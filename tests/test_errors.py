@@ -89,9 +89,9 @@ def test_not_enough_space_is_found_before_anything_is_written(client, source, ti
 
 
 def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_path):
-    # Long repeated strings: dictionary-encoded in Parquet, so the footers promise a few KiB,
-    # but plain strings in Arrow, so scratch takes 4 MB: the estimate passes, the disk fills.
-    table = pa.table({"s": ["x" * 100] * 40_000})
+    # Repeated strings, dictionary-encoded in Parquet, short in the file whose first rows the estimate
+    # decodes and long in the others: the estimate promises 200 KB, scratch takes 3 MB, the disk fills.
+    table = pa.table({"s": ["x"] * 10_000 + ["x" * 100] * 30_000})
     write_parts(table, tmp_path / "src", parts=4)
     with pytest.raises(OSError, match=r"scratch .*tiny.* is full"):
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=4, scratch=str(tiny_filesystem))
