@@ -654,24 +654,30 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, reta
 @click.option("--keep", type=click.IntRange(min=1), help="Keep the newest N generations.")
 @click.option("--before", metavar="VALUE", help="Drop generations whose rows all have --column below VALUE.")
 @click.option("--column", help="The column --before compares (a time, a day number...).")
+@click.option(
+    "--generation", "generations", type=click.IntRange(min=0), multiple=True,
+    help="Drop this generation (repeat for more): a day corrected upstream, before appending it again.",
+)  # fmt: skip
 @_RETAIN
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_command
-def expire(dest, keep, before, column, retain, storage_options, as_json, quiet):
-    """Drop the oldest generations of the window DEST: --keep N, or --before VALUE --column C.
+def expire(dest, keep, before, column, generations, retain, storage_options, as_json, quiet):
+    """Drop generations of the window DEST: --keep N, --before VALUE --column C, or --generation N.
 
     Writes a new manifest version only.  A generation with rows on both
     sides of VALUE stays; its rows before VALUE go at the next compact.
     """
     from daskpile import expire as expire_window
 
-    if keep is not None and before is not None:
-        raise click.UsageError("--keep and --before drop generations two ways: give one of them")
-    if keep is None and before is None:
-        raise click.UsageError("give --keep N, or --before VALUE with --column C")
+    ways = [name for name, given in (("--keep", keep is not None), ("--before", before is not None),
+                                     ("--generation", bool(generations))) if given]  # fmt: skip
+    if len(ways) > 1:
+        raise click.UsageError(f"{' and '.join(ways)} drop generations in different ways: give one of them")
+    if not ways:
+        raise click.UsageError("give --keep N, --before VALUE with --column C, or --generation N")
     report = expire_window(
-        dest, keep_generations=keep, before=before, column=column,
+        dest, keep_generations=keep, before=before, column=column, generations=list(generations) or None,
         storage_options=parse_storage_options(storage_options), retain=retain,
     )  # fmt: skip
     _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))

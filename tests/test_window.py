@@ -547,6 +547,31 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
     assert daskpile.read_manifest(dest)["window"]["version"] == 1
 
 
+def test_a_day_written_again_upstream_is_refused_until_its_generation_is_dropped(sync_scheduler, days, tmp_path):
+    """A day's files rewritten at the same paths (an upstream retry: new modification times) were appended as
+    new files, every row of the day then twice in the window, without a word."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    daskpile.append(dest, days[2])
+    for path in Path(days[1]).glob("*.parquet"):  # written again: same rows, another stamp
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
+    with pytest.raises(ValueError, match=r"appended in generation 1\) and has changed since: .* expire generation 1"):
+        daskpile.append(dest, days[1])
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
+    with pytest.raises(ValueError, match="has no generation 7 \\(it holds 0, 1, 2\\)"):
+        daskpile.expire(dest, generations=[7])
+    with pytest.raises(ValueError, match="give one of"):
+        daskpile.expire(dest, generations=[1], keep_generations=2)
+    report = daskpile.expire(dest, generations=[1])
+    assert report.generations == [0, 2] and sorted(window_ids(dest)) == ids_of(0, 2)
+    assert not daskpile.expire(dest, generations=[1]).changed  # expired already
+    daskpile.append(dest, days[1])  # the corrected day, as the newest generation
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2) and daskpile.verify(dest).ok
+    with pytest.raises(ValueError, match=r"would leave the window .* empty"):
+        daskpile.expire(dest, generations=[0, 2, 3])
+
+
 def test_after_a_discard_the_next_append_takes_the_generation_afresh(sync_scheduler, days, tmp_path, monkeypatch):
     """An append interrupted in pass 1 leaves scratch; discard removes it, so another append is not refused."""
     from daskpile.engine import _passes
@@ -644,8 +669,16 @@ def test_a_nan_like_a_null_is_never_before_the_value(sync_scheduler, tmp_path):
     assert sorted(window_ids(dest)) == [i for i in ids_of(0, 1) if i >= 3_000 or i % 7 == 0]
 
 
-def test_expire_says_that_keep_and_before_are_two_ways_not_that_one_is_missing(tmp_path):
+def test_expire_says_that_keep_before_and_generation_are_ways_not_that_one_is_missing(sync_scheduler, tmp_path):
     both = daskpile_in_process("expire", str(tmp_path / "w"), "--keep", "2", "--before", "3", "--column", "day")
-    assert both.returncode == 2 and "--keep and --before drop generations two ways: give one of them" in both.stderr
+    assert both.returncode == 2 and "--keep and --before drop generations in different ways" in both.stderr
+    two = daskpile_in_process("expire", str(tmp_path / "w"), "--generation", "1", "--keep", "1")
+    assert two.returncode == 2 and "--keep and --generation drop generations in different ways" in two.stderr
     neither = daskpile_in_process("expire", str(tmp_path / "w"))
-    assert neither.returncode == 2 and "give --keep N, or --before VALUE with --column C" in neither.stderr
+    assert neither.returncode == 2 and "give --keep N, --before VALUE with --column C, or --generation N" in (
+        neither.stderr
+    )
+    dest, _ = _window_of_days(tmp_path, days=3)
+    done = daskpile_in_process("expire", dest, "--generation", "0", "--generation", "2")
+    assert done.returncode == 0 and "expired generations 0, 2" in done.stdout
+    assert sorted(window_ids(dest)) == ids_of(1)

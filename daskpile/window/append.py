@@ -149,12 +149,23 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
 def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
     """The generation holding every file of the plan (unchanged since), if one does: a retried append.
 
-    With ``partly_refused``, files some generation holds beside files none
-    does are refused: a partly repeated append would hold rows twice.
+    A file some generation holds that has changed since (an upstream job that
+    wrote the day again) is refused: its old rows are in the window, and the
+    new ones would join them.  With ``partly_refused``, files some generation
+    holds beside files none does are refused: a partly repeated append would
+    hold rows twice.
     """
     held = {(url, stamp): g.number for g in window.generations
             for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
+    held_urls = {url: number for (url, _), number in held.items()}
     numbers = [held.get(f) for f in zip(plan.urls, plan.stamps, strict=True)]
+    for url, number in zip(plan.urls, numbers, strict=True):
+        if number is None and url in held_urls:
+            raise ValueError(
+                f"{url} is in the window already (appended in generation {held_urls[url]}) and has changed since: "
+                f"its rows as appended then are in the window; to replace them, expire generation "
+                f"{held_urls[url]} first"
+            )
     if None not in numbers and len(set(numbers)) == 1:
         return numbers[0]
     for url, number in zip(plan.urls, numbers, strict=True):

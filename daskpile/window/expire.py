@@ -25,10 +25,12 @@ def expire(
     keep_generations: int | None = None,
     before=None,
     column: str | None = None,
+    generations: list[int] | None = None,
     storage_options: dict | None = None,
     retain: str | float | None = None,
 ) -> WindowReport:
-    """Drop generations from the window ``dest``: all but the newest ``keep_generations``, or those before a value.
+    """Drop generations from the window ``dest``: all but the newest ``keep_generations``, those before a value,
+    or the ``generations`` named.
 
     Only a new version of the manifest is written: no data file is read for
     ``keep_generations``, and only ``column`` for ``before``.  The files
@@ -51,6 +53,9 @@ def expire(
         the value: a generation with nulls stays, its other rows before the
         value cut at the next compact.  Cuts marked by several calls all
         apply.
+    generations
+        Drop these generations (numbers, as the report lists them): a day
+        whose files were corrected upstream, before it is appended again.
     storage_options
         Passed to fsspec.
     retain
@@ -67,20 +72,37 @@ def expire(
     >>> report.generations, report.rows
     ([1], 10000)
     """
-    if (keep_generations is None) == (before is None):
-        raise ValueError("give keep_generations (--keep N), or before and column (--before VALUE --column C)")
+    if sum(way is not None for way in (keep_generations, before, generations)) != 1:
+        raise ValueError(
+            "give one of keep_generations (--keep N), before and column (--before VALUE --column C), or "
+            "generations (--generation N)"
+        )
     if before is not None and not column:
         raise ValueError("before (--before) needs the column (--column) whose values it is compared with")
     if keep_generations is not None and (isinstance(keep_generations, bool) or int(keep_generations) < 1):
         raise ValueError(f"keep_generations must be a positive integer, got {keep_generations!r}")
     window = Window.load(dest, storage_options)
+    if generations is not None:
+        generations = _known_generations(window, generations)
     key = {"keep_generations": keep_generations, "before": None if before is None else str(before), "column": column}
+    if generations is not None:
+        key["generations"] = generations
     snapshot.check_idle(window.fs, window.path, "expire", key)
     removed = snapshot.collect(window, retain)
     # marked while the column is read (minutes, on a large window), so that no other change starts meanwhile
     snapshot.begin(window.fs, window.path, "expire", key, _describe(key), None)
     try:
-        kept = list(window.generations[-int(keep_generations) :]) if keep_generations else _cut(window, column, before)
+        if keep_generations:
+            kept = list(window.generations[-int(keep_generations) :])
+        elif generations is not None:
+            kept = [g for g in window.generations if g.number not in generations]
+            if not kept:
+                raise ValueError(
+                    f"dropping generation{'s' if len(generations) > 1 else ''} {', '.join(map(str, generations))} "
+                    f"would leave the window {window.url} empty: append the new files first, then drop these"
+                )
+        else:
+            kept = _cut(window, column, before)
         if kept == list(window.generations):
             return report(window, False, "nothing to expire", removed=removed)
         dropped = [g for g in window.generations if g.number not in {k.number for k in kept}]
@@ -101,7 +123,21 @@ def expire(
     return report(window, True, "; ".join(done), removed=removed)
 
 
+def _known_generations(window: Window, generations) -> list[int]:
+    """``generations`` as sorted numbers; one the window never had is refused (one expired since is not)."""
+    if isinstance(generations, (int, str)) or not generations:
+        raise ValueError(f"generations must be a non-empty list of generation numbers, got {generations!r}")
+    numbers = sorted({int(n) for n in generations})
+    unknown = [n for n in numbers if not 0 <= n < window.next_generation]
+    if unknown:
+        held = ", ".join(str(g.number) for g in window.generations)
+        raise ValueError(f"the window {window.url} has no generation {', '.join(map(str, unknown))} (it holds {held})")
+    return numbers
+
+
 def _describe(key: dict) -> str:
+    if key.get("generations") is not None:
+        return f"drop generations {', '.join(map(str, key['generations']))}"
     if key["keep_generations"] is not None:
         return f"keep the newest {key['keep_generations']} generations"
     return f"drop the rows with {key['column']} before {key['before']}"
