@@ -572,6 +572,28 @@ def test_a_day_written_again_upstream_is_refused_until_its_generation_is_dropped
         daskpile.expire(dest, generations=[0, 2, 3])
 
 
+def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(sync_scheduler, days, tmp_path):
+    """compact recorded the fingerprint of the rows it wrote, so an append made with verify=False came out
+    "verified", and a row lost from its file went unnoticed (40,000 rows became 39,999, verify said match)."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1], verify=False)
+    name = daskpile.read_manifest(dest)["files"][-1]
+    path = os.path.join(dest, name)
+    original = pq.read_table(path)
+    pq.write_table(original.slice(1), path)  # a row of the unverified generation lost
+    with pytest.raises(daskpile.VerificationError, match=rf"{name} holds .* the window's manifest recorded"):
+        daskpile.compact(dest)
+    assert daskpile.read_manifest(dest)["window"]["version"] == 1
+    assert not os.path.exists(os.path.join(dest, snapshot.generation_dir(2)))
+    pq.write_table(original, path)
+    daskpile.compact(dest)  # no change was left under way
+    assert sorted(window_ids(dest)) == ids_of(0, 1)
+    with pytest.raises(ValueError, match="verify=False: no fingerprint"):
+        daskpile.verify(dest)
+    assert daskpile.verify([days[0], days[1]], dest).ok
+
+
 def test_after_a_discard_the_next_append_takes_the_generation_afresh(sync_scheduler, days, tmp_path, monkeypatch):
     """An append interrupted in pass 1 leaves scratch; discard removes it, so another append is not refused."""
     from daskpile.engine import _passes

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from daskpile import _kernels, _random
 from daskpile._compute import compute, total_threads
-from daskpile._storage import remove_tree
+from daskpile._storage import full_url, remove_tree
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -48,8 +48,11 @@ def compact(
     seed, the new generation and the pile), read in file order like any
     ``shuffle_parquet`` result.  Rows ``expire`` marked (before a value, in a
     generation that straddled it) are removed here.  The rows written plus
-    those removed are checked against the generations' fingerprints.  A
-    window of one generation and no cut has nothing to compact.  Interrupted,
+    those removed are checked against the generations' fingerprints, and
+    every file's rows against the count the manifest records (a generation
+    appended with ``verify=False`` has no fingerprint, and neither has the
+    compacted one then).  A window of one generation and no cut has nothing
+    to compact.  Interrupted,
     it resumes from the piles it finished.
 
     Parameters
@@ -87,7 +90,12 @@ def compact(
     description = f"compaction of generations {', '.join(map(str, numbers))}"
     pending = snapshot.begin(window.fs, window.path, "compact", key, description, window.next_generation)
     generation = pending["generation"]
-    compacted = _merge_piles(window, generation, progress)
+    try:
+        compacted = _merge_piles(window, generation, progress)
+    except VerificationError:  # nothing to resume: the window stays as it was, with no change under way
+        remove_tree(window.fs, posixpath.join(window.path, snapshot.generation_dir(generation)))
+        snapshot.finish(window.fs, window.path)
+        raise
     new = _generation(window, generation, compacted)
     window = window.commit([new], next_generation=generation + 1)
     snapshot.finish(window.fs, window.path)
@@ -103,10 +111,10 @@ def compact(
 
 def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compacted]:
     """Every pile merged, in Dask tasks of a few piles each; checked against the generations' fingerprints."""
-    files_of_pile: list[list[tuple[str, tuple]]] = [[] for _ in range(window.piles)]
+    files_of_pile: list[list[tuple[str, tuple, int]]] = [[] for _ in range(window.piles)]
     for g in window.generations:
-        for name, pile in zip(g.files, g.file_piles, strict=True):
-            files_of_pile[pile].append((name, g.cuts))
+        for name, pile, rows in zip(g.files, g.file_piles, g.rows_per_file, strict=True):
+            files_of_pile[pile].append((name, g.cuts, rows))
     directory = snapshot.generation_dir(generation)
     schema = _manifest.arrow_schema(window.base)
     tasks = [
@@ -122,7 +130,6 @@ def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compa
         before = _fingerprint.total(recorded)
         after = _fingerprint.total(c.fingerprint for c in compacted) + _fingerprint.total(c.cut for c in compacted)
         if before != after:
-            remove_tree(window.fs, posixpath.join(window.path, snapshot.generation_dir(generation)))
             raise VerificationError(
                 f"compacting {window.url}: the generations recorded {before}, the rows written and cut add up to "
                 f"{after}; the window's manifest is unchanged"
@@ -137,14 +144,20 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         name = posixpath.join(directory, _manifest.part_name(pile, total_piles))
         target = posixpath.join(path, name)
         stamp = {"pile": pile, "piles": total_piles, "seed": seed, "compacted_into": generation,
-                 "from": [f for f, _ in files], "cuts": [list(rules) for _, rules in files]}  # fmt: skip
+                 "from": [f for f, _, _ in files], "cuts": [list(rules) for _, rules, _ in files]}  # fmt: skip
         found = _passes.pile_stamp(fs, target)
         if found is not None and all(found.get(k) == v for k, v in stamp.items()):
             results.append(_Compacted(pile, name, found["rows"], *_fingerprints(found)))
             continue
         kept, cut = [], Fingerprint()
-        for file_name, rules in files:
+        for file_name, rules, recorded_rows in files:
             table = _read(fs, path, file_name)
+            if table.num_rows != recorded_rows:  # what a fingerprint would catch, for generations without one
+                raise VerificationError(
+                    f"compacting {full_url(fs, path)}: {file_name} holds {count(table.num_rows, 'row')}, the "
+                    f"window's manifest recorded {recorded_rows:,}: it changed since it was written; the window's "
+                    "manifest is unchanged"
+                )
             if rules:
                 keep = _kept(table, rules)
                 cut = cut + _fingerprint.of(table.filter(pc.invert(keep)))
@@ -191,7 +204,10 @@ def _generation(window: Window, number: int, compacted: list[_Compacted]) -> Gen
         files=tuple(c.name for c in compacted),
         file_piles=tuple(c.pile for c in compacted),
         rows_per_file=tuple(c.rows for c in compacted),
-        fingerprint=_fingerprint.total(c.fingerprint for c in compacted).to_json(),
+        # the rows written, checked against the generations' fingerprints only if every one has one
+        fingerprint=_fingerprint.total(c.fingerprint for c in compacted).to_json()
+        if all(g.fingerprint for g in merged)
+        else None,
         source_files=tuple(s for g in merged for s in g.source_files),
         source_stamps=tuple(s for g in merged for s in g.source_stamps),
         seed=window.seed,
