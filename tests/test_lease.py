@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -65,6 +66,20 @@ def test_a_killed_runs_lease_on_this_machine_is_taken_over_at_once(source, tmp_p
     holder.wait(timeout=30)
     assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
     assert _lease.LEASE_FILE not in os.listdir(dest)
+
+
+def test_a_lease_of_a_dead_run_whose_pid_is_now_another_process_is_taken_over_at_once(source, tmp_path):
+    """A container restarted in its pod keeps the hostname and numbers its processes afresh: the killed run's
+    pid was often the new run's own, and the new run was refused for 120 s as "pid N" (itself)."""
+    dest = tmp_path / "out"
+    dest.mkdir()
+    record = {"owner": "killed", "host": socket.gethostname(), "pid": os.getpid(), "started": "earlier",
+              "renewed": time.time()}  # fmt: skip
+    (dest / _lease.LEASE_FILE).write_text(json.dumps({**record, "pid_started": _lease._process_started(os.getpid())}))
+    with pytest.raises(daskpile.DestBusyError):  # the same pid, started when it did: the holder itself lives
+        daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    (dest / _lease.LEASE_FILE).write_text(json.dumps({**record, "pid_started": 1}))  # another process's start
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
 
 
 def test_a_lease_being_written_counts_as_alive_and_a_half_written_old_one_as_dead(source, tmp_path):

@@ -8,7 +8,8 @@ renews it while it runs, checks it is still its own before it commits, and
 removes it at the end.  A run that finds a lease renewed less than
 ``LEASE_SECONDS`` ago is refused, naming the holder; an older one is a killed
 run's, and is taken over, as is one whose process, on the same machine, is
-gone.  Freshness is read from the holder's clock, so
+gone (a pid now another process's, as in a container restarted in its pod,
+counts as gone: the lease records when its process started).  Freshness is read from the holder's clock, so
 machines sharing a dest need clocks within a minute or so of each other (as
 NTP keeps them).
 """
@@ -86,8 +87,8 @@ class Lease:
 
     def _record(self) -> bytes:
         return json.dumps({
-            "owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "started": self.started,
-            "renewed": time.time(),
+            "owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
+            "pid_started": _process_started(os.getpid()), "started": self.started, "renewed": time.time(),
         }).encode()  # fmt: skip
 
     def _acquire(self) -> None:
@@ -198,8 +199,25 @@ def _alive(record: dict) -> bool:
     except (TypeError, ValueError):
         return False
     if recent and record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
-        return _process_lives(record["pid"])
+        return _process_lives(record["pid"]) and _same_process(record["pid"], record.get("pid_started"))
     return recent
+
+
+def _same_process(pid: int, started) -> bool:
+    """Whether process ``pid`` is the one that started at ``started``, not a later one given its number: a
+    container restarted in its pod keeps the hostname and numbers its processes afresh, so the killed run's
+    pid is often the new run's own."""
+    now = _process_started(pid)
+    return started is None or now is None or now == started
+
+
+def _process_started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (None without /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _process_lives(pid: int) -> bool:
