@@ -1,6 +1,7 @@
 """Moving windows: append, expire, compact, discard; snapshots, resume, retention, verify, the loader."""
 
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -592,6 +593,36 @@ def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(s
     with pytest.raises(ValueError, match="verify=False: no fingerprint"):
         daskpile.verify(dest)
     assert daskpile.verify([days[0], days[1]], dest).ok
+
+
+def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path, monkeypatch):
+    """A first append into a window not made yet said "holds no _daskpile.json"; a JSON-lines day "Parquet magic
+    bytes not found ... corrupted"; an interrupted append run again on a file changed since "run it again"."""
+    append_module = importlib.import_module("daskpile.window.append")  # (the package's name is the function)
+
+    dest = str(tmp_path / "window")
+    with pytest.raises(FileNotFoundError, match=r"does not exist: a window starts as an ordinary shuffle"):
+        daskpile.append(dest, days[1])
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    (tmp_path / "events.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(ValueError, match=r"events.jsonl is jsonl: append reads Parquet files only"):
+        daskpile.append(dest, str(tmp_path / "events.jsonl"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(append_module, "shuffle_plan", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.append(dest, days[1])
+    monkeypatch.undo()
+    changed = sorted(Path(days[1]).glob("*.parquet"))[1]
+    os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime + 60))
+    with pytest.raises(daskpile.WindowBusyError, match=rf"cannot finish: .*{changed.name} changed since it began\. "
+                                                       r"`daskpile discard` it, then run this again"):  # fmt: skip
+        daskpile.append(dest, days[1])
+    daskpile.discard(dest)
+    daskpile.append(dest, days[1])
+    assert sorted(window_ids(dest)) == ids_of(0, 1)
 
 
 def test_after_a_discard_the_next_append_takes_the_generation_afresh(sync_scheduler, days, tmp_path, monkeypatch):

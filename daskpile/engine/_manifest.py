@@ -176,8 +176,10 @@ def window_version(fs: fsspec.AbstractFileSystem, directory: str, version: int) 
             return json.load(f)
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"version {version} of the window {full_url(fs, directory)!r} is gone ({full_url(fs, where)}): "
-            "its files were removed after their grace period (--retain); read the current version"
+            f"version {version} of the window {full_url(fs, directory)!r} is gone ({full_url(fs, where)}): its "
+            "manifest, and the files no later version lists, are removed once their grace period is over (retain=, "
+            "--retain, default 1d): read the current version, and give the window's commands a retain longer than "
+            "a job may be down between a checkpoint and its resumption"
         ) from None
 
 

@@ -51,7 +51,8 @@ def append(
         A result of ``shuffle_parquet`` (generation 0) or a window already
         appended to: one file per pile (not ``rows_per_file``).
     source
-        As for ``shuffle_parquet``.  Its rows must have the window's columns
+        Parquet files, as for ``shuffle_parquet`` (not text: a window can
+        start from text, but its days are appended as Parquet).  Its rows must have the window's columns
         and types (column order, nullability and ``string`` against
         ``large_string`` may differ); a mismatch is refused naming the column,
         before anything is written.
@@ -137,6 +138,12 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     window's directory, is refused: its rows would be there twice.
     """
     plan = plan_sources(source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files)
+    if plan.reading.text is not None:
+        raise ValueError(
+            f"{full_url(plan.fs, plan.files[0].path)} is {plan.reading.text.format}: append reads Parquet files only "
+            "(a window can start from text, its generation 0, but its days are appended as Parquet): write the "
+            "day as Parquet first"
+        )
     check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = _manifest.arrow_schema(window.base)
     reference = f"the window {window.url}"

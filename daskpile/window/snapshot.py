@@ -297,7 +297,7 @@ class WindowReport:
     removed: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
-        removed = f"; removed {count(len(self.removed), 'retired file or folder')}" if self.removed else ""
+        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
         return (
             f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
             f"{count(self.rows, 'row')}{removed}"
@@ -331,6 +331,11 @@ def one_change_at_a_time(command):
     @functools.wraps(command)
     def under_the_lease(dest: str, *args, storage_options: dict | None = None, **kwargs):
         fs, path = filesystem(dest, storage_options)
+        if not fs.exists(path):  # (before the lease, which would make it)
+            raise FileNotFoundError(
+                f"{full_url(fs, path)!r} does not exist: a window starts as an ordinary shuffle, its generation 0 "
+                f"(daskpile shuffle SOURCE {dest})"
+            )
         with _lease.held(fs, path):
             return command(dest, *args, storage_options=storage_options, **kwargs)
 
@@ -364,6 +369,16 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
     pending = read_pending(fs, path)
     if pending is None or (pending["command"] == command and pending["key"] == key):
         return pending
+    if pending["command"] == command:  # this very command run again, on what changed since
+        differ = [name for name in key if pending["key"].get(name) != key[name]]
+        changed = [url for url, old, new in zip(pending["key"].get("source_files", ()),
+                                                pending["key"].get("source_stamps", ()), key.get("source_stamps", ()),
+                                                strict=False) if old != new]  # fmt: skip
+        what = f"{changed[0]} changed since it began" if changed else f"its {', '.join(differ)} differ"
+        raise WindowBusyError(
+            f"{full_url(fs, path)!r} has an unfinished `daskpile {command}` ({pending['description']}, started "
+            f"{pending['started']}) that this one cannot finish: {what}. `daskpile discard` it, then run this again"
+        )
     raise WindowBusyError(
         f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
         f"started {pending['started']}): if it is still running, let it finish; if it was interrupted, run it "
