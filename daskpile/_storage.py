@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -61,6 +62,27 @@ def as_urls(source, role: str = "source"):
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     return "file" in protocols or "local" in protocols
+
+
+# A URL may carry its own credentials: a password before the host, or a signature in the query (a presigned
+# S3 or GCS URL, an Azure SAS).  Whatever daskpile prints or records shows them as "***".
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(?=@)")
+_URL_SECRET = re.compile(
+    r"(?P<head>[?&](?:[a-z0-9-]*signature|[a-z0-9-]*credential|[a-z0-9-]*security-token|awsaccesskeyid|sig|"
+    r"token|access_token|code|key|secret|password)=)[^&#\s'\"]+",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of the URLs in it shown as ``***``: what daskpile prints and records.
+
+    >>> redact("http://bob:hunter2@host/a.parquet?X-Amz-Credential=AK%2F1&X-Amz-Date=1&X-Amz-Signature=f00d")
+    'http://bob:***@host/a.parquet?X-Amz-Credential=***&X-Amz-Date=1&X-Amz-Signature=***'
+    >>> redact("s3://bucket/key=3/a.parquet"), redact("https://acct.blob.core.windows.net/c/a?sv=1&sig=abc%3D")
+    ('s3://bucket/key=3/a.parquet', 'https://acct.blob.core.windows.net/c/a?sv=1&sig=***')
+    """
+    return _URL_SECRET.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***", text))
 
 
 def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

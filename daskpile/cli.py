@@ -28,7 +28,7 @@ from click.core import ParameterSource
 
 from daskpile._compute import local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
-from daskpile._storage import StoreUnreachable, store_unusable
+from daskpile._storage import StoreUnreachable, redact, store_unusable
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
@@ -149,7 +149,7 @@ def _command(f):
                 traceback.print_exc()
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             line = message.splitlines()[0] if message else type(e).__name__
-            click.echo(f"daskpile: error: {line}{_where(e)}", err=True)
+            click.echo(redact(f"daskpile: error: {line}{_where(e)}"), err=True)
             sys.exit(2 if _cannot_run_as_asked(e) else 1)
         finally:
             _RESULTS.pop()
@@ -174,7 +174,7 @@ def _result(text: str) -> None:
     """
     if _CONSOLE_SCRIPT:
         command_over()
-    click.echo(text, file=_RESULTS[-1] if _RESULTS else None)
+    click.echo(redact(text), file=_RESULTS[-1] if _RESULTS else None)
 
 
 def _with_options(options: list, f):

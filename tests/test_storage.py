@@ -42,3 +42,51 @@ def test_a_pile_is_written_in_pieces_the_kernel_caches_in_small_pages(tmp_path, 
     assert size > 7 * WRITE_BUFFER_BYTES and calls >= size // WRITE_BUFFER_BYTES
     if output_format == "arrow":
         assert pa.ipc.open_file(str(tmp_path / "pile")).read_all().equals(table)
+
+
+@pytest.fixture
+def http_files(tmp_path):
+    """A directory served over HTTP on 127.0.0.1, as presigned URLs reach objects (the query is ignored)."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # the server's own log is not daskpile's output
+            pass
+
+    handler = functools.partial(Quiet, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path):
+    """A presigned URL's signature was stored in the manifest three times; a password before the host was
+    echoed in errors.  Both show as *** wherever daskpile prints or records a URL, and a rerun still finds
+    its result done."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from _util import daskpile_in_process
+
+    served, base = http_files
+    pq.write_table(pa.table({"id": range(1000)}), served / "a.parquet")
+    presigned = f"{base}/a.parquet?X-Amz-Credential=AKIDSECRET&X-Amz-Date=1&X-Amz-Signature=deadbeef0123"
+    dest = tmp_path / "out"
+    for attempt in ["shuffle", "rerun"]:
+        run = daskpile_in_process("shuffle", presigned, str(dest), "--piles", "2", "--scheduler", "sync")
+        assert run.returncode == 0, run.stderr
+        assert ("already done" in run.stdout) == (attempt == "rerun")
+        printed = run.stdout + run.stderr + "".join(p.read_text(errors="replace") for p in dest.iterdir())
+        assert "AKIDSECRET" not in printed and "deadbeef0123" not in printed
+        assert "X-Amz-Signature=***" in (dest / "_daskpile.json").read_text()
+    checked = daskpile_in_process("verify", presigned, str(dest), "--scheduler", "sync")
+    assert checked.returncode == 0 and "match" in checked.stdout
+    missing = daskpile_in_process(
+        "shuffle", base.replace("://", "://bob:hunter2@") + "/gone.parquet", str(tmp_path / "o2")
+    )
+    assert missing.returncode == 2 and "bob:***@" in missing.stderr and "hunter2" not in missing.stderr

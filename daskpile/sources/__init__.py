@@ -21,7 +21,7 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching
+from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -63,7 +63,8 @@ class SourcePlan:
 
     @property
     def urls(self) -> list[str]:
-        return [full_url(self.fs, f.path) for f in self.files]
+        """Each file's URL as recorded and shown (a run's identity): credentials in it as ``***``."""
+        return [redact(full_url(self.fs, f.path)) for f in self.files]
 
     @property
     def stamps(self) -> list[str]:
@@ -95,11 +96,11 @@ class SourcePlan:
         keys = [f for f in self.schema if f.name in dict(self.files[0].keys)] if self.files else []
         return {
             "schema_policy": self.reading.policy,
-            "schema_from": self.reading.reference,
+            "schema_from": redact(self.reading.reference),
             "partition_keys": {f.name: str(f.type) for f in keys},
             "table": self.table,
             "table_version": self.version,
-            "skipped_files": list(self.skipped),
+            "skipped_files": [redact(f) for f in self.skipped],
             "format": self.reading.text.format if self.reading.text else "parquet",
             **({"read_options": self.reading.text.read_options()} if self.reading.text else {}),
         }
