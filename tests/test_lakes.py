@@ -196,6 +196,21 @@ def test_strict_passes_differences_that_change_no_value(sync_scheduler, tmp_path
     assert rows(out) == rows(pa.concat_tables([first, second.select(first.column_names).cast(first.schema)]))
 
 
+@pytest.mark.parametrize("null_file_first", [True, False])
+def test_a_lake_of_zero_row_files_one_of_null_columns_is_shuffled_as_zero_rows(
+    sync_scheduler, tmp_path, null_file_first
+):
+    """No file with rows: the schema came from the last file, and a null-typed one then refused the typed
+    ones ("s: string instead of null"), as on a day with no events."""
+    typed = pa.table({"id": pa.array([], pa.int64()), "s": pa.array([], pa.string())})
+    nulls = pa.table({"id": pa.array([], pa.int64()), "s": pa.array([], pa.null())})
+    write(str(tmp_path / "lake" / "a.parquet"), table=nulls if null_file_first else typed)
+    write(str(tmp_path / "lake" / "b.parquet"), table=typed if null_file_first else nulls)
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    out = read_output(tmp_path / "out")
+    assert out.num_rows == 0 and out.schema.field("s").type == pa.string()
+
+
 # -- sidecars, strays, several sources -----------------------------------------------------------------------------
 
 

@@ -374,12 +374,17 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
 
 
 def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
-    """The schema of the first file that has rows (a zero-row file may have written its columns as null)."""
+    """The schema of the first file that has rows (a zero-row file may have written its columns as null); if
+    none has, of the first with no null column, else of the first file."""
+    fallback = None
     for f in files:
         with open_parquet(fs, f.path) as parquet:  # its schema_arrow maps Parquet's logical types (UUID) as reads do
-            if parquet.metadata.num_rows or f is files[-1]:
-                return parquet.schema_arrow, full_url(fs, f.path)
-    raise AssertionError("unreachable")
+            found = parquet.schema_arrow, full_url(fs, f.path)
+            if parquet.metadata.num_rows:
+                return found
+        if fallback is None or (pa.null() in fallback[0].types and pa.null() not in found[0].types):
+            fallback = found
+    return fallback
 
 
 def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
