@@ -349,3 +349,23 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("daskpile: error: dest 's3://lake/out': cannot reach the store: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_delta_table_on_a_store_named_by_the_environment_alone(sync_scheduler, s3, tmp_path, monkeypatch):
+    """The deployment guide names the store with AWS_ENDPOINT_URL; Parquet read it, and a Delta table failed
+    with "Generic S3 error" (delta-rs refuses an http endpoint it was not told to allow)."""
+    deltalake = pytest.importorskip("deltalake")
+    fs, options = s3
+    table = pa.table({"id": pa.array(range(500), pa.int64()), "v": [str(i) for i in range(500)]})
+    deltalake.write_deltalake(str(tmp_path / "delta"), table)
+    fs.put(str(tmp_path / "delta"), "lake/delta-env", recursive=True)
+    environment = {"AWS_ENDPOINT_URL": options["client_kwargs"]["endpoint_url"], "AWS_ACCESS_KEY_ID": "testing",
+                   "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "eu-west-1"}  # fmt: skip
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    report = daskpile.shuffle_parquet(
+        "s3://lake/delta-env", "s3://lake/delta-env-out", piles=2, seed=1, scratch="s3://scratch/delta-env"
+    )
+    assert report.rows == 500
+    out = read_store_output(fs, "lake/delta-env-out")
+    assert sorted(out["id"].to_pylist()) == list(range(500))

@@ -176,6 +176,22 @@ def test_s3_options_reach_the_table_libraries_under_their_names():
     assert _delta_options(None) is None  # nothing given, nothing forced (the environment's region stays)
 
 
+def test_the_environments_endpoint_and_region_reach_the_table_libraries(monkeypatch):
+    """delta-rs reads AWS_ENDPOINT_URL but refuses http without AWS_ALLOW_HTTP; pyiceberg's S3 reads neither
+    the endpoint nor the region from the environment, and went to real AWS where a MinIO was named."""
+    from daskpile.sources.tables import _delta_options, _iceberg_options
+
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert _delta_options(None) == {"AWS_ALLOW_HTTP": "true"}
+    assert _iceberg_options(None) == {"s3.endpoint": "http://minio:9000", "s3.region": "eu-west-1"}
+    given = {"client_kwargs": {"endpoint_url": "https://other:9000", "region_name": "us-east-1"}}
+    assert _iceberg_options(given) == {"s3.endpoint": "https://other:9000", "s3.region": "us-east-1"}
+    assert _delta_options(given) == {"AWS_ENDPOINT_URL": "https://other:9000", "AWS_REGION": "us-east-1"}
+
+
 def _commit_position_deletes(table, data_file: str, positions: list[int], path: str) -> None:
     """A merge-on-read delete of rows ``positions`` of ``data_file``, as Spark or Flink would commit it.
 

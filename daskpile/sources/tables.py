@@ -11,6 +11,7 @@ vectors, Iceberg delete files) are refused by name, never ignored.
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import re
 import urllib.parse
@@ -100,7 +101,7 @@ def _delta(url: str, storage_options: dict | None, version: int | None) -> Table
         )
         dataset = table.to_pyarrow_dataset()  # refuses the reader features it cannot honour, by name
     except Exception as e:  # deltalake's errors have no common base class
-        raise ValueError(f"cannot read the Delta table {url!r}: {e}") from None
+        raise ValueError(f"cannot read the Delta table {url!r}: {_one_line(e)}") from None
     mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mapping != "none":
         raise ValueError(f"the Delta table {url!r} uses column mapping ({mapping!r}), which daskpile cannot read")
@@ -139,7 +140,7 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
     except ValueError:
         raise
     except Exception as e:
-        raise ValueError(f"cannot read the Iceberg table {url!r}: {e}") from None
+        raise ValueError(f"cannot read the Iceberg table {url!r}: {_one_line(e)}") from None
     deleted = [t.file.file_path for t in tasks if t.delete_files]
     if deleted:
         raise ValueError(
@@ -191,11 +192,30 @@ def _s3_options(storage_options: dict | None, which: int) -> dict:
 
 
 def _delta_options(storage_options: dict | None) -> dict | None:
+    """delta-rs reads the environment's endpoint itself, but refuses one over http unless told to allow it."""
     options = _s3_options(storage_options, 0)
-    if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+    if (options.get("AWS_ENDPOINT_URL") or _environment_endpoint() or "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options or None
 
 
 def _iceberg_options(storage_options: dict | None) -> dict:
-    return _s3_options(storage_options, 1)
+    """pyiceberg's S3 takes no endpoint or region from the environment (it asked real AWS where a MinIO was):
+    they are passed on, as s3fs and delta-rs take them."""
+    options = _s3_options(storage_options, 1)
+    if "s3.endpoint" not in options and _environment_endpoint():
+        options["s3.endpoint"] = _environment_endpoint()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if "s3.region" not in options and region:
+        options["s3.region"] = region
+    return options
+
+
+def _environment_endpoint() -> str | None:
+    """The S3 endpoint the environment gives (as botocore and delta-rs read it), if any."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+
+
+def _one_line(error: Exception) -> str:
+    """A library's error on one line: delta-rs puts the cause ("URL scheme is not allowed") on later lines."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
