@@ -56,6 +56,15 @@ def test_an_older_delta_version(sync_scheduler, delta_table, tmp_path):
     assert daskpile.verify(delta_table, str(tmp_path / "v0")).ok
 
 
+def test_verify_of_a_version_vacuumed_since_says_so(sync_scheduler, delta_table, tmp_path):
+    """It printed the raw "[Errno 2] Failed to open local file ..." of the first file missing."""
+    daskpile.shuffle_parquet(delta_table, str(tmp_path / "v0"), piles=2, seed=1, version=0)
+    deltalake.DeltaTable(delta_table).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(FileNotFoundError, match=r"delta table at version 0 of .* lists files that are gone \(.*"
+                                                r"and \d+ more\): removed since by a vacuum"):  # fmt: skip
+        daskpile.verify(delta_table, str(tmp_path / "v0"))
+
+
 def test_deletion_vectors_are_refused_by_name(tmp_path):
     path = str(tmp_path / "dv")
     deltalake.write_deltalake(path, events(0, 10), configuration={"delta.enableDeletionVectors": "true"})

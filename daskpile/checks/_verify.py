@@ -9,7 +9,7 @@ import dask
 import pyarrow as pa
 
 from daskpile._compute import compute
-from daskpile._storage import as_urls, filesystem, full_url
+from daskpile._storage import as_urls, filesystem, full_url, listed_infos
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -282,6 +282,7 @@ def verify(
     )  # fmt: skip
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
+    _refuse_vacuumed(plan, source)
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]
@@ -311,6 +312,22 @@ def verify(
         files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
         source_changed=_source_changed(plan, manifest),
     )
+
+
+def _refuse_vacuumed(plan, source) -> None:
+    """A table's version whose files were removed since (a Delta vacuum, Iceberg's expired snapshots) cannot be
+    read again: said so, not as the raw error of the first file missing."""
+    if plan.table is None:
+        return
+    gone = [f.path for f, info in zip(plan.files, listed_infos(plan.fs, [f.path for f in plan.files]), strict=True)
+            if info is None]  # fmt: skip
+    if gone:
+        more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+        raise FileNotFoundError(
+            f"the {plan.table} of {source!r} lists files that are gone ({full_url(plan.fs, gone[0])}{more}): "
+            "removed since by a vacuum or an expiry of snapshots, so the rows the result was made from cannot be "
+            "read again"
+        )
 
 
 def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:
