@@ -300,6 +300,7 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
     from distributed import Client
 
     with ctrl_c_ignorable() as ignore_ctrl_c, contextlib.ExitStack() as stack:
+        hint = ""  # what to look at if no worker comes
         if scheduler:
             description = f"cluster {scheduler}"
             try:
@@ -310,6 +311,11 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             if kubernetes:
                 cluster = _kubernetes(kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
                 description = f"Kubernetes cluster {kubernetes}"
+                where = f" -n {namespace}" if namespace else ""
+                hint = (
+                    f": are its pods pending (kubectl{where} get pods)? They need the image and the Secret "
+                    "daskpile-storage in the namespace (deploy/README.md, step 3)"
+                )
             else:
                 stack.enter_context(workers_ignoring_ctrl_c())  # Ctrl-C reaches this process only: it stops them
                 shape = dict(n_workers=workers, threads_per_worker=threads_per_worker or 1, memory_limit=memory_limit)
@@ -317,7 +323,7 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
                 description = "LocalCluster"
             stack.enter_context(cluster)
             client = stack.enter_context(Client(cluster))
-        _wait_for_a_worker(client, description)
+        _wait_for_a_worker(client, description, hint)
         if description == "LocalCluster":
             quiet_workers(client)
         if not quiet:
@@ -339,13 +345,13 @@ def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limi
         raise SchedulerUnreachable(f"cannot start the Kubernetes cluster {name!r}: {e}") from e
 
 
-def _wait_for_a_worker(client, description: str) -> None:
+def _wait_for_a_worker(client, description: str, hint: str = "") -> None:
     """A cluster's workers may still be starting (a DaskJob starts its runner beside them): piles="auto" sizes
     piles by the workers' memory, and the shared-disk check asks the workers, so neither can run without one."""
     try:
         client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT)
     except TimeoutError as e:
-        raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s") from e
+        raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -286,6 +286,27 @@ def test_the_kubernetes_option_runs_on_the_cluster_it_starts(tmp_path, monkeypat
     assert started == {"name": "nightly", "namespace": "daskpile", "image": "registry/daskpile:1", "workers": 3}
 
 
+def test_a_kubernetes_cluster_whose_pods_never_start_says_where_to_look(tmp_path, monkeypatch):
+    """Pods without the daskpile-storage Secret never start (CreateContainerConfigError): the command said only
+    "has no worker after 600 s"."""
+    from click.testing import CliRunner
+
+    from daskpile import cli as command_line
+
+    monkeypatch.setattr(command_line, "FIRST_WORKER_TIMEOUT", 1)
+    monkeypatch.setattr(
+        kubernetes, "kubernetes_cluster",
+        lambda name, **options: LocalCluster(n_workers=0, processes=False, dashboard_address=":0"),
+    )  # fmt: skip
+    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
+    args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly", "--namespace", "jobs"]
+    result = CliRunner().invoke(command_line.cli, args)
+    assert result.exit_code == 2 and "Kubernetes cluster nightly has no worker after 1 s: are its pods pending " in (
+        result.output
+    )
+    assert "kubectl -n jobs get pods" in result.output and "the Secret daskpile-storage" in result.output
+
+
 def test_a_cluster_without_workers_is_refused_after_a_wait(tmp_path, monkeypatch):
     from click.testing import CliRunner
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
+from daskpile._words import count
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -75,7 +76,7 @@ class SourcePlan:
         return [f.size for f in self.files]
 
     def __str__(self) -> str:
-        where = self.table or f"{len(self.files):,} files"
+        where = self.table or count(len(self.files), "file")
         schema = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
         return f"{where}, schema {self.reading.policy} ({schema})"
 
