@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
-from daskpile._words import count
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import open_parquet, read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -76,7 +75,7 @@ class SourcePlan:
         return [f.size for f in self.files]
 
     def __str__(self) -> str:
-        where = self.table or count(len(self.files), "file")
+        where = self.table or f"{len(self.files):,} file{'' if len(self.files) == 1 else 's'}"
         schema = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
         return f"{where}, schema {self.reading.policy} ({schema})"
 
