@@ -312,6 +312,34 @@ def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version
         daskpile.PileLoader(str(plain), batch_size=500, seed=0, version=1)
 
 
+def test_a_checkpoint_at_an_epochs_end_resumes_after_its_versions_manifest_is_gone(sync_scheduler, days, tmp_path):
+    """Appends only, every file of version 1 still there, its manifest removed after the grace period: a state
+    taken at the end of an epoch, which needs nothing of it, failed "its files were removed"."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    loader = daskpile.PileLoader(dest, batch_size=500, seed=3, columns=["id"])
+    batches = iter(loader)
+    next(batches)
+    mid_epoch = loader.state_dict()
+    for _ in batches:
+        pass
+    ended = loader.state_dict()
+    daskpile.append(dest, days[2], retain=0)
+    daskpile.append(dest, days[3], retain=0)  # version 1's manifest is collected, its files all listed still
+    resumed = daskpile.PileLoader(dest, batch_size=500, seed=None, columns=["id"])
+    resumed.load_state_dict(ended)
+    assert list(resumed) == [] and resumed.seed == 3
+    assert resumed.state_dict()["epoch"] == 0
+    resumed.set_epoch(1, version=daskpile.PileLoader.current_version(dest))
+    assert sorted(np.concatenate([b["id"].to_numpy() for b in resumed])) == ids_of(0, 1, 2, 3)
+    with pytest.raises(FileNotFoundError, match=r"version 1 of the window .* is gone .* its manifest, .* give the "
+                                                r"window's commands a retain longer"):  # fmt: skip
+        daskpile.PileLoader(dest, batch_size=500, seed=3, columns=["id"]).load_state_dict(mid_epoch)
+    with pytest.raises(ValueError, match="the state's seed 3 is not this loader's seed 4"):
+        daskpile.PileLoader(dest, batch_size=500, seed=4, columns=["id"]).load_state_dict(ended)
+
+
 def test_the_loader_stays_on_its_version_until_every_rank_is_moved_to_another(sync_scheduler, days, tmp_path):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)

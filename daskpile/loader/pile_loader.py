@@ -356,7 +356,7 @@ class PileLoader:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
         self._finished = None  # (an epoch of no batch: this one's end, not the previous one's)
-        finished = self.state_dict()
+        finished = {**self.state_dict(), "ended": True}  # (resumable without its version: nothing is left to read)
         self._start_epoch(self._epoch + 1)
         # Its state stays that of the epoch's end until the loader moves on: a checkpoint of (epoch, state)
         # taken after the loop resumes at that end, with nothing left of the epoch (see load_state_dict)
@@ -395,6 +395,8 @@ class PileLoader:
         state is that end: a loop that saves ``(epoch, state)`` after the epoch
         resumes with nothing left of ``epoch``, whether or not it calls
         ``set_epoch(epoch)``, and ``set_epoch(epoch + 1)`` starts the next.
+        That state is marked ``"ended"``: it resumes even on a window whose
+        version it read is gone since, as it needs nothing of it.
         """
         if self._finished is not None:
             return dict(self._finished)
@@ -425,9 +427,15 @@ class PileLoader:
         ``seed=None`` takes it, one made with another seed refuses the state.
         """
         _check_fields(state)
-        _check_format(state, self.units.lazy, self._ended(state))
+        _check_format(state, self.units.lazy, state.get("ended") is True or self._ended(state))
         if state.get("version") is not None and self.units.version is not None:
-            self._read_version(state["version"])  # a resumed epoch reads the version it started on
+            try:
+                self._read_version(state["version"])  # a resumed epoch reads the version it started on
+            except FileNotFoundError:
+                if state.get("ended") is not True:
+                    raise
+                self._stay_at_the_end_of(state)  # of a version gone since: nothing of it is left to read
+                return
         self._check_state(state)
         old = _layout_of(state)
         plan = self._plan(state["epoch"], state["seed"])
@@ -448,6 +456,20 @@ class PileLoader:
         starts = old.consumed(plan, state["batches"])
         self._layout = dataclasses.replace(self._layout, starts=tuple(int(s) for s in starts))
         self._batches = 0
+
+    def _stay_at_the_end_of(self, state: dict) -> None:
+        """Take ``state``, taken at the end of its epoch on a window version gone since, on the current version:
+        nothing is left of its epoch, and ``set_epoch(epoch + 1)`` starts the next on this version."""
+        if self._seed_given and state["seed"] != self.seed:
+            raise ValueError(
+                f"the state's seed {state['seed']} is not this loader's seed {self.seed}: make the loader with the "
+                "state's seed, or seed=None to take it"
+            )
+        self._iteration += 1  # a live iterator was of the position this replaces
+        self.seed, self._epoch = state["seed"], state["epoch"]
+        self._start_epoch(self._epoch)
+        self._batches = self._layout.batches(self._plan(self._epoch))
+        self._finished = dict(state)
 
     def co_batch_rate(self, first_epoch: int | None = None, second_epoch: int | None = None) -> CoBatch:
         """How tied two epochs are (default: this one and the next), over every rank, without reading data.
