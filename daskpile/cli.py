@@ -631,11 +631,12 @@ _RETAIN = click.option(
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
 @click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")
+@click.option("--again", is_flag=True, help="Append files of a generation expire dropped (as the newest).")
 @_RETAIN
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
 @_command
-def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, retain, as_json, quiet, **cluster):
+def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, again, retain, as_json, quiet, **cluster):
     """Scatter the rows of SOURCE... into the piles of the window DEST, as a new generation.
 
     DEST is a shuffle result (generation 0) or a window appended to before.
@@ -650,7 +651,7 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, reta
         report = append_to(
             dest, list(source) if len(source) > 1 else source[0], seed=seed, scratch=scratch,
             storage_options=storage_options, verify=not no_verify, progress=not quiet, retain=retain,
-            blocksize=blocksize, partitioning=partitioning,
+            blocksize=blocksize, partitioning=partitioning, again=again,
         )  # fmt: skip
     _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
 

@@ -623,6 +623,26 @@ def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(s
     assert daskpile.verify([days[0], days[1]], dest).ok
 
 
+def test_a_day_expired_then_appended_again_by_mistake_is_refused_unless_asked(sync_scheduler, days, tmp_path):
+    """A week-old day appended again came back as the newest generation, and the next expire --keep 2 dropped
+    day 2 in its place: the window of the last two days held days 1 and 3."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    for d in (1, 2, 3):
+        daskpile.append(dest, days[d])
+    daskpile.expire(dest, keep_generations=2)  # days 2 and 3
+    for old in (days[1], days[0]):  # an appended day, and the shuffle's own source
+        with pytest.raises(ValueError, match=r"was appended in generation \d, which expire has dropped since"):
+            daskpile.append(dest, old)
+    assert sorted(window_ids(dest)) == ids_of(2, 3)
+    daskpile.append(dest, days[1], again=True)  # a backfill, asked for
+    assert sorted(window_ids(dest)) == ids_of(1, 2, 3)
+    run = daskpile_in_process("append", days[0], dest)
+    assert run.returncode == 2 and "Pass again=True (--again)" in run.stderr
+    assert daskpile_in_process("append", days[0], dest, "--again").returncode == 0
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2, 3)
+
+
 def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path, monkeypatch):
     """A first append into a window not made yet said "holds no _daskpile.json"; a JSON-lines day "Parquet magic
     bytes not found ... corrupted"; an interrupted append run again on a file changed since "run it again"."""

@@ -34,6 +34,7 @@ def append(
     blocksize: int | str = _passes.BLOCKSIZE,
     partitioning="hive",
     stray_files: str = "skip",
+    again: bool = False,
 ) -> WindowReport:
     """Scatter the rows of ``source`` into the piles of the window ``dest``, as a new generation.
 
@@ -65,6 +66,10 @@ def append(
         How long files that a version no longer lists are kept for readers
         still on it ("1d", "12h", seconds): those retired longer ago than this
         are removed now.  Default ``"1d"``.
+    again
+        Append files of a generation ``expire`` dropped (by ``--keep`` or
+        ``--before``): refused by default, since their rows would come back as
+        the newest generation.
 
     Returns
     -------
@@ -97,6 +102,8 @@ def append(
     pending = snapshot.check_idle(window.fs, window.path, "append", key)
     resuming = pending is not None
     held = _appended_already(window, plan, partly_refused=not resuming)
+    if held is None and not resuming and not again:
+        _refuse_expired(window, plan)
     if held is not None:  # appended already (and committed, if it was interrupted after that)
         snapshot.finish(window.fs, window.path)
         summary = f"already appended as generation {held}: nothing to do"
@@ -182,6 +189,19 @@ def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
                 "append only new files"
             )
     return None
+
+
+def _refuse_expired(window: Window, plan) -> None:
+    """Refuse files of a generation expire dropped: a day appended again by mistake would come back as the
+    newest, and the next ``expire --keep`` drop a recent day in its place."""
+    expired = snapshot.read_expired(window.fs, window.path)
+    for url in plan.urls:
+        number = expired.get(snapshot.source_key(url))
+        if number is not None:
+            raise ValueError(
+                f"{url} was appended in generation {number}, which expire has dropped since: appended again, its "
+                "rows would come back as the newest generation. Pass again=True (--again) to append it anyway"
+            )
 
 
 def _generation(number: int, window: Window) -> Generation:

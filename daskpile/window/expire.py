@@ -107,6 +107,8 @@ def expire(
             return report(window, False, "nothing to expire", removed=removed)
         dropped = [g for g in window.generations if g.number not in {k.number for k in kept}]
         marked = [g.number for g in kept if g.cuts and g not in window.generations]
+        if generations is None:  # (generations dropped by name are to be appended again, corrected)
+            snapshot.record_expired(window.fs, window.path, dropped)
         window = window.commit(kept)
     finally:
         snapshot.finish(window.fs, window.path)

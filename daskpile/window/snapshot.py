@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import hashlib
 import json
 import posixpath
 import re
@@ -38,6 +39,9 @@ from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _lease, _manifest, _outputs
 
 RETIRED = posixpath.join(_manifest.VERSIONS_DIR, "retired.json")
+# {a source file's key: the generation that held it}, for the generations expire dropped: appended again, their
+# rows would come back as the newest generation (and the next expire --keep drop a newer day in their place)
+EXPIRED = posixpath.join(_manifest.VERSIONS_DIR, "expired.json")
 PENDING = _manifest.WINDOW_PENDING
 GENERATION_DIR = _manifest.GENERATION_DIR
 DEFAULT_RETAIN = "1d"
@@ -423,6 +427,29 @@ def retire(fs, path: str, names: list[str]) -> None:
     entries = [{**e, "names": [n for n in e["names"] if n not in renamed]} for e in read_retired(fs, path)]
     entries = [e for e in entries if e["names"]] + [{"names": list(names), "since": time.time()}]
     write_bytes(fs, posixpath.join(path, RETIRED), json.dumps(entries, indent=1).encode())
+
+
+def record_expired(fs, path: str, generations: list[Generation]) -> None:
+    """Remember the source files of ``generations``, which expire drops (before the version that drops them)."""
+    if not generations:
+        return
+    known = read_expired(fs, path)
+    known.update({source_key(url): g.number for g in generations for url in g.source_files})
+    write_bytes(fs, posixpath.join(path, EXPIRED), json.dumps(known).encode())
+
+
+def read_expired(fs, path: str) -> dict[str, int]:
+    return _read_json(fs, posixpath.join(path, EXPIRED), {})
+
+
+def source_key(url: str) -> str:
+    """A source file's URL as ``expired.json`` keeps it: 16 hex digits of its SHA-256 (a year of a feed of a
+    thousand files a day is a few MB, not the URLs' tens).
+
+    >>> source_key("s3://lake/day=1/a.parquet")
+    'd6ba77c63c4c452d'
+    """
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def read_retired(fs, path: str) -> list[dict]:
