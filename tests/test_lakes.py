@@ -211,6 +211,19 @@ def test_a_lake_of_zero_row_files_one_of_null_columns_is_shuffled_as_zero_rows(
     assert out.num_rows == 0 and out.schema.field("s").type == pa.string()
 
 
+def test_categoricals_coded_in_other_widths_are_said_so(sync_scheduler, tmp_path):
+    """pandas codes a categorical in int8 up to 127 categories and int16 beyond: a day of 200 labels was
+    refused as "dictionary<..., indices=int16> instead of dictionary<..., indices=int8>", and told to convert."""
+    import pandas as pd
+
+    (tmp_path / "lake").mkdir()
+    for name, labels in [("a", 3), ("b", 200)]:
+        categories = pd.Categorical([f"c{i % labels}" for i in range(400)])
+        pd.DataFrame({"id": range(400), "cat": categories}).to_parquet(tmp_path / "lake" / f"{name}.parquet")
+    with pytest.raises(ValueError, match=r"cat: .* \(categories coded in int16, not int8: pandas codes a categorical"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+
+
 # -- sidecars, strays, several sources -----------------------------------------------------------------------------
 
 

@@ -175,7 +175,9 @@ def conformer(
             continue
         if not found.type.equals(field.type):
             if policy in STRICT and not same_values(found.type, field.type):
-                problems.append(f"{field.name}: {found.type} instead of {field.type}")
+                problems.append(
+                    f"{field.name}: {found.type} instead of {field.type}{_codes_hint(found.type, field.type)}"
+                )
             casts.add(field.name)
         if found.nullable and not field.nullable:
             check_nulls.add(field.name)
@@ -190,6 +192,18 @@ def conformer(
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
     return Conformer(plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed)
+
+
+def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
+    """Why two categoricals of the same values differ, where that is the width of their codes."""
+    if not (pa.types.is_dictionary(actual) and pa.types.is_dictionary(expected)):
+        return ""
+    if not actual.value_type.equals(expected.value_type):
+        return ""
+    return (
+        f" (categories coded in {actual.index_type}, not {expected.index_type}: pandas codes a categorical in int8 "
+        "up to 127 categories and in int16 beyond; data whose categories may grow wants wider codes, or the values)"
+    )
 
 
 FIELD_ID = b"PARQUET:field_id"
