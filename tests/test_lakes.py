@@ -371,6 +371,18 @@ def test_keys_of_a_glob_a_file_and_a_sub_folder_are_kept(sync_scheduler, tmp_pat
         assert [dict(f.keys)["k"].as_py() for f in plan.files] == (["x"] if n < 3 else ["x", "y"])
 
 
+def test_a_glob_of_folders_reads_the_files_in_them(sync_scheduler, tmp_path):
+    """'lake/day=00[0-1]' named the folders of two days and read "no files": a folder a glob names holds data
+    as a folder named alone does, its key=value folders counted from above the wildcard."""
+    for day in ["000", "001", "002"]:
+        write(str(tmp_path / "lake" / f"day={day}" / "sub" / "p.parquet"), id=[int(day)])
+    plan = plan_sources(str(tmp_path / "lake" / "day=00[0-1]"))
+    assert [dict(f.keys)["day"].as_py() for f in plan.files] == [0, 1]
+    assert all(f.path.endswith("sub/p.parquet") for f in plan.files)
+    days = str(tmp_path / "lake" / "day=00[0-1]")
+    assert daskpile.verify(days, days).ok
+
+
 def test_partition_values_are_ints_only_as_pyarrow_parses_them(tmp_path):
     for value in ["1_000", "5"]:  # Python's int() takes "1_000"; pyarrow and DuckDB read a string
         write(str(tmp_path / "lake" / f"n={value}" / "a.parquet"), id=[1])

@@ -47,6 +47,8 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     fs, path = filesystem(url, storage_options)
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
+        for folder in [name for name, info in found.items() if info.get("type") == "directory"]:
+            found.update(fs.find(folder, detail=True))  # a folder the glob names holds data, as a folder named does
         root = literal_prefix(path)
         above = tables.table_around(fs, root)
     elif fs.isdir(path):
