@@ -643,6 +643,22 @@ def test_a_day_expired_then_appended_again_by_mistake_is_refused_unless_asked(sy
     assert sorted(window_ids(dest)) == ids_of(0, 1, 2, 3)
 
 
+def test_the_same_day_under_another_path_is_refused_by_its_rows(sync_scheduler, days, tmp_path):
+    """A day copied to another folder (re-landed upstream) was a new set of files: every row twice."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    copy = tmp_path / "relanded" / "day-1"
+    shutil.copytree(days[1], copy)
+    with pytest.raises(ValueError, match=r"are those of generation 1 \(from .*day-1.*\), row for row"):
+        daskpile.append(dest, str(copy))
+    assert sorted(window_ids(dest)) == ids_of(0, 1)
+    assert not os.path.exists(os.path.join(dest, snapshot.generation_dir(2)))
+    daskpile.append(dest, days[2])  # no change was left under way
+    daskpile.append(dest, str(copy), again=True)
+    assert len(window_ids(dest)) == len(ids_of(0, 1, 1, 2))
+
+
 def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path, monkeypatch):
     """A first append into a window not made yet said "holds no _daskpile.json"; a JSON-lines day "Parquet magic
     bytes not found ... corrupted"; an interrupted append run again on a file changed since "run it again"."""

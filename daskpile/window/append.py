@@ -68,8 +68,10 @@ def append(
         are removed now.  Default ``"1d"``.
     again
         Append files of a generation ``expire`` dropped (by ``--keep`` or
-        ``--before``): refused by default, since their rows would come back as
-        the newest generation.
+        ``--before``), or rows a generation of the window holds already (the
+        same day under another path, found by the fingerprints): both refused
+        by default, since the rows would be there twice or come back as the
+        newest generation.
 
     Returns
     -------
@@ -131,6 +133,15 @@ def append(
             snapshot.finish(window.fs, window.path)
         raise
     new = _generation(generation, window)
+    twin = _same_rows(window, new) if not again else None
+    if twin is not None:  # nothing committed: the window stays as it was, with no change under way
+        remove_tree(window.fs, generation_path)
+        snapshot.finish(window.fs, window.path)
+        raise ValueError(
+            f"the rows of {plan.urls[0]}{' and the rest' if len(plan.urls) > 1 else ''} are those of generation "
+            f"{twin.number} (from {twin.source_files[0] if twin.source_files else 'its sources'}), row for row: the "
+            "same day under another path? Pass again=True (--again) to append them anyway"
+        )
     window = window.commit([*window.generations, new], next_generation=generation + 1)
     snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
@@ -189,6 +200,13 @@ def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
                 "append only new files"
             )
     return None
+
+
+def _same_rows(window: Window, new: Generation) -> Generation | None:
+    """The generation of the window whose rows are exactly ``new``'s (by their fingerprints), if one is."""
+    if not new.rows or not new.fingerprint:
+        return None
+    return next((g for g in window.generations if g.fingerprint == new.fingerprint), None)
 
 
 def _refuse_expired(window: Window, plan) -> None:
