@@ -65,11 +65,14 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 # A URL may carry its own credentials: a password before the host, or a signature in the query (a presigned
-# S3 or GCS URL, an Azure SAS).  Whatever daskpile prints or records shows them as "***".
+# S3 or GCS URL, an Azure SAS).  What daskpile records and its command prints shows them as "***".  Only
+# parameters that are credentials, never ones that could pick the file (key=, code=): the URL so shown is a
+# run's identity, and two files must not share it.
+REDACTED = "***"
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(?=@)")
 _URL_SECRET = re.compile(
-    r"(?P<head>[?&](?:[a-z0-9-]*signature|[a-z0-9-]*credential|[a-z0-9-]*security-token|awsaccesskeyid|sig|"
-    r"token|access_token|code|key|secret|password)=)[^&#\s'\"]+",
+    r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|signature|"
+    r"x-goog-signature|x-goog-credential|googleaccessid|sig|access_token|password|secret)=)[^&#\s'\"]+",
     re.IGNORECASE,
 )
 
@@ -81,8 +84,10 @@ def redact(text: str) -> str:
     'http://bob:***@host/a.parquet?X-Amz-Credential=***&X-Amz-Date=1&X-Amz-Signature=***'
     >>> redact("s3://bucket/key=3/a.parquet"), redact("https://acct.blob.core.windows.net/c/a?sv=1&sig=abc%3D")
     ('s3://bucket/key=3/a.parquet', 'https://acct.blob.core.windows.net/c/a?sv=1&sig=***')
+    >>> redact("https://api.example.com/get?key=day-1.parquet&code=7")  # parameters that may pick the file stay
+    'https://api.example.com/get?key=day-1.parquet&code=7'
     """
-    return _URL_SECRET.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***", text))
+    return _URL_SECRET.sub(rf"\g<head>{REDACTED}", _URL_PASSWORD.sub(rf"\g<head>{REDACTED}", text))
 
 
 def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -142,11 +142,11 @@ def _command(f):
             raise
         except KeyboardInterrupt as e:
             resume = f"; run the same command again to resume{_where(e)}" if _where(e) else ""
-            click.echo(f"daskpile: interrupted{resume}", err=True)
+            click.echo(redact(f"daskpile: interrupted{resume}"), err=True)
             sys.exit(130)
         except Exception as e:
             if debug:
-                traceback.print_exc()
+                click.echo(redact(traceback.format_exc()), err=True, nl=False)
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             line = message.splitlines()[0] if message else type(e).__name__
             click.echo(redact(f"daskpile: error: {line}{_where(e)}"), err=True)
@@ -540,7 +540,7 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, scratch, 
                 if not quiet and not as_json:
                     click.echo(f"figure: {path}")
             if not as_json:
-                click.echo(str(report))
+                click.echo(redact(str(report)))
     if as_json:
         _result(json.dumps([r.to_json() for r in reports], indent=1))
     sys.exit(0 if all(r.ok for r in reports) else 1)
@@ -607,7 +607,7 @@ def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
         return
     if not quiet:
         for leftover in found:
-            click.echo(str(leftover))
+            click.echo(redact(str(leftover)))
     removable = [f for f in found if f.removable]
     verb = "would remove" if dry_run else "removed"
     freed = sum(f.bytes for f in removable) / 2**20

@@ -154,3 +154,17 @@ def test_an_interrupted_overwrite_is_resumable_its_parts_are_in_its_staging_dire
         os.replace(dest / os.path.basename(path), path)
     report = daskpile.shuffle_parquet(source, str(dest), **kwargs)
     assert report.resumed_piles == 6 and report.resumed_partitions > 0
+
+
+def test_a_run_whose_source_was_recorded_without_its_credentials_is_kept(tmp_path):
+    """A presigned URL is recorded with its signature as ***: clean opened that URL, was refused, took the
+    source for gone and removed the scratch of a run that could still be resumed."""
+    (tmp_path / "resumable").mkdir()
+    url = "http://127.0.0.1:9/a.parquet?X-Amz-Signature=***"  # (nothing listens there: opening it would fail)
+    spec = run_state.RunSpec((url,), ("100:",), 2, 1, str(tmp_path / "resumable"), 1)
+    run_state.write(FS, str(tmp_path / "resumable"), spec)
+    root = tmp_path / "scratch"
+    root.mkdir()
+    leftover(root, "b" * 16, spec, age_hours=30)
+    found = clean(str(root))
+    assert names(found, removable=False) == {"b"} and (root / f"daskpile-{'b' * 16}").exists()

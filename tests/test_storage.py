@@ -86,7 +86,9 @@ def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path
         assert "X-Amz-Signature=***" in (dest / "_daskpile.json").read_text()
     checked = daskpile_in_process("verify", presigned, str(dest), "--scheduler", "sync")
     assert checked.returncode == 0 and "match" in checked.stdout
-    missing = daskpile_in_process(
-        "shuffle", base.replace("://", "://bob:hunter2@") + "/gone.parquet", str(tmp_path / "o2")
-    )
-    assert missing.returncode == 2 and "bob:***@" in missing.stderr and "hunter2" not in missing.stderr
+    for debug in [(), ("--debug",)]:  # the error line, and the traceback with it
+        missing = daskpile_in_process(
+            "shuffle", base.replace("://", "://bob:hunter2@") + "/gone.parquet", str(tmp_path / "o2"), *debug
+        )
+        assert missing.returncode == 2 and "bob:***@" in missing.stderr and "hunter2" not in missing.stderr
+        assert ("Traceback" in missing.stderr) == bool(debug)

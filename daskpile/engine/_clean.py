@@ -23,7 +23,7 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile._storage import file_stamps, filesystem, full_url, is_local, remove_tree
+from daskpile._storage import REDACTED, file_stamps, filesystem, full_url, is_local, remove_tree
 from daskpile.engine import _manifest, _outputs, _passes
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
@@ -153,6 +153,8 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
 def _changed_source(spec: run_state.RunSpec, storage_options) -> str | None:
     """The first source file that is gone or changed since the run began, if any."""
     for url, stamp in zip(spec.source_files, spec.source_stamps, strict=True):
+        if REDACTED in url:  # recorded without its credentials, it cannot be opened: kept, as unchanged
+            continue
         fs, path = filesystem(url, storage_options)
         try:
             now = file_stamps([fs.info(path)])[0]
