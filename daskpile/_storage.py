@@ -292,6 +292,10 @@ def listed_infos(fs, paths: list[str]) -> list[dict | None]:
     infos = {}
     for directory in dict.fromkeys(posixpath.dirname(p) for p in paths):
         fs.invalidate_cache(directory)
-        for info in fs.ls(directory, detail=True):
+        try:
+            listed = fs.ls(directory, detail=True)
+        except FileNotFoundError:  # a folder gone, with its files (an object store says so of an empty prefix)
+            continue
+        for info in listed:
             infos[directory, posixpath.basename(info["name"].rstrip("/"))] = info
     return [infos.get((posixpath.dirname(p), posixpath.basename(p))) for p in paths]

@@ -631,7 +631,10 @@ _RETAIN = click.option(
 @click.option("--scratch", metavar="URL", help="Where pass 1 writes [the system's temporary directory].")
 @click.option("--no-verify", is_flag=True, help="Skip the fingerprints that prove nothing was lost.")
 @click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")
-@click.option("--again", is_flag=True, help="Append files of a generation expire dropped (as the newest).")
+@click.option(
+    "--again", is_flag=True,
+    help="Append files of a generation expire dropped, or rows a generation holds already (as the newest).",
+)  # fmt: skip
 @_RETAIN
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_cluster_options
@@ -672,7 +675,8 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, agai
 def expire(dest, keep, before, column, generations, retain, storage_options, as_json, quiet):
     """Drop generations of the window DEST: --keep N, --before VALUE --column C, or --generation N.
 
-    Writes a new manifest version only.  A generation with rows on both
+    Writes a new manifest version (and remembers the source files --keep and
+    --before drop, which append then refuses).  A generation with rows on both
     sides of VALUE stays; its rows before VALUE go at the next compact.
     """
     from daskpile import expire as expire_window

@@ -381,6 +381,8 @@ def test_a_glob_of_folders_reads_the_files_in_them(sync_scheduler, tmp_path):
     assert all(f.path.endswith("sub/p.parquet") for f in plan.files)
     days = str(tmp_path / "lake" / "day=00[0-1]")
     assert daskpile.verify(days, days).ok
+    write(str(tmp_path / "lake" / "top.parquet"), id=[9])  # a glob that matches files reads them alone
+    assert [os.path.basename(f.path) for f in plan_sources(str(tmp_path / "lake" / "*")).files] == ["top.parquet"]
 
 
 def test_partition_values_are_ints_only_as_pyarrow_parses_them(tmp_path):

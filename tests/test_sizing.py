@@ -5,6 +5,7 @@ import math
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -81,8 +82,6 @@ def test_dictionary_encoded_columns_are_estimated_at_their_size_in_memory(tmp_pa
     """A footer counts a dictionary-encoded column at its encoded size: a lake of country and event names
     was estimated at a third of its size in memory, so piles="auto" made piles three times too large and
     the space check let runs start that filled the scratch disk."""
-    import pyarrow as pa
-
     countries = np.array(["United States", "Germany", "France", "Japan", "Brazil", "India", "Canada"])
     events = np.array([f"page_view_section_{i:03d}" for i in range(100)])
     files, metadata = [], []
@@ -95,6 +94,7 @@ def test_dictionary_encoded_columns_are_estimated_at_their_size_in_memory(tmp_pa
                 "country": countries[rng.integers(0, len(countries), n)],
                 "event": events[rng.integers(0, len(events), n)],
                 "tags": pa.array([[str(v)] for v in rng.integers(0, 5, n)]),
+                "label": rng.integers(0, 3, n),  # 8 bytes a row in memory, a fraction of a bit in the footer
             }
         )
         path = tmp_path / f"part-{k}.parquet"
@@ -114,6 +114,44 @@ def test_dictionary_encoded_columns_are_estimated_at_their_size_in_memory(tmp_pa
     rows, data_bytes = _sizing.estimate_parquet(fs, files, sizes, sidecar_metadata)
     assert rows == 400_000
     assert data_bytes == pytest.approx(in_memory, rel=0.1)
+
+
+class _Pair(pa.ExtensionType):
+    """An extension type stored as a struct: its leaves are the struct's."""
+
+    def __init__(self):
+        super().__init__(pa.struct([("a", pa.int64()), ("b", pa.int64())]), "daskpile.test.pair")
+
+    def __arrow_ext_serialize__(self):
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type, serialized):
+        return cls()
+
+
+def test_the_estimate_of_unusual_files_is_the_footers_at_least_and_never_fails(tmp_path):
+    """An extension type stored as a struct shifted every column after it (64 times too small an estimate);
+    duplicate column names failed the shuffle with a KeyError."""
+    fs, _ = filesystem(str(tmp_path))
+    pa.register_extension_type(_Pair())
+    try:
+        n = 50_000
+        pairs = pa.ExtensionArray.from_storage(_Pair(), pa.array([{"a": i, "b": i} for i in range(n)]))
+        table = pa.table({"pair": pairs, "text": pa.array(["some words, repeated"] * n)})
+        pq.write_table(table, tmp_path / "ext.parquet")
+        _, estimate = _sizing.estimate_parquet(
+            fs, [str(tmp_path / "ext.parquet")], [fs.size(str(tmp_path / "ext.parquet"))]
+        )
+        assert estimate == pytest.approx(pq.read_table(tmp_path / "ext.parquet").nbytes, rel=0.2)
+    finally:
+        pa.unregister_extension_type("daskpile.test.pair")
+    twice = pa.Table.from_arrays([pa.array(["a"] * 1000), pa.array(["b"] * 1000)], names=["x", "x"])
+    pq.write_table(twice, tmp_path / "twice.parquet")
+    rows, estimate = _sizing.estimate_parquet(
+        fs, [str(tmp_path / "twice.parquet")], [fs.size(str(tmp_path / "twice.parquet"))]
+    )
+    assert rows == 1000 and estimate > 0
 
 
 @pytest.mark.parametrize("codec", ["gzip", "bz2", "zstd", "xz"])

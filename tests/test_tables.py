@@ -5,6 +5,7 @@ multiset of rows.
 """
 
 import os
+import shutil
 
 import pyarrow as pa
 import pytest
@@ -62,6 +63,9 @@ def test_verify_of_a_version_vacuumed_since_says_so(sync_scheduler, delta_table,
     deltalake.DeltaTable(delta_table).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     with pytest.raises(FileNotFoundError, match=r"delta table at version 0 of .* lists files that are gone \(.*"
                                                 r"and \d+ more\): removed since by a vacuum"):  # fmt: skip
+        daskpile.verify(delta_table, str(tmp_path / "v0"))
+    shutil.rmtree(os.path.join(delta_table, "region=us"))  # a partition's folder gone whole (an empty S3 prefix)
+    with pytest.raises(FileNotFoundError, match=r"lists files that are gone \(.*region=.*\): removed since"):
         daskpile.verify(delta_table, str(tmp_path / "v0"))
 
 

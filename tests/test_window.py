@@ -325,12 +325,18 @@ def test_a_checkpoint_at_an_epochs_end_resumes_after_its_versions_manifest_is_go
     for _ in batches:
         pass
     ended = loader.state_dict()
+    early = daskpile.PileLoader(dest, batch_size=500, seed=3, columns=["id"])
+    early.load_state_dict(ended)  # resumed while version 1 is kept: saved again at once, before reading
+    ended = early.state_dict()
+    assert ended["ended"] and ended["version"] == 1
     daskpile.append(dest, days[2], retain=0)
     daskpile.append(dest, days[3], retain=0)  # version 1's manifest is collected, its files all listed still
     resumed = daskpile.PileLoader(dest, batch_size=500, seed=None, columns=["id"])
     resumed.load_state_dict(ended)
     assert list(resumed) == [] and resumed.seed == 3
     assert resumed.state_dict()["epoch"] == 0
+    with pytest.raises(ValueError, match=r"another loader: mix 1 \(this loader 2\)"):
+        daskpile.PileLoader(dest, batch_size=500, seed=3, mix=2, columns=["id"]).load_state_dict(ended)
     resumed.set_epoch(1, version=daskpile.PileLoader.current_version(dest))
     assert sorted(np.concatenate([b["id"].to_numpy() for b in resumed])) == ids_of(0, 1, 2, 3)
     with pytest.raises(FileNotFoundError, match=r"version 1 of the window .* is gone .* its manifest, .* give the "
@@ -576,29 +582,55 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
     assert daskpile.read_manifest(dest)["window"]["version"] == 1
 
 
-def test_a_day_written_again_upstream_is_refused_until_its_generation_is_dropped(sync_scheduler, days, tmp_path):
-    """A day's files rewritten at the same paths (an upstream retry: new modification times) were appended as
-    new files, every row of the day then twice in the window, without a word."""
+def test_a_landing_path_written_again_is_a_new_day_unless_its_rows_are_a_generations(sync_scheduler, days, tmp_path):
+    """A day's files written again at the same paths with the same rows (an upstream retry) were appended as new
+    files, every row of the day then twice; refusing every changed path instead broke a feed that writes each
+    day to one landing path."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    landing = tmp_path / "landing"
+    shutil.copytree(days[2], landing)
+    daskpile.append(dest, str(landing))  # day 2 lands
+    for path in sorted(landing.glob("*.parquet")):  # written again: same rows, another stamp
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
+    with pytest.raises(ValueError, match=r"are those of generation 2 \(from .*landing.*\), row for row"):
+        daskpile.append(dest, str(landing))
+    shutil.rmtree(landing)
+    shutil.copytree(days[3], landing)  # the next day, at the same path
+    daskpile.append(dest, str(landing))
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2, 3)
+    shutil.rmtree(landing)
+    shutil.copytree(days[2], landing)  # day 2's files as they were (copied with their times)
+    daskpile.expire(dest, keep_generations=1)  # day 3 stays; day 2's files, as they were, are remembered
+    with pytest.raises(ValueError, match=r"landing/in-000.parquet was appended in generation 2, which expire has "):
+        daskpile.append(dest, str(landing))
+    shutil.rmtree(landing)
+    shutil.copytree(days[1], landing)  # the next file the path holds: not the expired one
+    daskpile.append(dest, str(landing))
+    assert sorted(window_ids(dest)) == ids_of(1, 3)
+
+
+def test_expire_by_generation_drops_a_day_to_append_it_corrected(sync_scheduler, days, tmp_path):
     dest = str(tmp_path / "window")
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
     daskpile.append(dest, days[1])
     daskpile.append(dest, days[2])
-    for path in Path(days[1]).glob("*.parquet"):  # written again: same rows, another stamp
-        os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
-    with pytest.raises(ValueError, match=r"appended in generation 1\) and has changed since: .* expire generation 1"):
-        daskpile.append(dest, days[1])
-    assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
-    with pytest.raises(ValueError, match="has no generation 7 \\(it holds 0, 1, 2\\)"):
+    with pytest.raises(ValueError, match=r"has no generation 7 \(it holds 0, 1, 2\)"):
         daskpile.expire(dest, generations=[7])
     with pytest.raises(ValueError, match="give one of"):
         daskpile.expire(dest, generations=[1], keep_generations=2)
     report = daskpile.expire(dest, generations=[1])
     assert report.generations == [0, 2] and sorted(window_ids(dest)) == ids_of(0, 2)
     assert not daskpile.expire(dest, generations=[1]).changed  # expired already
-    daskpile.append(dest, days[1])  # the corrected day, as the newest generation
+    daskpile.append(dest, days[1])  # the corrected day, as the newest generation (dropped by name: not refused)
     assert sorted(window_ids(dest)) == ids_of(0, 1, 2) and daskpile.verify(dest).ok
     with pytest.raises(ValueError, match=r"would leave the window .* empty"):
         daskpile.expire(dest, generations=[0, 2, 3])
+    daskpile.compact(dest)  # generation 4 holds 0, 2 and 3
+    with pytest.raises(ValueError, match=r"generation 2 was compacted into generation 4, with generations 0, 2, 3"):
+        daskpile.expire(dest, generations=[2])
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
 
 
 def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(sync_scheduler, days, tmp_path):
@@ -679,6 +711,9 @@ def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path
     with pytest.raises(KeyboardInterrupt):
         daskpile.append(dest, days[1])
     monkeypatch.undo()
+    pending = r"unfinished `daskpile append` \(append of 2 files .*day-1.*if it was interrupted, run it again"
+    with pytest.raises(daskpile.WindowBusyError, match=pending):
+        daskpile.append(dest, days[2])  # another day: the pending one is not this one, changed or not
     changed = sorted(Path(days[1]).glob("*.parquet"))[1]
     os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime + 60))
     with pytest.raises(daskpile.WindowBusyError, match=rf"cannot finish: .*{changed.name} changed since it began\. "

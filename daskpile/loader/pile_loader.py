@@ -448,6 +448,7 @@ class PileLoader:
             # saved it, set_epoch(e) or not, finds nothing left of epoch e and goes on with e + 1
             self._start_epoch(self._epoch)
             self._batches = self._layout.batches(plan)
+            self._finished = {**self.state_dict(), "ended": True}  # saved again, it still resumes without its version
             return
         ours = (self.world_size, self.batch_size, self._layout.drop_last)
         if (old.world_size, old.batch_size, old.drop_last) == ours:
@@ -465,6 +466,10 @@ class PileLoader:
                 f"the state's seed {state['seed']} is not this loader's seed {self.seed}: make the loader with the "
                 "state's seed, or seed=None to take it"
             )
+        ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix}  # (its files and rows are the version's)
+        differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
+        if differ:
+            raise ValueError(f"the state belongs to another loader: {', '.join(differ)}")
         self._iteration += 1  # a live iterator was of the position this replaces
         self.seed, self._epoch = state["seed"], state["epoch"]
         self._start_epoch(self._epoch)

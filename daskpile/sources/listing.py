@@ -47,8 +47,11 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     fs, path = filesystem(url, storage_options)
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
-        for folder in [name for name, info in found.items() if info.get("type") == "directory"]:
-            found.update(fs.find(folder, detail=True))  # a folder the glob names holds data, as a folder named does
+        if all(info.get("type") == "directory" for info in found.values()):
+            # a glob of folders only ('lake/day=0[1-5]') names the data in them, as a folder named does; one that
+            # matches files reads those alone, as before
+            for folder in list(found):
+                found.update(fs.find(folder, detail=True))
         root = literal_prefix(path)
         above = tables.table_around(fs, root)
     elif fs.isdir(path):

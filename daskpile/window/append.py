@@ -174,23 +174,15 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
 def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
     """The generation holding every file of the plan (unchanged since), if one does: a retried append.
 
-    A file some generation holds that has changed since (an upstream job that
-    wrote the day again) is refused: its old rows are in the window, and the
-    new ones would join them.  With ``partly_refused``, files some generation
-    holds beside files none does are refused: a partly repeated append would
-    hold rows twice.
+    With ``partly_refused``, files some generation holds beside files none
+    does are refused: a partly repeated append would hold rows twice.  A file
+    some generation holds that has changed since is a new file (a landing path
+    a feed writes every day); one written again with the same rows is refused
+    once its rows are known (``_same_rows``).
     """
     held = {(url, stamp): g.number for g in window.generations
             for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
-    held_urls = {url: number for (url, _), number in held.items()}
     numbers = [held.get(f) for f in zip(plan.urls, plan.stamps, strict=True)]
-    for url, number in zip(plan.urls, numbers, strict=True):
-        if number is None and url in held_urls:
-            raise ValueError(
-                f"{url} is in the window already (appended in generation {held_urls[url]}) and has changed since: "
-                f"its rows as appended then are in the window; to replace them, expire generation "
-                f"{held_urls[url]} first"
-            )
     if None not in numbers and len(set(numbers)) == 1:
         return numbers[0]
     for url, number in zip(plan.urls, numbers, strict=True):
@@ -213,9 +205,10 @@ def _refuse_expired(window: Window, plan) -> None:
     """Refuse files of a generation expire dropped: a day appended again by mistake would come back as the
     newest, and the next ``expire --keep`` drop a recent day in its place."""
     expired = snapshot.read_expired(window.fs, window.path)
-    for url in plan.urls:
-        number = expired.get(snapshot.source_key(url))
-        if number is not None:
+    held = {g.number for g in window.generations}  # (recorded by an expire that was then discarded)
+    for url, stamp in zip(plan.urls, plan.stamps, strict=True):
+        number = expired.get(snapshot.source_key(url, stamp))
+        if number is not None and number not in held:
             raise ValueError(
                 f"{url} was appended in generation {number}, which expire has dropped since: appended again, its "
                 "rows would come back as the newest generation. Pass again=True (--again) to append it anyway"

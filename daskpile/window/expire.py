@@ -32,8 +32,10 @@ def expire(
     """Drop generations from the window ``dest``: all but the newest ``keep_generations``, those before a value,
     or the ``generations`` named.
 
-    Only a new version of the manifest is written: no data file is read for
-    ``keep_generations``, and only ``column`` for ``before``.  The files
+    Only a new version of the manifest is written (and, for
+    ``keep_generations`` and ``before``, the dropped generations' source files
+    are remembered, so that :func:`append` refuses them): no data file is read
+    for ``keep_generations``, and only ``column`` for ``before``.  The files
     dropped stay for readers of older versions until ``retain`` has passed,
     and are removed by a later command.  A generation whose rows straddle
     ``before`` stays, marked so that :func:`compact` removes just its rows
@@ -134,6 +136,14 @@ def _known_generations(window: Window, generations) -> list[int]:
     if unknown:
         held = ", ".join(str(g.number) for g in window.generations)
         raise ValueError(f"the window {window.url} has no generation {', '.join(map(str, unknown))} (it holds {held})")
+    for n in numbers:  # merged into a compacted generation: its rows are in that one's files, with other days'
+        into = next((g for g in window.generations if n in g.compacted and n != g.number), None)
+        if into is not None:
+            raise ValueError(
+                f"generation {n} was compacted into generation {into.number}, with generations "
+                f"{', '.join(map(str, into.compacted))}: its rows cannot be dropped alone; drop generation "
+                f"{into.number} to drop them all"
+            )
     return numbers
 
 

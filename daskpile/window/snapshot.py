@@ -301,7 +301,8 @@ class WindowReport:
     removed: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
-        removed = f"; removed {count(len(self.removed), 'retired file')}" if self.removed else ""
+        n = len(self.removed)
+        removed = f"; removed {n:,} retired {'file or folder' if n == 1 else 'files or folders'}" if n else ""
         return (
             f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
             f"{count(self.rows, 'row')}{removed}"
@@ -373,14 +374,14 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
     pending = read_pending(fs, path)
     if pending is None or (pending["command"] == command and pending["key"] == key):
         return pending
-    if pending["command"] == command:  # this very command run again, on what changed since
-        differ = [name for name in key if pending["key"].get(name) != key[name]]
-        changed = [url for url, old, new in zip(pending["key"].get("source_files", ()),
-                                                pending["key"].get("source_stamps", ()), key.get("source_stamps", ()),
-                                                strict=False) if old != new]  # fmt: skip
-        what = f"{changed[0]} changed since it began" if changed else f"its {', '.join(differ)} differ"
+    then = pending["key"]
+    if pending["command"] == command == "append" and then.get("source_files") == key.get("source_files"):
+        # this very append run again, on files changed since it began: it cannot finish what it began
+        changed = [url for url, old, new in zip(key["source_files"], then.get("source_stamps", ()),
+                                                key.get("source_stamps", ()), strict=False) if old != new]  # fmt: skip
+        what = f"{changed[0]} changed since it began" if changed else "its seed differs"
         raise WindowBusyError(
-            f"{full_url(fs, path)!r} has an unfinished `daskpile {command}` ({pending['description']}, started "
+            f"{full_url(fs, path)!r} has an unfinished `daskpile append` ({pending['description']}, started "
             f"{pending['started']}) that this one cannot finish: {what}. `daskpile discard` it, then run this again"
         )
     raise WindowBusyError(
@@ -434,7 +435,8 @@ def record_expired(fs, path: str, generations: list[Generation]) -> None:
     if not generations:
         return
     known = read_expired(fs, path)
-    known.update({source_key(url): g.number for g in generations for url in g.source_files})
+    known.update({source_key(url, stamp): g.number for g in generations
+                  for url, stamp in zip(g.source_files, g.source_stamps, strict=False)})  # fmt: skip
     write_bytes(fs, posixpath.join(path, EXPIRED), json.dumps(known).encode())
 
 
@@ -442,14 +444,15 @@ def read_expired(fs, path: str) -> dict[str, int]:
     return _read_json(fs, posixpath.join(path, EXPIRED), {})
 
 
-def source_key(url: str) -> str:
-    """A source file's URL as ``expired.json`` keeps it: 16 hex digits of its SHA-256 (a year of a feed of a
-    thousand files a day is a few MB, not the URLs' tens).
+def source_key(url: str, stamp: str) -> str:
+    """A source file as ``expired.json`` keeps it: 16 hex digits of the SHA-256 of its URL and stamp (the file
+    as it was: a landing path a feed writes every day holds a new file each day).  A year of a feed of a
+    thousand files a day is a few MB, not the URLs' tens.
 
-    >>> source_key("s3://lake/day=1/a.parquet")
-    'd6ba77c63c4c452d'
+    >>> source_key("s3://lake/day=1/a.parquet", "1024:1795666202.1")
+    'a377d28ee54fed74'
     """
-    return hashlib.sha256(url.encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{url}\n{stamp}".encode()).hexdigest()[:16]
 
 
 def read_retired(fs, path: str) -> list[dict]:
