@@ -45,6 +45,71 @@ def group_by_pile(table: pa.Table, pile_of_row: np.ndarray, piles: int) -> tuple
     return as_record_batch(table), counts
 
 
+def group_nbytes(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
+    """The Arrow bytes of each group of consecutive rows ``counts`` of ``batch`` (a pile's, as pass 2 holds
+    them): a few rows of many MB make a group large whatever its row count.
+
+    >>> batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "bbbb", "cc"]})
+    >>> group_nbytes(batch, np.array([1, 2])).tolist()  # 8 bytes an id; 4 an offset and the strings' bytes
+    [13, 30]
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    total = np.zeros(len(counts), dtype=np.int64)
+    for column in batch.columns:
+        if not len(column):
+            continue
+        kind = column.type
+        validity = (counts + 7) // 8 if column.buffers()[0] is not None else 0
+        if _fixed_width(kind):
+            total += (counts * kind.bit_width + 7) // 8 + validity
+        elif kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
+            width = 8 if kind in (pa.large_string(), pa.large_binary()) else 4
+            dtype = np.int64 if width == 8 else np.int32
+            offsets = np.frombuffer(column.buffers()[1], dtype=dtype)[column.offset : column.offset + len(column) + 1]
+            total += (offsets[bounds[1:]] - offsets[bounds[:-1]]).astype(np.int64) + counts * width + validity
+        else:  # nested, dictionary, views: Arrow counts each group's buffers (a slice each, fewer for few groups)
+            total += np.array([column.slice(a, n).nbytes for a, n in zip(bounds[:-1], counts, strict=True)], np.int64)
+    return total
+
+
+def group_largest_row(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
+    """The Arrow bytes of the largest row of each group of consecutive rows ``counts`` of ``batch``: its
+    fixed-width values, and its strings' and binaries' bytes (nested and dictionary values not counted).
+
+    >>> batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "bbbb", "cc"]})
+    >>> group_largest_row(batch, np.array([1, 2])).tolist()
+    [13, 16]
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        kind = column.type
+        if not len(column):
+            continue
+        if _fixed_width(kind):
+            sizes += (kind.bit_width + 7) // 8
+        elif kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
+            wide = kind in (pa.large_string(), pa.large_binary())
+            offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if wide else np.int32)
+            sizes += np.diff(offsets[column.offset : column.offset + len(column) + 1]) + (8 if wide else 4)
+    largest = np.zeros(len(counts), dtype=np.int64)
+    filled = counts > 0
+    if filled.any():
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[filled]
+        largest[filled] = np.maximum.reduceat(sizes, starts)
+    return largest
+
+
+def _fixed_width(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind) or pa.types.is_boolean(kind):
+        return pa.types.is_boolean(kind)
+    try:
+        return kind.bit_width > 0 and kind.num_fields == 0
+    except ValueError:
+        return False
+
+
 def permute(table: pa.Table, rng: np.random.Generator) -> pa.Table:
     """Return the rows of ``table`` in a uniformly random order.
 

@@ -163,6 +163,67 @@ def test_on_oversize_error_stops_before_pass_2(big_files, tmp_path, sync_schedul
     assert list(scratch.iterdir()) == []
 
 
+def blob_files(directory, blobs_per_file: int = 3, files: int = 3) -> str:
+    """Thousands of tiny rows and a few of 2 MiB each: a pile's bytes do not follow its row count."""
+    os.makedirs(directory, exist_ok=True)
+    for k in range(files):
+        start = k * 10_000
+        payload = [b"x" * 2**21 if i % (10_000 // blobs_per_file) == 0 else b"" for i in range(10_000)]
+        table = pa.table({"id": np.arange(start, start + 10_000), "blob": pa.array(payload, pa.binary())})
+        pq.write_table(table, os.path.join(directory, f"part-{k}.parquet"))
+    return str(directory)
+
+
+def test_a_pile_is_sized_by_its_own_rows_not_the_average_row(tmp_path, sync_scheduler):
+    """15 rows of 2 MiB among 30,000 tiny ones, in 8 piles: a pile with three of them was over memory_per_pile,
+    taken as its rows times the average row, neither split nor refused (on_oversize="error" said nothing), and
+    a worker holding it was killed."""
+    source = blob_files(tmp_path / "in", blobs_per_file=5)
+    budget = 5 * 2**20  # two blobs and the tiny rows fit; three do not
+    biggest = {}
+    for seed in range(1, 6):
+        daskpile.shuffle_parquet(source, str(tmp_path / f"plain-{seed}"), piles=8, seed=seed)
+        sizes = [
+            pq.read_table(tmp_path / f"plain-{seed}" / f).nbytes
+            for f in sorted(os.listdir(tmp_path / f"plain-{seed}"))
+            if f.endswith(".parquet")
+        ]
+        biggest[seed] = max(sizes)
+    seed = next(s for s, size in biggest.items() if size > budget)  # (9 blobs in 8 piles: some pile has two)
+    with pytest.raises(daskpile.PileTooLargeError, match=r"piles? (is|are) over memory_per_pile=5,242,880 bytes"):
+        daskpile.shuffle_parquet(
+            source, str(tmp_path / "refused"), piles=8, seed=seed, memory_per_pile=budget, on_oversize="error"
+        )
+    # split into sub-piles drawn at random (as the rows' content must not steer them): each is within its
+    # budget, or the run is refused saying so (two blobs drawn into one sub-pile), never a worker killed
+    outcomes = []
+    for seed in [s for s, size in biggest.items() if size > budget]:
+        dest = tmp_path / f"split-{seed}"
+        try:
+            report = daskpile.shuffle_parquet(source, str(dest), piles=8, seed=seed, memory_per_pile=budget)
+        except ValueError as e:
+            assert "even split in" in str(e) and not dest.exists()
+            outcomes.append("refused")
+            continue
+        files = daskpile.read_manifest(str(dest))["files"]
+        assert len(files) > 8 and report.rows == 30_000 and daskpile.verify(source, str(dest)).ok
+        assert max(pq.read_table(dest / f).nbytes for f in files) <= budget
+        outcomes.append("split")
+    assert "split" in outcomes
+
+
+def test_a_pile_that_no_split_brings_under_its_budget_is_refused_by_name(tmp_path, sync_scheduler):
+    """A row larger than memory_per_pile: no sub-pile can hold it, and a worker loading it would be killed."""
+    source = blob_files(tmp_path / "in", blobs_per_file=1, files=1)
+    scratch = tmp_path / "scratch"
+    refused = r"pile \d holds a row of 2,097,1\d\d bytes, more than memory_per_pile=1,048,576: no split brings it under"
+    with pytest.raises(daskpile.PileTooLargeError, match=refused):
+        daskpile.shuffle_parquet(
+            source, str(tmp_path / "out"), piles=2, seed=1, memory_per_pile=2**20, scratch=str(scratch)
+        )
+    assert not (tmp_path / "out").exists() and list(scratch.iterdir()) == []
+
+
 def sequence(dest) -> np.ndarray:
     files = daskpile.read_manifest(str(dest))["files"]
     return np.concatenate([pq.read_table(os.path.join(dest, f), columns=["id"])["id"].to_numpy() for f in files])

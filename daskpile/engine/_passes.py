@@ -45,6 +45,8 @@ class ScatterResult:
     reused: bool = False
     pieces: int = 1
     nulls: frozenset[str] | None = frozenset()  # the columns holding a null; None: not recorded (reused)
+    pile_bytes: np.ndarray | None = None  # the Arrow bytes sent to each pile; None: not recorded (reused)
+    largest_rows: np.ndarray | None = None  # the bytes of each pile's largest row (as pile_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,8 @@ PARQUET = Output()
 
 FINGERPRINT_KEY = "daskpile.fingerprint"  # in a scratch file's footer, beside _scratch's pile index
 NULLS_KEY = "daskpile.nulls"  # the columns of the rows scattered that hold a null, for the manifest
+PILE_BYTES_KEY = "daskpile.pile_bytes"  # the Arrow bytes of each pile's rows: a few large rows make a pile large
+LARGEST_ROWS_KEY = "daskpile.largest_rows"  # the bytes of each pile's largest row: what no split can cut
 
 
 def scatter_table(
@@ -81,10 +85,17 @@ def scatter_table(
     grouped, counts = _kernels.scatter(table, piles, rng)
     input_fingerprint = _fingerprint.of(table) if fingerprint else None
     nulls = frozenset(name for name, column in zip(table.column_names, table.columns, strict=True) if column.null_count)
+    pile_bytes = _kernels.group_nbytes(grouped, counts)
+    largest = _kernels.group_largest_row(grouped, counts)
     footer = {FINGERPRINT_KEY: json.dumps(input_fingerprint.to_json())} if input_fingerprint is not None else {}
     footer[NULLS_KEY] = json.dumps(sorted(nulls))
+    footer[PILE_BYTES_KEY] = _scratch.encode_integers(pile_bytes)
+    footer[LARGEST_ROWS_KEY] = _scratch.encode_integers(largest)
     nbytes = scratch.write(partition, piece, grouped, counts, footer)
-    return ScatterResult(partition, table.num_rows, nbytes, counts, input_fingerprint, nulls=nulls)
+    return ScatterResult(
+        partition, table.num_rows, nbytes, counts, input_fingerprint, nulls=nulls, pile_bytes=pile_bytes,
+        largest_rows=largest,
+    )  # fmt: skip
 
 
 # Like dask.dataframe.read_parquet's blocksize: a file larger than this in
@@ -132,6 +143,10 @@ def scatter_partition(
         reused=all(r.reused for r in results),
         pieces=len(results),
         nulls=_manifest.union_of_nulls(r.nulls for r in results),
+        pile_bytes=None if any(r.pile_bytes is None for r in results) else np.sum([r.pile_bytes for r in results], 0),
+        largest_rows=None
+        if any(r.largest_rows is None for r in results)
+        else np.max([r.largest_rows for r in results], 0),
     )
 
 
@@ -152,7 +167,12 @@ def _finished_scatter(
         return None
     size = scratch.size(partition, piece)
     nulls = frozenset(json.loads(footer[NULLS_KEY])) if NULLS_KEY in footer else None
-    return ScatterResult(partition, int(counts.sum()), size, counts, input_fingerprint, reused=True, nulls=nulls)
+    pile_bytes = _scratch.decode_integers(footer[PILE_BYTES_KEY]) if PILE_BYTES_KEY in footer else None
+    largest = _scratch.decode_integers(footer[LARGEST_ROWS_KEY]) if LARGEST_ROWS_KEY in footer else None
+    return ScatterResult(
+        partition, int(counts.sum()), size, counts, input_fingerprint, reused=True, nulls=nulls,
+        pile_bytes=pile_bytes, largest_rows=largest,
+    )  # fmt: skip
 
 
 def gather_table(
@@ -260,7 +280,9 @@ def rechunk_to_parquet(
     return GatherResult(file_index, rows, path, size, output_fingerprint)
 
 
-def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_bytes: int) -> SplitResult:
+def split_pile(
+    scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_bytes: int, budget: int | None = None
+) -> SplitResult:
     """Send each row of an oversized pile to one of ``sub_piles`` uniformly random sub-piles.
 
     The pile is streamed a scratch file at a time (what one input piece sent
@@ -270,12 +292,14 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
     keyed (seed, SPLIT, pile), whatever batches the file holds its rows in
     (local scratch cuts long piles, a store's does not), and each sub-pile
     keeps its rows' order, so the flush size changes neither the sub-piles
-    nor their order.
+    nor their order.  A sub-pile still over ``budget`` (a few rows of many MB
+    each) is refused, naming the pile, before any is loaded whole.
     """
     directory = posixpath.join(scratch.directory, f"split-{pile:06d}")
     scratch.fs.makedirs(directory, exist_ok=True)
     rng = _random.generator(seed, _random.SPLIT, pile)
     counts = np.zeros(sub_piles, dtype=np.int64)
+    sub_bytes = np.zeros(sub_piles, dtype=np.int64)
     files = 0
     pending: list[pa.RecordBatch] = []
     pending_bytes = 0
@@ -287,6 +311,7 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
         grouped, flush_counts = _kernels.group_by_pile(table, np.concatenate(assignments), sub_piles)
         _scratch.write_piles(scratch.fs, _scratch.scratch_path(directory, files), grouped, flush_counts)
         counts[:] += flush_counts
+        sub_bytes[:] += _kernels.group_nbytes(grouped, flush_counts)
         files += 1
         pending.clear()
         assignments.clear()
@@ -301,6 +326,13 @@ def split_pile(scratch: Scratch, pile: int, sub_piles: int, seed: int, flush_byt
                 flush()
         if pending:
             flush()
+    if budget is not None and sub_bytes.max(initial=0) > budget:
+        s = int(sub_bytes.argmax())
+        raise ValueError(
+            f"pile {pile} is over memory_per_pile={budget:,} bytes even split in {sub_piles}: a part of it holds "
+            f"{int(counts[s]):,} rows of {int(sub_bytes[s]):,} bytes, a few large rows holding most of them. Give "
+            "a larger memory_per_pile (--memory-per-pile) and the workers the memory for it"
+        )
     return SplitResult(pile, Scratch(scratch.fs, directory, files), counts)
 
 

@@ -984,7 +984,7 @@ def _gather_tasks(
     ]  # fmt: skip
     for j, subs in split.items():
         split_result = task(
-            _passes.split_pile, scratch_dir, j, subs, seed, budget // 2, key=f"daskpile-split-{j}-{key}"
+            _passes.split_pile, scratch_dir, j, subs, seed, budget // 2, budget, key=f"daskpile-split-{j}-{key}"
         )
         tasks += [
             dask.delayed(_passes.gather_split_to_parquet)(
@@ -1030,25 +1030,63 @@ def _budget(memory_per_pile: int | None, pile_plan: _sizing.PilePlan | None) -> 
 def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize: str) -> dict[int, int]:
     """{pile: sub-piles} for the piles over their memory budget, or PileTooLargeError.
 
-    Sizes come from pass 1: a pile's rows times the scratch bytes per row (the
-    uncompressed Arrow size).  Without a budget (a pile count given, no
-    ``memory_per_pile``) nothing is split, so the output never depends on the
-    cluster's memory.
+    Sizes come from pass 1: the Arrow bytes of each pile's rows, as it counted
+    them (a few rows of many MB make a pile large whatever its row count).
+    Without a budget (a pile count given, no ``memory_per_pile``) nothing is
+    split, so the output never depends on the cluster's memory.
     """
     budget = _budget(memory_per_pile, pile_plan)
-    rows = int(counts.sum())
-    if budget is None or rows == 0:
+    if budget is None or int(counts.sum()) == 0:
         return {}
-    bytes_per_row = sum(r.scratch_bytes for r in scattered) / rows
-    over = {j: int(n) for j, n in enumerate(counts) if n * bytes_per_row > budget}
+    pile_bytes = _pile_bytes(counts, scattered)
+    over = {j: int(nbytes) for j, nbytes in enumerate(pile_bytes) if nbytes > budget}
     if over and on_oversize == "error":
         j = max(over, key=over.get)
         raise PileTooLargeError(
             f"{len(over)} of {len(counts)} piles are over memory_per_pile={budget:,} bytes, the largest pile {j} "
-            f"with {over[j]:,} rows, about {over[j] * bytes_per_row:,.0f} bytes: pass more piles, a larger "
-            "memory_per_pile, or on_oversize='split'"
+            f"with {int(counts[j]):,} rows, {over[j]:,} bytes: pass more piles, a larger memory_per_pile, or "
+            "on_oversize='split'"
         )
-    return {j: max(2, _sizing.plan(n, round(n * bytes_per_row), budget).piles) for j, n in over.items()}
+    largest = _largest_rows(scattered)
+    too_large = [j for j in over if largest is not None and largest[j] >= budget]
+    if too_large:
+        j = too_large[0]
+        raise PileTooLargeError(
+            f"pile {j} holds a row of {int(largest[j]):,} bytes, more than memory_per_pile={budget:,}: no split "
+            "brings it under. Pass a larger memory_per_pile (--memory-per-pile), and workers with the memory for it"
+        )
+    return {j: _sub_piles(int(counts[j]), nbytes, 0 if largest is None else int(largest[j]), budget)
+            for j, nbytes in over.items()}  # fmt: skip
+
+
+def _sub_piles(rows: int, nbytes: int, largest_row: int, budget: int) -> int:
+    """How many sub-piles an oversized pile is split in: as many as rows of its average size need, unless
+    its rows are so uneven (a few of many MB) that an average sub-pile and its largest row would not fit
+    together; then enough that a sub-pile is expected to hold half of what is left beside that row.  The
+    count depends on the rows, not on how they are drawn, so the split stays uniform.
+
+    >>> _sub_piles(10_000, 2_000_000, 300, 1_500_000), _sub_piles(3_750, 6_300_000, 2_100_000, 5_200_000)
+    (2, 5)
+    """
+    even = max(2, _sizing.plan(rows, nbytes, budget).piles)
+    if largest_row + nbytes / even <= budget:
+        return even
+    return max(even, math.ceil(2 * nbytes / (budget - largest_row)))
+
+
+def _largest_rows(scattered) -> np.ndarray | None:
+    """Each pile's largest row in bytes, as pass 1 counted it; None for scratch of a daskpile that did not."""
+    if not scattered or any(r.largest_rows is None for r in scattered):
+        return None
+    return np.max([r.largest_rows for r in scattered], axis=0)
+
+
+def _pile_bytes(counts: np.ndarray, scattered) -> np.ndarray:
+    """Each pile's Arrow bytes as pass 1 counted them; for scratch written by a daskpile that did not count
+    them, its rows at the average row's scratch bytes."""
+    if scattered and all(r.pile_bytes is not None for r in scattered):
+        return np.sum([r.pile_bytes for r in scattered], axis=0)
+    return counts * (sum(r.scratch_bytes for r in scattered) / max(int(counts.sum()), 1))
 
 
 def _estimate(plan) -> tuple[int, int]:

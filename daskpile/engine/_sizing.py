@@ -25,7 +25,7 @@ MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
 MIN_ROWS_PER_PILE = 10_000
 SAMPLED_FILES = 8
 DECODED_SAMPLE_ROWS = 65_536
-# Peak memory of a pass-2 task measured at about 2.5 piles (the pile, its
+# Peak memory of a pass-2 task measured at about 2.5-3.5 piles (the pile, its
 # permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
 MEMORY_PER_PILE_FRACTION = 1 / 4
 # Piles of at most this many bytes in memory on average, however much memory there is: a pile's permutation
