@@ -28,6 +28,7 @@ _PUBLIC = {
     "VerificationError": "daskpile.engine._pipeline",
     "WindowBusyError": "daskpile.window",
     "WindowReport": "daskpile.window",
+    "WorkerKilled": "daskpile._compute",
     "append": "daskpile.window",
     "compact": "daskpile.window",
     "discard": "daskpile.window",

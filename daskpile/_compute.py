@@ -204,6 +204,33 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
             pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
+class WorkerKilled(RuntimeError):
+    """The workers running one of daskpile's tasks died while running it, as often as Dask allows: out of
+    memory, most often."""
+
+
+# What a task of daskpile's does, by the start of its key, and what to change when its workers die
+_TASKS = [
+    ("daskpile-scatter", "pass 1 (reading a piece of the input)",
+     "a smaller blocksize (--blocksize), or files of smaller row groups"),
+    ("daskpile-gather", "pass 2 (loading and writing a pile)", "more piles, or a smaller memory_per_pile"),
+    ("daskpile-split", "pass 2 (splitting a pile over its budget)", "a smaller memory_per_pile"),
+    ("daskpile-compact", "compact (merging a pile's generations)", "more memory"),
+]  # fmt: skip
+
+
+def _killed(error) -> WorkerKilled:
+    """Dask's "Attempted to run task ... on N different workers" said as what daskpile was doing."""
+    key = str(error.task[0] if isinstance(error.task, tuple) else error.task)
+    doing, change = next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", "more memory"))
+    deaths = error.allowed_failures + 1
+    return WorkerKilled(
+        f"the workers running {doing} died {deaths} time{'s' if deaths > 1 else ''}, most likely out of memory (a task "
+        f"holds about 3.5x its piece or pile): give the workers more memory (--memory-limit), or {change} (as "
+        "another call: with overwrite=True, --overwrite)"
+    )
+
+
 def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
     futures = client.compute(tasks)
     # The client runs done-callbacks on a thread of its own, which may still be on the last one when
@@ -223,8 +250,13 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
         from distributed import progress as show_progress
 
         show_progress(futures)
+    from distributed import KilledWorker
+
     try:
         results = client.gather(futures)
+    except KilledWorker as e:
+        _cancel_and_wait(client, futures)
+        raise _killed(e) from e
     except BaseException:
         _cancel_and_wait(client, futures)
         raise

@@ -101,3 +101,24 @@ if __name__ == "__main__":
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert "another worker error" in done.stderr and "an error after the restart" in done.stderr
     assert "heartbeat" not in done.stderr and "Compute Failed" not in done.stderr
+
+
+def _die():
+    os._exit(1)  # as the kernel's out-of-memory killer or Dask's nanny ends a worker
+
+
+def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
+    """It printed distributed's "Attempted to run task 'daskpile-gather-000000-6bb4...' on 4 different workers,
+    but all those workers died while running it", saying nothing of memory or what to change."""
+    from distributed import Client, LocalCluster
+
+    import daskpile
+
+    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    with once, LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
+        task = dask.delayed(_die)(dask_key_name="daskpile-scatter-000003-abc")
+        with pytest.raises(daskpile.WorkerKilled) as killed:
+            compute([task])
+    said = str(killed.value)
+    assert said.startswith("the workers running pass 1 (reading a piece of the input) died 1 time, most likely out")
+    assert "--memory-limit" in said and "a smaller blocksize (--blocksize)" in said

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pytest
 from _util import write_parts
@@ -205,3 +206,18 @@ def test_an_interrupted_commit_is_finished_by_the_next_run(sync_scheduler, sourc
     assert report.resumed_piles == 3
     assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(3)]
     assert daskpile.verify(source, str(dest)).ok
+
+
+def test_dest_full_in_pass_2_says_so_and_the_same_call_resumes(sync_scheduler, tiny_filesystem, tmp_path):
+    """A full dest in pass 2 said only "[Errno 28] Error writing bytes to file": low-cardinality strings are
+    small as dictionary-encoded Parquet and larger as daskpile writes them, so the space check passed."""
+    words = np.array([f"{i:04d}-{'abcdefghijklmnopqrstuvwxyz'[i % 26] * 28}" for i in range(100)])
+    rng = np.random.default_rng(0)
+    write_parts(pa.table({"s": words[rng.integers(0, 100, 400_000)]}), tmp_path / "src", parts=2)
+    dest = tiny_filesystem / "out"
+    with pytest.raises(OSError, match=r"dest .*tiny/out.* is full: .* run the same call again: it resumes"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(dest), piles=4, seed=1, scratch=str(tmp_path / "s"))
+    subprocess.run(["mount", "-o", "remount,size=20m", str(tiny_filesystem)], check=True)  # space made
+    report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(dest), piles=4, seed=1, scratch=str(tmp_path / "s"))
+    assert report.rows == 400_000 and report.resumed_piles > 0
+    assert daskpile.verify(str(tmp_path / "src"), str(dest)).ok

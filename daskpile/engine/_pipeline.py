@@ -729,6 +729,15 @@ class _Run:
         except ValueError as e:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
             self.discard(e)
             raise
+        except OSError as e:  # the piles written are kept: a rerun with the space resumes from them
+            if e.errno == errno.ENOSPC:
+                raise OSError(
+                    e.errno,
+                    f"dest {full_url(self.dest_fs, target)!r} (or scratch, for split piles) is full: {e}. Free space "
+                    "and run the same call again: it resumes from the piles written. The output may take more "
+                    "space than the input: daskpile dictionary-encodes only categorical columns",
+                ) from e
+            raise
         self.seconds_gather = timer.seconds
         _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
         split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
