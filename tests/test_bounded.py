@@ -60,6 +60,35 @@ def test_row_groups_are_grouped_into_pieces(big_files):
     assert piece_rows(path, 1) == [20_000] * 10  # never less than a row group
 
 
+def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path):
+    """Country names dictionary-encoded take a byte a row in a footer and 12 in memory: a file of 0.6 MB on
+    disk was one piece of 19 MB with a blocksize of 4 MiB (a 29 MiB file, 426 MiB in memory, one 423 MiB piece at
+    --blocksize 64MiB, killed a 1 GiB worker)."""
+    import dataclasses
+
+    from daskpile._storage import filesystem
+    from daskpile.engine import _sizing
+
+    countries = np.array(["United States", "Germany", "United Kingdom", "Brazil", "India", "Japan", "Mexico"])
+    rng = np.random.default_rng(0)
+    table = pa.table({f"c{k}": countries[rng.integers(0, len(countries), 400_000)] for k in range(4)})
+    path = tmp_path / "countries.parquet"
+    pq.write_table(table, path, row_group_size=50_000)
+    fs, _ = filesystem(str(path))
+    _, _, row_bytes = _sizing.estimate_parquet(fs, [str(path)], [fs.size(str(path))])
+    plan = plan_sources(str(path))
+    blocksize = 4 * 2**20
+    by_footers = [t.nbytes for _, t in read_pieces(plan.fs, list(plan.files), plan.reading, blocksize)]
+    assert len(by_footers) == 1 and by_footers[0] > 3 * blocksize  # what it was
+    reading = dataclasses.replace(plan.reading, row_bytes=row_bytes)
+    in_memory = [t.nbytes for _, t in read_pieces(plan.fs, list(plan.files), reading, blocksize)]
+    assert sum(in_memory) == table.nbytes and len(in_memory) > 3 and max(in_memory) <= blocksize
+    dest = tmp_path / "out"  # and a shuffle cuts its pieces so
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(path), str(dest), piles=3, seed=1, blocksize=blocksize)
+    assert daskpile.verify(str(path), str(dest)).ok
+
+
 def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path, client):
     blocksize = 3 * group_bytes(os.path.join(big_files, "a.parquet"))
     report = daskpile.shuffle_parquet(big_files, str(tmp_path / "out"), piles=5, seed=1, blocksize=blocksize)

@@ -67,7 +67,7 @@ def test_estimate_from_footers(tmp_path):
     fs, _ = filesystem(str(tmp_path))
     files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
     sizes = [fs.size(f) for f in files]
-    rows, data_bytes = _sizing.estimate_parquet(fs, files, sizes)  # 8 of the 20 footers
+    rows, data_bytes, _ = _sizing.estimate_parquet(fs, files, sizes)  # 8 of the 20 footers
     assert rows == pytest.approx(40_000, rel=0.02)
     exact = sum(
         pq.read_metadata(f).row_group(g).total_byte_size
@@ -111,7 +111,7 @@ def test_dictionary_encoded_columns_are_estimated_at_their_size_in_memory(tmp_pa
             sidecar_metadata.append_row_groups(m)
     footers = sum(m.row_group(g).total_byte_size for m in metadata for g in range(m.num_row_groups))
     assert footers < in_memory / 2  # what the estimate was before
-    rows, data_bytes = _sizing.estimate_parquet(fs, files, sizes, sidecar_metadata)
+    rows, data_bytes, _ = _sizing.estimate_parquet(fs, files, sizes, sidecar_metadata)
     assert rows == 400_000
     assert data_bytes == pytest.approx(in_memory, rel=0.1)
 
@@ -140,7 +140,7 @@ def test_the_estimate_of_unusual_files_is_the_footers_at_least_and_never_fails(t
         pairs = pa.ExtensionArray.from_storage(_Pair(), pa.array([{"a": i, "b": i} for i in range(n)]))
         table = pa.table({"pair": pairs, "text": pa.array(["some words, repeated"] * n)})
         pq.write_table(table, tmp_path / "ext.parquet")
-        _, estimate = _sizing.estimate_parquet(
+        _, estimate, _ = _sizing.estimate_parquet(
             fs, [str(tmp_path / "ext.parquet")], [fs.size(str(tmp_path / "ext.parquet"))]
         )
         assert estimate == pytest.approx(pq.read_table(tmp_path / "ext.parquet").nbytes, rel=0.2)
@@ -148,7 +148,7 @@ def test_the_estimate_of_unusual_files_is_the_footers_at_least_and_never_fails(t
         pa.unregister_extension_type("daskpile.test.pair")
     twice = pa.Table.from_arrays([pa.array(["a"] * 1000), pa.array(["b"] * 1000)], names=["x", "x"])
     pq.write_table(twice, tmp_path / "twice.parquet")
-    rows, estimate = _sizing.estimate_parquet(
+    rows, estimate, _ = _sizing.estimate_parquet(
         fs, [str(tmp_path / "twice.parquet")], [fs.size(str(tmp_path / "twice.parquet"))]
     )
     assert rows == 1000 and estimate > 0

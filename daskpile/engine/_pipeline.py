@@ -599,7 +599,9 @@ class _Run:
     def size_piles(self) -> None:
         """The seed, the pile count (``auto``: from the source's estimated size) and the run's identity."""
         self.seed = self.previous.seed if self.previous is not None else resolve_seed(self.requested_seed)
-        rows, self.estimated_bytes = _estimate(self.plan)
+        rows, self.estimated_bytes, row_bytes = _estimate(self.plan)
+        row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes  # the pieces it cut
+        self.plan = dataclasses.replace(self.plan, reading=dataclasses.replace(self.plan.reading, row_bytes=row_bytes))
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -623,7 +625,7 @@ class _Run:
             print(f"source: {self.plan}", flush=True)
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
-            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands,
+            self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
         )  # fmt: skip
 
     def finished_already(self) -> ShuffleReport | None:
@@ -1098,16 +1100,17 @@ def _pile_bytes(counts: np.ndarray, scattered) -> np.ndarray:
     return counts * (sum(r.scratch_bytes for r in scattered) / max(int(counts.sum()), 1))
 
 
-def _estimate(plan) -> tuple[int, int]:
-    """(rows, bytes in memory) of the source, for piles="auto" and the memory checks."""
+def _estimate(plan) -> tuple[int, int, int]:
+    """(rows, bytes in memory, bytes a row takes at least) of the source, for piles="auto", the memory checks
+    and, for Parquet, the pieces (``Reading.row_bytes``; 0 for other formats, which are cut as they are read)."""
     files, sizes = [f.path for f in plan.files], plan.sizes
     if plan.reading.text is None:
         return _sizing.estimate_parquet(plan.fs, files, sizes, plan.metadata)
     first = next((f for f in plan.files if f.size), plan.files[0]).path
     if plan.reading.text.format in arrowfiles.FORMATS:
-        return arrowfiles.estimate(plan.fs, first, sizes, plan.reading.text.format)
+        return (*arrowfiles.estimate(plan.fs, first, sizes, plan.reading.text.format), 0)
     compressed = [text.compression_of(f) is not None for f in files]
-    return text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text)
+    return (*text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text), 0)
 
 
 def _schema_key(plan) -> str:

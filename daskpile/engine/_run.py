@@ -37,6 +37,7 @@ class RunSpec:
     second_pass: str = "eager"  # "lazy": piles written unpermuted, for PileLoader to permute on load
     output: str = "parquet"  # the files' format and compression, "lines:zstd"
     bands: int = BANDS  # of scratch (``_scratch.bands_for``): decided from the source, kept when resumed
+    row_bytes: int = 0  # ``Reading.row_bytes``, which cuts the pieces: decided from the source, kept when resumed
 
     def to_json(self) -> dict:
         return {
@@ -51,11 +52,12 @@ class RunSpec:
             "second_pass": self.second_pass,
             **({"output": self.output} if self.output != "parquet" else {}),  # the keys of Parquet runs as they were
             **({"bands": self.bands} if self.bands != BANDS else {}),  # (and of runs in 8 bands)
+            **({"row_bytes": self.row_bytes} if self.row_bytes else {}),
         }
 
     def call_json(self) -> dict:
         """What a manifest records of the call: ``to_json`` without what only the run's scratch needs."""
-        return {key: value for key, value in self.to_json().items() if key != "bands"}
+        return {key: value for key, value in self.to_json().items() if key not in ("bands", "row_bytes")}
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
@@ -73,6 +75,7 @@ class RunSpec:
             data.get("second_pass", "eager"),
             data.get("output", "parquet"),
             int(data.get("bands", BANDS)),
+            int(data.get("row_bytes", 0)),
         )
 
     def key(self) -> str:

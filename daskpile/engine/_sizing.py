@@ -74,8 +74,9 @@ class PilePlan:
 
 def estimate_parquet(
     fs, files: list[str], sizes: list[int], metadata: pq.FileMetaData | None = None
-) -> tuple[int, int]:
-    """(rows, bytes in memory) of a Parquet dataset, from the footers of a few evenly spaced files.
+) -> tuple[int, int, int]:
+    """(rows, bytes in memory, bytes a row takes at least) of a Parquet dataset, from the footers of a few
+    evenly spaced files.
 
     The sampled files' rows and bytes per stored byte are extrapolated by file
     size, so a dataset of 10,000 files on S3 costs 8 footer reads.  With the
@@ -107,7 +108,8 @@ def estimate_parquet(
         scale = sum(sizes) / max(stored, 1)
         rows, bytes_by_column = round(rows * scale), {n: b * scale for n, b in bytes_by_column.items()}
     in_memory = _bytes_per_row_in_memory(fs, with_rows) if with_rows is not None and rows else {}
-    return rows, round(sum(max(b, in_memory.get(n, 0) * rows) for n, b in bytes_by_column.items()))
+    data_bytes = round(sum(max(b, in_memory.get(n, 0) * rows) for n, b in bytes_by_column.items()))
+    return rows, data_bytes, math.ceil(sum(in_memory.values()))
 
 
 def _footer_bytes_by_column(meta: pq.FileMetaData) -> dict[str, int]:

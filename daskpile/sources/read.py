@@ -41,6 +41,9 @@ class Reading:
     text: TextOptions | None = None  # how text files are read; None: Parquet
     # The types the output's readers get back, where they differ (``Output.stored_plan``): the rows take them
     stored: pa.Schema | None = None
+    # Parquet: the Arrow bytes a row takes at least, where footers count less (dictionary-encoded columns: a
+    # country name in a byte), so that a piece of ``blocksize`` bytes is that size in memory too
+    row_bytes: int = 0
 
 
 def read_pieces(
@@ -49,7 +52,8 @@ def read_pieces(
     """The pieces of a partition in order, as (piece, table in the plan's schema).
 
     A piece is whole row groups, across file boundaries, of at most
-    ``blocksize`` bytes uncompressed (a larger row group alone); a partition
+    ``blocksize`` bytes uncompressed, or in memory where ``reading.row_bytes``
+    says that is more (a larger row group alone); a partition
     without rows is one empty piece.  Files are opened one at a time, so a
     partition of thousands of tiny files never holds them all open.  Pieces
     ``skip`` says are done come as (piece, None), their rows not read.
@@ -78,7 +82,8 @@ def read_pieces(
                 known.append((schema, f.keys, conform))
             groups: list[int] = []  # of this file, in the current piece
             for g in range(footer.num_row_groups):
-                nbytes = footer.row_group(g).total_byte_size
+                group = footer.row_group(g)
+                nbytes = max(group.total_byte_size, group.num_rows * reading.row_bytes)
                 if started and size + nbytes > blocksize:
                     if groups and not skipped:
                         tables.append(_read(parquet, groups, conform, url))
