@@ -212,22 +212,26 @@ class WorkerKilled(RuntimeError):
 # What a task of daskpile's does, by the start of its key, and what to change when its workers die
 _TASKS = [
     ("daskpile-scatter", "pass 1 (reading a piece of the input)",
-     "a smaller blocksize (--blocksize), or files of smaller row groups"),
-    ("daskpile-gather", "pass 2 (loading and writing a pile)", "more piles, or a smaller memory_per_pile"),
-    ("daskpile-split", "pass 2 (splitting a pile over its budget)", "a smaller memory_per_pile"),
-    ("daskpile-compact", "compact (merging a pile's generations)", "more memory"),
+     ", or a smaller blocksize (--blocksize: another call, with overwrite=True, --overwrite), or files of smaller "
+     "row groups (one is read whole)"),
+    ("daskpile-gather", "pass 2 (loading and writing a pile)",
+     ", or a smaller memory_per_pile (--memory-per-pile: the same call, it resumes), or more piles (another call, "
+     "with --overwrite)"),
+    ("daskpile-split", "pass 2 (splitting a pile over its budget)",
+     ", or a smaller memory_per_pile (--memory-per-pile: the same call, it resumes)"),
+    ("daskpile-compact", "compact (merging a pile's generations)", ""),
 ]  # fmt: skip
 
 
 def _killed(error) -> WorkerKilled:
     """Dask's "Attempted to run task ... on N different workers" said as what daskpile was doing."""
     key = str(error.task[0] if isinstance(error.task, tuple) else error.task)
-    doing, change = next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", "more memory"))
+    doing, change = next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", ""))
     deaths = error.allowed_failures + 1
     return WorkerKilled(
         f"the workers running {doing} died {deaths} time{'s' if deaths > 1 else ''}, most likely out of memory (a task "
-        f"holds about 3.5x its piece or pile): give the workers more memory (--memory-limit), or {change} (as "
-        "another call: with overwrite=True, --overwrite)"
+        f"holds several times its piece or pile): give the workers more memory (--memory-limit, on a cluster "
+        f"daskpile starts){change}"
     )
 
 

@@ -47,7 +47,8 @@ def group_by_pile(table: pa.Table, pile_of_row: np.ndarray, piles: int) -> tuple
 
 def group_nbytes(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
     """The Arrow bytes of each group of consecutive rows ``counts`` of ``batch`` (a pile's, as pass 2 holds
-    them): a few rows of many MB make a group large whatever its row count.
+    them): a few rows of many MB make a group large whatever its row count.  A dictionary column counts its
+    indices (its dictionary is shared, held once whatever the groups).
 
     >>> batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "bbbb", "cc"]})
     >>> group_nbytes(batch, np.array([1, 2])).tolist()  # 8 bytes an id; 4 an offset and the strings' bytes
@@ -59,46 +60,90 @@ def group_nbytes(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
     for column in batch.columns:
         if not len(column):
             continue
-        kind = column.type
         validity = (counts + 7) // 8 if column.buffers()[0] is not None else 0
-        if _fixed_width(kind):
-            total += (counts * kind.bit_width + 7) // 8 + validity
-        elif kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
-            width = 8 if kind in (pa.large_string(), pa.large_binary()) else 4
-            dtype = np.int64 if width == 8 else np.int32
-            offsets = np.frombuffer(column.buffers()[1], dtype=dtype)[column.offset : column.offset + len(column) + 1]
-            total += (offsets[bounds[1:]] - offsets[bounds[:-1]]).astype(np.int64) + counts * width + validity
-        else:  # nested, dictionary, views: Arrow counts each group's buffers (a slice each, fewer for few groups)
-            total += np.array([column.slice(a, n).nbytes for a, n in zip(bounds[:-1], counts, strict=True)], np.int64)
+        width, offsets, item_bytes = _layout(column)
+        if offsets is not None:  # a group's values are those between its first and last offsets
+            total += (offsets[bounds[1:]] - offsets[bounds[:-1]]).astype(np.int64) * item_bytes
+        elif width is None:  # struct, map, nested strings: Arrow counts each group's buffers
+            if len(counts) <= MAX_GROUPS_SLICED:
+                total += np.array(
+                    [column.slice(a, n).nbytes for a, n in zip(bounds[:-1], counts, strict=True)], np.int64
+                )
+            else:  # (a slice each costs microseconds: tens of thousands of piles, by the rows instead)
+                total += (counts * column.nbytes) // len(column)
+            continue
+        total += counts * width + validity + ((counts + 7) // 8 if pa.types.is_boolean(column.type) else 0)
     return total
 
 
 def group_largest_row(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
     """The Arrow bytes of the largest row of each group of consecutive rows ``counts`` of ``batch``: its
-    fixed-width values, and its strings' and binaries' bytes (nested and dictionary values not counted).
+    fixed-width values, strings, binaries and lists of fixed-width values, a dictionary's index (other
+    nested values are not counted).
 
     >>> batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "bbbb", "cc"]})
     >>> group_largest_row(batch, np.array([1, 2])).tolist()
     [13, 16]
     """
     counts = np.asarray(counts, dtype=np.int64)
-    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    fixed, sizes = 0, None
     for column in batch.columns:
-        kind = column.type
         if not len(column):
             continue
-        if _fixed_width(kind):
-            sizes += (kind.bit_width + 7) // 8
-        elif kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
-            wide = kind in (pa.large_string(), pa.large_binary())
-            offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if wide else np.int32)
-            sizes += np.diff(offsets[column.offset : column.offset + len(column) + 1]) + (8 if wide else 4)
-    largest = np.zeros(len(counts), dtype=np.int64)
+        width, varying = _row_sizes(column)
+        fixed += width or 0
+        if varying is not None:
+            sizes = varying if sizes is None else sizes + varying
+    largest = np.full(len(counts), fixed, dtype=np.int64)
     filled = counts > 0
-    if filled.any():
+    if sizes is not None and filled.any():
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[filled]
-        largest[filled] = np.maximum.reduceat(sizes, starts)
+        largest[filled] += np.maximum.reduceat(sizes, starts)
+    largest[~filled] = 0
     return largest
+
+
+MAX_GROUPS_SLICED = 1024
+
+
+def _row_sizes(column: pa.Array) -> tuple[int | None, np.ndarray | None]:
+    """(bytes every row of ``column`` takes, or None if rows differ in ways not measured here; each row's
+    bytes beyond that, or None if none)."""
+    width, offsets, item_bytes = _layout(column)
+    return width, None if offsets is None else np.diff(offsets).astype(np.int64) * item_bytes
+
+
+def _layout(column: pa.Array) -> tuple[int | None, np.ndarray | None, int]:
+    """(bytes every row of ``column`` takes, or None if its rows differ in ways not measured here; the offsets
+    of its values, if its rows have some; the bytes of a value): fixed widths, strings, binaries and lists of
+    fixed-width values, a dictionary's indices."""
+    kind = column.type
+    if isinstance(kind, pa.ExtensionType):
+        return _layout(column.storage)
+    if pa.types.is_dictionary(kind):
+        return (kind.index_type.bit_width + 7) // 8, None, 0
+    if pa.types.is_boolean(kind):  # a bit a row: counted as the validity bitmap is, by group_nbytes
+        return 0, None, 0
+    if _fixed_width(kind):
+        return (kind.bit_width + 7) // 8, None, 0
+    if kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
+        wide = kind in (pa.large_string(), pa.large_binary())
+        offsets = _offsets(column, np.int64 if wide else np.int32)
+        return (8 if wide else 4), offsets, 1
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        wide, item = pa.types.is_large_list(kind), kind.value_type
+        offsets = _offsets(column, np.int64 if wide else np.int32)
+        if offsets is None or not _fixed_width(item) or pa.types.is_boolean(item):
+            return None, None, 0
+        return (8 if wide else 4), offsets, (item.bit_width + 7) // 8
+    return None, None, 0
+
+
+def _offsets(column: pa.Array, dtype) -> np.ndarray | None:
+    buffer = column.buffers()[1]
+    if buffer is None:
+        return None
+    return np.frombuffer(buffer, dtype=dtype)[column.offset : column.offset + len(column) + 1]
 
 
 def _fixed_width(kind: pa.DataType) -> bool:

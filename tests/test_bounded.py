@@ -60,7 +60,7 @@ def test_row_groups_are_grouped_into_pieces(big_files):
     assert piece_rows(path, 1) == [20_000] * 10  # never less than a row group
 
 
-def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path):
+def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path, capsys):
     """Country names dictionary-encoded take a byte a row in a footer and 12 in memory: a file of 0.6 MB on
     disk was one piece of 19 MB with a blocksize of 4 MiB (a 29 MiB file, 426 MiB in memory, one 423 MiB piece at
     --blocksize 64MiB, killed a 1 GiB worker)."""
@@ -85,8 +85,27 @@ def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_dis
     assert sum(in_memory) == table.nbytes and len(in_memory) > 3 and max(in_memory) <= blocksize
     dest = tmp_path / "out"  # and a shuffle cuts its pieces so
     with dask.config.set(scheduler="sync"):
-        daskpile.shuffle_parquet(str(path), str(dest), piles=3, seed=1, blocksize=blocksize)
+        daskpile.shuffle_parquet(str(path), str(dest), piles=3, seed=1, blocksize=blocksize, progress=True)
+    assert f"in 1 task ({len(in_memory)} pieces)" in capsys.readouterr().out
     assert daskpile.verify(str(path), str(dest)).ok
+
+
+def test_a_categorical_s_dictionary_counts_once_not_once_a_piece(tmp_path, sync_scheduler):
+    """Each piece's scratch carries the categorical's dictionary: counted in every pile once a piece, 20 pieces
+    of a 2 MB dictionary made every pile "40 MB" and a run of 1.5 MB piles was refused or split for nothing."""
+    categories = pa.array([f"{i:06d}-" + "c" * 94 for i in range(20_000)])
+    source, dest = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    for k in range(20):
+        values = pa.array(np.random.default_rng(k).integers(0, 20_000, 5_000).astype(np.int32))
+        table = pa.table(
+            {"id": np.arange(k * 5_000, (k + 1) * 5_000), "cat": pa.DictionaryArray.from_arrays(values, categories)}
+        )
+        pq.write_table(table, source / f"{k:02d}.parquet")
+    report = daskpile.shuffle_parquet(
+        str(source), str(dest), piles=8, seed=1, memory_per_pile=8 * 2**20, on_oversize="error", blocksize=2**20
+    )  # (a task a file: 20 pieces, each with the dictionary)
+    assert report.rows == 100_000 and len(report.files) == 8 and daskpile.verify(str(source), str(dest)).ok
 
 
 def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path, client):
@@ -245,7 +264,7 @@ def test_a_pile_that_no_split_brings_under_its_budget_is_refused_by_name(tmp_pat
     """A row larger than memory_per_pile: no sub-pile can hold it, and a worker loading it would be killed."""
     source = blob_files(tmp_path / "in", blobs_per_file=1, files=1)
     scratch = tmp_path / "scratch"
-    refused = r"pile \d holds a row of 2,097,1\d\d bytes, more than memory_per_pile=1,048,576: no split brings it under"
+    refused = r"pile \d holds a row of 2,097,1\d\d bytes, as much as memory_per_pile=1,048,576 or more: no split"
     with pytest.raises(daskpile.PileTooLargeError, match=refused):
         daskpile.shuffle_parquet(
             source, str(tmp_path / "out"), piles=2, seed=1, memory_per_pile=2**20, scratch=str(scratch)

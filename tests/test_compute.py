@@ -121,4 +121,4 @@ def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
             compute([task])
     said = str(killed.value)
     assert said.startswith("the workers running pass 1 (reading a piece of the input) died 1 time, most likely out")
-    assert "--memory-limit" in said and "a smaller blocksize (--blocksize)" in said
+    assert "--memory-limit" in said and "a smaller blocksize (--blocksize: another call" in said

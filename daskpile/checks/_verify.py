@@ -13,7 +13,7 @@ from daskpile._storage import as_urls, filesystem, full_url, listed_infos
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _dest, _manifest, _outputs, _passes
+from daskpile.engine import _dest, _manifest, _outputs, _passes, _sizing
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.parquet import read_parquet
@@ -283,6 +283,9 @@ def verify(
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
     _refuse_vacuumed(plan, source)
+    if plan.reading.text is None:  # pieces of blocksize in memory, as the shuffle cuts them (a piece is a task's)
+        _, _, row_bytes = _sizing.estimate_parquet(plan.fs, [f.path for f in plan.files], plan.sizes, plan.metadata)
+        plan = dataclasses.replace(plan, reading=dataclasses.replace(plan.reading, row_bytes=row_bytes))
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]

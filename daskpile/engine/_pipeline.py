@@ -681,11 +681,17 @@ class _Run:
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
             f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
-            f"{count(len(self.partitions), 'task')} "
+            f"{count(len(self.partitions), 'task')}{self._pieces_said(scattered)} "
             f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), "
             f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
         )
         return scattered
+
+    @staticmethod
+    def _pieces_said(scattered) -> str:
+        """ " (N pieces)" where tasks read their files in more pieces than one each (``blocksize``)."""
+        pieces = sum(r.pieces for r in scattered)
+        return f" ({count(pieces, 'piece')})" if pieces > len(scattered) else ""
 
     def refuse_what_the_output_cannot_hold(self, scattered) -> None:
         """A null, which a file of lines can only write as an empty line, read back as an empty string: refused
@@ -733,11 +739,15 @@ class _Run:
             raise
         except OSError as e:  # the piles written are kept: a rerun with the space resumes from them
             if e.errno == errno.ENOSPC:
+                said = str(e).removeprefix(f"[Errno {e.errno}] ")
+                larger = (
+                    " (daskpile dictionary-encodes only categorical columns)" if self.output.format == "parquet" else ""
+                )
                 raise OSError(
                     e.errno,
-                    f"dest {full_url(self.dest_fs, target)!r} (or scratch, for split piles) is full: {e}. Free space "
-                    "and run the same call again: it resumes from the piles written. The output may take more "
-                    "space than the input: daskpile dictionary-encodes only categorical columns",
+                    f"dest {full_url(self.dest_fs, target)!r}, or scratch for split piles, is full: {said}. Free "
+                    "space and run the same call again: it resumes from the piles written. The output may take more "
+                    f"space than the input{larger}",
                 ) from e
             raise
         self.seconds_gather = timer.seconds
@@ -1051,6 +1061,15 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
         return {}
     pile_bytes = _pile_bytes(counts, scattered)
     over = {j: int(nbytes) for j, nbytes in enumerate(pile_bytes) if nbytes > budget}
+    largest = _largest_rows(scattered)
+    too_large = [j for j in over if largest is not None and largest[j] >= budget]
+    if too_large:  # (whatever on_oversize says: neither more piles nor a split would help)
+        j = too_large[0]
+        raise PileTooLargeError(
+            f"pile {j} holds a row of {int(largest[j]):,} bytes, as much as memory_per_pile={budget:,} or more: no "
+            "split brings it under. Pass a larger memory_per_pile (--memory-per-pile), and workers with the memory "
+            "for it"
+        )
     if over and on_oversize == "error":
         j = max(over, key=over.get)
         raise PileTooLargeError(
@@ -1058,31 +1077,48 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             f"with {int(counts[j]):,} rows, {over[j]:,} bytes: pass more piles, a larger memory_per_pile, or "
             "on_oversize='split'"
         )
-    largest = _largest_rows(scattered)
-    too_large = [j for j in over if largest is not None and largest[j] >= budget]
-    if too_large:
-        j = too_large[0]
-        raise PileTooLargeError(
-            f"pile {j} holds a row of {int(largest[j]):,} bytes, more than memory_per_pile={budget:,}: no split "
-            "brings it under. Pass a larger memory_per_pile (--memory-per-pile), and workers with the memory for it"
-        )
     return {j: _sub_piles(int(counts[j]), nbytes, 0 if largest is None else int(largest[j]), budget)
             for j, nbytes in over.items()}  # fmt: skip
 
 
+MAX_SUB_PILES = 4096  # files one pile may be split into
+SMALL_ROWS = 64  # rows of at most 1/64 of a budget are small: a sub-pile holds many, its size follows its rows
+SPLIT_FAILURE_RATE = 0.01  # at most, for a pile of rows as large as its largest (the worst case)
+
+
 def _sub_piles(rows: int, nbytes: int, largest_row: int, budget: int) -> int:
     """How many sub-piles an oversized pile is split in: as many as rows of its average size need, unless
-    its rows are so uneven (a few of many MB) that an average sub-pile and its largest row would not fit
-    together; then enough that a sub-pile is expected to hold half of what is left beside that row.  The
-    count depends on the rows, not on how they are drawn, so the split stays uniform.
+    its largest row is over ``1/SMALL_ROWS`` of the budget (a few rows of many MB).  Then, taking its bytes
+    as rows as large as its largest (the worst case), enough that no sub-pile draws more of them than its
+    budget holds but with a chance under ``SPLIT_FAILURE_RATE`` (a union bound over sub-piles of a binomial
+    tail), at most ``MAX_SUB_PILES``.  The count depends on the rows, not on how they are drawn, so the
+    split stays uniform.
 
     >>> _sub_piles(10_000, 2_000_000, 300, 1_500_000), _sub_piles(3_750, 6_300_000, 2_100_000, 5_200_000)
-    (2, 5)
+    (2, 10)
+    >>> _sub_piles(30_000, 268_000_000, 67_108_864, 268_435_456)  # 4 rows of 64 MiB, a 256 MiB budget
+    5
     """
     even = max(2, _sizing.plan(rows, nbytes, budget).piles)
-    if largest_row + nbytes / even <= budget:
+    if largest_row * SMALL_ROWS <= budget:  # many rows to a sub-pile: the plan's margin on its rows holds
         return even
-    return max(even, math.ceil(2 * nbytes / (budget - largest_row)))
+    large = math.ceil(nbytes / largest_row)  # rows that large, at most
+    fits = (budget - 1) // largest_row  # of them in one sub-pile, with room for a smaller row
+    for subs in range(even, MAX_SUB_PILES + 1):
+        if subs * _binomial_tail(large, 1 / subs, fits) <= SPLIT_FAILURE_RATE:
+            return subs
+    return MAX_SUB_PILES
+
+
+def _binomial_tail(n: int, p: float, k: int) -> float:
+    """P(X > k) for X ~ Binomial(n, p).
+
+    >>> round(_binomial_tail(3, 0.5, 2), 3), _binomial_tail(3, 0.5, 3)
+    (0.125, 0.0)
+    """
+    if k >= n:
+        return 0.0
+    return max(0.0, 1.0 - sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1)))
 
 
 def _largest_rows(scattered) -> np.ndarray | None:

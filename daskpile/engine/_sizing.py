@@ -90,7 +90,9 @@ def estimate_parquet(
     """
     if metadata is not None:
         rows, bytes_by_column = metadata.num_rows, _footer_bytes_by_column(metadata)
-        with_rows = next((f for f, size in zip(files, sizes, strict=True) if size), None)
+        with_rows = _first_with_rows(metadata, files) or next(
+            (f for f, size in zip(files, sizes, strict=True) if size), None
+        )
     else:
         step = max(1, len(files) // SAMPLED_FILES)
         sample = list(range(0, len(files), step))[:SAMPLED_FILES]
@@ -110,6 +112,16 @@ def estimate_parquet(
     in_memory = _bytes_per_row_in_memory(fs, with_rows) if with_rows is not None and rows else {}
     data_bytes = round(sum(max(b, in_memory.get(n, 0) * rows) for n, b in bytes_by_column.items()))
     return rows, data_bytes, math.ceil(sum(in_memory.values()))
+
+
+def _first_with_rows(metadata: pq.FileMetaData, files: list[str]) -> str | None:
+    """The file of the ``_metadata`` sidecar's first row group that has rows (the one sampled without it)."""
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        if group.num_rows and group.num_columns:
+            name = group.column(0).file_path
+            return next((f for f in files if f == name or f.endswith("/" + name)), None)
+    return None
 
 
 def _footer_bytes_by_column(meta: pq.FileMetaData) -> dict[str, int]:
@@ -175,7 +187,9 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
             batch = None
             if sampled:
                 batch = next(parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=sampled, use_threads=False))
-    except (OSError, ValueError, KeyError, StopIteration, pa.ArrowException):  # the footers' figures stand
+    except OSError:  # (a store that failed to answer: the run would fail reading it too, and a run's pieces
+        raise  # depend on this figure, so it must not change with a transient error)
+    except (ValueError, KeyError, StopIteration, pa.ArrowException):  # an unusual file: the footers' figures stand
         return {}
     found = {name: width for name, width in widths.items() if width is not None}
     if batch is not None and batch.num_rows:
