@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
 from daskpile._words import count
-from daskpile.sources.parquet import open_parquet, read_parquet
+from daskpile.sources.parquet import open_parquet, parquet_errors, read_parquet
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
 MIN_ROWS_PER_PILE = 10_000
@@ -85,8 +85,9 @@ def estimate_parquet(
     name, or a label among three, in a byte or less), so no column is taken
     for less than its type's width, and dictionary-encoded strings, lists and
     binaries are measured by decoding up to ``DECODED_SAMPLE_ROWS`` rows of
-    the first sampled file that has rows (best effort: an estimate never fails
-    a run).
+    the first sampled file that has rows (a file whose columns cannot be told
+    apart keeps the footers' figures; one that cannot be read fails the run,
+    naming it, as pass 1 would).
     """
     if metadata is not None:
         rows, bytes_by_column = metadata.num_rows, _footer_bytes_by_column(metadata)
@@ -173,24 +174,25 @@ def _leaves(kind) -> int:
 
 def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
     """{top-level column: bytes a row takes in memory, at least}: a fixed-width column its width, from the
-    schema; a dictionary-encoded string, binary or nested one measured on the first rows of ``path``."""
-    try:
-        with open_parquet(fs, path) as parquet:
-            owners = _top_level_owners(parquet.metadata)
-            if owners is None or parquet.metadata.num_row_groups == 0:
-                return {}
-            schema = parquet.schema_arrow
-            widths = {f.name: _width(f.type) for f in schema}
-            group = parquet.metadata.row_group(0)
-            encoded = {owners[c] for c in range(group.num_columns) if group.column(c).has_dictionary_page}
-            sampled = sorted(n for n in encoded if widths.get(n) is None)
-            batch = None
-            if sampled:
-                batch = next(parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=sampled, use_threads=False))
-    except OSError:  # (a store that failed to answer: the run would fail reading it too, and a run's pieces
-        raise  # depend on this figure, so it must not change with a transient error)
-    except (ValueError, KeyError, StopIteration, pa.ArrowException):  # an unusual file: the footers' figures stand
-        return {}
+    schema; a dictionary-encoded string, binary or nested one measured on the first rows of ``path``.
+
+    A file whose columns cannot be told apart (repeated names, leaves that do not add up) gives {}: the
+    footers' figures stand.  A file that cannot be read fails the run, naming it, as pass 1 would: a run's
+    pieces depend on this figure, which must not change with an error that a retry would not meet.
+    """
+    with open_parquet(fs, path) as parquet:
+        owners = _top_level_owners(parquet.metadata)
+        if owners is None or parquet.metadata.num_row_groups == 0:
+            return {}
+        widths = {f.name: _width(f.type) for f in parquet.schema_arrow}
+        group = parquet.metadata.row_group(0)
+        encoded = {owners[c] for c in range(group.num_columns) if group.column(c).has_dictionary_page}
+        sampled = sorted(n for n in encoded if widths.get(n) is None)
+        batch = None
+        if sampled:
+            with parquet_errors(full_url(fs, path)):
+                batches = parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=sampled, use_threads=False)
+                batch = next(batches, None)
     found = {name: width for name, width in widths.items() if width is not None}
     if batch is not None and batch.num_rows:
         found.update({name: batch.column(name).nbytes / batch.num_rows for name in sampled})
