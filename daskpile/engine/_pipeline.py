@@ -1081,7 +1081,8 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             for j, nbytes in over.items()}  # fmt: skip
 
 
-MAX_SUB_PILES = 4096  # files one pile may be split into
+MAX_SUB_PILES = 64  # files a pile of a few very large rows may be split into (two rows that each fill more than
+# half the budget meet in one sub-pile with a chance of 1/64 then: the run is refused, not a worker killed)
 SMALL_ROWS = 64  # rows of at most 1/64 of a budget are small: a sub-pile holds many, its size follows its rows
 SPLIT_FAILURE_RATE = 0.01  # at most, for a pile of rows as large as its largest (the worst case)
 
@@ -1092,18 +1093,19 @@ def _sub_piles(rows: int, nbytes: int, largest_row: int, budget: int) -> int:
     as rows as large as its largest (the worst case), enough that no sub-pile draws more of them than its
     budget holds but with a chance under ``SPLIT_FAILURE_RATE`` (a union bound over sub-piles of a binomial
     tail), at most ``MAX_SUB_PILES``.  The count depends on the rows, not on how they are drawn, so the
-    split stays uniform.
+    split stays uniform.  (Splitting a sub-pile drawn over its budget again would keep it uniform too, but
+    the tasks of pass 2 are made before the split is drawn.)
 
     >>> _sub_piles(10_000, 2_000_000, 300, 1_500_000), _sub_piles(3_750, 6_300_000, 2_100_000, 5_200_000)
     (2, 10)
-    >>> _sub_piles(30_000, 268_000_000, 67_108_864, 268_435_456)  # 4 rows of 64 MiB, a 256 MiB budget
+    >>> _sub_piles(30_000, 4 * 2**26 + 10**6, 2**26, 2**28)  # 4 rows of 64 MiB and 1 MB of small ones, 256 MiB
     5
     """
     even = max(2, _sizing.plan(rows, nbytes, budget).piles)
     if largest_row * SMALL_ROWS <= budget:  # many rows to a sub-pile: the plan's margin on its rows holds
         return even
-    large = math.ceil(nbytes / largest_row)  # rows that large, at most
-    fits = (budget - 1) // largest_row  # of them in one sub-pile, with room for a smaller row
+    large = nbytes // largest_row  # rows that large, at most
+    fits = (budget - (nbytes - large * largest_row)) // largest_row  # of them in a sub-pile beside the rest
     for subs in range(even, MAX_SUB_PILES + 1):
         if subs * _binomial_tail(large, 1 / subs, fits) <= SPLIT_FAILURE_RATE:
             return subs
