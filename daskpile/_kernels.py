@@ -147,8 +147,10 @@ def _offsets(column: pa.Array, dtype) -> np.ndarray | None:
 
 
 def _fixed_width(kind: pa.DataType) -> bool:
-    if pa.types.is_dictionary(kind) or pa.types.is_boolean(kind):
-        return pa.types.is_boolean(kind)
+    if pa.types.is_boolean(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return False
     try:
         return kind.bit_width > 0 and kind.num_fields == 0
     except ValueError:

@@ -601,7 +601,7 @@ class _Run:
         self.seed = self.previous.seed if self.previous is not None else resolve_seed(self.requested_seed)
         rows, self.estimated_bytes, row_bytes = _estimate(self.plan)
         row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes  # the pieces it cut
-        self.plan = dataclasses.replace(self.plan, reading=dataclasses.replace(self.plan.reading, row_bytes=row_bytes))
+        self.plan = self.plan.with_row_bytes(row_bytes)
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -1077,50 +1077,8 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             f"with {int(counts[j]):,} rows, {over[j]:,} bytes: pass more piles, a larger memory_per_pile, or "
             "on_oversize='split'"
         )
-    return {j: _sub_piles(int(counts[j]), nbytes, 0 if largest is None else int(largest[j]), budget)
+    return {j: _sizing.sub_piles(int(counts[j]), nbytes, 0 if largest is None else int(largest[j]), budget)
             for j, nbytes in over.items()}  # fmt: skip
-
-
-MAX_SUB_PILES = 64  # files a pile of a few very large rows may be split into (two rows that each fill more than
-# half the budget meet in one sub-pile with a chance of 1/64 then: the run is refused, not a worker killed)
-SMALL_ROWS = 64  # rows of at most 1/64 of a budget are small: a sub-pile holds many, its size follows its rows
-SPLIT_FAILURE_RATE = 0.01  # at most, for a pile of rows as large as its largest (the worst case)
-
-
-def _sub_piles(rows: int, nbytes: int, largest_row: int, budget: int) -> int:
-    """How many sub-piles an oversized pile is split in: as many as rows of its average size need, unless
-    its largest row is over ``1/SMALL_ROWS`` of the budget (a few rows of many MB).  Then, taking its bytes
-    as rows as large as its largest (the worst case), enough that no sub-pile draws more of them than its
-    budget holds but with a chance under ``SPLIT_FAILURE_RATE`` (a union bound over sub-piles of a binomial
-    tail), at most ``MAX_SUB_PILES``.  The count depends on the rows, not on how they are drawn, so the
-    split stays uniform.  (Splitting a sub-pile drawn over its budget again would keep it uniform too, but
-    the tasks of pass 2 are made before the split is drawn.)
-
-    >>> _sub_piles(10_000, 2_000_000, 300, 1_500_000), _sub_piles(3_750, 6_300_000, 2_100_000, 5_200_000)
-    (2, 10)
-    >>> _sub_piles(30_000, 4 * 2**26 + 10**6, 2**26, 2**28)  # 4 rows of 64 MiB and 1 MB of small ones, 256 MiB
-    5
-    """
-    even = max(2, _sizing.plan(rows, nbytes, budget).piles)
-    if largest_row * SMALL_ROWS <= budget:  # many rows to a sub-pile: the plan's margin on its rows holds
-        return even
-    large = nbytes // largest_row  # rows that large, at most
-    fits = (budget - (nbytes - large * largest_row)) // largest_row  # of them in a sub-pile beside the rest
-    for subs in range(even, MAX_SUB_PILES + 1):
-        if subs * _binomial_tail(large, 1 / subs, fits) <= SPLIT_FAILURE_RATE:
-            return subs
-    return MAX_SUB_PILES
-
-
-def _binomial_tail(n: int, p: float, k: int) -> float:
-    """P(X > k) for X ~ Binomial(n, p).
-
-    >>> round(_binomial_tail(3, 0.5, 2), 3), _binomial_tail(3, 0.5, 3)
-    (0.125, 0.0)
-    """
-    if k >= n:
-        return 0.0
-    return max(0.0, 1.0 - sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1)))
 
 
 def _largest_rows(scattered) -> np.ndarray | None:

@@ -61,6 +61,10 @@ class SourcePlan:
         keys = dict(self.files[0].keys) if self.files else {}
         return pa.schema([f for f in self.schema if f.name not in keys], metadata=self.schema.metadata)
 
+    def with_row_bytes(self, row_bytes: int) -> SourcePlan:
+        """This plan with its Parquet pieces cut at ``row_bytes`` a row in memory, at least (``Reading.row_bytes``)."""
+        return dataclasses.replace(self, reading=dataclasses.replace(self.reading, row_bytes=row_bytes))
+
     @property
     def urls(self) -> list[str]:
         """Each file's URL as recorded and shown (a run's identity): credentials in it as ``***``."""

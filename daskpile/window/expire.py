@@ -84,11 +84,9 @@ def expire(
     if keep_generations is not None and (isinstance(keep_generations, bool) or int(keep_generations) < 1):
         raise ValueError(f"keep_generations must be a positive integer, got {keep_generations!r}")
     window = Window.load(dest, storage_options)
-    if generations is not None:
-        generations = _known_generations(window, generations)
     key = {"keep_generations": keep_generations, "before": None if before is None else str(before), "column": column}
     if generations is not None:
-        key["generations"] = generations
+        generations = key["generations"] = _known_generations(window, generations)
     snapshot.check_idle(window.fs, window.path, "expire", key)
     removed = snapshot.collect(window, retain)
     # marked while the column is read (minutes, on a large window), so that no other change starts meanwhile
