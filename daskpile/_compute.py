@@ -212,8 +212,7 @@ class WorkerKilled(RuntimeError):
 # What a task of daskpile's does, by the start of its key, and what to change when its workers die
 _TASKS = [
     ("daskpile-scatter", "pass 1 (reading a piece of the input)",
-     ", or a smaller blocksize (--blocksize: another call, with overwrite=True, --overwrite), or files of smaller "
-     "row groups (one is read whole)"),
+     ", or a smaller blocksize (--blocksize: another call, with overwrite=True, --overwrite)"),
     ("daskpile-gather", "pass 2 (loading and writing a pile)",
      ", or a smaller memory_per_pile (--memory-per-pile: the same call, it resumes), or more piles (another call, "
      "with --overwrite)"),

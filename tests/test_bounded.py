@@ -57,7 +57,56 @@ def test_row_groups_are_grouped_into_pieces(big_files):
     one = group_bytes(path)
     assert piece_rows(path, 10**12) == [200_000]
     assert piece_rows(path, int(3.5 * one)) == [60_000, 60_000, 60_000, 20_000]
-    assert piece_rows(path, 1) == [20_000] * 10  # never less than a row group
+    largest = max(pq.read_metadata(path).row_group(g).total_byte_size for g in range(10))
+    assert piece_rows(path, largest // 4 + 1) == [5_000] * 40  # a larger row group in parts of its rows
+
+
+def write_row_groups(path, sizes: list[int]) -> pa.Table:
+    """A file of row groups of these many rows each, ids counting up through them; returns its rows.
+
+    Unique strings, written plain (no dictionary page, a fixed cost to read that is large beside a small file)."""
+    rows = sum(sizes)
+    table = pa.table({"id": np.arange(rows), "s": pa.array([f"row {i:08d}" for i in range(rows)])})
+    with pq.ParquetWriter(path, table.schema, use_dictionary=False) as writer:
+        start = 0
+        for size in sizes:
+            writer.write_table(table.slice(start, size), row_group_size=size)
+            start += size
+    return table
+
+
+def test_a_row_group_larger_than_blocksize_is_read_in_parts_between_whole_ones(tmp_path):
+    """Cut before, at whole-row-group boundaries around it, and after: no piece empty, none numbered twice.
+
+    A row group was never cut: a file written with one large row group (pandas and pyarrow before 15 wrote
+    64 Mi rows to one) was one piece whatever the blocksize, and killed a worker of 1 GiB reading 717 MiB."""
+    path = tmp_path / "groups.parquet"
+    table = write_row_groups(path, [1_000, 1_000, 100_000, 1_000, 100_000])
+    blocksize = max(pq.read_metadata(path).row_group(g).total_byte_size for g in (2, 4)) // 4 + 1
+    plan = plan_sources(str(path))
+    pieces = list(read_pieces(plan.fs, list(plan.files), plan.reading, blocksize))
+    assert [p for p, _ in pieces] == list(range(len(pieces)))
+    rows = [t.num_rows for _, t in pieces]
+    # the two small ones together; a large one in 4 parts; the third small one alone, as the next group is cut
+    assert rows == [2_000] + [25_000] * 4 + [1_000] + [25_000] * 4, rows
+    assert pa.concat_tables(t for _, t in pieces).equals(table)  # every row once, in the file's order
+    # a resumed task reads only the parts not done; one done before them is still decoded, none after them
+    done = {0, 1, 3, 4, 7, 8, 9}
+    resumed = list(read_pieces(plan.fs, list(plan.files), plan.reading, blocksize, skip=done.__contains__))
+    assert [p for p, _ in resumed] == list(range(len(pieces)))
+    for (piece, again), (_, first) in zip(resumed, pieces, strict=True):
+        assert (again is None) if piece in done else again.equals(first)
+
+
+def test_a_run_begun_before_row_groups_were_cut_resumes_reading_them_whole():
+    """Its scratch numbers pieces of whole row groups: read otherwise, a reused piece would hold other rows."""
+    from daskpile.engine import _run
+
+    spec = _run.RunSpec(("a.parquet",), ("1",), piles=8, seed=1, dest="/d", blocksize=2**20)
+    assert spec.cut_row_groups and _run.RunSpec.from_json(spec.to_json()) == spec
+    before = {k: v for k, v in spec.to_json().items() if k != "cut_row_groups"}  # as such runs wrote it
+    assert not _run.RunSpec.from_json(before).cut_row_groups
+    assert "cut_row_groups" not in spec.call_json()  # the manifest's record of the call is as it was
 
 
 def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path, capsys):
@@ -108,8 +157,9 @@ def test_a_categorical_s_dictionary_counts_once_not_once_a_piece(tmp_path, sync_
     assert report.rows == 100_000 and len(report.files) == 8 and daskpile.verify(str(source), str(dest)).ok
 
 
-def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path, client):
-    blocksize = 3 * group_bytes(os.path.join(big_files, "a.parquet"))
+@pytest.mark.parametrize("cut", [3, 1 / 3], ids=["three row groups a piece", "a row group in three pieces"])
+def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path, client, cut):
+    blocksize = int(cut * group_bytes(os.path.join(big_files, "a.parquet"))) + 1
     report = daskpile.shuffle_parquet(big_files, str(tmp_path / "out"), piles=5, seed=1, blocksize=blocksize)
     out = read_output(tmp_path / "out")
     source = pa.concat_tables(pq.read_table(os.path.join(big_files, f)) for f in ["a.parquet", "b.parquet"])
@@ -134,14 +184,18 @@ print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "pieces": resul
 """
 
 
-def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(big_files, tmp_path):
-    """Arrow's peak allocation in a fresh process scattering one 10-row-group file, whole and in pieces."""
-    path = os.path.join(big_files, "a.parquet")
+@pytest.mark.parametrize("row_groups", [10, 1])
+def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(tmp_path, row_groups):
+    """Arrow's peak allocation in a fresh process scattering a file of 10 row groups or of one, whole and in
+    pieces of a tenth."""
+    path = str(tmp_path / "a.parquet")
+    write_row_groups(path, [200_000 // row_groups] * row_groups)
+    tenth = sum(g.total_byte_size for g in map(pq.read_metadata(path).row_group, range(row_groups))) // 10
     whole = run_in_fresh_process(PEAK_SCRIPT, path, str(tmp_path / "whole"), str(10**12))
-    pieces = run_in_fresh_process(PEAK_SCRIPT, path, str(tmp_path / "pieces"), str(group_bytes(path)))
+    pieces = run_in_fresh_process(PEAK_SCRIPT, path, str(tmp_path / "pieces"), str(tenth + 1))
     assert whole["pieces"] == 1 and pieces["pieces"] == 10 and whole["rows"] == pieces["rows"] == 200_000
     # a tenth of the rows at a time; reading a piece also holds its compressed column chunks (files are not
-    # memory-mapped), so the peak is a little over a tenth: 3.4 MB against 13.1 MB whole
+    # memory-mapped), or a buffer of each when a row group is streamed, so the peak is a little over a tenth
     assert pieces["peak"] < whole["peak"] / 3, (pieces, whole)
 
 

@@ -18,9 +18,10 @@ from daskpile.engine._clean import clean as daskpile_clean
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
 FILES, ROWS, PILES, SEED = 60, 120_000, 40, 7
-# Small files are read together up to blocksize / 16 on disk: this blocksize keeps one task (and one
-# scratch file per band) per file, so that a kill or an interruption can land between partitions.
-BLOCKSIZE = 64 * 2**10
+# Small files are read together up to blocksize / 16 on disk, and a row group over blocksize in memory is cut:
+# this blocksize (files of 2,000 rows, 50 KB on disk, 100 KB in memory) keeps one task, one piece and one
+# scratch file per band per file, so that a kill or an interruption can land between partitions.
+BLOCKSIZE = 128 * 2**10
 shuffle = functools.partial(daskpile.shuffle_parquet, blocksize=BLOCKSIZE)
 
 

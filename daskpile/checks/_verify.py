@@ -285,7 +285,7 @@ def verify(
     _refuse_vacuumed(plan, source)
     if plan.reading.text is None:  # pieces of blocksize in memory, as the shuffle cuts them (a piece is a task's)
         _, _, row_bytes = _sizing.estimate_parquet(plan.fs, [f.path for f in plan.files], plan.sizes, plan.metadata)
-        plan = plan.with_row_bytes(row_bytes)
+        plan = plan.with_pieces(row_bytes)
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
     tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]

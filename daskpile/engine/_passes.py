@@ -100,7 +100,7 @@ def scatter_table(
 
 # Like dask.dataframe.read_parquet's blocksize: a file larger than this in
 # memory (the row groups' uncompressed size) is read in pieces of whole row
-# groups, so a task never holds a multi-GB file.  It decides the pieces, and so
+# groups or of one's rows, so a task never holds a multi-GB file.  It decides the pieces, and so
 # the output for a seed: it is part of a run's identity, not a tuning knob.
 BLOCKSIZE = 256 * 2**20
 

@@ -298,8 +298,9 @@ def shuffle_parquet(
         Bytes, as an integer or a string such as ``"128 MiB"``.  Default
         256 MiB, as in ``dask.dataframe.read_parquet``.  A file larger than
         this in memory (its row groups' uncompressed size) is read in pieces
-        of whole row groups, each scattered on its own, so a multi-GB file
-        never sits whole in a worker.  Consecutive smaller files are read by
+        of whole row groups, and a larger row group in pieces of its rows,
+        each scattered on its own, so a multi-GB file never sits whole in a
+        worker.  Consecutive smaller files are read by
         one task up to a sixteenth of ``blocksize`` on disk, so tasks and
         scratch files follow the bytes, not the file count.  Like ``piles``
         and ``seed``, it decides the output.
@@ -600,8 +601,10 @@ class _Run:
         """The seed, the pile count (``auto``: from the source's estimated size) and the run's identity."""
         self.seed = self.previous.seed if self.previous is not None else resolve_seed(self.requested_seed)
         rows, self.estimated_bytes, row_bytes = _estimate(self.plan)
-        row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes  # the pieces it cut
-        self.plan = self.plan.with_row_bytes(row_bytes)
+        # the pieces it cut
+        row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes
+        cut_row_groups = self.previous.cut_row_groups if self.previous is not None else True
+        self.plan = self.plan.with_pieces(row_bytes, cut_row_groups)
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -626,6 +629,7 @@ class _Run:
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
+            cut_row_groups,
         )  # fmt: skip
 
     def finished_already(self) -> ShuffleReport | None:

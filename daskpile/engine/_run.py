@@ -24,6 +24,9 @@ RUN_FILE = "_daskpile.run.json"
 STAGING_PREFIX = ".daskpile-staging-"
 
 
+_SCRATCH_ONLY = ("bands", "row_bytes", "cut_row_groups")  # how pass 1 cut and laid out its scratch
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     source_files: tuple[str, ...]
@@ -38,6 +41,7 @@ class RunSpec:
     output: str = "parquet"  # the files' format and compression, "lines:zstd"
     bands: int = BANDS  # of scratch (``_scratch.bands_for``): decided from the source, kept when resumed
     row_bytes: int = 0  # ``Reading.row_bytes``, which cuts the pieces: decided from the source, kept when resumed
+    cut_row_groups: bool = True  # ``Reading.cut_row_groups``: False in runs begun before it, kept when resumed
 
     def to_json(self) -> dict:
         return {
@@ -53,11 +57,12 @@ class RunSpec:
             **({"output": self.output} if self.output != "parquet" else {}),  # the keys of Parquet runs as they were
             **({"bands": self.bands} if self.bands != BANDS else {}),  # (and of runs in 8 bands)
             **({"row_bytes": self.row_bytes} if self.row_bytes else {}),
+            **({"cut_row_groups": True} if self.cut_row_groups else {}),
         }
 
     def call_json(self) -> dict:
         """What a manifest records of the call: ``to_json`` without what only the run's scratch needs."""
-        return {key: value for key, value in self.to_json().items() if key not in ("bands", "row_bytes")}
+        return {key: value for key, value in self.to_json().items() if key not in _SCRATCH_ONLY}
 
     @classmethod
     def from_json(cls, data: dict) -> RunSpec:
@@ -76,6 +81,7 @@ class RunSpec:
             data.get("output", "parquet"),
             int(data.get("bands", BANDS)),
             int(data.get("row_bytes", 0)),
+            bool(data.get("cut_row_groups", False)),
         )
 
     def key(self) -> str:

@@ -10,7 +10,7 @@ rows, so pass-2 task ``j`` finds the batches holding pile ``j`` in each file
 and slices the pile out of them.  That makes at most BANDS x K + M
 files in all (bands below), never K x M, and with many small piles far fewer
 batches than piles, so far fewer reads (see ``RUN_BYTES``).  An input file too large to hold in memory is read
-in pieces of whole row groups, each with its own scratch file
+in pieces of whole row groups (or of a row group's rows), each with its own scratch file
 (``scatter-00000k-000p.arrow`` for pieces after the first).
 
 A run of ``shuffle_parquet`` splits those files further, by bands of

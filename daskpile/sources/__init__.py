@@ -61,9 +61,11 @@ class SourcePlan:
         keys = dict(self.files[0].keys) if self.files else {}
         return pa.schema([f for f in self.schema if f.name not in keys], metadata=self.schema.metadata)
 
-    def with_row_bytes(self, row_bytes: int) -> SourcePlan:
-        """This plan with its Parquet pieces cut at ``row_bytes`` a row in memory, at least (``Reading.row_bytes``)."""
-        return dataclasses.replace(self, reading=dataclasses.replace(self.reading, row_bytes=row_bytes))
+    def with_pieces(self, row_bytes: int, cut_row_groups: bool = True) -> SourcePlan:
+        """This plan with its Parquet pieces cut at ``row_bytes`` a row in memory, at least (``Reading.row_bytes``),
+        and inside row groups larger than a piece unless ``cut_row_groups`` is False."""
+        reading = dataclasses.replace(self.reading, row_bytes=row_bytes, cut_row_groups=cut_row_groups)
+        return dataclasses.replace(self, reading=reading)
 
     @property
     def urls(self) -> list[str]:

@@ -1,9 +1,10 @@
 """Reading one partition of a plan (a group of consecutive files) as Arrow tables in the plan's schema.
 
 A partition is cut into pieces of whole row groups of at most ``blocksize``
-bytes uncompressed, across file boundaries: a piece of many small files is
-one table, scattered at once, so the number of scatter tasks and scratch files
-follows the bytes, not the file count.  A partition of one file is cut as
+bytes uncompressed, across file boundaries, and a larger row group into
+pieces of its rows: a piece of many small files is one table, scattered at
+once, so the number of scatter tasks and scratch files follows the bytes, not
+the file count, and a task never holds more than about ``blocksize``.  A partition of one file is cut as
 that file alone always was.
 """
 
@@ -44,6 +45,9 @@ class Reading:
     # Parquet: the Arrow bytes a row takes at least, where footers count less (dictionary-encoded columns: a
     # country name in a byte), so that a piece of ``blocksize`` bytes is that size in memory too
     row_bytes: int = 0
+    # Parquet: a row group larger than a piece is read in parts of consecutive rows; False (runs begun before
+    # daskpile cut row groups, resumed) reads it whole, one piece, as they did
+    cut_row_groups: bool = True
 
 
 def read_pieces(
@@ -53,7 +57,8 @@ def read_pieces(
 
     A piece is whole row groups, across file boundaries, of at most
     ``blocksize`` bytes uncompressed, or in memory where ``reading.row_bytes``
-    says that is more (a larger row group alone); a partition
+    says that is more; a larger row group is cut in pieces of consecutive
+    rows (``row_group_parts``), read a batch at a time; a partition
     without rows is one empty piece.  Files are opened one at a time, so a
     partition of thousands of tiny files never holds them all open.  Pieces
     ``skip`` says are done come as (piece, None), their rows not read.
@@ -61,7 +66,7 @@ def read_pieces(
     if reading.text is not None:
         yield from _text_pieces(fs, files, reading, blocksize, skip)
         return
-    piece, size, tables, started = 0, 0, [], False
+    piece, size, tables, filled = 0, 0, [], False  # filled: the current piece has row groups
     skipped = skip(0)
     known: list = []  # (schema, keys, conformer): in a lake most files share both (schemas may not hash)
     for f in files:
@@ -84,18 +89,90 @@ def read_pieces(
             for g in range(footer.num_row_groups):
                 group = footer.row_group(g)
                 nbytes = max(group.total_byte_size, group.num_rows * reading.row_bytes)
-                if started and size + nbytes > blocksize:
+                parts = row_group_parts(group.num_rows, nbytes, blocksize) if reading.cut_row_groups else 1
+                if filled and (parts > 1 or size + nbytes > blocksize):
                     if groups and not skipped:
                         tables.append(_read(parquet, groups, conform, url))
                     yield piece, None if skipped else _concat(tables, reading)
-                    piece, size, tables, groups = piece + 1, 0, [], []
+                    piece, size, tables, groups, filled = piece + 1, 0, [], [], False
                     skipped = skip(piece)
+                if skipped is None:
+                    skipped = skip(piece)
+                if parts > 1:
+                    skips = [skipped] + [skip(piece + i) for i in range(1, parts)]
+                    for i, table in enumerate(_read_in_parts(fs, f.path, footer, g, parts, skips, conform, url)):
+                        yield piece + i, None if table is None else _concat([table], reading)
+                    piece, skipped = piece + parts, None  # None: asked when the next piece gets a row group
+                    continue
                 groups.append(g)
                 size += nbytes
-                started = True
+                filled = True
             if groups and not skipped:
                 tables.append(_read(parquet, groups, conform, url))
-    yield piece, None if skipped else _concat(tables, reading)
+    if filled or piece == 0:
+        yield piece, None if skipped else _concat(tables, reading)
+
+
+MIN_PART_BYTES = 2**14  # the command's least --blocksize
+
+
+def row_group_parts(rows: int, nbytes: int, blocksize: int) -> int:
+    """In how many pieces of consecutive rows a row group of ``nbytes`` in memory is read: 1 if it fits a piece.
+
+    >>> row_group_parts(1_000_000, 700 * 2**20, 256 * 2**20), row_group_parts(1_000_000, 2**20, 256 * 2**20)
+    (3, 1)
+    >>> row_group_parts(5, 4 * 2**20, 2**20)  # 2 rows a part: 3 parts, none empty
+    3
+    >>> row_group_parts(1_000_000, 2**20, 1)  # parts of 16 KiB at least, not a scratch file a row
+    64
+    """
+    parts = min(-(-nbytes // max(blocksize, MIN_PART_BYTES)), rows)
+    if parts <= 1:
+        return 1
+    return -(-rows // -(-rows // parts))
+
+
+# A streamed row group is read in batches of about this many bytes in memory, a part (a piece) concatenated
+# from them: the batches in flight stay small beside the part.
+STREAM_BATCH_BYTES = 16 * 2**20
+
+
+def _read_in_parts(
+    fs, path: str, footer, group: int, parts: int, skips: list[bool], conform, url: str
+) -> Iterator[pa.Table | None]:
+    """Row group ``group`` in ``parts`` pieces of consecutive rows, each read and yielded in turn: a task
+    holds one part, not the group.  Parts ``skips`` says are done are None; those before one that is not
+    are still decoded (a row group is read from its start), and none after the last that is not."""
+    if all(skips):
+        yield from [None] * parts
+        return
+    metadata = footer.row_group(group)
+    rows, nbytes = metadata.num_rows, max(metadata.total_byte_size, 1)
+    per_part = -(-rows // parts)
+    batch_rows = max(1, min(per_part, STREAM_BATCH_BYTES * rows // nbytes))
+    last = max(i for i, done in enumerate(skips) if not done)
+    with open_parquet(fs, path, footer, stream=True) as parquet, parquet_errors(url):
+        batches = _ExactBatches(parquet.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False))
+        for i in range(last + 1):
+            part = batches.take(min(per_part, rows - i * per_part))
+            yield None if skips[i] else conform(pa.Table.from_batches(part, parquet.schema_arrow), url)
+    yield from [None] * (parts - last - 1)
+
+
+class _ExactBatches:
+    """Record batches cut at given row counts: ``take(n)`` gives the next ``n`` rows as batches."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._batches, self._rest = batches, None
+
+    def take(self, rows: int) -> list[pa.RecordBatch]:
+        taken = []
+        while rows:
+            batch = self._rest if self._rest is not None else next(self._batches)
+            self._rest = batch.slice(rows) if batch.num_rows > rows else None
+            taken.append(batch.slice(0, rows) if batch.num_rows > rows else batch)
+            rows -= taken[-1].num_rows
+        return taken
 
 
 def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, skip) -> Iterator:
