@@ -326,6 +326,32 @@ def test_a_pile_that_no_split_brings_under_its_budget_is_refused_by_name(tmp_pat
     assert not (tmp_path / "out").exists() and list(scratch.iterdir()) == []
 
 
+NESTED_BLOBS = {
+    "struct": lambda blobs: pa.StructArray.from_arrays([blobs], ["image"]),
+    "list": lambda blobs: pa.ListArray.from_arrays(np.arange(len(blobs) + 1, dtype=np.int32), blobs),
+    "list of structs": lambda blobs: pa.ListArray.from_arrays(
+        np.arange(len(blobs) + 1, dtype=np.int32), pa.StructArray.from_arrays([blobs], ["image"])
+    ),
+    "map": lambda blobs: pa.MapArray.from_arrays(
+        np.arange(len(blobs) + 1, dtype=np.int32), pa.array(["key"] * len(blobs)), blobs
+    ),
+}
+
+
+@pytest.mark.parametrize("nesting", NESTED_BLOBS)
+def test_a_row_too_large_for_any_split_is_found_inside_nested_values(tmp_path, sync_scheduler, nesting):
+    """Only fixed widths, strings and lists of numbers were counted in a row: a 2 MiB image in a struct,
+    a list or a map went unseen, and its pile was split in up to 64 sub-piles before the run was refused."""
+    source = tmp_path / "in"
+    source.mkdir()
+    blobs = pa.array([b"x" * 2**21 if i == 5 else b"" for i in range(10_000)], pa.binary())
+    pq.write_table(pa.table({"id": np.arange(10_000), "nested": NESTED_BLOBS[nesting](blobs)}), source / "a.parquet")
+    refused = r"pile \d holds a row of 2,097,\d{3} bytes, as much as memory_per_pile=1,048,576 or more: no split"
+    with pytest.raises(daskpile.PileTooLargeError, match=refused):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, seed=1, memory_per_pile=2**20)
+    assert not (tmp_path / "out").exists()
+
+
 def sequence(dest) -> np.ndarray:
     files = daskpile.read_manifest(str(dest))["files"]
     return np.concatenate([pq.read_table(os.path.join(dest, f), columns=["id"])["id"].to_numpy() for f in files])
