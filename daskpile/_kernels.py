@@ -152,7 +152,7 @@ def _layout(column: pa.Array) -> tuple[int | None, np.ndarray | None, int]:
         return (kind.index_type.bit_width + 7) // 8, None, 0
     if pa.types.is_boolean(kind):  # a bit a row: counted as the validity bitmap is, by group_nbytes
         return 0, None, 0
-    if _fixed_width(kind):
+    if fixed_width(kind):
         return (kind.bit_width + 7) // 8, None, 0
     if kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
         wide = kind in (pa.large_string(), pa.large_binary())
@@ -161,7 +161,7 @@ def _layout(column: pa.Array) -> tuple[int | None, np.ndarray | None, int]:
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         wide, item = pa.types.is_large_list(kind), kind.value_type
         offsets = _offsets(column, np.int64 if wide else np.int32)
-        if offsets is None or not _fixed_width(item) or pa.types.is_boolean(item):
+        if offsets is None or not fixed_width(item) or pa.types.is_boolean(item):
             return None, None, 0
         return (8 if wide else 4), offsets, (item.bit_width + 7) // 8
     return None, None, 0
@@ -174,7 +174,12 @@ def _offsets(column: pa.Array, dtype) -> np.ndarray | None:
     return np.frombuffer(buffer, dtype=dtype)[column.offset : column.offset + len(column) + 1]
 
 
-def _fixed_width(kind: pa.DataType) -> bool:
+def fixed_width(kind: pa.DataType) -> bool:
+    """Whether every value of ``kind`` takes the same bytes (a bit, for booleans), nothing nested or shared.
+
+    >>> fixed_width(pa.timestamp("us")), fixed_width(pa.string()), fixed_width(pa.dictionary(pa.int8(), pa.string()))
+    (True, False, False)
+    """
     if pa.types.is_boolean(kind):
         return True
     if pa.types.is_dictionary(kind):

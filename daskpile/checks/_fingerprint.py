@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -113,6 +115,10 @@ def total(parts) -> Fingerprint:
 # set, which makes each large numpy temporary cost fresh pages from the kernel:
 # the allocating version of this code was measured 2.3x slower in a worker.
 BLOCK_ROWS = 32768
+# And at most about this many bytes of values a block (one row at least): its temporaries (a padded copy of
+# its strings, a word per list item) then stay small whatever the rows hold.  By rows alone, a block of
+# 1 MB images held a second copy of 32 GB of them, and one of lists of 1,000 numbers 3 words an item.
+BLOCK_BYTES = 8 * 2**20
 TAIL_WORDS = 2**16  # words of long strings summed per step (0.5 MiB an array: in cache)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 
@@ -130,8 +136,8 @@ def of(data: pa.Table | pa.RecordBatch) -> Fingerprint:
     """The fingerprint of the rows of a table or record batch."""
     result = Fingerprint()
     workspace = _Workspace(min(BLOCK_ROWS, data.num_rows))
-    for start in range(0, data.num_rows, BLOCK_ROWS):
-        hashes = _block_row_hashes(data.slice(start, BLOCK_ROWS), workspace)
+    for start, rows in _blocks(data):
+        hashes = _block_row_hashes(data.slice(start, rows), workspace)
         with np.errstate(over="ignore"):
             block = Fingerprint(
                 len(hashes), int(hashes.sum(dtype=np.uint64)), int(np.bitwise_xor.reduce(hashes, initial=0))
@@ -145,8 +151,8 @@ def of_columns(data: pa.Table) -> dict[str, Fingerprint]:
     result = {}
     for name in data.column_names:
         total = Fingerprint()
-        for start in range(0, data.num_rows, BLOCK_ROWS):
-            column = data.column(name).slice(start, BLOCK_ROWS)
+        for start, rows in _blocks(data):
+            column = data.column(name).slice(start, rows)
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
             hashes = _mix(value_words(column).copy())
             with np.errstate(over="ignore"):
@@ -155,6 +161,62 @@ def of_columns(data: pa.Table) -> dict[str, Fingerprint]:
                 )
         result[name] = total
     return result
+
+
+_PLAIN_BINARY = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
+
+
+def _blocks(data: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, int]]:
+    """(first row, rows) of each block of ``data`` hashed in turn: ``BLOCK_ROWS`` rows, fewer where they hold
+    more than ``BLOCK_BYTES`` (one row at least)."""
+    start, n = 0, data.num_rows
+    while start < n:
+        rows = min(BLOCK_ROWS, n - start)
+        block = data.slice(start, rows)
+        if _value_bytes(block) > BLOCK_BYTES:  # (rare: row by row only then)
+            rows = max(1, int(np.searchsorted(_cumulative_value_bytes(block), BLOCK_BYTES, "right")))
+        yield start, rows
+        start += rows
+
+
+def _varying(data: pa.Table | pa.RecordBatch) -> Iterator[tuple[pa.DataType, list[pa.Array]]]:
+    """(type, non-empty chunks) of each column of ``data`` whose rows vary in size: strings, lists..."""
+    for column in data.columns:
+        kind = column.type.storage_type if isinstance(column.type, pa.ExtensionType) else column.type
+        if not (pa.types.is_dictionary(kind) or _kernels.fixed_width(kind)):
+            chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+            yield kind, [c.storage if isinstance(c, pa.ExtensionArray) else c for c in chunks if len(c)]
+
+
+def _value_bytes(data: pa.Table | pa.RecordBatch) -> float:
+    """The bytes of the values of ``data`` that vary in size (its strings' from their offsets, at a glance)."""
+    total = 0
+    for kind, chunks in _varying(data):
+        for chunk in chunks:
+            if kind not in _PLAIN_BINARY:
+                return math.inf  # nested: counted row by row, if need be
+            offsets = _kernels.value_offsets(chunk)
+            total += int(offsets[-1]) - int(offsets[0])
+    return total
+
+
+def _cumulative_value_bytes(data: pa.Table | pa.RecordBatch) -> np.ndarray:
+    """The bytes of the values of ``data`` that vary in size, summed up to each row."""
+    total = np.zeros(data.num_rows, dtype=np.int64)
+    for kind, chunks in _varying(data):
+        ends, before = [], 0
+        for chunk in chunks:
+            if kind in _PLAIN_BINARY:  # (a prefix sum over its rows is its offsets)
+                offsets = _kernels.value_offsets(chunk)
+                ends.append(offsets[1:].astype(np.int64) - (int(offsets[0]) - before))
+            else:
+                sizes = _kernels.row_bytes(chunk)  # an array, a size every row takes, or None: not measured
+                each = sizes if isinstance(sizes, np.ndarray) else np.full(len(chunk), sizes or 0, np.int64)
+                ends.append(np.cumsum(each) + before)
+            before = int(ends[-1][-1])
+        if ends:
+            total += np.concatenate(ends)
+    return total
 
 
 def row_hashes(data: pa.Table | pa.RecordBatch) -> np.ndarray:
@@ -385,7 +447,9 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
         _string_words_into(array, ws, out)
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-        out[:] = _sequence_hashes(_mix(value_words(array.values)), offsets)
+        first = int(offsets[0])  # ``values`` are the unsliced child's: only this slice's are hashed
+        values = array.values.slice(first, int(offsets[-1]) - first)
+        out[:] = _sequence_hashes(_mix(value_words(values)), offsets - first)
     elif pa.types.is_fixed_size_list(t):
         size = t.list_size
         child = array.values.slice(array.offset * size, n * size)
