@@ -8,6 +8,7 @@ is complete, so the object is written under its final key.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import re
@@ -88,6 +89,43 @@ def redact(text: str) -> str:
     'https://api.example.com/get?key=day-1.parquet&code=7'
     """
     return _URL_SECRET.sub(rf"\g<head>{REDACTED}", _URL_PASSWORD.sub(rf"\g<head>{REDACTED}", text))
+
+
+def redacting_errors(function):
+    """``function``, the messages of its errors (and of the errors they came from) with the credentials of
+    their URLs shown as ``***``, as ``redact`` shows them: a notebook prints the whole chain.
+
+    >>> @redacting_errors
+    ... def read(url):
+    ...     raise ValueError(f"cannot read {url!r}")
+    >>> read("http://bob:hunter2@host/a.parquet")
+    Traceback (most recent call last):
+    ValueError: cannot read 'http://bob:***@host/a.parquet'
+    """
+
+    @functools.wraps(function)
+    def redacting(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as e:
+            _redact_chain(e)
+            raise
+
+    return redacting
+
+
+def _redact_chain(error: BaseException) -> None:
+    seen, pending = set(), [error]
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.args = tuple(redact(a) if isinstance(a, str) else a for a in e.args)
+        for name in ("filename", "filename2"):  # an OSError's message names its files from these
+            if isinstance(getattr(e, name, None), str):
+                setattr(e, name, redact(getattr(e, name)))
+        pending += [e.__cause__, e.__context__]
 
 
 def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -65,6 +65,36 @@ def http_files(tmp_path):
     server.shutdown()
 
 
+def test_credentials_in_a_url_are_not_in_the_python_api_s_errors(http_files, tmp_path, sync_scheduler):
+    """The command redacted them, but a notebook calling the API printed the password and the signature in
+    the error and in the errors it came from (the traceback a notebook shows)."""
+    import traceback
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import daskpile
+
+    served, base = http_files
+    pq.write_table(pa.table({"id": range(10)}), served / "a.parquet")
+    secret = base.replace("://", "://bob:hunter2@") + "/gone.parquet?X-Amz-Signature=deadbeef0123"
+    daskpile.shuffle_parquet(f"{base}/a.parquet", str(tmp_path / "out"), piles=2)
+    for call in [
+        lambda: daskpile.shuffle_parquet(secret, str(tmp_path / "o2"), piles=2),
+        lambda: daskpile.shuffle_parquet(f"{base}/a.parquet", secret.replace("gone.parquet", "o3"), piles=2),
+        lambda: daskpile.verify(secret, str(tmp_path / "out")),
+        lambda: daskpile.read_manifest(secret),
+        lambda: daskpile.quality(secret, "id"),
+        lambda: daskpile.append(secret, str(tmp_path / "window")),
+        lambda: daskpile.PileLoader(secret, batch_size=2, seed=1),
+    ]:
+        with pytest.raises(Exception) as raised:
+            call()
+        shown = "".join(traceback.format_exception(raised.value))
+        assert "hunter2" not in shown and "deadbeef0123" not in shown, shown
+        assert "***" in shown, shown
+
+
 def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path):
     """A presigned URL's signature was stored in the manifest three times; a password before the host was
     echoed in errors.  Both show as *** wherever daskpile prints or records a URL, and a rerun still finds

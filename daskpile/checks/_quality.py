@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile import _kernels
-from daskpile._storage import as_urls, filesystem, full_url
+from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
 from daskpile._words import count
 from daskpile.checks import _order_stats as _order
 from daskpile.checks import _ranks
@@ -268,6 +268,7 @@ class QualityReport:
         return fig
 
 
+@redacting_errors
 def quality(
     dest: str | list[str],
     order_column: str,

@@ -9,7 +9,7 @@ import dask
 import pyarrow as pa
 
 from daskpile._compute import compute
-from daskpile._storage import as_urls, filesystem, full_url, listed_infos
+from daskpile._storage import as_urls, filesystem, full_url, listed_infos, redacting_errors
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -186,6 +186,7 @@ class _Side:
     ignored: tuple = ()
 
 
+@redacting_errors
 def verify(
     source: str | list[str],
     dest: str | None = None,

@@ -19,7 +19,7 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import as_urls, filesystem, full_url, write_bytes
+from daskpile._storage import as_urls, filesystem, full_url, redacting_errors, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
@@ -183,6 +183,7 @@ def window_version(fs: fsspec.AbstractFileSystem, directory: str, version: int) 
         ) from None
 
 
+@redacting_errors
 def read(dest: str, storage_options: dict | None = None) -> dict:
     """The manifest of a finished result, ``dest/_daskpile.json``.
 

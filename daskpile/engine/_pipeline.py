@@ -29,6 +29,7 @@ from daskpile._storage import (
     filesystem,
     full_url,
     listed_infos,
+    redacting_errors,
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
@@ -180,6 +181,7 @@ class ShuffleReport:
         )
 
 
+@redacting_errors
 def shuffle_parquet(
     source: str | list[str],
     dest: str,

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
-from daskpile._storage import as_urls
+from daskpile._storage import as_urls, redacting_errors
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
@@ -171,6 +171,7 @@ class PileLoader:
     >>> state = loader.state_dict()
     """
 
+    @redacting_errors
     def __init__(
         self,
         path: str | list[str],

@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import posixpath
 
-from daskpile._storage import full_url, remove_tree
+from daskpile._storage import full_url, redacting_errors, remove_tree
 from daskpile._validate import check_bytes
 from daskpile._words import count
 from daskpile.engine import _manifest, _passes
@@ -20,6 +20,7 @@ from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
 
+@redacting_errors
 @snapshot.one_change_at_a_time
 def append(
     dest: str,

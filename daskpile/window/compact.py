@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from daskpile import _kernels, _random
 from daskpile._compute import compute, total_threads
-from daskpile._storage import full_url, remove_tree
+from daskpile._storage import full_url, redacting_errors, remove_tree
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -33,6 +33,7 @@ class _Compacted:
     cut: Fingerprint  # of the rows removed by the cuts
 
 
+@redacting_errors
 @snapshot.one_change_at_a_time
 def compact(
     dest: str,

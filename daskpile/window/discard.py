@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import posixpath
 
-from daskpile._storage import full_url, remove_tree
+from daskpile._storage import full_url, redacting_errors, remove_tree
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Window, WindowReport, report
 
 
+@redacting_errors
 @snapshot.one_change_at_a_time
 def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
     """Drop the change under way in the window ``dest`` (an interrupted append, expire or compact).

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daskpile._storage import redacting_errors
 from daskpile._words import count
 from daskpile.engine import _manifest
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -18,6 +19,7 @@ from daskpile.window.snapshot import Generation, Window, WindowReport, report
 READ_THREADS = 16  # one column of each file: small reads, bound by latency on an object store
 
 
+@redacting_errors
 @snapshot.one_change_at_a_time
 def expire(
     dest: str,
