@@ -424,3 +424,33 @@ def test_a_group_of_more_files_than_may_be_open_at_once(tmp_path):
         write(str(tmp_path / "lake" / f"f{k:03d}.parquet"), id=[k])
     assert len(plan_sources(str(tmp_path / "lake")).partitions(256 * 2**20)) == 1
     assert run_in_fresh_process(NOFILE_SCRIPT, str(tmp_path / "lake"), str(tmp_path / "out")) == 400
+
+
+@pytest.mark.parametrize("schema_from", ["a file", "_metadata", "unify"])
+def test_spark_int96_timestamps_are_read_as_spark_reads_them(sync_scheduler, tmp_path, schema_from):
+    """Spark writes timestamps as INT96, which pyarrow reads as nanoseconds by default: its 9999-12-31 and
+    0001-01-01 sentinels wrapped to 1816 and 1754, were written so, and verification (reading alike) agreed."""
+    import datetime
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    stamps = [datetime.datetime(9999, 12, 31, 23, 59, 59), datetime.datetime(1, 1, 1), None]
+    stamps += [datetime.datetime(2024, 5, 6, 7, 8, 9, 123456)] * 97
+    table = pa.table({"id": range(100), "valid_to": pa.array(stamps, pa.timestamp("us"))})
+    collector = []
+    for k in range(2):
+        part = table.slice(50 * k, 50)
+        pq.write_table(part, lake / f"part-{k}.parquet", use_deprecated_int96_timestamps=True)
+        collector.append(pq.read_metadata(lake / f"part-{k}.parquet"))
+        collector[-1].set_file_path(f"part-{k}.parquet")
+    if schema_from == "_metadata":
+        pq.write_metadata(
+            table.schema, lake / "_metadata", metadata_collector=collector, use_deprecated_int96_timestamps=True
+        )
+    assert pq.read_metadata(lake / "part-0.parquet").schema.column(1).physical_type == "INT96"
+    kwargs = {"schema": "unify"} if schema_from == "unify" else {}
+    report = shuffle(str(lake), tmp_path / "out", **kwargs)
+    out = read_output(tmp_path / "out").sort_by("id")
+    assert out.column("valid_to").type == pa.timestamp("us")
+    assert out.column("valid_to").to_pylist() == stamps and report.fingerprint is not None
+    assert daskpile.verify(str(lake), str(tmp_path / "out")).ok

@@ -23,7 +23,7 @@ from daskpile._storage import filesystem, full_url, is_local, listed_infos, stam
 from daskpile.engine import _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
-from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.sources.parquet import INT96_UNIT, open_parquet, parquet_errors
 
 DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
@@ -374,6 +374,11 @@ def _filter_errors(names: list[str]):
         ) from None
 
 
+def _parquet_format(ds):
+    """Parquet as daskpile reads it (``INT96_UNIT``), in ``pyarrow.dataset`` (passed in: imported late)."""
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
+
+
 def parquet_dataset(fs, path: str, keys: FolderKeys | None = None, schema: pa.Schema | None = None):
     """One file as a ``pyarrow.dataset``, for a filter; with ``keys``, ``schema`` (the file's and the keys')
     and the file's key columns filled from its folders.
@@ -384,8 +389,8 @@ def parquet_dataset(fs, path: str, keys: FolderKeys | None = None, schema: pa.Sc
     import pyarrow.fs as pafs
 
     if keys is None:
-        return ds.dataset(path, filesystem=fs, format="parquet")
+        return ds.dataset(path, filesystem=fs, format=_parquet_format(ds))
     arrow_fs = pafs.LocalFileSystem() if is_local(fs) else pafs.PyFileSystem(pafs.FSSpecHandler(fs))
     return ds.FileSystemDataset.from_paths(
-        [path], schema=schema, format=ds.ParquetFileFormat(), filesystem=arrow_fs, partitions=[keys.expression(path)]
+        [path], schema=schema, format=_parquet_format(ds), filesystem=arrow_fs, partitions=[keys.expression(path)]
     )

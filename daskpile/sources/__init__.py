@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
-from daskpile.sources.parquet import open_parquet, read_parquet
+from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, read_schema
 from daskpile.sources.read import Reading, SourceFile, read_pieces
 
 __all__ = ["Reading", "SourceFile", "SourcePlan", "plan_sources", "read_pieces"]
@@ -366,7 +366,7 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
         data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
         reference = "the union of the files' schemas"
     elif metadata is not None:
-        data, reference = metadata.schema.to_arrow_schema(), "_metadata"
+        data, reference = arrow_schema(metadata), "_metadata"
     else:
         data, reference = _reference_schema(fs, files)
     data = schemas.without_range_index(data)
@@ -396,4 +396,4 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
 def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
     """Every file's schema, read concurrently (on an object store each is a request)."""
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        return list(pool.map(lambda p: read_parquet(fs, p, pq.read_schema), paths))
+        return list(pool.map(lambda p: read_parquet(fs, p, read_schema), paths))
