@@ -171,6 +171,32 @@ def test_an_impossible_promotion_names_both_files_and_the_column(sync_scheduler,
     assert not (tmp_path / "out").exists()
 
 
+def test_decimals_unified_past_38_digits_are_refused(sync_scheduler, tmp_path):
+    """decimal(38,2) and decimal(38,10) unify to decimal256(46,10): written and "verified", but Polars refused
+    to read it and DuckDB read it as a double, digits lost."""
+    import decimal
+
+    (tmp_path / "lake").mkdir()
+    pq.write_table(
+        pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(38, 2))}), tmp_path / "lake" / "a.parquet"
+    )
+    pq.write_table(
+        pa.table({"d": pa.array([decimal.Decimal("0.5")], pa.decimal128(38, 10))}), tmp_path / "lake" / "b.parquet"
+    )
+    refused = r"column 'd' is decimal128\(38, 2\) in .*a\.parquet.* and decimal128\(38, 10\) .*more than 38 digits"
+    with pytest.raises(ValueError, match=refused):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")
+    assert not (tmp_path / "out").exists()
+    pq.write_table(
+        pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(20, 2))}), tmp_path / "lake" / "a.parquet"
+    )
+    pq.write_table(
+        pa.table({"d": pa.array([decimal.Decimal("0.5")], pa.decimal128(20, 10))}), tmp_path / "lake" / "b.parquet"
+    )
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")  # decimal128(28, 10) holds both
+    assert read_output(tmp_path / "out").schema.field("d").type == pa.decimal128(28, 10)
+
+
 STRICT_TOLERATES = {
     "column order": (pa.table({"id": [1], "v": ["a"]}), pa.table({"v": ["b"], "id": [2]})),
     "nullable flag": (
@@ -454,3 +480,32 @@ def test_spark_int96_timestamps_are_read_as_spark_reads_them(sync_scheduler, tmp
     assert out.column("valid_to").type == pa.timestamp("us")
     assert out.column("valid_to").to_pylist() == stamps and report.fingerprint is not None
     assert daskpile.verify(str(lake), str(tmp_path / "out")).ok
+
+
+def spark_schema(fields: dict[str, str]) -> bytes:
+    """Spark's schema key, as Spark writes it in each file's footer."""
+    import json
+
+    listed = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields.items()]
+    return json.dumps({"type": "struct", "fields": listed}).encode()
+
+
+@pytest.mark.parametrize("case", ["partition folders", "INT96 timestamps", "the same columns", "UTC timestamps"])
+def test_spark_s_schema_key_is_kept_only_where_it_still_describes_the_rows(sync_scheduler, tmp_path, case):
+    """Spark reads a file's columns from the key its writer put in the footer: copied into the output, it hid
+    the key=value columns from Spark, and named as "timestamp" a column written without a time zone, which
+    Spark refused to read."""
+    from daskpile.sources.schemas import SPARK_SCHEMA_KEY
+
+    lake = tmp_path / "lake" / ("day=1" if case == "partition folders" else "")
+    lake.mkdir(parents=True)
+    stamps = pa.array([0, 1], pa.timestamp("us", tz="UTC" if case == "UTC timestamps" else None))
+    table = pa.table({"id": [1, 2], "ts": stamps})
+    kinds = {"id": "long", "ts": "timestamp_ntz" if case in ("partition folders", "the same columns") else "timestamp"}
+    table = table.replace_schema_metadata({SPARK_SCHEMA_KEY: spark_schema(kinds)})
+    pq.write_table(
+        table, lake / "part-00000.snappy.parquet", use_deprecated_int96_timestamps=case == "INT96 timestamps"
+    )
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1)
+    written = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata or {}
+    assert (SPARK_SCHEMA_KEY in written) == (case in ("the same columns", "UTC timestamps"))

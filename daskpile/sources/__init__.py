@@ -376,7 +376,8 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
             f"column {clashes[0]!r} of {reference!r} is also a partition folder key: pass partitioning='none' "
             "(--partitioning none) to read the files' column and ignore the folders"
         )
-    return Reading(pa.schema([*data, *key_fields], metadata=data.metadata), policy, reference)
+    schema = schemas.without_stale_spark_schema(pa.schema([*data, *key_fields], metadata=data.metadata))
+    return Reading(schema, policy, reference)
 
 
 def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:

@@ -40,6 +40,41 @@ def without_range_index(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
+# Spark reads a file's columns and their types from this key of its footer, if there, not from the file's
+# schema.  Copied from the source's files, it may no longer describe the rows: key=value folders become
+# columns it does not list, so Spark did not see them; INT96 timestamps (its "timestamp") are written as
+# timestamps without a time zone, which it then refused to read.
+SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def without_stale_spark_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without Spark's schema key where it does not describe its columns, so that Spark reads them
+    from the files' own schema.
+
+    >>> spark = '{"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": true, "metadata": {}}]}'
+    >>> schema = pa.schema([("id", pa.int64())], metadata={SPARK_SCHEMA_KEY: spark})
+    >>> SPARK_SCHEMA_KEY in without_stale_spark_schema(schema).metadata  # it does
+    True
+    >>> SPARK_SCHEMA_KEY in (without_stale_spark_schema(schema.append(pa.field("day", pa.int32()))).metadata or {})
+    False
+    """
+    metadata = dict(schema.metadata or {})
+    if SPARK_SCHEMA_KEY not in metadata:
+        return schema
+    try:
+        fields = {f["name"]: f["type"] for f in json.loads(metadata[SPARK_SCHEMA_KEY])["fields"]}
+    except (ValueError, KeyError, TypeError):
+        fields = None
+    stale = fields is None or sorted(fields) != sorted(schema.names)
+    for name, kind in (fields or {}).items():
+        found = schema.field(name).type if name in schema.names else None
+        # Spark's timestamp is an instant, stored adjusted to UTC: a column without a time zone is not one
+        stale = stale or (kind == "timestamp" and found is not None and pa.types.is_timestamp(found) and not found.tz)
+    if stale:
+        del metadata[SPARK_SCHEMA_KEY]
+    return schema.with_metadata(metadata)
+
+
 def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     """Union by name of the files' schemas, in order of first appearance; the first one's metadata.
 
@@ -60,6 +95,12 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
                     f"column {field.name!r} is {types[field.name]} in {first_seen[field.name]!r} and {field.type} "
                     f"in {url!r}: no type holds both, so the files cannot be unified"
                 )
+            if _widened_past_38_digits(merged, types[field.name], field.type):
+                raise ValueError(
+                    f"column {field.name!r} is {types[field.name]} in {first_seen[field.name]!r} and {field.type} "
+                    f"in {url!r}: the type that holds both, {merged}, has more than 38 digits, which Polars, "
+                    "DuckDB and Spark cannot read: cast the files' column to one type first"
+                )
             types[field.name] = merged
     # not null only where every file has the column and says so (as pa.unify_schemas decides)
     nullable = {
@@ -67,6 +108,11 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     }
     fields = [pa.field(n, t, nullable=nullable[n]) for n, t in types.items()]
     return pa.schema(fields, metadata=schemas[0].metadata if schemas else None)
+
+
+def _widened_past_38_digits(merged: pa.DataType, a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether unifying two decimals of at most 38 digits (decimal128) took a decimal256."""
+    return pa.types.is_decimal256(merged) and not (pa.types.is_decimal256(a) or pa.types.is_decimal256(b))
 
 
 def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
