@@ -148,6 +148,49 @@ def memory_per_thread() -> int:
     return psutil.virtual_memory().total // dask.system.CPU_COUNT
 
 
+def giving_memory_back(fn):
+    """``fn``, then the memory it freed handed back to the system: Arrow's allocator (mimalloc) and glibc
+    keep freed pages for reuse, and an idle worker then holds its last task's peak.  Dask counts that as
+    the worker's, pauses it at 80 % of its limit, and a paused worker takes no task that could free it: a
+    run on 3 GiB workers waited forever after pass 1, holding 2.4 GiB of nothing.
+
+    >>> giving_memory_back(abs)(-1)
+    1
+    """
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            give_memory_back()
+
+    return run
+
+
+def give_memory_back() -> None:
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018 (glibc only: musl and macOS have none)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc() if sys.platform.startswith("linux") else None
+
+
 def task(fn, *args, key: str, **kwargs) -> dask.delayed:
     """A Delayed of ``fn(*args, **kwargs)`` named ``key``, its arguments passed as they are.
 
@@ -158,7 +201,8 @@ def task(fn, *args, key: str, **kwargs) -> dask.delayed:
     >>> compute([task(abs, -1, key="abs-1")])
     [1]
     """
-    return dask.delayed(functools.partial(fn, *args, **kwargs), name=key, traverse=False)(dask_key_name=key)
+    run = functools.partial(giving_memory_back(fn), *args, **kwargs)
+    return dask.delayed(run, name=key, traverse=False)(dask_key_name=key)
 
 
 def compute(tasks, *, progress: bool = False, on_done=None) -> list:

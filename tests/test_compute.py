@@ -122,3 +122,39 @@ def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
     said = str(killed.value)
     assert said.startswith("the workers running pass 1 (reading a piece of the input) died 1 time, most likely out")
     assert "--memory-limit" in said and "a smaller blocksize (--blocksize: another call" in said
+
+
+RETAINED_SCRIPT = """
+import json, sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from distributed import Client
+import daskpile
+from daskpile._compute import local_cluster
+
+def rss():
+    import psutil
+    return psutil.Process().memory_info().rss
+
+if __name__ == "__main__":
+    source, dest = sys.argv[1], sys.argv[2]
+    n = 1_000_000
+    table = pa.table({"id": np.arange(n), "s": pa.array(["x" * 100] * n)})  # 110 MiB in memory
+    pq.write_table(table, source)
+    with local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
+        (before,) = client.run(rss).values()
+        daskpile.shuffle_parquet(source, dest, piles=2, seed=1)
+        (after,) = client.run(rss).values()
+    print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_a_worker_gives_back_the_memory_of_its_tasks(tmp_path):
+    """Arrow's allocator and glibc kept a task's peak for reuse: an idle worker held it, Dask paused it at 80 % of
+    its limit, and a paused worker took no task that could free it (a run on 3 GiB workers waited forever after
+    pass 1).  Measured here: 294 MiB held after a run of 110 MiB, 26 MiB given back at the end of each task."""
+    done = subprocess.run(
+        [sys.executable, "-c", RETAINED_SCRIPT, str(tmp_path / "in.parquet"), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=180, check=True,
+    )  # fmt: skip
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["after"] - found["before"] < 80 * 2**20, found

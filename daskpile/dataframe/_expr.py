@@ -56,7 +56,7 @@ from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
 
-from daskpile._compute import current_client, in_a_worker, workers_blind_to
+from daskpile._compute import current_client, giving_memory_back, in_a_worker, workers_blind_to
 from daskpile._random import resolve_seed
 from daskpile._storage import atomic_sink, is_local, write_bytes
 from daskpile._validate import check_bytes, check_piles
@@ -591,6 +591,7 @@ class AsBuilt(Expr):
 # the collection (``to_delayed()``) needs the collection kept while it runs.
 
 
+@giving_memory_back
 def scatter_partition(
     frame: pd.DataFrame, partition: int, piles: int, seed: int, run: ScratchRun, variant: str, codec: FrameCodec
 ) -> dict:
@@ -643,6 +644,7 @@ def _read_run_file(scratch: Scratch) -> dict | None:
         return None
 
 
+@giving_memory_back
 def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
 ) -> pd.DataFrame:

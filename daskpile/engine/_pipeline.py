@@ -20,7 +20,7 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile._compute import Timer, compute, task, total_threads
+from daskpile._compute import Timer, compute, giving_memory_back, task, total_threads
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
@@ -1014,7 +1014,7 @@ def _gather_tasks(
             _passes.split_pile, scratch_dir, j, subs, seed, budget // 2, budget, key=f"daskpile-split-{j}-{key}"
         )
         tasks += [
-            dask.delayed(_passes.gather_split_to_parquet)(
+            dask.delayed(giving_memory_back(_passes.gather_split_to_parquet))(
                 split_result, piles, group, seed, fs, [path(j, s) for s in group], schema, verify, as_arrow, permute,
                 output, dask_key_name=f"daskpile-gather-{j}-{group[0]}-{key}",
             )
