@@ -119,22 +119,26 @@ def row_bytes(column: pa.Array) -> int | np.ndarray | None:
     if pa.types.is_struct(kind):
         fields = [row_bytes(column.field(i)) for i in range(kind.num_fields)]  # (sliced as the struct is)
         return None if any(f is None for f in fields) else sum(fields, 0)
+    # (a list's ``values`` are its whole child, whatever slice of it the list is: only its own are measured)
     if pa.types.is_fixed_size_list(kind):
-        items, size = row_bytes(column.values), kind.list_size
+        size = kind.list_size
+        items = row_bytes(column.values.slice(column.offset * size, len(column) * size))
         if items is None or isinstance(items, int) or not size:
             return None if items is None else size * items
-        start = column.offset * size
-        return items[start : start + len(column) * size].reshape(len(column), size).sum(axis=1)
+        return items.reshape(len(column), size).sum(axis=1)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
         wide = pa.types.is_large_list(kind)
         offsets = _offsets(column, np.int64 if wide else np.int32)
-        items = None if offsets is None else row_bytes(column.values)
+        if offsets is None:
+            return None
+        first = int(offsets[0])
+        items = row_bytes(column.values.slice(first, int(offsets[-1]) - first))
         if items is None:
             return None
         if isinstance(items, int):
             return (8 if wide else 4) + np.diff(offsets).astype(np.int64) * items
         sums = np.concatenate(([0], np.cumsum(items)))
-        return (8 if wide else 4) + (sums[offsets[1:]] - sums[offsets[:-1]])
+        return (8 if wide else 4) + (sums[offsets[1:] - first] - sums[offsets[:-1] - first])
     width, offsets, item_bytes = _layout(column)
     if offsets is not None:
         return width + np.diff(offsets).astype(np.int64) * item_bytes
