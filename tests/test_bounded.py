@@ -1,6 +1,7 @@
 """Memory bounded by a piece of input and a pile, not by the size of a file or the dataset."""
 
 import collections
+import functools
 import itertools
 import json
 import os
@@ -70,7 +71,7 @@ def write_row_groups(path, sizes: list[int]) -> pa.Table:
     with pq.ParquetWriter(path, table.schema, use_dictionary=False) as writer:
         start = 0
         for size in sizes:
-            writer.write_table(table.slice(start, size), row_group_size=size)
+            writer.write_table(table.slice(start, size), row_group_size=max(size, 1))  # (0: a row group of none)
             start += size
     return table
 
@@ -81,8 +82,10 @@ def test_a_row_group_larger_than_blocksize_is_read_in_parts_between_whole_ones(t
     A row group was never cut: a file written with one large row group (pandas and pyarrow before 15 wrote
     64 Mi rows to one) was one piece whatever the blocksize, and killed a worker of 1 GiB reading 717 MiB."""
     path = tmp_path / "groups.parquet"
-    table = write_row_groups(path, [1_000, 1_000, 100_000, 1_000, 100_000])
-    blocksize = max(pq.read_metadata(path).row_group(g).total_byte_size for g in (2, 4)) // 4 + 1
+    table = write_row_groups(path, [1_000, 1_000, 0, 100_000, 1_000, 100_000, 0])
+    footer = pq.read_metadata(path)
+    assert [footer.row_group(g).num_rows for g in range(footer.num_row_groups)][2::4] == [0, 0]
+    blocksize = max(footer.row_group(g).total_byte_size for g in (3, 5)) // 4 + 1
     plan = plan_sources(str(path))
     pieces = list(read_pieces(plan.fs, list(plan.files), plan.reading, blocksize))
     assert [p for p, _ in pieces] == list(range(len(pieces)))
@@ -107,6 +110,40 @@ def test_a_run_begun_before_row_groups_were_cut_resumes_reading_them_whole():
     before = {k: v for k, v in spec.to_json().items() if k != "cut_row_groups"}  # as such runs wrote it
     assert not _run.RunSpec.from_json(before).cut_row_groups
     assert "cut_row_groups" not in spec.call_json()  # the manifest's record of the call is as it was
+
+
+def test_an_interrupted_run_begun_before_row_groups_were_cut_resumes_to_the_same_bytes(
+    tmp_path, sync_scheduler, monkeypatch
+):
+    """Resumed with its row groups cut, a reused piece held other rows than its number now reads: 117,272 rows
+    written from 60,000, "verified" (each piece's input fingerprint comes from its scratch)."""
+    from daskpile.engine import _pipeline
+
+    source = tmp_path / "in"
+    source.mkdir()
+    write_row_groups(source / "a.parquet", [20_000, 20_000])
+    write_row_groups(source / "b.parquet", [10_000, 10_000])
+    blocksize = pq.read_metadata(source / "a.parquet").row_group(0).total_byte_size // 3
+    shuffle = functools.partial(daskpile.shuffle_parquet, str(source), piles=4, seed=2, blocksize=blocksize)
+    monkeypatch.setattr(_pipeline, "CUT_ROW_GROUPS", False)  # as daskpile was before
+    shuffle(str(tmp_path / "before"))
+    scattered, scatter = [], _passes.scatter_table
+
+    def interrupted_after_two(*args, **kwargs):
+        if len(scattered) == 2:
+            raise RuntimeError("interrupted")
+        scattered.append(args[1])
+        return scatter(*args, **kwargs)
+
+    monkeypatch.setattr(_passes, "scatter_table", interrupted_after_two)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    monkeypatch.undo()  # the daskpile of now, cutting row groups in new runs, resumes it
+    report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    assert report.resumed_partitions >= 1 and report.rows == 60_000
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "before")
+    cut = shuffle(str(tmp_path / "new"))  # and a new run cuts them: 3 parts of each of a's row groups
+    assert cut.rows == 60_000 and file_bytes(tmp_path / "new") != file_bytes(tmp_path / "before")
 
 
 def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path, capsys):

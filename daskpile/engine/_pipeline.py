@@ -42,6 +42,10 @@ from daskpile.engine._scratch import Scratch
 from daskpile.sources import arrowfiles, plan_sources, text
 from daskpile.sources.read import read_pieces
 
+# New runs read a Parquet row group larger than a piece in parts of its rows; a run begun by a daskpile that
+# did not numbered its pieces otherwise, and resumes as it began (``RunSpec.cut_row_groups``).
+CUT_ROW_GROUPS = True
+
 
 class VerificationError(RuntimeError):
     """The output is not a permutation of the input: rows were lost, duplicated or changed.
@@ -605,7 +609,7 @@ class _Run:
         rows, self.estimated_bytes, row_bytes = _estimate(self.plan)
         # the pieces it cut
         row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes
-        cut_row_groups = self.previous.cut_row_groups if self.previous is not None else True
+        cut_row_groups = self.previous.cut_row_groups if self.previous is not None else CUT_ROW_GROUPS
         self.plan = self.plan.with_pieces(row_bytes, cut_row_groups)
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1

@@ -88,6 +88,8 @@ def read_pieces(
             groups: list[int] = []  # of this file, in the current piece
             for g in range(footer.num_row_groups):
                 group = footer.row_group(g)
+                if not group.num_rows and reading.cut_row_groups:  # nothing to read (alone, an empty piece)
+                    continue
                 nbytes = max(group.total_byte_size, group.num_rows * reading.row_bytes)
                 parts = row_group_parts(group.num_rows, nbytes, blocksize) if reading.cut_row_groups else 1
                 if filled and (parts > 1 or size + nbytes > blocksize):
