@@ -171,30 +171,32 @@ def test_an_impossible_promotion_names_both_files_and_the_column(sync_scheduler,
     assert not (tmp_path / "out").exists()
 
 
-def test_decimals_unified_past_38_digits_are_refused(sync_scheduler, tmp_path):
+@pytest.mark.parametrize("nesting", ["a column", "a struct's field"])
+def test_decimals_unified_past_38_digits_are_refused(sync_scheduler, tmp_path, nesting):
     """decimal(38,2) and decimal(38,10) unify to decimal256(46,10): written and "verified", but Polars refused
-    to read it and DuckDB read it as a double, digits lost."""
+    to read it and DuckDB read it as a double, digits lost; in a struct, Spark refused it."""
     import decimal
 
+    def write(name, value, precision, scale):
+        kind = pa.decimal128(precision, scale)
+        column = pa.array([decimal.Decimal(value)], kind)
+        if nesting == "a struct's field":
+            column = pa.StructArray.from_arrays([column], ["amount"])
+        pq.write_table(pa.table({"d": column}), tmp_path / "lake" / name)
+
     (tmp_path / "lake").mkdir()
-    pq.write_table(
-        pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(38, 2))}), tmp_path / "lake" / "a.parquet"
-    )
-    pq.write_table(
-        pa.table({"d": pa.array([decimal.Decimal("0.5")], pa.decimal128(38, 10))}), tmp_path / "lake" / "b.parquet"
-    )
-    refused = r"column 'd' is decimal128\(38, 2\) in .*a\.parquet.* and decimal128\(38, 10\) .*more than 38 digits"
-    with pytest.raises(ValueError, match=refused):
+    write("a.parquet", "1.25", 38, 2)
+    write("b.parquet", "0.5", 38, 10)
+    with pytest.raises(ValueError, match=r"column 'd' is .* in .*a\.parquet.* and .*: .*more than 38 digits"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")
     assert not (tmp_path / "out").exists()
-    pq.write_table(
-        pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal128(20, 2))}), tmp_path / "lake" / "a.parquet"
-    )
-    pq.write_table(
-        pa.table({"d": pa.array([decimal.Decimal("0.5")], pa.decimal128(20, 10))}), tmp_path / "lake" / "b.parquet"
-    )
+    write("a.parquet", "1.25", 20, 2)
+    write("b.parquet", "0.5", 20, 10)
     shuffle(str(tmp_path / "lake"), tmp_path / "out", schema="unify")  # decimal128(28, 10) holds both
-    assert read_output(tmp_path / "out").schema.field("d").type == pa.decimal128(28, 10)
+    unified = read_output(tmp_path / "out").schema.field("d").type
+    assert unified == (
+        pa.decimal128(28, 10) if nesting == "a column" else pa.struct([("amount", pa.decimal128(28, 10))])
+    )
 
 
 STRICT_TOLERATES = {
@@ -509,3 +511,18 @@ def test_spark_s_schema_key_is_kept_only_where_it_still_describes_the_rows(sync_
     shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1)
     written = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata or {}
     assert (SPARK_SCHEMA_KEY in written) == (case in ("the same columns", "UTC timestamps"))
+
+
+def test_spark_s_schema_key_is_not_kept_when_files_are_unified(sync_scheduler, tmp_path):
+    """The union's key was the first file's: an integer column promoted to long was still 'integer' in it, and
+    Spark failed reading the result."""
+    from daskpile.sources.schemas import SPARK_SCHEMA_KEY
+
+    (tmp_path / "lake").mkdir()
+    for name, kind, spark in [("a", pa.int32(), "integer"), ("b", pa.int64(), "long")]:
+        table = pa.table({"n": pa.array([1, 2], kind)})
+        table = table.replace_schema_metadata({SPARK_SCHEMA_KEY: spark_schema({"n": spark})})
+        pq.write_table(table, tmp_path / "lake" / f"{name}.parquet")
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
+    written = pq.read_schema(tmp_path / "out" / "part-00000.parquet")
+    assert written.field("n").type == pa.int64() and SPARK_SCHEMA_KEY not in (written.metadata or {})

@@ -376,7 +376,8 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
             f"column {clashes[0]!r} of {reference!r} is also a partition folder key: pass partitioning='none' "
             "(--partitioning none) to read the files' column and ignore the folders"
         )
-    schema = schemas.without_stale_spark_schema(pa.schema([*data, *key_fields], metadata=data.metadata))
+    schema = pa.schema([*data, *key_fields], metadata=data.metadata)
+    schema = schemas.without_stale_spark_schema(schema, unified=policy == "unify")
     return Reading(schema, policy, reference)
 
 

@@ -47,9 +47,9 @@ def without_range_index(schema: pa.Schema) -> pa.Schema:
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 
 
-def without_stale_spark_schema(schema: pa.Schema) -> pa.Schema:
+def without_stale_spark_schema(schema: pa.Schema, unified: bool = False) -> pa.Schema:
     """``schema`` without Spark's schema key where it does not describe its columns, so that Spark reads them
-    from the files' own schema.
+    from the files' own schema.  A ``unified`` schema's key is the first file's, whatever the others promoted.
 
     >>> spark = '{"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": true, "metadata": {}}]}'
     >>> schema = pa.schema([("id", pa.int64())], metadata={SPARK_SCHEMA_KEY: spark})
@@ -65,7 +65,7 @@ def without_stale_spark_schema(schema: pa.Schema) -> pa.Schema:
         fields = {f["name"]: f["type"] for f in json.loads(metadata[SPARK_SCHEMA_KEY])["fields"]}
     except (ValueError, KeyError, TypeError):
         fields = None
-    stale = fields is None or sorted(fields) != sorted(schema.names)
+    stale = unified or fields is None or sorted(fields) != sorted(schema.names)
     for name, kind in (fields or {}).items():
         found = schema.field(name).type if name in schema.names else None
         # Spark's timestamp is an instant, stored adjusted to UTC: a column without a time zone is not one
@@ -111,8 +111,16 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
 
 
 def _widened_past_38_digits(merged: pa.DataType, a: pa.DataType, b: pa.DataType) -> bool:
-    """Whether unifying two decimals of at most 38 digits (decimal128) took a decimal256."""
-    return pa.types.is_decimal256(merged) and not (pa.types.is_decimal256(a) or pa.types.is_decimal256(b))
+    """Whether unifying two types took a decimal256 (over 38 digits) where neither had one, nested too."""
+    return _has_decimal256(merged) and not (_has_decimal256(a) or _has_decimal256(b))
+
+
+def _has_decimal256(kind: pa.DataType) -> bool:
+    if pa.types.is_decimal256(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return _has_decimal256(kind.value_type)
+    return any(_has_decimal256(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
