@@ -108,24 +108,55 @@ def redacting_errors(function):
         try:
             return function(*args, **kwargs)
         except Exception as e:
-            _redact_chain(e)
-            raise
+            clean, traceback = redacted(e), e.__traceback__
+            if clean is e:
+                raise
+        # raised out of the except block, where Python would make the error it replaces its context
+        raise clean.with_traceback(traceback)
 
     return redacting
 
 
-def _redact_chain(error: BaseException) -> None:
-    seen, pending = set(), [error]
-    while pending:
-        e = pending.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        e.args = tuple(redact(a) if isinstance(a, str) else a for a in e.args)
-        for name in ("filename", "filename2"):  # an OSError's message names its files from these
-            if isinstance(getattr(e, name, None), str):
-                setattr(e, name, redact(getattr(e, name)))
-        pending += [e.__cause__, e.__context__]
+def redacting_iteration(iterator: Iterator) -> Iterator:
+    """``iterator``'s items, its errors redacted as ``redacting_errors`` redacts a function's."""
+    try:
+        yield from iterator
+        return
+    except Exception as e:
+        clean, traceback = redacted(e), e.__traceback__
+        if clean is e:
+            raise
+    raise clean.with_traceback(traceback)
+
+
+class RedactedError(RuntimeError):
+    """An error whose message held credentials that its own type would print whatever its arguments
+    (an HTTP library's, built from the URL it was given): its type's name and its message, redacted."""
+
+
+def redacted(error: BaseException, seen: dict | None = None) -> BaseException:
+    """``error`` with the credentials in its message, and in those of the errors it came from, as ``***``: the
+    same error, its arguments redacted, or where its type prints them from elsewhere a ``RedactedError``."""
+    seen = {} if seen is None else seen
+    if id(error) in seen:
+        return seen[id(error)]
+    seen[id(error)] = error
+    error.args = tuple(redact(a) if isinstance(a, str) else a for a in error.args)
+    for name in ("strerror", "filename", "filename2"):  # an OSError's message is made of these
+        if isinstance(getattr(error, name, None), str):
+            setattr(error, name, redact(getattr(error, name)))
+    clean = error
+    try:
+        text = str(error)
+    except Exception:  # a type whose message cannot be made at all
+        text = ""
+    if redact(text) != text:
+        clean = seen[id(error)] = RedactedError(f"{type(error).__name__}: {redact(text)}")
+    cause, context = error.__cause__, error.__context__
+    clean.__cause__ = None if cause is None else redacted(cause, seen)
+    clean.__context__ = None if context is None else redacted(context, seen)
+    clean.__suppress_context__ = error.__suppress_context__
+    return clean
 
 
 def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -563,7 +563,7 @@ def test_many_small_files_are_read_ahead_by_the_file_not_by_the_row(tmp_path, pr
     iterator = iter(loader)
     next(iterator)
     time.sleep(0.5)  # room for the reader to run ahead as far as it may
-    assert iterator.gi_frame.f_locals["loaded"].produced <= 1 + prefetch + 1  # +1: the group just let go
+    assert iterator.gi_yieldfrom.gi_frame.f_locals["loaded"].produced <= 1 + prefetch + 1  # +1: the group just let go
     assert sum(batch.num_rows for batch in iterator) + 10 == 20_000 + 60 * 20
 
 
@@ -573,7 +573,7 @@ def test_memory_holds_prefetch_plus_one_groups(datasets):
     iterator = iter(loader)
     next(iterator)
     time.sleep(0.5)  # room for the reader to run ahead as far as it may
-    assert iterator.gi_frame.f_locals["loaded"].produced == 1 + 2
+    assert iterator.gi_yieldfrom.gi_frame.f_locals["loaded"].produced == 1 + 2
 
 
 MIX_MEMORY = """

@@ -58,6 +58,14 @@ def http_files(tmp_path):
         def log_message(self, *args):  # the server's own log is not daskpile's output
             pass
 
+        def do_GET(self):  # an expired presigned URL: its signature refused
+            if "expired" in self.path:
+                self.send_error(403)
+                return
+            super().do_GET()
+
+        do_HEAD = do_GET
+
     handler = functools.partial(Quiet, directory=str(served))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -79,8 +87,10 @@ def test_credentials_in_a_url_are_not_in_the_python_api_s_errors(http_files, tmp
     pq.write_table(pa.table({"id": range(10)}), served / "a.parquet")
     secret = base.replace("://", "://bob:hunter2@") + "/gone.parquet?X-Amz-Signature=deadbeef0123"
     daskpile.shuffle_parquet(f"{base}/a.parquet", str(tmp_path / "out"), piles=2)
+    expired = secret.replace("gone.parquet", "expired.parquet")
     for call in [
         lambda: daskpile.shuffle_parquet(secret, str(tmp_path / "o2"), piles=2),
+        lambda: daskpile.shuffle_parquet(expired, str(tmp_path / "o2"), piles=2),  # aiohttp's error, by its fields
         lambda: daskpile.shuffle_parquet(f"{base}/a.parquet", secret.replace("gone.parquet", "o3"), piles=2),
         lambda: daskpile.verify(secret, str(tmp_path / "out")),
         lambda: daskpile.read_manifest(secret),
@@ -90,9 +100,72 @@ def test_credentials_in_a_url_are_not_in_the_python_api_s_errors(http_files, tmp
     ]:
         with pytest.raises(Exception) as raised:
             call()
-        shown = "".join(traceback.format_exception(raised.value))
+        shown = "".join(traceback.format_exception(raised.value)) + every_error_in(raised.value)
         assert "hunter2" not in shown and "deadbeef0123" not in shown, shown
         assert "***" in shown, shown
+
+
+def every_error_in(error: BaseException) -> str:
+    """The messages of an error and of every error it holds as cause or context, shown or not."""
+    seen, found, pending = set(), [], [error]
+    while pending:
+        e = pending.pop()
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            found.append(f"{type(e).__name__}: {e}")
+            pending += [e.__cause__, e.__context__]
+    return "\n".join(found)
+
+
+def test_errors_that_print_credentials_from_elsewhere_than_their_arguments_are_redacted():
+    """An OSError's message is made of its errno, strerror and file names; an HTTP library's of its fields."""
+    import traceback
+
+    from daskpile._storage import RedactedError, redacting_errors
+
+    class ResponseError(Exception):  # as aiohttp's: its message from its fields, whatever its arguments
+        def __init__(self, url):
+            super().__init__()
+            self.url = url
+
+        def __str__(self):
+            return f"403, url={self.url!r}"
+
+    url = "http://127.0.0.1:9/a.parquet?X-Amz-Signature=deadbeef0123"
+
+    @redacting_errors
+    def full(url):
+        raise OSError(28, f"No space left writing {url}")
+
+    @redacting_errors
+    def refused(url):
+        try:
+            raise ResponseError(url)
+        except ResponseError as e:
+            raise ValueError(f"cannot read {url}") from e
+
+    for call, kind in [(full, OSError), (refused, ValueError)]:
+        with pytest.raises(kind) as raised:
+            call(url)
+        shown = "".join(traceback.format_exception(raised.value)) + every_error_in(raised.value)
+        assert "deadbeef0123" not in shown and "X-Amz-Signature=***" in shown, shown
+    assert isinstance(raised.value.__cause__, RedactedError) and "ResponseError: 403" in str(raised.value.__cause__)
+
+
+def test_an_iteration_s_errors_are_redacted_as_a_call_s():
+    """A PileLoader's iteration reads its files as it goes: an expired presigned URL fails there, not when
+    the loader is made."""
+    from daskpile._storage import redacting_iteration
+
+    def batches():
+        yield 1
+        raise FileNotFoundError("http://127.0.0.1:9/part-0.parquet?X-Amz-Signature=deadbeef0123")
+
+    iterator = redacting_iteration(batches())
+    assert next(iterator) == 1
+    with pytest.raises(FileNotFoundError, match=r"X-Amz-Signature=\*\*\*$"):
+        next(iterator)
+    assert list(redacting_iteration(iter([1, 2]))) == [1, 2]
 
 
 def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path):

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
-from daskpile._storage import as_urls, redacting_errors
+from daskpile._storage import as_urls, redacting_errors, redacting_iteration
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
@@ -323,7 +323,7 @@ class PileLoader:
         # (a loop left with break, a peek with next(iter(loader))) stops rather than counting its
         # batches into the same position, which state_dict would then misreport.
         self._iteration += 1
-        return self._iterate(self._iteration)
+        return redacting_iteration(self._iterate(self._iteration))
 
     def _iterate(self, iteration: int):
         self._check_current(iteration)  # before loading anything
