@@ -146,6 +146,44 @@ def test_an_interrupted_run_begun_before_row_groups_were_cut_resumes_to_the_same
     assert cut.rows == 60_000 and file_bytes(tmp_path / "new") != file_bytes(tmp_path / "before")
 
 
+def test_a_reused_piece_holding_other_rows_than_its_files_is_refused(tmp_path, sync_scheduler, monkeypatch):
+    """A reused piece's input fingerprint is its scratch's own: a scratch file standing for other rows than
+    its piece's (another piece's, as a numbering changed between versions would leave) was written and
+    verified.  Pass 1 now counts each partition's rows against its files' footers."""
+    source = tmp_path / "in"
+    source.mkdir()
+    write_row_groups(source / "a.parquet", [20_000, 20_000])  # in parts of 5,000 rows
+    write_row_groups(source / "b.parquet", [7_000, 7_000])  # in parts of 3,500
+    blocksize = pq.read_metadata(source / "a.parquet").row_group(0).total_byte_size // 3
+    shuffle = functools.partial(
+        daskpile.shuffle_parquet, str(source), str(tmp_path / "out"), piles=4, seed=2, blocksize=blocksize,
+        scratch=str(tmp_path / "scratch"),
+    )  # fmt: skip
+    scattered, scatter = [], _passes.scatter_table
+
+    def interrupted_before_the_last(*args, **kwargs):
+        if len(scattered) == 11:
+            raise RuntimeError("interrupted")
+        scattered.append(1)
+        return scatter(*args, **kwargs)
+
+    monkeypatch.setattr(_passes, "scatter_table", interrupted_before_the_last)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        shuffle()
+    monkeypatch.undo()
+    (run,) = [p for p in (tmp_path / "scratch").iterdir() if p.is_dir()]
+    bands = sorted(run.glob("scatter-000001-b*.arrow"))  # b's first piece (named as a partition's only one)
+    assert len(bands) == 4
+    for band in bands:  # where a's second was
+        target = run / band.name.replace("scatter-000001-", "scatter-000000-0001-")
+        assert target.exists()
+        target.write_bytes(band.read_bytes())
+    with pytest.raises(ValueError, match=r"scattered 38,500 rows of '.*a\.parquet', whose footers say 40,000"):
+        shuffle()
+    assert not (tmp_path / "out").exists() and not run.exists()  # removed: the same call runs afresh
+    assert shuffle().rows == 54_000
+
+
 def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path, capsys):
     """Country names dictionary-encoded take a byte a row in a footer and 12 in memory: a file of 0.6 MB on
     disk was one piece of 19 MB with a blocksize of 4 MiB (a 29 MiB file, 426 MiB in memory, one 423 MiB piece at

@@ -128,12 +128,14 @@ def scatter_partition(
         finished[piece] = _finished_scatter(scratch, partition, piece, piles, fingerprint)
         return finished[piece] is not None
 
-    for piece, table in read_pieces(fs, files, reading, blocksize, skip=done):
+    footer_rows: list[int] = []
+    for piece, table in read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows):
         results.append(
             finished[piece]
             if table is None
             else scatter_table(table, partition, piles, seed, scratch, fingerprint, piece)
         )
+    _check_rows_scattered(files, reading, sum(footer_rows), sum(r.rows for r in results))
     return ScatterResult(
         partition,
         sum(r.rows for r in results),
@@ -148,6 +150,22 @@ def scatter_partition(
         if any(r.largest_rows is None for r in results)
         else np.max([r.largest_rows for r in results], 0),
     )
+
+
+def _check_rows_scattered(files: list[SourceFile], reading: Reading, footers: int, scattered: int) -> None:
+    """The rows a partition's pieces hold, read now or reused from an interrupted run's scratch, against its
+    Parquet footers.  A reused piece's fingerprint is its scratch's: a piece numbered otherwise than when it
+    was written would hold other rows, and the fingerprints of both passes would agree on them."""
+    if reading.text is None and scattered != footers:
+        raise ValueError(  # (which removes scratch)
+            f"pass 1 scattered {scattered:,} rows of {_files_said(files)}, whose footers say {footers:,}: the "
+            "scratch of the interrupted run this call resumed does not hold the pieces it reads now, and is "
+            "removed; run the call again"
+        )
+
+
+def _files_said(files: list[SourceFile]) -> str:
+    return repr(files[0].path) + (f" and {len(files) - 1:,} more files" if len(files) > 1 else "")
 
 
 def _finished_scatter(

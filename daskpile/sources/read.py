@@ -51,7 +51,12 @@ class Reading:
 
 
 def read_pieces(
-    fs, files: list[SourceFile], reading: Reading, blocksize: int, skip: Callable[[int], bool] = lambda piece: False
+    fs,
+    files: list[SourceFile],
+    reading: Reading,
+    blocksize: int,
+    skip: Callable[[int], bool] = lambda piece: False,
+    footer_rows: list[int] | None = None,
 ) -> Iterator[tuple[int, pa.Table | None]]:
     """The pieces of a partition in order, as (piece, table in the plan's schema).
 
@@ -61,7 +66,8 @@ def read_pieces(
     rows (``row_group_parts``), read a batch at a time; a partition
     without rows is one empty piece.  Files are opened one at a time, so a
     partition of thousands of tiny files never holds them all open.  Pieces
-    ``skip`` says are done come as (piece, None), their rows not read.
+    ``skip`` says are done come as (piece, None), their rows not read.  Each
+    Parquet file's row count, as its footer says, is appended to ``footer_rows``.
     """
     if reading.text is not None:
         yield from _text_pieces(fs, files, reading, blocksize, skip)
@@ -73,6 +79,8 @@ def read_pieces(
         url = full_url(fs, f.path)
         with open_parquet(fs, f.path) as parquet:
             schema, footer = parquet.schema_arrow, parquet.metadata
+            if footer_rows is not None:
+                footer_rows.append(footer.num_rows)
             conform = next((c for s, k, c in known if k == f.keys and s.equals(schema)), None)
             if conform is None:
                 conform = conformer(
