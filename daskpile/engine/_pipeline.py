@@ -306,7 +306,7 @@ def shuffle_parquet(
         this in memory (its row groups' uncompressed size) is read in pieces
         of whole row groups, and a larger row group in pieces of its rows,
         each scattered on its own, so a multi-GB file never sits whole in a
-        worker.  Consecutive smaller files are read by
+        worker (on an object store, a cut row group's compressed bytes do).  Consecutive smaller files are read by
         one task up to a sixteenth of ``blocksize`` on disk, so tasks and
         scratch files follow the bytes, not the file count.  Like ``piles``
         and ``seed``, it decides the output.

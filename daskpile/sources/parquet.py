@@ -26,12 +26,26 @@ def _read_table_single_threaded(source) -> pa.Table:
 
 
 def read_schema(source) -> pa.Schema:
-    """A Parquet file's Arrow schema, as daskpile reads its rows (``INT96_UNIT``); ``read_parquet``'s reader."""
+    """A Parquet file's Arrow schema, as daskpile reads its rows (``INT96_UNIT``); ``read_parquet``'s reader.
+
+    >>> import datetime, io
+    >>> sink = io.BytesIO()
+    >>> pq.write_table(pa.table({"t": [datetime.datetime(9999, 12, 31)]}), sink, use_deprecated_int96_timestamps=True)
+    >>> read_schema(pa.BufferReader(sink.getvalue())).field("t").type  # pyarrow alone: timestamp[ns]
+    TimestampType(timestamp[us])
+    """
     return pq.ParquetFile(source, coerce_int96_timestamp_unit=INT96_UNIT).schema_arrow
 
 
 def arrow_schema(footer: pq.FileMetaData) -> pa.Schema:
-    """The Arrow schema of a footer (a ``_metadata`` file's), as daskpile reads rows (``INT96_UNIT``)."""
+    """The Arrow schema of a footer (a ``_metadata`` file's), as daskpile reads rows (``INT96_UNIT``).
+
+    >>> import datetime, io
+    >>> sink = io.BytesIO()
+    >>> pq.write_table(pa.table({"t": [datetime.datetime(1, 1, 1)]}), sink, use_deprecated_int96_timestamps=True)
+    >>> arrow_schema(pq.read_metadata(pa.BufferReader(sink.getvalue()))).field("t").type
+    TimestampType(timestamp[us])
+    """
     return pq.ParquetFile(pa.BufferReader(b""), metadata=footer, coerce_int96_timestamp_unit=INT96_UNIT).schema_arrow
 
 

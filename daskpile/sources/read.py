@@ -4,7 +4,9 @@ A partition is cut into pieces of whole row groups of at most ``blocksize``
 bytes uncompressed, across file boundaries, and a larger row group into
 pieces of its rows: a piece of many small files is one table, scattered at
 once, so the number of scatter tasks and scratch files follows the bytes, not
-the file count, and a task never holds more than about ``blocksize``.  A partition of one file is cut as
+the file count, and a task never holds more than about ``blocksize`` of rows
+(on an object store, beside the compressed bytes of a cut row group, fetched
+whole: see ``open_parquet``).  A partition of one file is cut as
 that file alone always was.
 """
 
@@ -133,7 +135,7 @@ def row_group_parts(rows: int, nbytes: int, blocksize: int) -> int:
     (3, 1)
     >>> row_group_parts(5, 4 * 2**20, 2**20)  # 2 rows a part: 3 parts, none empty
     3
-    >>> row_group_parts(1_000_000, 2**20, 1)  # parts of 16 KiB at least, not a scratch file a row
+    >>> row_group_parts(1_000_000, 2**20, 1)  # cut at 16 KiB, not at a smaller blocksize: not a file a row
     64
     """
     parts = min(-(-nbytes // max(blocksize, MIN_PART_BYTES)), rows)
