@@ -250,7 +250,9 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
 
 class WorkerKilled(RuntimeError):
     """The workers running one of daskpile's tasks died while running it, as often as Dask allows: out of
-    memory, most often."""
+    memory, most often.  ``key`` is the task's."""
+
+    key: str = ""
 
 
 # What a task of daskpile's does, by the start of its key, and what to change when its workers die
@@ -271,11 +273,13 @@ def _killed(error) -> WorkerKilled:
     key = str(error.task[0] if isinstance(error.task, tuple) else error.task)
     doing, change = next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", ""))
     deaths = error.allowed_failures + 1
-    return WorkerKilled(
+    killed = WorkerKilled(
         f"the workers running {doing} died {deaths} time{'s' if deaths > 1 else ''}, most likely out of memory (a task "
         f"holds several times its piece or pile): give the workers more memory (--memory-limit, on a cluster "
         f"daskpile starts){change}"
     )
+    killed.key = key
+    return killed
 
 
 def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:

@@ -158,3 +158,29 @@ def test_a_worker_gives_back_the_memory_of_its_tasks(tmp_path):
     )  # fmt: skip
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["after"] - found["before"] < 80 * 2**20, found
+
+
+def test_workers_killed_reading_a_large_column_chunk_are_told_of_its_pages(tmp_path):
+    """A row group of 1,500 images, 955 MiB in one page of a column: every blocksize failed alike, and the
+    message advised a smaller one.  It now names the row group and the column, and what to rewrite."""
+    import types
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from daskpile.engine._pipeline import _Run
+    from daskpile.sources import plan_sources
+
+    images = [os.urandom(2**16) for _ in range(64)]  # 4 MiB, in one row group
+    pq.write_table(pa.table({"id": range(64), "image": images}), tmp_path / "a.parquet")
+    plan = plan_sources(str(tmp_path / "a.parquet"))
+
+    def said(blocksize: int, key: str = "daskpile-scatter-0-abc") -> str:
+        run = types.SimpleNamespace(plan=plan, partitions=plan.partitions(blocksize), blocksize=blocksize)
+        return _Run._large_row_group_said(run, key)
+
+    assert said(8 * 2**20) == ""  # the whole row group fits a piece: nothing to say of it
+    hint = said(2**20)
+    assert "Row group 0 of " in hint and "a.parquet' holds 4 MiB of column 'image' alone" in hint, hint
+    assert "data_page_size and write_batch_size" in hint
+    assert said(2**20, "daskpile-gather-000000-abc") == ""  # pass 2's: piles, not pages

@@ -20,7 +20,7 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile._compute import Timer, compute, giving_memory_back, task, total_threads
+from daskpile._compute import Timer, WorkerKilled, compute, giving_memory_back, task, total_threads
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
@@ -40,6 +40,7 @@ from daskpile.engine import _run as run_state
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import Scratch
 from daskpile.sources import arrowfiles, plan_sources, text
+from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import read_pieces
 
 # New runs read a Parquet row group larger than a piece in parts of its rows; a run begun by a daskpile that
@@ -681,6 +682,8 @@ class _Run:
             ), progress=self.progress)  # fmt: skip
             self.seconds_scatter = timer.seconds
             self.refuse_what_the_output_cannot_hold(scattered)
+        except WorkerKilled as e:
+            raise WorkerKilled(f"{e}{self._large_row_group_said(e.key)}") from None
         except (ValueError, TypeError, OSError) as e:
             self.scratch.remove()  # bad input, or scratch full: nothing worth resuming
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
@@ -696,6 +699,33 @@ class _Run:
             f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
         )
         return scattered
+
+    def _large_row_group_said(self, key: str) -> str:
+        """Where a killed pass-1 task read a Parquet column chunk larger than ``blocksize``: a smaller blocksize
+        cuts its row group, but a page is read whole, and one may hold most of the chunk."""
+        partition = int(key.split("-")[2]) if key.startswith("daskpile-scatter-") else None
+        if partition is None or self.plan.reading.text is not None or partition >= len(self.partitions):
+            return ""
+        largest = (0, "", 0, "")
+        for f in self.partitions[partition][:16]:  # (a task of many files holds small ones)
+            with contextlib.suppress(OSError, ValueError), open_parquet(self.plan.fs, f.path) as parquet:
+                footer = parquet.metadata
+                for g in range(footer.num_row_groups):
+                    group = footer.row_group(g)
+                    for c in range(group.num_columns):
+                        chunk = group.column(c)
+                        if chunk.total_uncompressed_size > largest[0]:
+                            url = full_url(self.plan.fs, f.path)
+                            largest = (chunk.total_uncompressed_size, url, g, chunk.path_in_schema)
+        nbytes, url, group, column = largest
+        if nbytes <= self.blocksize:
+            return ""
+        return (
+            f". Row group {group} of {url!r} holds {nbytes / 2**20:,.0f} MiB of column {column!r} alone: a piece of "
+            "it is read page by page, but a Parquet page is read whole, and writers may put many large values in "
+            "one (pyarrow up to 1,024 unless told otherwise): if a smaller blocksize does not help, rewrite the file "
+            "with smaller row groups or pages (pyarrow: row_group_size, data_page_size and write_batch_size)"
+        )
 
     @staticmethod
     def _pieces_said(scattered) -> str:
