@@ -116,6 +116,20 @@ def test_dictionary_encoded_columns_are_estimated_at_their_size_in_memory(tmp_pa
     assert data_bytes == pytest.approx(in_memory, rel=0.1)
 
 
+def test_dictionary_encoded_strings_are_measured_over_the_file_not_its_first_rows(tmp_path):
+    """A log whose first 65,536 lines were heartbeats ("a") and the rest stack traces was taken for 4 MiB in
+    memory, not 1,195: its row group was never cut, and it killed every worker whatever the blocksize."""
+    traces = [chr(65 + k) * 5000 for k in range(10)]
+    lines = ["a"] * 65_536 + [traces[i % 10] for i in range(20_000)]
+    table = pa.table({"id": np.arange(len(lines)), "line": pa.array(lines)})
+    pq.write_table(table, tmp_path / "log.parquet", row_group_size=len(lines))
+    assert pq.read_metadata(tmp_path / "log.parquet").row_group(0).column(1).has_dictionary_page
+    fs, _ = filesystem(str(tmp_path))
+    rows, data_bytes, row_bytes = _sizing.estimate_parquet(fs, [str(tmp_path / "log.parquet")], [1])
+    assert rows == len(lines) and data_bytes == pytest.approx(table.nbytes, rel=0.05)
+    assert row_bytes == pytest.approx(table.nbytes / len(lines), rel=0.05)
+
+
 class _Pair(pa.ExtensionType):
     """An extension type stored as a struct: its leaves are the struct's."""
 

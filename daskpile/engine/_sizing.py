@@ -14,6 +14,7 @@ import errno
 import math
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from daskpile._compute import memory_per_thread, total_threads
@@ -188,15 +189,60 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
         group = parquet.metadata.row_group(0)
         encoded = {owners[c] for c in range(group.num_columns) if group.column(c).has_dictionary_page}
         sampled = sorted(n for n in encoded if widths.get(n) is None)
+        chunks = {owners[c]: group.column(c) for c in range(group.num_columns)}
+        flat = [n for n in sampled if parquet.schema_arrow.field(n).type in _FLAT_BINARY and _indices_only(chunks[n])]
+        nested = [n for n in sampled if n not in flat]
         batch = None
-        if sampled:
+        if nested:
             with parquet_errors(full_url(fs, path)):
-                batches = parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=sampled, use_threads=False)
+                batches = parquet.iter_batches(batch_size=DECODED_SAMPLE_ROWS, columns=nested, use_threads=False)
                 batch = next(batches, None)
     found = {name: width for name, width in widths.items() if width is not None}
     if batch is not None and batch.num_rows:
-        found.update({name: batch.column(name).nbytes / batch.num_rows for name in sampled})
+        found.update({name: batch.column(name).nbytes / batch.num_rows for name in nested})
+    if flat:
+        found.update(_decoded_bytes_per_row(fs, path, parquet.metadata, flat))
     return found
+
+
+_FLAT_BINARY = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def _indices_only(chunk) -> bool:
+    """Whether a dictionary-encoded column chunk's data pages hold indices alone (4 bytes a value at most).
+
+    A writer whose dictionary grew too large falls back to plain pages, which the footer counts at about
+    their size in memory; read as a dictionary, pyarrow would build one of every value (0.2 s for 500,000
+    names), to learn what the footer says already.
+    """
+    if chunk.dictionary_page_offset is None or not chunk.num_values:
+        return False
+    dictionary_page = chunk.data_page_offset - chunk.dictionary_page_offset
+    return (chunk.total_compressed_size - dictionary_page) <= 4 * chunk.num_values
+
+
+MEASURED_ROWS = 2**24  # of a file's dictionary-encoded strings, measured without decoding them
+
+
+def _decoded_bytes_per_row(fs, path: str, footer, columns: list[str]) -> dict[str, float]:
+    """The bytes a row of each dictionary-encoded string column of ``path`` takes decoded, over its first
+    ``MEASURED_ROWS`` rows: read as dictionaries (an index a row), their values' lengths taken by index.  The
+    first rows alone misled: a log whose first 65,536 lines were heartbeats ("a") and the rest stack traces
+    was taken for 4 MiB in memory, not 1,195, and killed every worker whatever the blocksize."""
+    total, rows = dict.fromkeys(columns, 0), 0
+    with open_parquet(fs, path, footer, read_dictionary=columns) as parquet, parquet_errors(full_url(fs, path)):
+        for batch in parquet.iter_batches(batch_size=2**20, columns=columns, use_threads=False):
+            for name in columns:
+                column = batch.column(name)
+                values = column.nbytes
+                if pa.types.is_dictionary(column.type):
+                    lengths = pc.binary_length(column.dictionary).cast(pa.int64())
+                    values = (pc.sum(pc.take(lengths, column.indices)).as_py() or 0) + 4 * len(column)
+                total[name] += values
+            rows += batch.num_rows
+            if rows >= MEASURED_ROWS:
+                break
+    return {name: nbytes / rows for name, nbytes in total.items()} if rows else {}
 
 
 def _width(kind) -> float | None:
