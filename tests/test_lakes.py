@@ -526,3 +526,16 @@ def test_spark_s_schema_key_is_not_kept_when_files_are_unified(sync_scheduler, t
     shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
     written = pq.read_schema(tmp_path / "out" / "part-00000.parquet")
     assert written.field("n").type == pa.int64() and SPARK_SCHEMA_KEY not in (written.metadata or {})
+
+
+@pytest.mark.parametrize("schema", ["strict", "unify"])
+def test_a_duckdb_interval_which_the_output_cannot_hold_is_refused(tmp_path, schema):
+    """pyarrow reads a Parquet INTERVAL as 12 bytes and cannot write it back: DuckDB read the result's column
+    as a BLOB, and verification, comparing bytes, agreed."""
+    duckdb = pytest.importorskip("duckdb")
+    (tmp_path / "lake").mkdir()
+    path = tmp_path / "lake" / "x.parquet"
+    duckdb.sql(f"COPY (SELECT range AS id, to_seconds(range) AS waited FROM range(10)) TO '{path}' (FORMAT PARQUET)")
+    with pytest.raises(ValueError, match=r"column 'waited' of '.*x\.parquet' is a Parquet INTERVAL"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out", schema=schema)
+    assert not (tmp_path / "out").exists()

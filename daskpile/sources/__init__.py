@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
-from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, read_schema
+from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, refuse_unwritable
 from daskpile.sources.read import Reading, SourceFile, read_pieces
 
 __all__ = ["Reading", "SourceFile", "SourcePlan", "plan_sources", "read_pieces"]
@@ -366,6 +366,7 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
         data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
         reference = "the union of the files' schemas"
     elif metadata is not None:
+        refuse_unwritable(metadata.schema, "_metadata")
         data, reference = arrow_schema(metadata), "_metadata"
     else:
         data, reference = _reference_schema(fs, files)
@@ -387,6 +388,7 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
     fallback = None
     for f in files:
         with open_parquet(fs, f.path) as parquet:  # its schema_arrow maps Parquet's logical types (UUID) as reads do
+            refuse_unwritable(parquet.schema, full_url(fs, f.path))
             found = parquet.schema_arrow, full_url(fs, f.path)
             if parquet.metadata.num_rows:
                 return found
@@ -398,4 +400,11 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
 def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
     """Every file's schema, read concurrently (on an object store each is a request)."""
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        return list(pool.map(lambda p: read_parquet(fs, p, read_schema), paths))
+        return list(pool.map(lambda p: _checked_schema(fs, p), paths))
+
+
+def _checked_schema(fs, path: str) -> pa.Schema:
+    """A file's Arrow schema, as its rows are read, or ValueError naming a column the output could not hold."""
+    with open_parquet(fs, path) as parquet:
+        refuse_unwritable(parquet.schema, full_url(fs, path))
+        return parquet.schema_arrow

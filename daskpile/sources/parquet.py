@@ -25,16 +25,24 @@ def _read_table_single_threaded(source) -> pa.Table:
     return pq.read_table(source, use_threads=False, pre_buffer=pre_buffer, coerce_int96_timestamp_unit=INT96_UNIT)
 
 
-def read_schema(source) -> pa.Schema:
-    """A Parquet file's Arrow schema, as daskpile reads its rows (``INT96_UNIT``); ``read_parquet``'s reader.
+def refuse_unwritable(schema: pq.ParquetSchema, url: str) -> None:
+    """ValueError naming a column whose Parquet type pyarrow reads but cannot write back: DuckDB's INTERVAL,
+    read as 12 bytes and written as such, was a BLOB to DuckDB in the result, and verification (comparing the
+    bytes) agreed.
 
-    >>> import datetime, io
+    >>> import io
     >>> sink = io.BytesIO()
-    >>> pq.write_table(pa.table({"t": [datetime.datetime(9999, 12, 31)]}), sink, use_deprecated_int96_timestamps=True)
-    >>> read_schema(pa.BufferReader(sink.getvalue())).field("t").type  # pyarrow alone: timestamp[ns]
-    TimestampType(timestamp[us])
+    >>> pq.write_table(pa.table({"i": [1]}), sink)
+    >>> refuse_unwritable(pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema, "a.parquet")  # nothing to refuse
     """
-    return pq.ParquetFile(source, coerce_int96_timestamp_unit=INT96_UNIT).schema_arrow
+    for i in range(len(schema)):
+        column = schema.column(i)
+        if column.converted_type == "INTERVAL" or str(column.logical_type) == "Interval":
+            raise ValueError(
+                f"column {column.path!r} of {url!r} is a Parquet INTERVAL, which pyarrow reads as 12 bytes and "
+                "cannot write back: the result would hold bytes where its readers saw intervals; convert it first "
+                "(DuckDB: to a number of seconds, or a string)"
+            )
 
 
 def arrow_schema(footer: pq.FileMetaData) -> pa.Schema:
@@ -50,7 +58,7 @@ def arrow_schema(footer: pq.FileMetaData) -> pa.Schema:
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, reader=_read_table_single_threaded):
-    """Read one Parquet file (or with ``reader=read_schema`` its schema) as Arrow.
+    """Read one Parquet file (or with ``reader=pq.read_metadata`` its footer) as Arrow.
 
     Local files go to pyarrow's native reader; others through fsspec.
     """
