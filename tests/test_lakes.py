@@ -207,6 +207,19 @@ STRICT_TOLERATES = {
     ),
     "string and large_string": (pa.table({"v": pa.array(["a"])}), pa.table({"v": pa.array(["b"], pa.large_string())})),
     "a zero-row file of null columns": (pa.table({"v": pa.array(["a"])}), pa.table({"v": pa.array([], pa.null())})),
+    # Polars writes large strings and lists at every level: refused inside structs and maps before
+    "large strings in a struct": (
+        pa.table({"v": pa.array([{"b": "x"}], pa.struct([("b", pa.string())]))}),
+        pa.table({"v": pa.array([{"b": "y"}], pa.struct([("b", pa.large_string())]))}),
+    ),
+    "large strings in a map": (
+        pa.table({"v": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64()))}),
+        pa.table({"v": pa.array([[("j", 2)]], pa.map_(pa.large_string(), pa.int64()))}),
+    ),
+    "a large list of structs of large strings": (
+        pa.table({"v": pa.array([[{"b": "x"}]], pa.list_(pa.struct([("b", pa.string())])))}),
+        pa.table({"v": pa.array([[{"b": "y"}]], pa.large_list(pa.struct([("b", pa.large_string())])))}),
+    ),
 }
 
 
@@ -405,7 +418,7 @@ def test_a_glob_of_folders_reads_the_files_in_them(sync_scheduler, tmp_path):
     for day in ["000", "001", "002"]:
         write(str(tmp_path / "lake" / f"day={day}" / "sub" / "p.parquet"), id=[int(day)])
     plan = plan_sources(str(tmp_path / "lake" / "day=00[0-1]"))
-    assert [dict(f.keys)["day"].as_py() for f in plan.files] == [0, 1]
+    assert [dict(f.keys)["day"].as_py() for f in plan.files] == ["000", "001"]  # zero-padded: strings
     assert all(f.path.endswith("sub/p.parquet") for f in plan.files)
     days = str(tmp_path / "lake" / "day=00[0-1]")
     assert daskpile.verify(days, days).ok
@@ -417,6 +430,17 @@ def test_partition_values_are_ints_only_as_pyarrow_parses_them(tmp_path):
     for value in ["1_000", "5"]:  # Python's int() takes "1_000"; pyarrow and DuckDB read a string
         write(str(tmp_path / "lake" / f"n={value}" / "a.parquet"), id=[1])
     assert plan_sources(str(tmp_path / "lake")).schema.field("n").type == pa.string()
+
+
+def test_partition_values_with_leading_zeros_stay_strings(sync_scheduler, tmp_path):
+    """zip=01234 became 1234 (pyarrow.dataset's int32); DuckDB keeps the zeros, which are data."""
+    for value in ["01234", "02139", "90210"]:
+        write(str(tmp_path / "zips" / f"zip={value}" / "a.parquet"), id=[1])
+    shuffle(str(tmp_path / "zips"), tmp_path / "out", piles=1)
+    assert sorted(read_output(tmp_path / "out")["zip"].to_pylist()) == ["01234", "02139", "90210"]
+    for value in ["0", "-7", "10"]:  # no leading zero: ints still
+        write(str(tmp_path / "n" / f"n={value}" / "a.parquet"), id=[1])
+    assert plan_sources(str(tmp_path / "n")).schema.field("n").type == pa.int32()
 
 
 def test_upper_case_extensions_are_parquet(tmp_path):
@@ -539,3 +563,16 @@ def test_a_duckdb_interval_which_the_output_cannot_hold_is_refused(tmp_path, sch
     with pytest.raises(ValueError, match=r"column 'waited' of '.*x\.parquet' is a Parquet INTERVAL"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out", schema=schema)
     assert not (tmp_path / "out").exists()
+
+
+def test_unify_keeps_pandas_metadata_only_where_every_file_shares_it(sync_scheduler, tmp_path):
+    """The first file's was kept: its index, absent from the other file, came back as an index of floats and
+    NaNs in pandas, or a column, depending on which file sorted first."""
+    import pandas as pd
+
+    (tmp_path / "lake").mkdir()
+    pd.DataFrame({"x": [1, 2]}, index=pd.Index([10, 20], name="k")).to_parquet(tmp_path / "lake" / "a.parquet")
+    pd.DataFrame({"x": [3, 4]}).to_parquet(tmp_path / "lake" / "b.parquet")
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
+    frame = pd.read_parquet(tmp_path / "out")
+    assert "k" in frame.columns and sorted(frame["x"]) == [1, 2, 3, 4]  # a column, null in b's rows, as documented

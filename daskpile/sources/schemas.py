@@ -107,7 +107,10 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
         n: n in {f.name for s in schemas for f in s if f.nullable} or everywhere[n] < len(schemas) for n in types
     }
     fields = [pa.field(n, t, nullable=nullable[n]) for n, t in types.items()]
-    return pa.schema(fields, metadata=schemas[0].metadata if schemas else None)
+    metadata = dict(schemas[0].metadata or {}) if schemas else {}
+    if any((s.metadata or {}).get(b"pandas") != metadata.get(b"pandas") for s in schemas):
+        metadata.pop(b"pandas", None)  # it describes some files' columns, not the union's (an index in one alone)
+    return pa.schema(fields, metadata=metadata or None)
 
 
 def _widened_past_38_digits(merged: pa.DataType, a: pa.DataType, b: pa.DataType) -> bool:
@@ -145,12 +148,26 @@ _SAME_VALUES = [
 
 
 def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
-    """Whether a column of type ``actual`` holds its values unchanged as ``expected`` (strict mode's tolerance)."""
+    """Whether a column of type ``actual`` holds its values unchanged as ``expected`` (strict mode's tolerance),
+    nested types field by field (Polars writes large strings and lists at every level).
+
+    >>> same_values(pa.struct([("b", pa.large_string())]), pa.struct([("b", pa.string())]))
+    True
+    >>> same_values(pa.map_(pa.large_string(), pa.int64()), pa.map_(pa.string(), pa.int32()))
+    False
+    """
     if actual.equals(expected) or pa.types.is_null(actual):
         return True
     for one, other in _SAME_VALUES:
         if (one(actual) and other(expected)) or (other(actual) and one(expected)):
             return same_values(actual.value_type, expected.value_type) if one is pa.types.is_list else True
+    if pa.types.is_struct(actual) and pa.types.is_struct(expected):
+        names = [actual.field(i).name for i in range(actual.num_fields)]
+        return names == [expected.field(i).name for i in range(expected.num_fields)] and all(
+            same_values(actual.field(i).type, expected.field(i).type) for i in range(actual.num_fields)
+        )
+    if pa.types.is_map(actual) and pa.types.is_map(expected):
+        return same_values(actual.key_type, expected.key_type) and same_values(actual.item_type, expected.item_type)
     return False
 
 
