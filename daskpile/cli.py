@@ -272,6 +272,7 @@ def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, thr
             f"--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not {scheduler!r}; "
             "without it, the command starts a LocalCluster of worker processes"
         )
+    _check_memory_limit(memory_limit)
     given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
     shaping = [name for name, value in given if value] + (["--memory-limit"] if memory_limit != "auto" else [])
     if scheduler and shaping:
@@ -284,6 +285,27 @@ def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, thr
             f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
             f"{named} {'names an existing one' if ':' in scheduler else 'runs in this process'}"
             + (": unset it to start one" if from_environment else "")
+        )
+
+
+# A worker holds about 200 MiB before any data (Python, Dask, pyarrow), and Dask pauses it at 80 % of its
+# limit: at --memory-limit 100MiB a worker was paused from its start, and the run waited forever.
+LEAST_MEMORY_LIMIT = 512 * 2**20
+
+
+def _check_memory_limit(memory_limit: str) -> None:
+    if memory_limit in ("auto", None):
+        return
+    from dask.utils import parse_bytes
+
+    try:
+        limit = parse_bytes(memory_limit)
+    except ValueError:
+        return  # (a fraction of the machine's memory, or nonsense: distributed says which)
+    if 0 < limit < LEAST_MEMORY_LIMIT:
+        raise click.UsageError(
+            f"--memory-limit {memory_limit}: a worker holds about 200 MiB before any data, and Dask pauses it at "
+            "80 % of its limit; give it 512MiB or more"
         )
 
 

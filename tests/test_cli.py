@@ -245,7 +245,10 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
         "--workers, --kubernetes shape a cluster the command starts, and $DASK_SCHEDULER_ADDRESS (tcp://10.0.0.5:8786) "
         "names an existing one: unset it to start one"
     ) in " ".join(done.stderr.split()), done.stderr
-    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6))
+    # a worker paused from its start by Dask (80 % of its limit) waited forever
+    done = run("shuffle", sorted_source, str(tmp_path / "o7"), "--memory-limit", "100MiB", check_status=2)
+    assert "--memory-limit 100MiB: a worker holds about 200 MiB before any data" in done.stderr
+    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6, 7))
 
 
 def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):
