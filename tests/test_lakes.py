@@ -576,3 +576,19 @@ def test_unify_keeps_pandas_metadata_only_where_every_file_shares_it(sync_schedu
     shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
     frame = pd.read_parquet(tmp_path / "out")
     assert "k" in frame.columns and sorted(frame["x"]) == [1, 2, 3, 4]  # a column, null in b's rows, as documented
+
+
+def test_unify_takes_timestamps_of_two_time_zones_as_utc_instants(sync_scheduler, tmp_path):
+    """DuckDB writes TIMESTAMPTZ as UTC, pandas and Polars with a named zone: unify said "no type holds both",
+    though both are UTC instants."""
+    import datetime
+
+    (tmp_path / "lake").mkdir()
+    instant = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    pq.write_table(pa.table({"t": pa.array([instant], pa.timestamp("us", "UTC"))}), tmp_path / "lake" / "a.parquet")
+    paris = pa.array([instant], pa.timestamp("ns", "UTC")).cast(pa.timestamp("ns", "Europe/Paris"))
+    pq.write_table(pa.table({"t": paris}), tmp_path / "lake" / "b.parquet")
+    shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
+    out = read_output(tmp_path / "out")
+    assert out.schema.field("t").type == pa.timestamp("ns", "UTC") and out["t"].to_pylist() == [instant] * 2
+    assert daskpile.verify(str(tmp_path / "lake"), str(tmp_path / "out")).ok

@@ -595,7 +595,7 @@ class _Run:
             )
             # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
             raise RunMismatchError(
-                f"{where} an unfinished daskpile run (seed {self.previous.seed}, {self.previous.piles} piles) "
+                f"{where} an unfinished daskpile run (seed {self.previous.seed}, {count(self.previous.piles, 'pile')}) "
                 f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
                 "or pass overwrite=True (--overwrite) to discard it and run this call."
             )

@@ -127,6 +127,15 @@ def _has_decimal256(kind: pa.DataType) -> bool:
 
 
 def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type that holds the values of both, or None.
+
+    >>> _merge(pa.timestamp("us", "UTC"), pa.timestamp("ns", "Europe/Paris"))  # instants, in any zone
+    TimestampType(timestamp[ns, tz=UTC])
+    """
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.tz and b.tz and a.tz != b.tz:
+        # Arrow stores both as UTC instants: only their display differs (pyarrow refuses to merge them)
+        finer = max((a, b), key=lambda t: ["s", "ms", "us", "ns"].index(t.unit)).unit
+        return pa.timestamp(finer, "UTC")
     for x, y in [(a, b), (_decoded(a), _decoded(b))]:
         try:
             merged = pa.unify_schemas([pa.schema([("c", x)]), pa.schema([("c", y)])], promote_options="permissive")
