@@ -584,7 +584,7 @@ def test_unify_takes_timestamps_of_two_time_zones_as_utc_instants(sync_scheduler
     import datetime
 
     (tmp_path / "lake").mkdir()
-    instant = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    instant = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
     pq.write_table(pa.table({"t": pa.array([instant], pa.timestamp("us", "UTC"))}), tmp_path / "lake" / "a.parquet")
     paris = pa.array([instant], pa.timestamp("ns", "UTC")).cast(pa.timestamp("ns", "Europe/Paris"))
     pq.write_table(pa.table({"t": paris}), tmp_path / "lake" / "b.parquet")
