@@ -163,7 +163,8 @@ def giving_memory_back(fn):
         try:
             return fn(*args, **kwargs)
         finally:
-            give_memory_back()
+            if in_a_worker():  # (Dask's local schedulers never pause: nothing to gain there)
+                give_memory_back()
 
     return run
 

@@ -152,6 +152,10 @@ def redacted(error: BaseException, seen: dict | None = None) -> BaseException:
         text = ""
     if redact(text) != text:
         clean = seen[id(error)] = RedactedError(f"{type(error).__name__}: {redact(text)}")
+        if hasattr(error, "daskpile_state"):  # where a resumable run's state is, for the command's line
+            clean.daskpile_state = error.daskpile_state
+    if getattr(error, "__notes__", None):  # ("resumable: run the same call again; its state is in ...")
+        clean.__notes__ = [redact(note) if isinstance(note, str) else note for note in error.__notes__]
     cause, context = error.__cause__, error.__context__
     clean.__cause__ = None if cause is None else redacted(cause, seen)
     clean.__context__ = None if context is None else redacted(context, seen)

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import sys
 import traceback
 
@@ -294,8 +295,8 @@ LEAST_MEMORY_LIMIT = 512 * 2**20
 
 
 def _check_memory_limit(memory_limit: str) -> None:
-    if memory_limit in ("auto", None):
-        return
+    if memory_limit in ("auto", None) or (re.fullmatch(r"[0-9]*\.?[0-9]+", memory_limit) and float(memory_limit) <= 1):
+        return  # (a fraction of the machine's memory, as distributed reads 0.5 or 1; 0 is no limit)
     from dask.utils import parse_bytes
 
     try:

@@ -248,6 +248,10 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     # a worker paused from its start by Dask (80 % of its limit) waited forever
     done = run("shuffle", sorted_source, str(tmp_path / "o7"), "--memory-limit", "100MiB", check_status=2)
     assert "--memory-limit 100MiB: a worker holds about 200 MiB before any data" in done.stderr
+    from daskpile.cli import _check_memory_limit
+
+    for fraction in ["1", "1.0", "0.5", "0"]:  # of the machine's memory, as distributed reads them (0: no limit)
+        _check_memory_limit(fraction)
     assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6, 7))
 
 

@@ -121,7 +121,7 @@ def test_errors_that_print_credentials_from_elsewhere_than_their_arguments_are_r
     """An OSError's message is made of its errno, strerror and file names; an HTTP library's of its fields."""
     import traceback
 
-    from daskpile._storage import RedactedError, redacting_errors
+    from daskpile._storage import RedactedError, redact, redacting_errors
 
     class ResponseError(Exception):  # as aiohttp's: its message from its fields, whatever its arguments
         def __init__(self, url):
@@ -150,6 +150,18 @@ def test_errors_that_print_credentials_from_elsewhere_than_their_arguments_are_r
         shown = "".join(traceback.format_exception(raised.value)) + every_error_in(raised.value)
         assert "deadbeef0123" not in shown and "X-Amz-Signature=***" in shown, shown
     assert isinstance(raised.value.__cause__, RedactedError) and "ResponseError: 403" in str(raised.value.__cause__)
+
+    @redacting_errors
+    def resumable(url):  # what a run adds to an error it can resume after
+        error = ResponseError(url)
+        error.add_note(f"resumable: run the same call again; its state is in {url} now")
+        error.daskpile_state = "/tmp/daskpile-1234"
+        raise error
+
+    with pytest.raises(RedactedError) as raised:
+        resumable(url)
+    assert raised.value.daskpile_state == "/tmp/daskpile-1234"
+    assert raised.value.__notes__ == ["resumable: run the same call again; its state is in " + redact(url) + " now"]
 
 
 def test_an_iteration_s_errors_are_redacted_as_a_call_s():

@@ -189,8 +189,10 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
         group = parquet.metadata.row_group(0)
         encoded = {owners[c] for c in range(group.num_columns) if group.column(c).has_dictionary_page}
         sampled = sorted(n for n in encoded if widths.get(n) is None)
-        chunks = {owners[c]: group.column(c) for c in range(group.num_columns)}
-        flat = [n for n in sampled if parquet.schema_arrow.field(n).type in _FLAT_BINARY and _indices_only(chunks[n])]
+        strings = [n for n in sampled if parquet.schema_arrow.field(n).type in _FLAT_BINARY]
+        flat = [
+            n for n in strings if all(_indices_only(chunks[n]) for chunks in _measured_chunks(parquet, owners, strings))
+        ]
         nested = [n for n in sampled if n not in flat]
         batch = None
         if nested:
@@ -208,6 +210,18 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
 _FLAT_BINARY = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
 
+def _measured_chunks(parquet, owners: dict, columns: list[str]) -> list[dict]:
+    """{column: its chunk} of each row group ``_decoded_bytes_per_row`` would read of ``columns``."""
+    most, rows, found = max(1, MEASURED_VALUES // max(1, len(columns))), 0, []
+    for g in range(parquet.metadata.num_row_groups):
+        group = parquet.metadata.row_group(g)
+        found.append({owners[c]: group.column(c) for c in range(group.num_columns)})
+        rows += group.num_rows
+        if rows >= most:
+            break
+    return found
+
+
 def _indices_only(chunk) -> bool:
     """Whether a dictionary-encoded column chunk's data pages hold indices alone (4 bytes a value at most).
 
@@ -221,17 +235,19 @@ def _indices_only(chunk) -> bool:
     return (chunk.total_compressed_size - dictionary_page) <= 4 * chunk.num_values
 
 
-MEASURED_ROWS = 2**24  # of a file's dictionary-encoded strings, measured without decoding them
+MEASURED_VALUES = 2**24  # of a file's dictionary-encoded strings (rows times columns), measured without decoding
 
 
 def _decoded_bytes_per_row(fs, path: str, footer, columns: list[str]) -> dict[str, float]:
     """The bytes a row of each dictionary-encoded string column of ``path`` takes decoded, over its first
-    ``MEASURED_ROWS`` rows: read as dictionaries (an index a row), their values' lengths taken by index.  The
-    first rows alone misled: a log whose first 65,536 lines were heartbeats ("a") and the rest stack traces
-    was taken for 4 MiB in memory, not 1,195, and killed every worker whatever the blocksize."""
-    total, rows = dict.fromkeys(columns, 0), 0
+    rows (``MEASURED_VALUES`` values in all): read as dictionaries (an index a row), their values' lengths
+    taken by index.  The first 65,536 rows alone misled: a log whose first lines were heartbeats ("a") and
+    the rest stack traces was taken for 4 MiB in memory, not 1,195, and killed every worker whatever the
+    blocksize."""
+    total, rows, most = dict.fromkeys(columns, 0), 0, max(1, MEASURED_VALUES // len(columns))
     with open_parquet(fs, path, footer, read_dictionary=columns) as parquet, parquet_errors(full_url(fs, path)):
-        for batch in parquet.iter_batches(batch_size=2**20, columns=columns, use_threads=False):
+        batches = parquet.iter_batches(batch_size=min(most, 2**20), columns=columns, use_threads=False)
+        for batch in batches:
             for name in columns:
                 column = batch.column(name)
                 values = column.nbytes
@@ -240,7 +256,7 @@ def _decoded_bytes_per_row(fs, path: str, footer, columns: list[str]) -> dict[st
                     values = (pc.sum(pc.take(lengths, column.indices)).as_py() or 0) + 4 * len(column)
                 total[name] += values
             rows += batch.num_rows
-            if rows >= MEASURED_ROWS:
+            if rows >= most:
                 break
     return {name: nbytes / rows for name, nbytes in total.items()} if rows else {}
 

@@ -103,9 +103,7 @@ def key_values(pairs: list[tuple[str, str]], schema: pa.Schema, url: str) -> tup
     return tuple(values)
 
 
-# As pyarrow parses ints: not Python's int() (" 5", "1_000", "+5"); and, as DuckDB, none with a leading zero,
-# which an int would drop: zip=01234, dept=007 are strings (pyarrow.dataset reads 1234 and 7).
-_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+_INTEGER = re.compile(r"-?[0-9]+")  # as pyarrow parses: not Python's int() (" 5", "1_000", "+5")
 
 
 def _all_int32(values: list[str]) -> bool:

@@ -108,7 +108,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     }
     fields = [pa.field(n, t, nullable=nullable[n]) for n, t in types.items()]
     metadata = dict(schemas[0].metadata or {}) if schemas else {}
-    if any((s.metadata or {}).get(b"pandas") != metadata.get(b"pandas") for s in schemas):
+    if any(_pandas_layout(s) != _pandas_layout(schemas[0]) for s in schemas):
         metadata.pop(b"pandas", None)  # it describes some files' columns, not the union's (an index in one alone)
     return pa.schema(fields, metadata=metadata or None)
 
@@ -124,6 +124,18 @@ def _has_decimal256(kind: pa.DataType) -> bool:
     if pa.types.is_dictionary(kind):
         return _has_decimal256(kind.value_type)
     return any(_has_decimal256(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _pandas_layout(schema: pa.Schema) -> dict | None:
+    """A schema's pandas metadata without who wrote it (pandas and pyarrow versions)."""
+    found = (schema.metadata or {}).get(b"pandas")
+    if found is None:
+        return None
+    try:
+        layout = json.loads(found)
+    except ValueError:
+        return {"unreadable": found}
+    return {k: v for k, v in layout.items() if k not in ("creator", "pandas_version")}
 
 
 def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
@@ -171,13 +183,21 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
         if (one(actual) and other(expected)) or (other(actual) and one(expected)):
             return same_values(actual.value_type, expected.value_type) if one is pa.types.is_list else True
     if pa.types.is_struct(actual) and pa.types.is_struct(expected):
-        names = [actual.field(i).name for i in range(actual.num_fields)]
-        return names == [expected.field(i).name for i in range(expected.num_fields)] and all(
-            same_values(actual.field(i).type, expected.field(i).type) for i in range(actual.num_fields)
-        )
+        fields = [(actual.field(i), expected.field(i)) for i in range(actual.num_fields)]
+        return actual.num_fields == expected.num_fields and all(_same_field(a, e) for a, e in fields)
     if pa.types.is_map(actual) and pa.types.is_map(expected):
-        return same_values(actual.key_type, expected.key_type) and same_values(actual.item_type, expected.item_type)
+        return same_values(actual.key_type, expected.key_type) and _same_field(actual.item_field, expected.item_field)
     return False
+
+
+def _same_field(actual: pa.Field, expected: pa.Field) -> bool:
+    """A nested field that holds its values unchanged: its name, its nulls allowed or not (a cast to a field
+    that allows none fails on the first null, in pass 2), its values' type."""
+    return (
+        actual.name == expected.name
+        and actual.nullable == expected.nullable
+        and same_values(actual.type, expected.type)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
