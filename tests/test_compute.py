@@ -135,6 +135,10 @@ def rss():
     import psutil
     return psutil.Process().memory_info().rss
 
+def give_back_always():
+    import daskpile._compute
+    daskpile._compute.GIVE_BACK_ABOVE = 0.0
+
 if __name__ == "__main__":
     source, dest = sys.argv[1], sys.argv[2]
     n = 1_000_000
@@ -144,6 +148,7 @@ if __name__ == "__main__":
     pq.write_table(table.slice(0, 1000), small)
     with local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
         daskpile.shuffle_parquet(small, dest + "-small", piles=2, seed=1)  # the worker's imports
+        client.run(give_back_always)  # (a worker gives back only above half its limit: 23 GiB here)
         (before,) = client.run(rss).values()
         daskpile.shuffle_parquet(source, dest, piles=2, seed=1)
         (after,) = client.run(rss).values()
