@@ -85,13 +85,7 @@ def group_largest_row(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
     [13, 16]
     """
     counts = np.asarray(counts, dtype=np.int64)
-    fixed, sizes = 0, None
-    for column in batch.columns:
-        size = row_bytes(column) if len(column) else None
-        if isinstance(size, int):
-            fixed += size
-        elif size is not None:
-            sizes = size if sizes is None else sizes + size
+    fixed, sizes = rows_bytes(batch)
     largest = np.full(len(counts), fixed, dtype=np.int64)
     filled = counts > 0
     if sizes is not None and filled.any():
@@ -102,6 +96,28 @@ def group_largest_row(batch: pa.RecordBatch, counts: np.ndarray) -> np.ndarray:
 
 
 MAX_GROUPS_SLICED = 1024
+
+
+def rows_bytes(data: pa.Table | pa.RecordBatch) -> tuple[int, np.ndarray | None]:
+    """(the bytes every row of ``data`` takes, each row's bytes beyond that or None): ``row_bytes`` of its
+    columns, added up.
+
+    >>> fixed, varying = rows_bytes(pa.table({"id": [1, 2], "s": ["a", "bcd"]}))
+    >>> fixed, varying.tolist()  # 8 bytes an id; 4 an offset and the bytes of a string
+    (8, [5, 7])
+    """
+    fixed, varying = 0, None
+    for column in data.columns:
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        sizes = [row_bytes(chunk) for chunk in chunks if len(chunk)]
+        if not sizes or sizes[0] is None:  # (a type's chunks measure alike)
+            continue
+        if isinstance(sizes[0], int):
+            fixed += sizes[0]
+            continue
+        each = np.concatenate(sizes) if len(sizes) > 1 else sizes[0]
+        varying = each if varying is None else varying + each
+    return fixed, varying
 
 
 def row_bytes(column: pa.Array) -> int | np.ndarray | None:
@@ -158,7 +174,7 @@ def _layout(column: pa.Array) -> tuple[int | None, np.ndarray | None, int]:
         return 0, None, 0
     if fixed_width(kind):
         return (kind.bit_width + 7) // 8, None, 0
-    if kind in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary()):
+    if kind in PLAIN_BINARY:
         wide = kind in (pa.large_string(), pa.large_binary())
         offsets = _offsets(column, np.int64 if wide else np.int32)
         return (8 if wide else 4), offsets, 1
@@ -169,6 +185,9 @@ def _layout(column: pa.Array) -> tuple[int | None, np.ndarray | None, int]:
             return None, None, 0
         return (8 if wide else 4), offsets, (item.bit_width + 7) // 8
     return None, None, 0
+
+
+PLAIN_BINARY = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())  # values behind offsets
 
 
 def _offsets(column: pa.Array, dtype) -> np.ndarray | None:

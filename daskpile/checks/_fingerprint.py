@@ -163,9 +163,6 @@ def of_columns(data: pa.Table) -> dict[str, Fingerprint]:
     return result
 
 
-_PLAIN_BINARY = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
-
-
 def _blocks(data: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, int]]:
     """(first row, rows) of each block of ``data`` hashed in turn: ``BLOCK_ROWS`` rows, fewer where they hold
     more than ``BLOCK_BYTES`` (one row at least)."""
@@ -174,7 +171,9 @@ def _blocks(data: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, int]]:
         rows = min(BLOCK_ROWS, n - start)
         block = data.slice(start, rows)
         if _value_bytes(block) > BLOCK_BYTES:  # (rare: row by row only then)
-            rows = max(1, int(np.searchsorted(_cumulative_value_bytes(block), BLOCK_BYTES, "right")))
+            _, varying = _kernels.rows_bytes(block)
+            if varying is not None:
+                rows = max(1, int(np.searchsorted(np.cumsum(varying), BLOCK_BYTES, "right")))
         yield start, rows
         start += rows
 
@@ -193,29 +192,10 @@ def _value_bytes(data: pa.Table | pa.RecordBatch) -> float:
     total = 0
     for kind, chunks in _varying(data):
         for chunk in chunks:
-            if kind not in _PLAIN_BINARY:
+            if kind not in _kernels.PLAIN_BINARY:
                 return math.inf  # nested: counted row by row, if need be
             offsets = _kernels.value_offsets(chunk)
             total += int(offsets[-1]) - int(offsets[0])
-    return total
-
-
-def _cumulative_value_bytes(data: pa.Table | pa.RecordBatch) -> np.ndarray:
-    """The bytes of the values of ``data`` that vary in size, summed up to each row."""
-    total = np.zeros(data.num_rows, dtype=np.int64)
-    for kind, chunks in _varying(data):
-        ends, before = [], 0
-        for chunk in chunks:
-            if kind in _PLAIN_BINARY:  # (a prefix sum over its rows is its offsets)
-                offsets = _kernels.value_offsets(chunk)
-                ends.append(offsets[1:].astype(np.int64) - (int(offsets[0]) - before))
-            else:
-                sizes = _kernels.row_bytes(chunk)  # an array, a size every row takes, or None: not measured
-                each = sizes if isinstance(sizes, np.ndarray) else np.full(len(chunk), sizes or 0, np.int64)
-                ends.append(np.cumsum(each) + before)
-            before = int(ends[-1][-1])
-        if ends:
-            total += np.concatenate(ends)
     return total
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from daskpile import _kernels
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
 from daskpile._words import count
@@ -189,7 +190,7 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
         group = parquet.metadata.row_group(0)
         encoded = {owners[c] for c in range(group.num_columns) if group.column(c).has_dictionary_page}
         sampled = sorted(n for n in encoded if widths.get(n) is None)
-        strings = [n for n in sampled if parquet.schema_arrow.field(n).type in _FLAT_BINARY]
+        strings = [n for n in sampled if parquet.schema_arrow.field(n).type in _kernels.PLAIN_BINARY]
         flat = [
             n for n in strings if all(_indices_only(chunks[n]) for chunks in _measured_chunks(parquet, owners, strings))
         ]
@@ -205,9 +206,6 @@ def _bytes_per_row_in_memory(fs, path: str) -> dict[str, float]:
     if flat:
         found.update(_decoded_bytes_per_row(fs, path, parquet.metadata, flat))
     return found
-
-
-_FLAT_BINARY = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
 
 def _measured_chunks(parquet, owners: dict, columns: list[str]) -> list[dict]:

@@ -112,7 +112,8 @@ def read_pieces(
                     skipped = skip(piece)
                 if parts > 1:
                     skips = [skipped] + [skip(piece + i) for i in range(1, parts)]
-                    for i, table in enumerate(_read_in_parts(fs, f.path, footer, g, parts, skips, conform, url)):
+                    cut = _read_in_parts(fs, f.path, footer, g, nbytes, parts, skips, conform, url)
+                    for i, table in enumerate(cut):
                         yield piece + i, None if table is None else _concat([table], reading)
                     piece, skipped = piece + parts, None  # None: asked when the next piece gets a row group
                     continue
@@ -150,18 +151,18 @@ STREAM_BATCH_BYTES = 16 * 2**20
 
 
 def _read_in_parts(
-    fs, path: str, footer, group: int, parts: int, skips: list[bool], conform, url: str
+    fs, path: str, footer, group: int, nbytes: int, parts: int, skips: list[bool], conform, url: str
 ) -> Iterator[pa.Table | None]:
-    """Row group ``group`` in ``parts`` pieces of consecutive rows, each read and yielded in turn: a task
-    holds one part, not the group.  Parts ``skips`` says are done are None; those before one that is not
-    are still decoded (a row group is read from its start), and none after the last that is not."""
+    """Row group ``group`` (``nbytes`` in memory) in ``parts`` pieces of consecutive rows, each read and
+    yielded in turn: a task holds one part, not the group.  Parts ``skips`` says are done are None; those
+    before one that is not are still decoded (a row group is read from its start), and none after the last
+    that is not."""
     if all(skips):
         yield from [None] * parts
         return
-    metadata = footer.row_group(group)
-    rows, nbytes = metadata.num_rows, max(metadata.total_byte_size, 1)
+    rows = footer.row_group(group).num_rows
     per_part = -(-rows // parts)
-    batch_rows = max(1, min(per_part, STREAM_BATCH_BYTES * rows // nbytes))
+    batch_rows = max(1, min(per_part, STREAM_BATCH_BYTES * rows // max(nbytes, 1)))
     last = max(i for i, done in enumerate(skips) if not done)
     with open_parquet(fs, path, footer, stream=True) as parquet, parquet_errors(url):
         batches = _ExactBatches(parquet.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False))
