@@ -143,6 +143,9 @@ def _command(f):
             raise
         except KeyboardInterrupt as e:
             resume = f"; run the same command again to resume{_where(e)}" if _where(e) else ""
+            complete = getattr(e, "daskpile_complete", None)
+            if complete:
+                resume = f" once the result at {complete} was complete: the same command again reports it"
             click.echo(redact(f"daskpile: interrupted{resume}"), err=True)
             sys.exit(130)
         except Exception as e:

@@ -15,6 +15,7 @@ import pytest
 from _util import DASKPILE, file_bytes, finished_partitions, uninterrupted_run
 
 from daskpile.datasets import write_reference_dataset
+from daskpile.engine._manifest import MANIFEST_NAME
 from daskpile.engine._run import RUN_FILE
 
 pytestmark = pytest.mark.slow
@@ -170,3 +171,26 @@ def test_a_text_run_interrupted_in_pass_1_resumes_to_the_same_bytes(tmp_path):
             str(corpus), str(tmp_path / "reference"), 8, seed=3, output_format="lines", blocksize=16 * 2**20
         )
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "reference")
+
+
+def test_once_the_manifest_is_written_the_result_is_said_complete(source, tmp_path):
+    # The manifest comes before the scratch is removed, the lease let go and the result printed: a Ctrl-C
+    # landing there must not call the run unfinished.  It may also land after the printing (0, nothing said).
+    for attempt in range(3):
+        work = tmp_path / str(attempt)
+        work.mkdir()
+        args = shuffle_args(source, work)
+        manifest = work / "out" / MANIFEST_NAME
+        status, _, stderr = interrupted_when(args, lambda _, manifest=manifest: manifest.exists())
+        if status == 0:
+            assert stderr == ""
+            continue
+        assert status == 130, stderr
+        assert the_one_line(stderr) == (
+            f"daskpile: interrupted once the result at {work / 'out'} was complete: the same command again reports it"
+        )
+        again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "already" in again.stdout, again
+        assert not any((work / "scratch").iterdir())
+        return
+    pytest.fail("no Ctrl-C landed between the manifest and the printed result")

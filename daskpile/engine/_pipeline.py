@@ -501,11 +501,13 @@ def shuffle_plan(
     rows_per_file,
     second_pass: str,
     output: Output = _passes.PARQUET,
+    final: bool = True,
 ) -> ShuffleReport:
     """``shuffle_parquet`` of a source already planned (its files and the schema their rows take), arguments checked.
 
     ``daskpile.window.append`` plans its source into the window's schema and
-    runs it here.
+    runs it here, as a step of its own (``final=False``: an interruption after
+    the manifest is not said to have left a complete result).
     """
     plan = output.stored_plan(plan)
     run = _Run(
@@ -513,7 +515,8 @@ def shuffle_plan(
         rows_per_file, second_pass, output,
     )  # fmt: skip
     run.check_places(dest, scratch)
-    with _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
+    said = _complete_if_interrupted(run) if final else contextlib.nullcontext()
+    with said, _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
         run.read_dest()
         run.find_previous(piles, seed)
         run.size_piles()
@@ -547,6 +550,7 @@ class _Run:
     rows_per_file: int | None
     second_pass: str
     output: Output
+    complete: bool = dataclasses.field(default=False, init=False)  # its manifest is written
 
     def check_places(self, dest: str, scratch: str | None) -> None:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
@@ -852,6 +856,7 @@ class _Run:
             output=self.output,
         )
         manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
+        self.complete = True
         _dest.remove_run_state(self.dest_fs, self.dest_path)
         self.scratch.remove()
         return ShuffleReport(
@@ -928,6 +933,22 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
         source_description=manifest.get("source", {}),
         already_finished=True,
     )
+
+
+@contextlib.contextmanager
+def _complete_if_interrupted(run: _Run):
+    """An interruption once the manifest is written (while scratch is removed, the lease let go) says that
+    the result is complete: a run of the same call again only reports it."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if run.complete:
+            e.add_note(
+                f"the result at {run.dest_url} was complete (its manifest written) before the interruption: the "
+                "same call again reports it, and removes what is left of its scratch"
+            )
+            e.daskpile_complete = run.dest_url  # for the command line's one line
+        raise
 
 
 @contextlib.contextmanager
