@@ -611,3 +611,15 @@ def test_unify_keeps_pandas_metadata_written_by_other_versions_of_pandas(sync_sc
         pq.write_table(table, tmp_path / "lake" / f"{name}.parquet")
     shuffle(str(tmp_path / "lake"), tmp_path / "out", piles=1, schema="unify")
     assert pd.read_parquet(tmp_path / "out").index.name == "k"  # the index, as both files have it
+
+
+def test_a_column_of_128_bit_integers_is_refused_with_what_to_do(sync_scheduler, tmp_path):
+    """Polars writes Int128 as Parquet INT(128), which Arrow cannot open, column name and all."""
+    polars = pytest.importorskip("polars")  # in the bench extra: none of our dependencies writes INT(128)
+    (tmp_path / "lake").mkdir()
+    polars.DataFrame({"id": [1, 2], "big": polars.Series([1, 2], dtype=polars.Int128)}).write_parquet(
+        tmp_path / "lake" / "wide.parquet"
+    )
+    with pytest.raises(ValueError, match=r"'.*wide\.parquet' as Parquet: .*Polars' Int128: cast it to Int64"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

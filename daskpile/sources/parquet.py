@@ -130,4 +130,6 @@ def parquet_errors(url: str):
                     " (a compressed file whose name says no format within, such as .txt.gz or .jsonl.gz, is read as "
                     "Parquet: pass --format)"
                 )
+        elif "more than 64 bits" in str(e):  # Arrow has no such type, so names no column: say what it is
+            hint = " (a column of 128-bit integers, such as Polars' Int128: cast it to Int64 or a Decimal first)"
         raise ValueError(f"cannot read {url!r} as Parquet: {e}{hint}") from e
