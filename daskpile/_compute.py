@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import os
 import sys
@@ -297,7 +298,46 @@ def _killed(error) -> WorkerKilled:
     return killed
 
 
+_DEATHS: contextvars.ContextVar[list | None] = contextvars.ContextVar("daskpile_worker_deaths", default=None)
+
+
+@contextlib.contextmanager
+def counting_worker_deaths(died: list):
+    """Within the block, each worker that died while running or holding a task of ``compute`` is appended to
+    ``died`` (its address), whether or not the compute then succeeded, its tasks run again on the others.
+
+    A run that succeeded so says that its workers ran out of memory (most
+    often), which the user would otherwise not know until a run fails.
+
+    >>> died = []
+    >>> with counting_worker_deaths(died):  # doctest: +SKIP
+    ...     compute(tasks)
+    >>> died  # doctest: +SKIP
+    ['tcp://127.0.0.1:40111']
+    """
+    token = _DEATHS.set(died)
+    try:
+        yield died
+    finally:
+        _DEATHS.reset(token)
+
+
+def _deaths_since(client, since: float, keys: set) -> list[str]:
+    """The workers the scheduler lost, unexpectedly, since ``since`` (its clock) while running or holding
+    one of ``keys``.  A worker retired on purpose (a cluster scaled down) hands its work over: not counted."""
+    died = []
+    for when, event in client.get_events("all"):
+        if when < since or not isinstance(event, dict) or event.get("action") != "remove-worker":
+            continue
+        touched = {*event.get("processing-tasks", ()), *event.get("lost-computed-tasks", ())}
+        if not event.get("expected") and touched & keys:
+            died.append(event.get("worker", "?"))
+    return died
+
+
 def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
+    died = _DEATHS.get()
+    since = client.run_on_scheduler(time.time) if died is not None else 0.0
     futures = client.compute(tasks)
     # The client runs done-callbacks on a thread of its own, which may still be on the last one when
     # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
@@ -328,6 +368,8 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
         raise
     for _ in futures if on_done is not None else []:
         called.acquire()
+    if died is not None:
+        died.extend(_deaths_since(client, since, {future.key for future in futures}))
     return results
 
 

@@ -10,7 +10,7 @@ import time
 import dask
 import pytest
 
-from daskpile._compute import compute
+from daskpile._compute import compute, counting_worker_deaths
 
 
 def test_the_local_cluster_runs_without_profiler_and_malloc_trimming_and_with_a_slower_tick():
@@ -122,6 +122,29 @@ def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
     said = str(killed.value)
     assert said.startswith("the workers running pass 1 (reading a piece of the input) died 1 time, most likely out")
     assert "--memory-limit" in said and "a smaller blocksize (--blocksize: another call" in said
+
+
+def _die_once(marker: str) -> int:
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        _die()
+    return 1
+
+
+def test_workers_that_died_in_a_compute_that_succeeded_are_counted(tmp_path):
+    """A run whose worker ran out of memory, and whose task then ran again elsewhere, succeeded and said nothing:
+    the user learnt of the memory only from a larger run that failed."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster):
+        compute([dask.delayed(_die_once)(str(tmp_path / "before"), dask_key_name="dies-before")])  # not counted
+        died = []
+        with counting_worker_deaths(died):
+            tasks = [dask.delayed(_die_once)(str(tmp_path / "once"), dask_key_name="dies-once")]
+            assert compute([*tasks, dask.delayed(abs)(-1, dask_key_name="fine")]) == [1, 1]
+            assert compute([dask.delayed(abs)(-2, dask_key_name="fine-again")]) == [2]
+        compute([dask.delayed(_die_once)(str(tmp_path / "after"), dask_key_name="dies-after")])  # not counted
+    assert len(died) == 1 and died[0].startswith("tcp://")
 
 
 RETAINED_SCRIPT = """

@@ -79,6 +79,9 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
     assert scattered < FILES if during == "pass 1" else gathered < PILES
     assert report.rows == ROWS and report.fingerprint.rows == ROWS
     assert file_bytes(dest) == uninterrupted
+    # said, though the run succeeded: workers that die are what makes a larger run fail
+    assert report.worker_deaths == 1
+    assert "; 1 worker died running its tasks, which ran again (out of memory" in str(report)
 
 
 def _shuffle_dataframe_to_parquet(source, dest, scratch):

@@ -20,7 +20,15 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile._compute import Timer, WorkerKilled, compute, giving_memory_back, task, total_threads
+from daskpile._compute import (
+    Timer,
+    WorkerKilled,
+    compute,
+    counting_worker_deaths,
+    giving_memory_back,
+    task,
+    total_threads,
+)
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
@@ -134,6 +142,11 @@ class ShuffleReport:
         ``dest`` already held the finished result of this very call (same
         source files, unchanged, same piles, seed and options), so nothing was
         done: the figures are the manifest's.  A retried job succeeds at once.
+    worker_deaths
+        Workers that died while running (or holding) the run's tasks, which
+        then ran again on the others: out of memory, most often.  The result
+        is whole all the same (and verified, unless ``verify=False``), but
+        workers that die are what makes a larger run fail.
     """
 
     rows: int
@@ -154,6 +167,7 @@ class ShuffleReport:
     skipped_files: list[str] = dataclasses.field(default_factory=list)  # not Parquet, so not read
     source_description: dict = dataclasses.field(default_factory=dict)  # see SourcePlan.describe
     already_finished: bool = False
+    worker_deaths: int = 0
 
     @property
     def seconds(self) -> float:
@@ -178,6 +192,11 @@ class ShuffleReport:
             shown = ", ".join(self.skipped_files[:3])
             more = ", ..." if len(self.skipped_files) > 3 else ""
             verified += f"; skipped, not data: {count(len(self.skipped_files), 'file')} ({shown}{more})"
+        if self.worker_deaths:
+            verified += (
+                f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, "
+                "most likely: give the workers more, --memory-limit on a cluster daskpile starts)"
+            )
         return (
             f"shuffled {count(self.rows, 'row')} from {count(len(self.source_files), 'file')} into "
             f"{count(self.piles, 'pile')} "
@@ -524,7 +543,7 @@ def shuffle_plan(
         if finished is not None:
             return finished
         run.prepare_scratch()
-        with _resumable(run.scratch, run.dest_fs, run.dest_path):
+        with _resumable(run.scratch, run.dest_fs, run.dest_path), counting_worker_deaths(run.deaths):
             scattered = run.scatter()
             names, gathered = run.gather(scattered)
             fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
@@ -551,6 +570,7 @@ class _Run:
     second_pass: str
     output: Output
     complete: bool = dataclasses.field(default=False, init=False)  # its manifest is written
+    deaths: list = dataclasses.field(default_factory=list, init=False)  # workers that died running its tasks
 
     def check_places(self, dest: str, scratch: str | None) -> None:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
@@ -877,6 +897,7 @@ class _Run:
             pile_plan=self.pile_plan,
             skipped_files=list(self.plan.skipped),
             source_description=self.plan.describe(),
+            worker_deaths=len(self.deaths),
         )
 
 
