@@ -516,3 +516,21 @@ def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
     growth = run_in_fresh_process(GATHER_PEAK_SCRIPT, *args)["growth"]
     assert growth < 64 * 2**20, f"pass 2 grew by {growth / 2**20:.0f} MiB for 4 MiB piles and 8 MiB release"
     assert read_output(tmp_path / "out").num_rows == partitions * rows
+
+
+def test_rows_larger_than_a_quarter_of_a_task_s_memory_are_refused_before_pass_1(tmp_path):
+    """Three rows of 300 MiB on workers of 1 GiB: pass 1's workers died four times over, then the advice was a
+    smaller blocksize (a piece is at least a row).  Here rows of 150 MiB (zeros: a small file) on 512 MiB."""
+    from distributed import Client, LocalCluster
+
+    (tmp_path / "src").mkdir()
+    blob = pa.array([bytes(150 * 2**20)] * 2, pa.binary())
+    pq.write_table(pa.table({"id": [0, 1], "blob": blob}), tmp_path / "src" / "blobs.parquet", row_group_size=1)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB", dashboard_address=":0")
+    said = (
+        r"a row of '.*blobs\.parquet' takes about 150 MiB in memory, more than a quarter of the 512 MiB a task has "
+        r".* at least 0\.6 GiB"
+    )
+    with cluster, Client(cluster), pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, scratch=str(tmp_path))
+    assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == ["src"]

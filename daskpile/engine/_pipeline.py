@@ -20,6 +20,7 @@ import tempfile
 import dask
 import numpy as np
 
+from daskpile import _compute
 from daskpile._compute import (
     Timer,
     WorkerKilled,
@@ -542,6 +543,7 @@ def shuffle_plan(
         finished = run.finished_already()
         if finished is not None:
             return finished
+        run.refuse_rows_no_task_holds()
         run.prepare_scratch()
         with _resumable(run.scratch, run.dest_fs, run.dest_path), counting_worker_deaths(run.deaths):
             scattered = run.scatter()
@@ -636,6 +638,7 @@ class _Run:
         row_bytes = self.previous.row_bytes if self.previous is not None else row_bytes
         cut_row_groups = self.previous.cut_row_groups if self.previous is not None else CUT_ROW_GROUPS
         self.plan = self.plan.with_pieces(row_bytes, cut_row_groups)
+        self.row_estimate = max(self.estimated_bytes / rows, row_bytes) if rows else 0
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -662,6 +665,26 @@ class _Run:
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
             cut_row_groups,
         )  # fmt: skip
+
+    def refuse_rows_no_task_holds(self) -> None:
+        """Parquet rows larger than a quarter of a task's memory (what ``piles="auto"`` gives a pile) refused
+        before pass 1, whose workers would die reading the first: a piece is at least a row, which a task holds
+        several times over (a row of 300 MiB took 1.6 GiB in pass 1 and 2.2 in pass 2).  Measured from the
+        footers and the first file's rows, so rows larger than the others in a file not sampled are not seen."""
+        row = self.row_estimate
+        if self.plan.reading.text is not None or not row:
+            return
+        per_task = _compute.memory_per_thread()
+        if row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
+            return
+        needed = row / _sizing.MEMORY_PER_PILE_FRACTION
+        raise ValueError(
+            f"a row of {self.plan.urls[0]!r}{' and the rest' if len(self.plan.urls) > 1 else ''} takes about "
+            f"{row / 2**20:,.0f} MiB in memory, more than a quarter of the {per_task / 2**20:,.0f} MiB a task has "
+            f"(a worker's memory over its threads), and a task holds its rows several times over: give each "
+            f"worker thread at least {needed / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a cluster "
+            "daskpile starts)"
+        )
 
     def finished_already(self) -> ShuffleReport | None:
         """The report of dest's finished result if this call wrote it; another call's refused unless overwrite."""
