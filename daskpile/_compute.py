@@ -34,10 +34,15 @@ import psutil
 # and one slowed down: every server (scheduler, nannies, workers) checks its event loop's health every 20 ms,
 # which kept an idle 2-worker cluster at 13 % of a core, 6 % at 200 ms.  The check only times the loop, to log
 # "Event loop was unresponsive" after 3 s, which it still does.
+# And one turned on: tasks waiting while no worker runs (every one paused for memory, or gone) fail after
+# NO_WORKERS_TIMEOUT.  Dask resumes a paused worker once its memory falls below the pause threshold; one
+# holding memory it cannot give back (a fragmented heap) stays paused, and the run waited forever.
+NO_WORKERS_TIMEOUT = "600s"
 LOCAL_CLUSTER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,  # None unsets it (distributed's rule)
     "distributed.admin.tick.interval": "200ms",
+    "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
 }
 
 
@@ -284,10 +289,41 @@ _TASKS = [
 ]  # fmt: skip
 
 
+class NoWorkerRunning(RuntimeError):
+    """Tasks of daskpile's waited longer than Dask's ``distributed.scheduler.no-workers-timeout`` with no
+    worker running: every one paused for memory, or gone.  ``key`` is the first such task's."""
+
+    key: str = ""
+
+
+def _doing(key: str) -> tuple[str, str]:
+    """What a task of daskpile's does, by its key, and what to change when its workers cannot run it."""
+    return next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", ""))
+
+
+def _task_key(task) -> str:
+    return str(task[0] if isinstance(task, tuple) else task)
+
+
+def _no_worker_running(error) -> NoWorkerRunning:
+    """Dask's "Attempted to run task ... but timed out after N s waiting for any running workers" said as what
+    daskpile was doing, and why a worker stops running."""
+    key = _task_key(error.task)
+    doing, _ = _doing(key)
+    stopped = NoWorkerRunning(
+        f"no worker ran {doing} for {error.timeout:,.0f} s: every worker was paused, above the memory at which "
+        "Dask pauses one (80 % of its limit), or gone, and none came back.  A worker holding memory it cannot give "
+        "back stays paused: give the workers more memory (--memory-limit, on a cluster daskpile starts), or "
+        "restart them (client.restart())"
+    )
+    stopped.key = key
+    return stopped
+
+
 def _killed(error) -> WorkerKilled:
     """Dask's "Attempted to run task ... on N different workers" said as what daskpile was doing."""
-    key = str(error.task[0] if isinstance(error.task, tuple) else error.task)
-    doing, change = next(((d, c) for prefix, d, c in _TASKS if key.startswith(prefix)), (f"task {key}", ""))
+    key = _task_key(error.task)
+    doing, change = _doing(key)
     deaths = error.allowed_failures + 1
     killed = WorkerKilled(
         f"the workers running {doing} died {deaths} time{'s' if deaths > 1 else ''}, most likely out of memory (a task "
@@ -357,12 +393,16 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
 
         show_progress(futures)
     from distributed import KilledWorker
+    from distributed.scheduler import NoValidWorkerError, NoWorkerError
 
     try:
         results = client.gather(futures)
     except KilledWorker as e:
         _cancel_and_wait(client, futures)
         raise _killed(e) from e
+    except (NoWorkerError, NoValidWorkerError) as e:  # (the second: a task waiting unassigned; ours ask for none)
+        _cancel_and_wait(client, futures)
+        raise _no_worker_running(e) from e
     except BaseException:
         _cancel_and_wait(client, futures)
         raise

@@ -25,10 +25,12 @@ UID = 10001  # the image's user; numeric, so that runAsNonRoot can check it
 SCRATCH_MOUNT = "/scratch"  # the workers' local directory: Dask's spill, never daskpile's scratch
 
 # The settings of daskpile's own LocalCluster that matter on any cluster (docs/faq.md): the statistical
-# profiler costs these tasks a quarter of their time; event-loop checks every 20 ms cost CPU for nothing.
+# profiler costs these tasks a quarter of their time; event-loop checks every 20 ms cost CPU for nothing;
+# tasks waiting while every worker is paused for memory would wait forever (daskpile._compute).
 DASK_ENV = {
     "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
     "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "200ms",
+    "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "600s",
 }
 
 

@@ -27,7 +27,8 @@ if __name__ == "__main__":
         (profiling,) = client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()
         (tick,) = client.run(lambda dask_worker: dask_worker._tick_interval).values()
         scheduler_tick = cluster.scheduler._tick_interval
-    print(json.dumps({"environ": environ, "profiling": profiling, "tick": [tick, scheduler_tick],
+        waits = cluster.scheduler.no_workers_timeout
+    print(json.dumps({"environ": environ, "profiling": profiling, "tick": [tick, scheduler_tick], "waits": waits,
                       "default": dask.config.get("distributed.nanny.pre-spawn-environ")}))
 """
     # the environment of a shell starting `daskpile`, not of this test process (see above)
@@ -40,6 +41,7 @@ if __name__ == "__main__":
     assert found["environ"]["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
     assert found["profiling"] is False
     assert found["tick"] == [0.2, 0.2]  # seconds between event-loop health checks, in workers and scheduler
+    assert found["waits"] == 600  # seconds tasks wait while every worker is paused or gone
     assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
 
 
@@ -122,6 +124,36 @@ def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
     said = str(killed.value)
     assert said.startswith("the workers running pass 1 (reading a piece of the input) died 1 time, most likely out")
     assert "--memory-limit" in said and "a smaller blocksize (--blocksize: another call" in said
+
+
+def _pause(dask_worker) -> None:
+    from distributed.core import Status
+
+    dask_worker.status = Status.paused  # as its memory monitor pauses it, above 80 % of its limit
+
+
+@pytest.mark.parametrize("tasks", [1, 40])  # one waits unassigned (NoValidWorkerError); many, queued (NoWorkerError)
+def test_tasks_waiting_while_every_worker_is_paused_fail_with_what_to_do(tasks):
+    """A worker paused for memory it could not give back (trimming returns no fragmented heap) hung the run:
+    nothing ran, nothing failed.  Here the pause is the worker's own state, its memory monitor off."""
+    from distributed import Client, LocalCluster
+
+    from daskpile._compute import NoWorkerRunning
+
+    config = {"distributed.worker.memory.pause": False, "distributed.scheduler.no-workers-timeout": "1s"}
+    with dask.config.set(config):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        client.run(_pause)
+        started = time.monotonic()
+        with pytest.raises(NoWorkerRunning) as stopped:
+            compute([dask.delayed(abs)(-i, dask_key_name=f"daskpile-gather-{i:06d}-abc") for i in range(1, tasks + 1)])
+        assert time.monotonic() - started < 30
+    assert str(stopped.value).startswith(
+        "no worker ran pass 2 (loading and writing a pile) for 1 s: every worker was paused, above the memory"
+    )
+    assert "--memory-limit" in str(stopped.value) and stopped.value.key.startswith("daskpile-gather-0000")
+    assert type(stopped.value.__cause__).__name__ == ("NoValidWorkerError" if tasks == 1 else "NoWorkerError")
 
 
 def _die_once(marker: str) -> int:

@@ -123,6 +123,7 @@ def test_dockerfile_what_checkov_does_not_check():
     env = dict(token.split("=", 1) for keyword, arguments in runtime if keyword == "ENV" for token in arguments.split())
     assert env["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"
     assert env["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"] == "200ms"
+    assert env["DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT"] == "600s"
     assert env["PYTHONUNBUFFERED"] == "1" and env["HOME"] == "/tmp"
 
     sources = [
