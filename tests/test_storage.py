@@ -207,3 +207,36 @@ def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path
         )
         assert missing.returncode == 2 and "bob:***@" in missing.stderr and "hunter2" not in missing.stderr
         assert ("Traceback" in missing.stderr) == bool(debug)
+
+
+def test_credentials_in_a_url_are_not_in_shuffle_ddf_s_errors_or_warnings(http_files, sync_scheduler):
+    """``shuffle(ddf)`` with a scratch URL holding a password: its warning that the scratch could not be removed
+    (once the result is dropped, in a thread: called here directly) printed the password and the signature."""
+    import traceback
+    import warnings
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    import daskpile
+    from daskpile.dataframe._expr import _remove_quietly
+    from daskpile.engine._scratch import Scratch
+
+    served, base = http_files
+    (served / "scratch").mkdir()  # (the server reads the path before the query: the scratch is there)
+    secret = base.replace("://", "://bob:hunter2@") + "/scratch?X-Amz-Signature=deadbeef0123"
+    ddf = dd.from_pandas(pd.DataFrame({"a": range(10)}), npartitions=2)
+    for call in [
+        lambda: daskpile.shuffle(ddf, piles=2, scratch=secret).compute(),  # (an HTTP store cannot be written)
+        lambda: daskpile.shuffle(ddf, piles=2, seed=1).to_parquet(secret),
+    ]:
+        with pytest.raises(Exception) as raised:
+            call()
+        shown = "".join(traceback.format_exception(raised.value)) + every_error_in(raised.value)
+        assert "hunter2" not in shown and "deadbeef0123" not in shown, shown
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        _remove_quietly(Scratch.create(secret, None, 0, make=False))  # there (below), and HTTP removes nothing
+    said = " ".join(str(w.message) for w in warned)
+    assert "could not remove its scratch" in said and "***" in said, said
+    assert "hunter2" not in said and "deadbeef0123" not in said, said

@@ -58,7 +58,7 @@ from dask.tokenize import tokenize
 
 from daskpile._compute import current_client, giving_memory_back, in_a_worker, workers_blind_to
 from daskpile._random import resolve_seed
-from daskpile._storage import atomic_sink, is_local, write_bytes
+from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, write_bytes
 from daskpile._validate import check_bytes, check_piles
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.engine import _passes, _sizing
@@ -67,6 +67,7 @@ from daskpile.engine._scratch import Scratch, read_pile
 logger = logging.getLogger("daskpile")
 
 
+@redacting_errors
 def shuffle(
     ddf: dd.DataFrame,
     piles: int | str = 512,
@@ -246,6 +247,7 @@ class PileFrame(dd.DataFrame):
         """
         return next(iter(self.expr.find_operations(PileShuffle))).seed
 
+    @redacting_errors
     def to_parquet(self, path, *, compute: bool = True, compute_kwargs: dict | None = None, **kwargs):
         categorical = [str(c) for c, t in self._meta.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
         counted = _null_counted(self._meta, kwargs.get("write_index", True))
@@ -591,6 +593,7 @@ class AsBuilt(Expr):
 # the collection (``to_delayed()``) needs the collection kept while it runs.
 
 
+@redacting_errors  # (raised in a worker: redacted before it is sent to the client)
 @giving_memory_back
 def scatter_partition(
     frame: pd.DataFrame, partition: int, piles: int, seed: int, run: ScratchRun, variant: str, codec: FrameCodec
@@ -605,6 +608,7 @@ def scatter_partition(
     return {"partition": partition, "counts": result.counts}
 
 
+@redacting_errors
 def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) -> dict:
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
     scratch = run.variant(variant, len(results))
@@ -644,6 +648,7 @@ def _read_run_file(scratch: Scratch) -> dict | None:
         return None
 
 
+@redacting_errors
 @giving_memory_back
 def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
@@ -713,12 +718,14 @@ def _remove_quietly(scratch: Scratch) -> None:
     try:
         scratch.remove()
     except Exception as e:
-        warnings.warn(f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}", stacklevel=1)
+        said = f"daskpile could not remove its scratch directory {scratch.directory!r}: {e}"
+        warnings.warn(redact(said), stacklevel=1)
 
 
 SAMPLED_PARTITIONS = 3
 
 
+@redacting_errors
 def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing.PilePlan:
     """The pile count ``shuffle(ddf, piles="auto")`` would choose, without shuffling.
 
