@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "DestBusyError": "daskpile.engine._lease",
     "Fingerprint": "daskpile.checks._fingerprint",
+    "NoWorkerRunning": "daskpile._compute",
     "PileLoader": "daskpile.loader",
     "PilePlan": "daskpile.engine._sizing",
     "PileTooLargeError": "daskpile.engine._pipeline",

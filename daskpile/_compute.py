@@ -143,6 +143,17 @@ def total_threads() -> int:
     return max(1, sum(client.nthreads().values()))
 
 
+def worker_memory_per_thread() -> int | None:
+    """The memory limit of a worker of the current cluster over its threads (the smallest); None without a
+    cluster, or with workers that have no limit (a local scheduler's task may take the machine's)."""
+    client = current_client()
+    if client is None:
+        return None
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    limits = [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")]
+    return int(min(limits)) if limits and len(limits) == len(workers) else None
+
+
 def memory_per_thread() -> int:
     """Bytes of memory a task may count on: a worker's limit over its threads, or RAM over cores."""
     client = current_client()
@@ -290,8 +301,10 @@ _TASKS = [
 
 
 class NoWorkerRunning(RuntimeError):
-    """Tasks of daskpile's waited longer than Dask's ``distributed.scheduler.no-workers-timeout`` with no
-    worker running: every one paused for memory, or gone.  ``key`` is the first such task's."""
+    """Tasks of daskpile's waited longer than Dask's ``distributed.scheduler.no-workers-timeout`` (10 minutes on
+    the clusters daskpile starts) with no worker running: every one paused for memory, gone, or not started.
+    The minutes count while every worker is paused, even one still finishing a task.  ``key`` is the first
+    such task's."""
 
     key: str = ""
 
@@ -312,9 +325,9 @@ def _no_worker_running(error) -> NoWorkerRunning:
     doing, _ = _doing(key)
     stopped = NoWorkerRunning(
         f"no worker ran {doing} for {error.timeout:,.0f} s: every worker was paused, above the memory at which "
-        "Dask pauses one (80 % of its limit), or gone, and none came back.  A worker holding memory it cannot give "
-        "back stays paused: give the workers more memory (--memory-limit, on a cluster daskpile starts), or "
-        "restart them (client.restart())"
+        "Dask pauses one (80 % of its limit), gone, or not started.  A worker holding memory it cannot give back "
+        "stays paused: give the workers more memory (--memory-limit, on a cluster daskpile starts), or restart "
+        "them"
     )
     stopped.key = key
     return stopped
@@ -339,11 +352,14 @@ _DEATHS: contextvars.ContextVar[list | None] = contextvars.ContextVar("daskpile_
 
 @contextlib.contextmanager
 def counting_worker_deaths(died: list):
-    """Within the block, each worker that died while running or holding a task of ``compute`` is appended to
-    ``died`` (its address), whether or not the compute then succeeded, its tasks run again on the others.
+    """Within the block, each worker that died while running or holding a task of ``compute`` (or a task they
+    depend on) is appended to ``died`` (its address), the compute having succeeded: its tasks ran again.
 
     A run that succeeded so says that its workers ran out of memory (most
-    often), which the user would otherwise not know until a run fails.
+    often), which the user would otherwise not know until a run fails.  Read
+    from the scheduler's event log once each compute is done: a death pushed
+    out of it by later events (it keeps the last 1,000 of a busy shared
+    cluster's) is not counted.
 
     >>> died = []
     >>> with counting_worker_deaths(died):  # doctest: +SKIP
@@ -409,7 +425,7 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
     for _ in futures if on_done is not None else []:
         called.acquire()
     if died is not None:
-        died.extend(_deaths_since(client, since, {future.key for future in futures}))
+        died.extend(_deaths_since(client, since, {key for task in tasks for key in task.__dask_graph__()}))
     return results
 
 

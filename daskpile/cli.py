@@ -145,7 +145,10 @@ def _command(f):
             resume = f"; run the same command again to resume{_where(e)}" if _where(e) else ""
             complete = getattr(e, "daskpile_complete", None)
             if complete:
-                resume = f" once the result at {complete} was complete: the same command again reports it"
+                resume = f" once the result at {complete} was complete"
+                # (a run with --overwrite would replace it; the demo starts afresh)
+                if getattr(e, "daskpile_reported_again", False) and click.get_current_context().info_name == "shuffle":
+                    resume += ": the same command again reports it"
             click.echo(redact(f"daskpile: interrupted{resume}"), err=True)
             sys.exit(130)
         except Exception as e:

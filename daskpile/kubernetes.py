@@ -246,8 +246,13 @@ def kubernetes_cluster(name: str = "daskpile", *, namespace: str | None = None, 
     Needs ``pip install 'daskpile[kubernetes]'`` and a cluster running the
     dask-kubernetes operator (see ``deploy/README.md``).
 
+    Its scheduler fails tasks that wait 10 minutes with no worker running
+    (``NoWorkerRunning``): wait for the workers (pods may take that long to be
+    scheduled) before the run.
+
     >>> with kubernetes_cluster("shuffle", image="registry/daskpile:0.1.0", workers=8) as cluster:  # doctest: +SKIP
-    ...     with distributed.Client(cluster):
+    ...     with distributed.Client(cluster) as client:
+    ...         client.wait_for_workers(8)
     ...         daskpile.shuffle_parquet("s3://lake/events/", "s3://lake/shuffled/", scratch="s3://lake/tmp/")
     """
     try:

@@ -196,7 +196,7 @@ class ShuffleReport:
         if self.worker_deaths:
             verified += (
                 f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, "
-                "most likely: give the workers more, --memory-limit on a cluster daskpile starts)"
+                "most likely: give the workers more memory, --memory-limit on a cluster daskpile starts)"
             )
         return (
             f"shuffled {count(self.rows, 'row')} from {count(len(self.source_files), 'file')} into "
@@ -669,21 +669,21 @@ class _Run:
     def refuse_rows_no_task_holds(self) -> None:
         """Parquet rows larger than a quarter of a task's memory (what ``piles="auto"`` gives a pile) refused
         before pass 1, whose workers would die reading the first: a piece is at least a row, which a task holds
-        several times over (a row of 300 MiB took 1.6 GiB in pass 1 and 2.2 in pass 2).  Measured from the
+        several times over (a row of 300 MiB took 1.6 GiB in pass 1 and 2.2 in pass 2).  Only on a cluster whose
+        workers have memory limits (a local scheduler's task may take the machine's).  Measured from the sampled
         footers and the first file's rows, so rows larger than the others in a file not sampled are not seen."""
         row = self.row_estimate
-        if self.plan.reading.text is not None or not row:
+        per_task = _compute.worker_memory_per_thread() if self.plan.reading.text is None and row else None
+        if per_task is None or row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
             return
-        per_task = _compute.memory_per_thread()
-        if row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
-            return
-        needed = row / _sizing.MEMORY_PER_PILE_FRACTION
+        others = len(self.plan.urls) - 1
+        where = f"{self.plan.urls[0]!r}" + (f" and {count(others, 'other file')}" if others else "")
         raise ValueError(
-            f"a row of {self.plan.urls[0]!r}{' and the rest' if len(self.plan.urls) > 1 else ''} takes about "
-            f"{row / 2**20:,.0f} MiB in memory, more than a quarter of the {per_task / 2**20:,.0f} MiB a task has "
-            f"(a worker's memory over its threads), and a task holds its rows several times over: give each "
-            f"worker thread at least {needed / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a cluster "
-            "daskpile starts)"
+            f"the rows of the source ({where}) take about {row / 2**20:,.0f} MiB each in memory, more than a "
+            f"quarter of the {per_task / 2**20:,.0f} MiB a task has (a worker's memory limit over its threads), and "
+            f"a task holds its rows several times over: give each worker thread at least "
+            f"{row / _sizing.MEMORY_PER_PILE_FRACTION / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a "
+            "cluster daskpile starts)"
         )
 
     def finished_already(self) -> ShuffleReport | None:
@@ -982,16 +982,20 @@ def _already_finished(manifest: dict, dest_fs, dest_path: str, scratch_dir: Scra
 @contextlib.contextmanager
 def _complete_if_interrupted(run: _Run):
     """An interruption once the manifest is written (while scratch is removed, the lease let go) says that
-    the result is complete: a run of the same call again only reports it."""
+    the result is complete, and, unless the call replaced a result (``overwrite``), that a run of the same
+    call again only reports it."""
     try:
         yield
     except KeyboardInterrupt as e:
         if run.complete:
-            e.add_note(
-                f"the result at {run.dest_url} was complete (its manifest written) before the interruption: the "
-                "same call again reports it, and removes what is left of its scratch"
+            again = (
+                "a call without overwrite=True reports it"
+                if run.overwrite
+                else "the same call again reports it, and removes what is left of its scratch"
             )
+            e.add_note(f"the result at {run.dest_url} was complete (its manifest written) when interrupted: {again}")
             e.daskpile_complete = run.dest_url  # for the command line's one line
+            e.daskpile_reported_again = not run.overwrite
         raise
 
 
