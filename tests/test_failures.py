@@ -126,3 +126,26 @@ def test_a_killed_worker_changes_nothing_in_a_shuffled_dataframe(source, uninter
         run=lambda: _shuffle_dataframe_to_parquet(source, dest, scratch),
     )
     pd.testing.assert_frame_equal(_read_in_order(dest), uninterrupted_dataframe)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_in_an_append_is_said_in_its_report(source, tmp_path):
+    """A day appended to a moving window while one of its workers dies: the report says so, as a shuffle's does."""
+    dest, scratch = tmp_path / "window", tmp_path / "scratch"
+    scratch.mkdir()
+    first_day = sorted_source(tmp_path / "day-0", 20_000, 2)
+
+    def run():
+        daskpile.shuffle_parquet(first_day, str(dest), piles=PILES, seed=SEED)
+        return daskpile.append(str(dest), source, scratch=str(scratch), blocksize=BLOCKSIZE)
+
+    _, report = run_killing_a_worker(
+        ready=lambda: finished_partitions(scratch) >= 15,
+        still_running=lambda: finished_partitions(scratch) < FILES,
+        progress=lambda: finished_partitions(scratch),
+        run=run,
+    )
+    assert report.changed and report.rows == ROWS + 20_000
+    assert report.shuffle.worker_deaths == 1
+    said = "; 1 worker died running its tasks, which ran again (out of memory, most likely: give the workers more"
+    assert said in str(report)

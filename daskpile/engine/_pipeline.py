@@ -175,6 +175,16 @@ class ShuffleReport:
         """Seconds of the two passes together (``seconds_scatter + seconds_gather``)."""
         return self.seconds_scatter + self.seconds_gather
 
+    @property
+    def deaths_said(self) -> str:
+        """``"; N workers died ..."`` for the report's line, or ``""`` if none did."""
+        if not self.worker_deaths:
+            return ""
+        return (
+            f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, "
+            "most likely: give the workers more memory, --memory-limit on a cluster daskpile starts)"
+        )
+
     def __str__(self) -> str:
         if self.already_finished:
             verified = ", verified when written" if self.fingerprint is not None else ""
@@ -193,11 +203,7 @@ class ShuffleReport:
             shown = ", ".join(self.skipped_files[:3])
             more = ", ..." if len(self.skipped_files) > 3 else ""
             verified += f"; skipped, not data: {count(len(self.skipped_files), 'file')} ({shown}{more})"
-        if self.worker_deaths:
-            verified += (
-                f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, "
-                "most likely: give the workers more memory, --memory-limit on a cluster daskpile starts)"
-            )
+        verified += self.deaths_said
         return (
             f"shuffled {count(self.rows, 'row')} from {count(len(self.source_files), 'file')} into "
             f"{count(self.piles, 'pile')} "

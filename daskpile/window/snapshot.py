@@ -303,9 +303,10 @@ class WindowReport:
     def __str__(self) -> str:
         n = len(self.removed)
         removed = f"; removed {n:,} retired {'file or folder' if n == 1 else 'files or folders'}" if n else ""
+        deaths = "" if self.shuffle is None else self.shuffle.deaths_said  # (its own workers' deaths, if any)
         return (
             f"{self.summary}: {self.dest} is at version {self.version}, {count(len(self.generations), 'generation')}, "
-            f"{count(self.rows, 'row')}{removed}"
+            f"{count(self.rows, 'row')}{removed}{deaths}"
         )
 
     def to_json(self) -> dict:
