@@ -20,7 +20,6 @@ import tempfile
 import dask
 import numpy as np
 
-from daskpile import _compute
 from daskpile._compute import (
     Timer,
     WorkerKilled,
@@ -29,6 +28,7 @@ from daskpile._compute import (
     giving_memory_back,
     task,
     total_threads,
+    worker_memory_per_thread,
 )
 from daskpile._random import resolve_seed
 from daskpile._storage import (
@@ -679,7 +679,7 @@ class _Run:
         workers have memory limits (a local scheduler's task may take the machine's).  Measured from the sampled
         footers and the first file's rows, so rows larger than the others in a file not sampled are not seen."""
         row = self.row_estimate
-        per_task = _compute.worker_memory_per_thread() if self.plan.reading.text is None and row else None
+        per_task = worker_memory_per_thread() if self.plan.reading.text is None and row else None
         if per_task is None or row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
             return
         others = len(self.plan.urls) - 1
