@@ -253,3 +253,29 @@ def test_workers_killed_reading_a_large_column_chunk_are_told_of_its_pages(tmp_p
     assert "Row group 0 of " in hint and "a.parquet' holds 4 MiB of column 'image' alone" in hint, hint
     assert "data_page_size and write_batch_size" in hint
     assert said(2**20, "daskpile-gather-000000-abc") == ""  # pass 2's: piles, not pages
+
+
+def test_workers_killed_reading_rows_too_large_for_a_task_are_told_so(tmp_path):
+    """Giant rows in a file the estimate does not sample (the ninth) pass the check before pass 1, and kill the
+    worker that reads them.  The message advised a smaller blocksize, which cannot cut a row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from distributed import Client, LocalCluster
+
+    import daskpile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for k in range(8):
+        pq.write_table(pa.table({"id": range(k * 100, k * 100 + 100), "blob": [b"x"] * 100}), source / f"{k}.parquet")
+    blobs = pa.array([bytes(250 * 2**20)] * 2, pa.binary())  # zeros: a small file
+    giant = pa.table({"id": [800, 801], "blob": blobs})
+    pq.write_table(giant, source / "8-giant.parquet", row_group_size=2, use_dictionary=False)  # as distinct values
+    del blobs, giant
+    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB", dashboard_address=":0")
+    with once, cluster, Client(cluster), pytest.raises(daskpile.WorkerKilled) as killed:
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
+    said = str(killed.value)
+    assert "Row group 0 of '" in said and "8-giant.parquet' holds 2 rows of about 250 MiB each in memory" in said
+    assert said.endswith("more than the 512 MiB it has: give each worker thread at least 1.0 GiB"), said

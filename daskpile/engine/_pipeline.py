@@ -679,7 +679,8 @@ class _Run:
         workers have memory limits (a local scheduler's task may take the machine's).  Measured from the sampled
         footers and the first file's rows, so rows larger than the others in a file not sampled are not seen."""
         row = self.row_estimate
-        per_task = worker_memory_per_thread() if self.plan.reading.text is None and row else None
+        # (kept for the advice if a worker dies reading rows the estimate did not see: by then it may be gone)
+        self.task_memory = per_task = worker_memory_per_thread() if self.plan.reading.text is None else None
         if per_task is None or row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
             return
         others = len(self.plan.urls) - 1
@@ -754,22 +755,35 @@ class _Run:
         return scattered
 
     def _large_row_group_said(self, key: str) -> str:
-        """Where a killed pass-1 task read a Parquet column chunk larger than ``blocksize``: a smaller blocksize
-        cuts its row group, but a page is read whole, and one may hold most of the chunk."""
+        """Where a killed pass-1 task read rows too large for a task (no blocksize cuts a row), or a Parquet
+        column chunk larger than ``blocksize``: a smaller blocksize cuts its row group, but a page is read
+        whole, and one may hold most of the chunk."""
         partition = int(key.split("-")[2]) if key.startswith("daskpile-scatter-") else None
         if partition is None or self.plan.reading.text is not None or partition >= len(self.partitions):
             return ""
-        largest = (0, "", 0, "")
+        largest = (0, "", 0, "")  # bytes of a column chunk, url, row group, column
+        widest = (0.0, "", 0, 0)  # bytes a row, url, row group, rows
         for f in self.partitions[partition][:16]:  # (a task of many files holds small ones)
             with contextlib.suppress(OSError, ValueError), open_parquet(self.plan.fs, f.path) as parquet:
                 footer = parquet.metadata
                 for g in range(footer.num_row_groups):
                     group = footer.row_group(g)
+                    url = full_url(self.plan.fs, f.path)
+                    if group.num_rows and group.total_byte_size / group.num_rows > widest[0]:
+                        widest = (group.total_byte_size / group.num_rows, url, g, group.num_rows)
                     for c in range(group.num_columns):
                         chunk = group.column(c)
                         if chunk.total_uncompressed_size > largest[0]:
-                            url = full_url(self.plan.fs, f.path)
                             largest = (chunk.total_uncompressed_size, url, g, chunk.path_in_schema)
+        per_task = getattr(self, "task_memory", None)
+        row, url, group, rows = widest
+        if per_task is not None and row > per_task * _sizing.MEMORY_PER_PILE_FRACTION:
+            return (
+                f". Row group {group} of {url!r} holds {count(rows, 'row')} of about {row / 2**20:,.0f} MiB each in "
+                f"memory: no blocksize cuts a row, and a task holds its rows several times over, more than the "
+                f"{per_task / 2**20:,.0f} MiB it has: give each worker thread at least "
+                f"{row / _sizing.MEMORY_PER_PILE_FRACTION / 2**30:,.1f} GiB"
+            )
         nbytes, url, group, column = largest
         if nbytes <= self.blocksize:
             return ""
