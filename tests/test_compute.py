@@ -278,4 +278,4 @@ def test_workers_killed_reading_rows_too_large_for_a_task_are_told_so(tmp_path):
         daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
     said = str(killed.value)
     assert "Row group 0 of '" in said and "8-giant.parquet' holds 2 rows of about 250 MiB each in memory" in said
-    assert said.endswith("more than the 512 MiB it has: give each worker thread at least 1.0 GiB"), said
+    assert said.endswith("8 times over, more than the 512 MiB it has: give each worker thread at least 2.2 GiB"), said

@@ -36,8 +36,10 @@ def test_plan_limits():
     assert _sizing.plan(100, 1000, 10**9, min_piles=8).piles == 1  # never more piles than the rows need
     assert _sizing.plan(25_000, 10**5, 10**9, min_piles=8).piles == 2  # piles of at least 10,000 rows
     assert _sizing.plan(10_001, 10**5, 10**9, min_piles=8).piles == 1
-    with pytest.raises(ValueError, match="a row takes about 1,000,000 bytes"):
-        _sizing.plan(10, 10**7, 10**5)
+    # (rows of 1 MB against a budget of 100 kB: what to pass, both ways)
+    said = r"rows take about 1\.0 MiB each .* memory_per_pile of 7 MiB or more .* a pile count \(piles=N, --piles N\)"
+    with pytest.raises(ValueError, match=said):
+        _sizing.plan(10, 2**20 * 10, 10**5)
     with pytest.raises(ValueError, match="more than the 65,535 daskpile supports"):
         _sizing.plan(10**10, 10**13, 10**6)
 

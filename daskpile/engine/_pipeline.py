@@ -549,7 +549,6 @@ def shuffle_plan(
         finished = run.finished_already()
         if finished is not None:
             return finished
-        run.refuse_rows_no_task_holds()
         run.prepare_scratch()
         with _resumable(run.scratch, run.dest_fs, run.dest_path), counting_worker_deaths(run.deaths):
             scattered = run.scatter()
@@ -645,6 +644,8 @@ class _Run:
         cut_row_groups = self.previous.cut_row_groups if self.previous is not None else CUT_ROW_GROUPS
         self.plan = self.plan.with_pieces(row_bytes, cut_row_groups)
         self.row_estimate = max(self.estimated_bytes / rows, row_bytes) if rows else 0
+        if self.old_result is None or self.overwrite:  # (a finished result is reported, whatever the cluster)
+            self.refuse_rows_no_task_holds()
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -673,24 +674,24 @@ class _Run:
         )  # fmt: skip
 
     def refuse_rows_no_task_holds(self) -> None:
-        """Parquet rows larger than a quarter of a task's memory (what ``piles="auto"`` gives a pile) refused
-        before pass 1, whose workers would die reading the first: a piece is at least a row, which a task holds
-        several times over (a row of 300 MiB took 1.6 GiB in pass 1 and 2.2 in pass 2).  Only on a cluster whose
-        workers have memory limits (a local scheduler's task may take the machine's).  Measured from the sampled
-        footers and the first file's rows, so rows larger than the others in a file not sampled are not seen."""
+        """Parquet rows a task cannot hold (``_sizing.ROW_COPIES`` times over, more than a worker's memory over
+        its threads) refused before pass 1, whose workers would die reading the first: a piece is at least a row,
+        and a pile too.  Only on a cluster whose workers have memory limits (a local scheduler's task may take
+        the machine's).  Measured from the sampled footers and the first file's rows, so rows larger than the
+        others in a file not sampled are not seen: ``_large_row_group_said`` names them once a worker dies."""
         row = self.row_estimate
         # (kept for the advice if a worker dies reading rows the estimate did not see: by then it may be gone)
         self.task_memory = per_task = worker_memory_per_thread() if self.plan.reading.text is None else None
-        if per_task is None or row <= per_task * _sizing.MEMORY_PER_PILE_FRACTION:
+        if per_task is None or row * _sizing.ROW_COPIES <= per_task:
             return
         others = len(self.plan.urls) - 1
         where = f"{self.plan.urls[0]!r}" + (f" and {count(others, 'other file')}" if others else "")
         raise ValueError(
-            f"the rows of the source ({where}) take about {row / 2**20:,.0f} MiB each in memory, more than a "
-            f"quarter of the {per_task / 2**20:,.0f} MiB a task has (a worker's memory limit over its threads), and "
-            f"a task holds its rows several times over: give each worker thread at least "
-            f"{row / _sizing.MEMORY_PER_PILE_FRACTION / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a "
-            "cluster daskpile starts)"
+            f"the rows of the source ({where}) take about {row / 2**20:,.0f} MiB each in memory, and a task holds "
+            f"a row up to {_sizing.ROW_COPIES} times over, more than the {per_task / 2**20:,.0f} MiB it has (a "
+            f"worker's memory limit over its threads): give each worker thread at least "
+            f"{_sizing.row_memory(row) / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a cluster daskpile "
+            "starts)"
         )
 
     def finished_already(self) -> ShuffleReport | None:
@@ -777,12 +778,12 @@ class _Run:
                             largest = (chunk.total_uncompressed_size, url, g, chunk.path_in_schema)
         per_task = getattr(self, "task_memory", None)
         row, url, group, rows = widest
-        if per_task is not None and row > per_task * _sizing.MEMORY_PER_PILE_FRACTION:
+        if per_task is not None and row * _sizing.ROW_COPIES > per_task:
             return (
                 f". Row group {group} of {url!r} holds {count(rows, 'row')} of about {row / 2**20:,.0f} MiB each in "
-                f"memory: no blocksize cuts a row, and a task holds its rows several times over, more than the "
-                f"{per_task / 2**20:,.0f} MiB it has: give each worker thread at least "
-                f"{row / _sizing.MEMORY_PER_PILE_FRACTION / 2**30:,.1f} GiB"
+                f"memory: no blocksize cuts a row, and a task holds a row up to {_sizing.ROW_COPIES} times over, more "
+                f"than the {per_task / 2**20:,.0f} MiB it has: give each worker thread at least "
+                f"{_sizing.row_memory(row) / 2**30:,.1f} GiB"
             )
         nbytes, url, group, column = largest
         if nbytes <= self.blocksize:
@@ -859,7 +860,9 @@ class _Run:
             raise
         self.seconds_gather = timer.seconds
         _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
-        split_note = f", {len(split)} piles over memory_per_pile split in {sum(split.values())}" if split else ""
+        split_note = ""
+        if split:
+            split_note = f", {count(len(split), 'pile')} over memory_per_pile split in {sum(split.values())}"
         split_note += f", cut into files of {count(self.rows_per_file, 'row')}" if self.rows_per_file else ""
         empty = sum(1 for r in gathered if not r.rows)
         split_note += f", {empty:,} of them empty" if empty else ""

@@ -30,6 +30,23 @@ DECODED_SAMPLE_ROWS = 65_536
 # Peak memory of a pass-2 task measured at about 2.5-3.5 piles (the pile, its
 # permuted copy, writer buffers); 4 leaves room for Dask and the allocator.
 MEMORY_PER_PILE_FRACTION = 1 / 4
+# A row of one large value is held up to this many times by a task (pass 2: the pile, its permuted copy, the
+# Parquet writer's page and compressed buffers): a worker thread of 2.2 GiB for a row of 300 MiB, measured
+# on the sync scheduler (7.3x); a 1 GiB worker thread held 60 MiB rows, and died on 150 MiB ones.
+ROW_COPIES = 8
+WORKER_BASE_BYTES = 256 * 2**20  # a worker's own memory (Python, Dask, Arrow's libraries), besides its tasks'
+
+
+def row_memory(row_bytes: float) -> float:
+    """The memory a worker thread needs to shuffle rows of ``row_bytes``: ``ROW_COPIES`` of one, and the
+    worker's own.
+
+    >>> row_memory(300 * 2**20) / 2**30
+    2.59375
+    """
+    return row_bytes * ROW_COPIES + WORKER_BASE_BYTES
+
+
 # Piles of at most this many bytes in memory on average, however much memory there is: a pile's permutation
 # reads it in random order, and past a few tens of MiB most of those reads miss the CPU's caches and TLB.
 # Measured on the 2-core VM (benchmarks/README.md, 2026-11-28, evening): pass 2 of B took 23.5-24.4 s in 8 piles
@@ -298,9 +315,14 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
     # largest mean mu with mu + 6 sqrt(mu) <= fitting_rows
     mean_rows = ((-6 + math.sqrt(36 + 4 * fitting_rows)) / 2) ** 2
     if mean_rows < 1:
+        # a pile of 1 row on average is drawn up to 7 (6 sigma above its mean): that must fit the budget
+        needed = 7 * bytes_per_row
         raise ValueError(
-            f"a row takes about {bytes_per_row:,.0f} bytes, more than memory_per_pile={memory_per_pile:,} "
-            "leaves room for: give the workers more memory or pass a larger memory_per_pile"
+            f"rows take about {bytes_per_row / 2**20:,.1f} MiB each in memory, and piles='auto' fits the largest "
+            f"pile (up to 7 rows, for piles of one row on average) in memory_per_pile, which is "
+            f"{memory_per_pile / 2**20:,.0f} MiB: pass memory_per_pile of {math.ceil(needed / 2**20):,} MiB or more "
+            "(--memory-per-pile; a worker thread needs 4 times that), or a pile count (piles=N, --piles N): a pile "
+            "over memory_per_pile is then split into files that fit"
         )
     # at least min_piles (for parallelism), but never so many that piles get fewer than
     # MIN_ROWS_PER_PILE rows on average: 200 rows make one pile, not 4 per thread
