@@ -764,7 +764,7 @@ class _Run:
             return ""
         largest = (0, "", 0, "")  # bytes of a column chunk, url, row group, column
         widest = (0.0, "", 0, 0)  # bytes a row, url, row group, rows
-        for f in self.partitions[partition][:16]:  # (a task of many files holds small ones)
+        for f in _files_near(self.partitions, partition):
             with contextlib.suppress(OSError, ValueError), open_parquet(self.plan.fs, f.path) as parquet:
                 footer = parquet.metadata
                 for g in range(footer.num_row_groups):
@@ -959,6 +959,18 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
         spec.source_files, spec.source_stamps, requested_piles, requested_seed, spec.blocksize, spec.rows_per_file,
         spec.schema_key, spec.second_pass, spec.output,
     )  # fmt: skip
+
+
+def _files_near(partitions: list, partition: int, most: int = 64) -> list:
+    """The files of ``partition`` and of the partitions nearest it, ``most`` at most: the task Dask names as
+    killed may be one that ran beside the one that held the memory, on the same worker (tasks are sent in
+    order).  Of a task of many files, its first 16 (a task of many files holds small ones).
+
+    >>> _files_near([["a"], ["b", "c"], ["d"]], 2, most=3)
+    ['d', 'b', 'c']
+    """
+    order = sorted(range(len(partitions)), key=lambda k: abs(k - partition))
+    return [f for k in order for f in partitions[k][:16]][:most]
 
 
 def _stamps(infos: list[dict | None]) -> list[str | None]:
