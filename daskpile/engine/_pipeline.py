@@ -578,6 +578,7 @@ class _Run:
     output: Output
     complete: bool = dataclasses.field(default=False, init=False)  # its manifest is written
     deaths: list = dataclasses.field(default_factory=list, init=False)  # workers that died running its tasks
+    task_memory: int | None = dataclasses.field(default=None, init=False)  # a worker's limit over its threads
 
     def check_places(self, dest: str, scratch: str | None) -> None:
         """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
@@ -776,7 +777,7 @@ class _Run:
                         chunk = group.column(c)
                         if chunk.total_uncompressed_size > largest[0]:
                             largest = (chunk.total_uncompressed_size, url, g, chunk.path_in_schema)
-        per_task = getattr(self, "task_memory", None)
+        per_task = getattr(self, "task_memory", None)  # (None until sized, or on a local scheduler)
         row, url, group, rows = widest
         if per_task is not None and row * _sizing.ROW_COPIES > per_task:
             return (

@@ -32,7 +32,8 @@ DECODED_SAMPLE_ROWS = 65_536
 MEMORY_PER_PILE_FRACTION = 1 / 4
 # A row of one large value is held up to this many times by a task (pass 2: the pile, its permuted copy, the
 # Parquet writer's page and compressed buffers): a worker thread of 2.2 GiB for a row of 300 MiB, measured
-# on the sync scheduler (7.3x); a 1 GiB worker thread held 60 MiB rows, and died on 150 MiB ones.
+# on the sync scheduler (7.3x).  In a trial (2026-11-29) workers of 1.3-2 GiB died on rows of 300 MiB, and
+# workers of 1 GiB held rows of 60 MiB (with a pile count and a blocksize of 64 MiB).
 ROW_COPIES = 8
 WORKER_BASE_BYTES = 256 * 2**20  # a worker's own memory (Python, Dask, Arrow's libraries), besides its tasks'
 
