@@ -597,6 +597,19 @@ def test_strict_refuses_nested_fields_whose_nulls_differ(sync_scheduler, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("more", ["a.parquet", "b.parquet"])
+def test_strict_refuses_structs_of_other_fields_naming_the_file(sync_scheduler, tmp_path, more):
+    """A struct with a field more in one file than in the other: "daskpile: error: index out of bounds", and
+    a run state left to resume, when the file with the field more came second."""
+    (tmp_path / "lake").mkdir()
+    for name in ["a.parquet", "b.parquet"]:
+        value = {"x": 1, "y": 2, "z": 3} if name == more else {"x": 1, "y": 2}
+        pq.write_table(pa.table({"s": [value]}), tmp_path / "lake" / name)
+    with pytest.raises(ValueError, match=r"schema of '.*b\.parquet' differs from that of '.*a\.parquet': s: "):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_unify_keeps_pandas_metadata_written_by_other_versions_of_pandas(sync_scheduler, tmp_path):
     import json
 

@@ -53,7 +53,7 @@ from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import read_pieces
 
 # New runs read a Parquet row group larger than a piece in parts of its rows; a run begun by a daskpile that
-# did not numbers its pieces otherwise, and resumes as it began (``RunSpec.cut_row_groups``).
+# numbered its pieces otherwise resumes as it began (``RunSpec.cut_row_groups``).
 CUT_ROW_GROUPS = True
 
 

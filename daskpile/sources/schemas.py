@@ -183,8 +183,9 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
         if (one(actual) and other(expected)) or (other(actual) and one(expected)):
             return same_values(actual.value_type, expected.value_type) if one is pa.types.is_list else True
     if pa.types.is_struct(actual) and pa.types.is_struct(expected):
-        fields = [(actual.field(i), expected.field(i)) for i in range(actual.num_fields)]
-        return actual.num_fields == expected.num_fields and all(_same_field(a, e) for a, e in fields)
+        return actual.num_fields == expected.num_fields and all(
+            _same_field(actual.field(i), expected.field(i)) for i in range(actual.num_fields)
+        )
     if pa.types.is_map(actual) and pa.types.is_map(expected):
         return same_values(actual.key_type, expected.key_type) and _same_field(actual.item_field, expected.item_field)
     return False
