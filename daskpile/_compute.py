@@ -143,26 +143,27 @@ def total_threads() -> int:
     return max(1, sum(client.nthreads().values()))
 
 
+def _limits_per_thread() -> tuple[list[float], int]:
+    """(each worker's memory limit over its threads, for those that have one; how many workers), of the
+    current cluster: ([], 0) without one."""
+    client = current_client()
+    if client is None:
+        return [], 0
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")], len(workers)
+
+
 def worker_memory_per_thread() -> int | None:
     """The memory limit of a worker of the current cluster over its threads (the smallest); None without a
     cluster, or with workers that have no limit (a local scheduler's task may take the machine's)."""
-    client = current_client()
-    if client is None:
-        return None
-    workers = client.scheduler_info(n_workers=-1)["workers"].values()
-    limits = [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")]
-    return int(min(limits)) if limits and len(limits) == len(workers) else None
+    limits, workers = _limits_per_thread()
+    return int(min(limits)) if limits and len(limits) == workers else None
 
 
 def memory_per_thread() -> int:
     """Bytes of memory a task may count on: a worker's limit over its threads, or RAM over cores."""
-    client = current_client()
-    if client is not None:
-        workers = client.scheduler_info(n_workers=-1)["workers"].values()
-        limits = [w["memory_limit"] / max(w["nthreads"], 1) for w in workers if w.get("memory_limit")]
-        if limits:
-            return int(min(limits))
-    return psutil.virtual_memory().total // dask.system.CPU_COUNT
+    limits, _ = _limits_per_thread()
+    return int(min(limits)) if limits else psutil.virtual_memory().total // dask.system.CPU_COUNT
 
 
 def giving_memory_back(fn):
