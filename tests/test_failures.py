@@ -82,6 +82,8 @@ def test_a_killed_worker_changes_nothing(source, uninterrupted, tmp_path, during
     # said, though the run succeeded: workers that die are what makes a larger run fail
     assert report.worker_deaths == 1
     assert "; 1 worker died running its tasks, which ran again (out of memory" in str(report)
+    # the tasks that ran again found their files written: reused, but the run did not resume one interrupted
+    assert report.resumed_partitions == report.resumed_piles == 0 and "resumed" not in str(report)
 
 
 def _shuffle_dataframe_to_parquet(source, dest, scratch):

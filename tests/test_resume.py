@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -68,7 +69,7 @@ def kill_points(dest, scratch) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["pass 1", "between passes", "pass 2"])
-def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, point):
+def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, point, capsys):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
     ready = kill_points(dest, scratch)[point]
@@ -80,9 +81,12 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
         (dest / ".part-00039.parquet.0123456789abcdef.tmp").write_bytes(b"PAR1 half a file")
 
     with dask.config.set(scheduler="sync"):
-        report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch))
+        report = shuffle(source, str(dest), piles=PILES, seed=SEED, scratch=str(scratch), progress=True)
     assert report.resumed_partitions >= 10
     assert point != "pass 2" or report.resumed_piles >= 8
+    # pass 1 says what it wrote, apart from the scratch it kept
+    said = re.search(r"([\d,]+) MiB to scratch, ([\d,]+) MiB kept from the interrupted run", capsys.readouterr().out)
+    assert said and (int(said[1]) > 0) == (point == "pass 1") and int(said[2]) > 0
     assert file_bytes(dest) == uninterrupted
     assert daskpile.verify(source, str(dest)).ok
     assert sorted(os.listdir(dest))[:2] == ["_daskpile.json", "part-00000.parquet"]

@@ -751,10 +751,17 @@ class _Run:
         timer.say(
             f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
             f"{count(len(self.partitions), 'task')}{self._pieces_said(scattered)} "
-            f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), "
-            f"{sum(r.scratch_bytes for r in scattered) / 2**20:,.0f} MiB to scratch"
+            f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), {self._scratch_written_said(scattered)}"
         )
         return scattered
+
+    def _scratch_written_said(self, scattered) -> str:
+        """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""
+        written = sum(r.scratch_bytes for r in scattered if not r.reused) / 2**20
+        kept = sum(r.scratch_bytes for r in scattered if r.reused) / 2**20
+        if self.previous is None or not kept:
+            return f"{written + kept:,.0f} MiB to scratch"
+        return f"{written:,.0f} MiB to scratch, {kept:,.0f} MiB kept from the interrupted run"
 
     def _large_row_group_said(self, key: str) -> str:
         """Where a killed pass-1 task read rows too large for a task (no blocksize cuts a row), or a Parquet
@@ -939,8 +946,9 @@ class _Run:
             scratch_bytes=sum(r.scratch_bytes for r in scattered),
             output_bytes=sum(r.bytes for r in gathered),
             fingerprint=fingerprint,
-            resumed_partitions=sum(r.reused for r in scattered),
-            resumed_piles=sum(r.reused for r in gathered),
+            # Reused in a run that did not resume: a retry of a task whose worker died after writing (deaths_said)
+            resumed_partitions=sum(r.reused for r in scattered) if self.previous is not None else 0,
+            resumed_piles=sum(r.reused for r in gathered) if self.previous is not None else 0,
             pile_plan=self.pile_plan,
             skipped_files=list(self.plan.skipped),
             source_description=self.plan.describe(),
