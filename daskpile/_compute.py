@@ -283,9 +283,16 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
 
 class WorkerKilled(RuntimeError):
     """The workers running one of daskpile's tasks died while running it, as often as Dask allows: out of
-    memory, most often.  ``key`` is the task's."""
+    memory, most often.  ``key`` is the task's; ``piles``, a pass-2 task's piles."""
 
     key: str = ""
+    piles: tuple[int, ...] = ()
+
+    def saying(self, more: str) -> WorkerKilled:
+        """The same error with ``more`` said after its message (what the caller knows of the task)."""
+        said = WorkerKilled(f"{self}{more}")
+        said.key, said.piles = self.key, self.piles
+        return said
 
 
 # What a task of daskpile's does, by the start of its key, and what to change when its workers die

@@ -279,3 +279,45 @@ def test_workers_killed_reading_rows_too_large_for_a_task_are_told_so(tmp_path):
     said = str(killed.value)
     assert "Row group 0 of '" in said and "8-giant.parquet' holds 2 rows of about 250 MiB each in memory" in said
     assert said.endswith("8 times over, more than the 512 MiB it has: give each worker thread at least 2.2 GiB"), said
+
+
+def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):
+    """Pass 1 reads 1 MiB rows in pieces of 16 MiB; pass 2 holds all of them in one pile, too many for the worker.
+    Pass 1 measured the pile and its largest row: the message says them, beside its advice."""
+    import types
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from distributed import Client, LocalCluster
+
+    import daskpile
+    from daskpile.engine._pipeline import _Run
+
+    source = tmp_path / "src"
+    source.mkdir()
+    for k in range(16):
+        blobs = pa.array([bytes(2**20)] * 10, pa.binary())
+        pq.write_table(pa.table({"id": range(k * 10, k * 10 + 10), "blob": blobs}), source / f"{k}.parquet")
+    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="400MiB", dashboard_address=":0")
+    with once, cluster, Client(cluster), pytest.raises(daskpile.WorkerKilled) as killed:
+        daskpile.shuffle_parquet(
+            str(source), str(tmp_path / "out"), piles=1, seed=1, scratch=str(tmp_path / "s"), blocksize="16MiB"
+        )
+    said = str(killed.value)
+    assert said.startswith("the workers running pass 2 (loading and writing a pile) died 1 time"), said
+    assert said.endswith(". The task held pile 0: 160 rows, 160 MiB in memory, its largest row 1.0 MiB"), said
+    assert killed.value.piles == (0,), killed.value.key
+
+    # a row no task holds: no pile count helps, only memory (the figures are pass 1's, as a killed task's)
+    scattered = [
+        types.SimpleNamespace(pile_bytes=np.array([9, 300, 50]) * 2**20, largest_rows=np.array([1, 60, 2]) * 2**20)
+    ]
+    run = types.SimpleNamespace(counts=np.array([10, 12, 30]), task_memory=256 * 2**20)
+    said = _Run._large_pile_said(run, (0, 1, 2), scattered)
+    assert said == (
+        ". The task held piles 0 to 2, the largest pile 1: 12 rows, 300 MiB in memory, its largest row 60.0 MiB; "
+        "a task holds a row up to 8 times over, more than the 256 MiB it has: give each worker thread at least 0.7 "
+        "GiB, which no pile count or memory_per_pile can spare it"
+    )

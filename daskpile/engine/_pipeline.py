@@ -15,6 +15,7 @@ import errno
 import hashlib
 import math
 import posixpath
+import re
 import tempfile
 
 import dask
@@ -739,7 +740,7 @@ class _Run:
             self.seconds_scatter = timer.seconds
             self.refuse_what_the_output_cannot_hold(scattered)
         except WorkerKilled as e:
-            raise WorkerKilled(f"{e}{self._large_row_group_said(e.key)}") from None
+            raise e.saying(self._large_row_group_said(e.key)) from None
         except (ValueError, TypeError, OSError) as e:
             self.scratch.remove()  # bad input, or scratch full: nothing worth resuming
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
@@ -788,9 +789,10 @@ class _Run:
         row, url, group, rows = widest
         if per_task is not None and row * _sizing.ROW_COPIES > per_task:
             return (
-                f". Row group {group} of {url!r} holds {count(rows, 'row')} of about {row / 2**20:,.0f} MiB each in "
-                f"memory: no blocksize cuts a row, and a task holds a row up to {_sizing.ROW_COPIES} times over, more "
-                f"than the {per_task / 2**20:,.0f} MiB it has: give each worker thread at least "
+                f". Row group {group} of {url!r} holds {count(rows, 'row')} of about {row / 2**20:,.0f} MiB"
+                f"{' each' if rows > 1 else ''} in memory: no blocksize cuts a row, and a task holds a row up to "
+                f"{_sizing.ROW_COPIES} times over, more than the {per_task / 2**20:,.0f} MiB it has: give each worker "
+                "thread at least "
                 f"{_sizing.row_memory(row) / 2**30:,.1f} GiB"
             )
         nbytes, url, group, column = largest
@@ -850,6 +852,8 @@ class _Run:
                 _budget(self.memory_per_pile, self.pile_plan), self.spec.key(), self.rows_per_file, self.progress,
                 self.second_pass == "eager", self.output,
             )  # fmt: skip
+        except WorkerKilled as e:
+            raise e.saying(self._large_pile_said(e.piles, scattered)) from None
         except ValueError as e:  # rows the output format cannot hold (a NaN in JSON): a rerun would fail alike
             self.discard(e)
             raise
@@ -879,6 +883,28 @@ class _Run:
             f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"
         )
         return names, gathered
+
+    def _large_pile_said(self, piles: list[int], scattered) -> str:
+        """The piles a killed pass-2 task held, as pass 1 measured them: the largest, and its largest row, which
+        no pile count or split takes apart."""
+        if not piles:
+            return ""
+        pile_bytes, largest = _pile_bytes(self.counts, scattered), _largest_rows(scattered)
+        j = max(piles, key=lambda p: pile_bytes[p])
+        held = f"pile {j}" if len(piles) == 1 else f"piles {piles[0]} to {piles[-1]}, the largest pile {j}"
+        said = f". The task held {held}: {count(int(self.counts[j]), 'row')}, {pile_bytes[j] / 2**20:,.0f} MiB"
+        said += " in memory"
+        if largest is None:
+            return said
+        row, per_task = int(largest[j]), self.task_memory or worker_memory_per_thread()
+        said += f", its largest row {row / 2**20:,.1f} MiB"
+        if per_task is not None and row * _sizing.ROW_COPIES > per_task:
+            said += (
+                f"; a task holds a row up to {_sizing.ROW_COPIES} times over, more than the {per_task / 2**20:,.0f} "
+                f"MiB it has: give each worker thread at least {_sizing.row_memory(row) / 2**30:,.1f} GiB, which no "
+                "pile count or memory_per_pile can spare it"
+            )
+        return said
 
     def check_fingerprints(self, scattered, gathered) -> Fingerprint:
         """The fingerprint of the rows read, which must be that of the rows written; if not, nothing is kept.
@@ -1108,13 +1134,16 @@ def _pass_2(
         tasks, groups = _gather_tasks(
             scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute, output
         )
-        if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
-            return names, _in_order(compute(tasks, progress=progress))
-        with _scratch.BandRemover(scratch_dir, [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]) as bands:
-            return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done))
+        with _saying_piles_of_a_killed_task(groups, key):
+            if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
+                return names, _in_order(compute(tasks, progress=progress))
+            bands_read = [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]
+            with _scratch.BandRemover(scratch_dir, bands_read) as bands:
+                return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done))
     # pass 2 writes the permuted piles to scratch, pass 3 cuts their sequence into equal files
-    tasks, _ = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
-    permuted = _in_order(compute(tasks, progress=progress))
+    tasks, groups = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
+    with _saying_piles_of_a_killed_task(groups, key):
+        permuted = _in_order(compute(tasks, progress=progress))
     ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
     names = [_manifest.part_name(f, len(ranges), suffix=output.suffix) for f in range(len(ranges))]
     rechunk = [
@@ -1125,6 +1154,19 @@ def _pass_2(
         for f, file_ranges in enumerate(ranges)
     ]  # fmt: skip
     return names, compute(rechunk, progress=progress)  # in file order already
+
+
+@contextlib.contextmanager
+def _saying_piles_of_a_killed_task(groups: list[list[int]], key: str):
+    """A pass-2 task whose workers died says which piles it held (``WorkerKilled.piles``): those of its group,
+    or the one it split, or whose sub-piles it gathered."""
+    try:
+        yield
+    except WorkerKilled as e:
+        group = next((g for g in groups if e.key == f"daskpile-gather-{g[0]:06d}-{key}"), None)
+        split = re.match(r"daskpile-(?:split|gather)-(\d+)-", e.key)
+        e.piles = tuple(group) if group is not None else (int(split[1]),) if split else ()
+        raise
 
 
 def _gather_tasks(
