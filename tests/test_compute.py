@@ -255,9 +255,10 @@ def test_workers_killed_reading_a_large_column_chunk_are_told_of_its_pages(tmp_p
     assert said(2**20, "daskpile-gather-000000-abc") == ""  # pass 2's: piles, not pages
 
 
-def test_workers_killed_reading_rows_too_large_for_a_task_are_told_so(tmp_path):
-    """Giant rows in a file the estimate does not sample (the ninth) pass the check before pass 1, and kill the
-    worker that reads them.  The message advised a smaller blocksize, which cannot cut a row."""
+def test_rows_too_large_for_a_task_are_refused_by_the_task_about_to_read_them(tmp_path):
+    """Giant rows in a file the estimate does not sample (the ninth) pass the check before pass 1.  They killed
+    the worker that read them, four times, and the message advised a smaller blocksize, which cannot cut a row.
+    The task now reads its row group's footer first and refuses them, naming the file and the memory needed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from distributed import Client, LocalCluster
@@ -268,17 +269,22 @@ def test_workers_killed_reading_rows_too_large_for_a_task_are_told_so(tmp_path):
     source.mkdir()
     for k in range(8):
         pq.write_table(pa.table({"id": range(k * 100, k * 100 + 100), "blob": [b"x"] * 100}), source / f"{k}.parquet")
-    blobs = pa.array([bytes(250 * 2**20)] * 2, pa.binary())  # zeros: a small file
+    blobs = pa.array([bytes(80 * 2**20)] * 2, pa.binary())  # zeros: a small file; 8 of a row fill 640 MiB
     giant = pa.table({"id": [800, 801], "blob": blobs})
     pq.write_table(giant, source / "8-giant.parquet", row_group_size=2, use_dictionary=False)  # as distinct values
     del blobs, giant
-    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    once = dask.config.set({"distributed.scheduler.allowed-failures": 0})  # a death fails the run at once
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB", dashboard_address=":0")
-    with once, cluster, Client(cluster), pytest.raises(daskpile.WorkerKilled) as killed:
-        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
-    said = str(killed.value)
-    assert "Row group 0 of '" in said and "8-giant.parquet' holds 2 rows of about 250 MiB each in memory" in said
-    assert said.endswith("8 times over, more than the 512 MiB it has: give each worker thread at least 2.2 GiB"), said
+    with once, cluster, Client(cluster) as client:
+        worker = client.run(os.getpid)
+        with pytest.raises(ValueError) as refused:
+            daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, scratch=str(tmp_path / "s"))
+        assert client.run(os.getpid) == worker  # no worker died
+    said = str(refused.value)
+    assert said.startswith("row group 0 of '") and "8-giant.parquet' holds 2 rows of about 80 MiB each" in said
+    assert "than the 512 MiB it has (a worker's memory limit over its threads): give each worker thread at " in said
+    assert "least 0.9 GiB" in said
+    assert not (tmp_path / "out").exists() and os.listdir(tmp_path / "s") == []  # nothing written, scratch removed
 
 
 def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):

@@ -28,7 +28,7 @@ from daskpile import _kernels, _random
 from daskpile._storage import atomic_sink
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _manifest, _outputs, _scratch
+from daskpile.engine import _manifest, _outputs, _scratch, _sizing
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import PileReader, Scratch
 from daskpile.sources.parquet import read_parquet
@@ -115,11 +115,14 @@ def scatter_partition(
     reading: Reading,
     fingerprint: bool = False,
     blocksize: int = BLOCKSIZE,
+    task_memory: int | None = None,
 ) -> ScatterResult:
     """Pass 1 for one partition of a source plan (consecutive files): read and scatter it piece by piece.
 
     A scratch file left by an interrupted run of the same spec is reused as
-    is, and its piece not even read.
+    is, and its piece not even read.  With ``task_memory`` (a worker's memory
+    limit over its threads), a row group whose rows the task cannot hold is
+    refused before it is read, rather than killing the worker.
     """
     results = []
     finished: dict[int, ScatterResult | None] = {}
@@ -129,7 +132,13 @@ def scatter_partition(
         return finished[piece] is not None
 
     footer_rows: list[int] = []
-    for piece, table in read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows):
+
+    def check_rows(where: str, rows: int, row_bytes: float) -> None:
+        if task_memory is not None and row_bytes * _sizing.ROW_COPIES > task_memory:
+            raise ValueError(_sizing.rows_too_large(where, row_bytes, task_memory, each=rows > 1))
+
+    pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)
+    for piece, table in pieces:
         results.append(
             finished[piece]
             if table is None

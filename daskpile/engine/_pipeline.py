@@ -679,22 +679,16 @@ class _Run:
         """Parquet rows a task cannot hold (``_sizing.ROW_COPIES`` times over, more than a worker's memory over
         its threads) refused before pass 1, whose workers would die reading the first: a piece is at least a row,
         and a pile too.  Only on a cluster whose workers have memory limits (a local scheduler's task may take
-        the machine's).  Measured from the sampled footers and the first file's rows, so rows larger than the
-        others in a file not sampled are not seen: ``_large_row_group_said`` names them once a worker dies."""
+        the machine's).  Measured from the sampled footers and the first file's rows: larger rows in a file not
+        sampled are refused alike by the pass-1 task about to read them, from its row group's footer."""
         row = self.row_estimate
-        # (kept for the advice if a worker dies reading rows the estimate did not see: by then it may be gone)
+        # (kept: pass 1's tasks refuse rows the estimate did not see, and pass 2's deaths are said with it)
         self.task_memory = per_task = worker_memory_per_thread() if self.plan.reading.text is None else None
         if per_task is None or row * _sizing.ROW_COPIES <= per_task:
             return
         others = len(self.plan.urls) - 1
         where = f"{self.plan.urls[0]!r}" + (f" and {count(others, 'other file')}" if others else "")
-        raise ValueError(
-            f"the rows of the source ({where}) take about {row / 2**20:,.0f} MiB each in memory, and a task holds "
-            f"a row up to {_sizing.ROW_COPIES} times over, more than the {per_task / 2**20:,.0f} MiB it has (a "
-            f"worker's memory limit over its threads): give each worker thread at least "
-            f"{_sizing.row_memory(row) / 2**30:,.1f} GiB (--memory-limit, --threads-per-worker on a cluster daskpile "
-            "starts)"
-        )
+        raise ValueError(_sizing.rows_too_large(f"the rows of the source ({where}) take", row, per_task))
 
     def finished_already(self) -> ShuffleReport | None:
         """The report of dest's finished result if this call wrote it; another call's refused unless overwrite."""
@@ -733,7 +727,8 @@ class _Run:
             scattered = compute((
                 task(
                     _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
-                    self.plan.reading, self.verify, self.blocksize, key=f"daskpile-scatter-{k}-{self.spec.key()}",
+                    self.plan.reading, self.verify, self.blocksize, self.task_memory,
+                    key=f"daskpile-scatter-{k}-{self.spec.key()}",
                 )
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip
@@ -765,36 +760,23 @@ class _Run:
         return f"{written:,.0f} MiB to scratch, {kept:,.0f} MiB kept from the interrupted run"
 
     def _large_row_group_said(self, key: str) -> str:
-        """Where a killed pass-1 task read rows too large for a task (no blocksize cuts a row), or a Parquet
-        column chunk larger than ``blocksize``: a smaller blocksize cuts its row group, but a page is read
-        whole, and one may hold most of the chunk."""
+        """Where a killed pass-1 task read a Parquet column chunk larger than ``blocksize``: a smaller blocksize
+        cuts its row group, but a page is read whole, and one may hold most of the chunk.  (Rows too large for
+        a task are refused before they are read: ``scatter_partition``'s ``task_memory``.)"""
         partition = int(key.split("-")[2]) if key.startswith("daskpile-scatter-") else None
         if partition is None or self.plan.reading.text is not None or partition >= len(self.partitions):
             return ""
         largest = (0, "", 0, "")  # bytes of a column chunk, url, row group, column
-        widest = (0.0, "", 0, 0)  # bytes a row, url, row group, rows
         for f in _files_near(self.partitions, partition):
             with contextlib.suppress(OSError, ValueError), open_parquet(self.plan.fs, f.path) as parquet:
                 footer = parquet.metadata
                 for g in range(footer.num_row_groups):
                     group = footer.row_group(g)
-                    url = full_url(self.plan.fs, f.path)
-                    if group.num_rows and group.total_byte_size / group.num_rows > widest[0]:
-                        widest = (group.total_byte_size / group.num_rows, url, g, group.num_rows)
                     for c in range(group.num_columns):
                         chunk = group.column(c)
                         if chunk.total_uncompressed_size > largest[0]:
-                            largest = (chunk.total_uncompressed_size, url, g, chunk.path_in_schema)
-        per_task = getattr(self, "task_memory", None)  # (None until sized, or on a local scheduler)
-        row, url, group, rows = widest
-        if per_task is not None and row * _sizing.ROW_COPIES > per_task:
-            return (
-                f". Row group {group} of {url!r} holds {count(rows, 'row')} of about {row / 2**20:,.0f} MiB"
-                f"{' each' if rows > 1 else ''} in memory: no blocksize cuts a row, and a task holds a row up to "
-                f"{_sizing.ROW_COPIES} times over, more than the {per_task / 2**20:,.0f} MiB it has: give each worker "
-                "thread at least "
-                f"{_sizing.row_memory(row) / 2**30:,.1f} GiB"
-            )
+                            largest = (chunk.total_uncompressed_size, full_url(self.plan.fs, f.path), g,
+                                       chunk.path_in_schema)  # fmt: skip
         nbytes, url, group, column = largest
         if nbytes <= self.blocksize:
             return ""

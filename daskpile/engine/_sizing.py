@@ -38,6 +38,20 @@ ROW_COPIES = 8
 WORKER_BASE_BYTES = 256 * 2**20  # a worker's own memory (Python, Dask, Arrow's libraries), besides its tasks'
 
 
+def rows_too_large(where: str, row_bytes: float, task_memory: int, each: bool = True) -> str:
+    """Why rows of ``row_bytes`` are refused on workers whose threads have ``task_memory``, and what to change.
+
+    >>> rows_too_large("the rows of x.parquet take", 300 * 2**20, 2**30)[:60]
+    'the rows of x.parquet take about 300 MiB each in memory, and'
+    """
+    return (
+        f"{where} about {row_bytes / 2**20:,.0f} MiB{' each' if each else ''} in memory, and a task holds a row up "
+        f"to {ROW_COPIES} times over, more than the {task_memory / 2**20:,.0f} MiB it has (a worker's memory limit "
+        f"over its threads): give each worker thread at least {row_memory(row_bytes) / 2**30:,.1f} GiB "
+        "(--memory-limit, --threads-per-worker on a cluster daskpile starts)"
+    )
+
+
 def row_memory(row_bytes: float) -> float:
     """The memory a worker thread needs to shuffle rows of ``row_bytes``: ``ROW_COPIES`` of one, and the
     worker's own.
