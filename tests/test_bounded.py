@@ -520,16 +520,16 @@ def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
 
 def test_rows_a_task_cannot_hold_are_refused_before_pass_1(tmp_path):
     """Three rows of 300 MiB on workers of 1 GiB: pass 1's workers died four times over, then the advice was a
-    smaller blocksize (a piece is at least a row).  Here rows of 150 MiB (zeros: a small file) on 512 MiB."""
+    smaller blocksize (a piece is at least a row).  Here rows of 70 MiB (zeros: a small file) on 512 MiB."""
     from distributed import Client, LocalCluster
 
     (tmp_path / "src").mkdir()
-    blob = pa.array([bytes(150 * 2**20)] * 2, pa.binary())
+    blob = pa.array([bytes(70 * 2**20)] * 2, pa.binary())
     pq.write_table(pa.table({"id": [0, 1], "blob": blob}), tmp_path / "src" / "blobs.parquet", row_group_size=1)
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="512MiB", dashboard_address=":0")
     said = (
-        r"the rows of the source \('.*blobs\.parquet'\) take about 150 MiB each in memory, and a task holds a row "
-        r"up to 8 times over, more than the 512 MiB it has .* at least 1\.4 GiB"
+        r"the rows of the source \('.*blobs\.parquet'\) take about 70 MiB each in memory, and a task holds a row "
+        r"up to 8 times over, more than the 512 MiB it has .* at least 0\.8 GiB"
     )
     source, dest = str(tmp_path / "src"), str(tmp_path / "out")
     with cluster, Client(cluster):
