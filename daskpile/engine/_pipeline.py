@@ -866,7 +866,7 @@ class _Run:
         )
         return names, gathered
 
-    def _large_pile_said(self, piles: list[int], scattered) -> str:
+    def _large_pile_said(self, piles: tuple[int, ...], scattered) -> str:
         """The piles a killed pass-2 task held, as pass 1 measured them: the largest, and its largest row, which
         no pile count or split takes apart."""
         if not piles:
