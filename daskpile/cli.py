@@ -662,7 +662,8 @@ _RETAIN = click.option(
 @click.option("--partitioning", default="hive", show_default=True, help="Key=value folders, as for shuffle.")
 @click.option(
     "--again", is_flag=True,
-    help="Append files of a generation expire dropped, or rows a generation holds already (as the newest).",
+    help="Append files that changed at a path a generation holds (a landing path), files of a generation expire "
+    "dropped, or rows a generation holds already (as the newest).",
 )  # fmt: skip
 @_RETAIN
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

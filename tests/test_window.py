@@ -582,33 +582,50 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
     assert daskpile.read_manifest(dest)["window"]["version"] == 1
 
 
-def test_a_landing_path_written_again_is_a_new_day_unless_its_rows_are_a_generations(sync_scheduler, days, tmp_path):
-    """A day's files written again at the same paths with the same rows (an upstream retry) were appended as new
-    files, every row of the day then twice; refusing every changed path instead broke a feed that writes each
-    day to one landing path."""
+def test_a_changed_file_at_a_path_the_window_holds_is_refused_unless_asked(sync_scheduler, days, tmp_path):
+    """A day written again upstream (corrected) at the same paths was appended as new files: its old rows and
+    the corrected ones both in the window, and verify said match.  A path's new contents may be that, or a
+    landing path's next day: only the user knows, so it is refused, naming the file, unless asked (--again)."""
     dest = str(tmp_path / "window")
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
     daskpile.append(dest, days[1])
     landing = tmp_path / "landing"
     shutil.copytree(days[2], landing)
-    daskpile.append(dest, str(landing))  # day 2 lands
-    for path in sorted(landing.glob("*.parquet")):  # written again: same rows, another stamp
-        os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
-    with pytest.raises(ValueError, match=r"are those of generation 2 \(from .*landing.*\), row for row"):
+    daskpile.append(dest, str(landing))  # day 2 lands, generation 2
+    changed = sorted(landing.glob("*.parquet"))[-1]
+    corrected = pq.read_table(changed)
+    x = corrected.schema.get_field_index("x")
+    pq.write_table(corrected.set_column(x, "x", pc.negate(corrected["x"])), changed)  # one file of the day
+    said = (
+        rf"{changed.name} is in the window already \(appended in generation 2\) and has changed since: its rows as "
+        rf"appended then are still in the window. .*--generation 2\), then append; .* pass again=True \(--again\)"
+    )
+    with pytest.raises(ValueError, match=said):  # the changed file named, not the unchanged ones beside it
         daskpile.append(dest, str(landing))
+    daskpile.expire(dest, generations=[2])  # the day's rows as they were, dropped
+    daskpile.append(dest, str(landing))  # and the corrected day appended
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2) and daskpile.verify(dest).ok
     shutil.rmtree(landing)
-    shutil.copytree(days[3], landing)  # the next day, at the same path
-    daskpile.append(dest, str(landing))
+    shutil.copytree(days[3], landing)  # a landing path: the next day, at the same paths
+    with pytest.raises(ValueError, match="has changed since"):
+        daskpile.append(dest, str(landing))
+    daskpile.append(dest, str(landing), again=True)
     assert sorted(window_ids(dest)) == ids_of(0, 1, 2, 3)
-    shutil.rmtree(landing)
-    shutil.copytree(days[2], landing)  # day 2's files as they were (copied with their times)
-    daskpile.expire(dest, keep_generations=1)  # day 3 stays; day 2's files, as they were, are remembered
-    with pytest.raises(ValueError, match=r"landing/in-000.parquet was appended in generation 2, which expire has "):
-        daskpile.append(dest, str(landing))
-    shutil.rmtree(landing)
-    shutil.copytree(days[1], landing)  # the next file the path holds: not the expired one
-    daskpile.append(dest, str(landing))
-    assert sorted(window_ids(dest)) == ids_of(1, 3)
+
+
+def test_an_expired_day_is_refused_by_its_paths_even_touched(sync_scheduler, days, tmp_path):
+    """Expired files were remembered with their stamps: after a touch (or a copy, a sync) the expired day
+    came back as the newest generation, and the next expire --keep dropped a recent day in its place."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    for d in (1, 2):
+        daskpile.append(dest, days[d])
+    daskpile.expire(dest, keep_generations=1)  # day 2 stays
+    for path in sorted(Path(days[1]).glob("*.parquet")):
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
+    with pytest.raises(ValueError, match=r"in-000.parquet was appended in generation 1, which expire has dropped"):
+        daskpile.append(dest, days[1])
+    assert sorted(window_ids(dest)) == ids_of(2)
 
 
 def test_expire_by_generation_drops_a_day_to_append_it_corrected(sync_scheduler, days, tmp_path):

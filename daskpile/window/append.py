@@ -68,11 +68,12 @@ def append(
         still on it ("1d", "12h", seconds): those retired longer ago than this
         are removed now.  Default ``"1d"``.
     again
-        Append files of a generation ``expire`` dropped (by ``--keep`` or
-        ``--before``), or rows a generation of the window holds already (the
-        same day under another path, found by the fingerprints): both refused
-        by default, since the rows would be there twice or come back as the
-        newest generation.
+        Append files at a path a generation holds that have changed since (a
+        landing path a feed writes every day), files of a generation
+        ``expire`` dropped (by ``--keep`` or ``--before``), or rows a
+        generation of the window holds already (the same day under another
+        path, found by the fingerprints): all refused by default, since the
+        rows may be there twice or come back as the newest generation.
 
     Returns
     -------
@@ -86,8 +87,8 @@ def append(
     DestBusyError
         If another command or run is writing the window now: wait for it.
     ValueError
-        If the files do not fit the window's schema, or some (not all) of
-        them are in the window already.
+        If the files do not fit the window's schema, some (not all) of them
+        are in the window already, or one has changed since it was appended.
 
     Examples
     --------
@@ -104,7 +105,7 @@ def append(
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
     pending = snapshot.check_idle(window.fs, window.path, "append", key)
     resuming = pending is not None
-    held = _appended_already(window, plan, partly_refused=not resuming)
+    held = _appended_already(window, plan, partly_refused=not resuming, again=again)
     if held is None and not resuming and not again:
         _refuse_expired(window, plan)
     if held is not None:  # appended already (and committed, if it was interrupted after that)
@@ -172,22 +173,34 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
 
 
-def _appended_already(window: Window, plan, partly_refused: bool) -> int | None:
+def _appended_already(window: Window, plan, partly_refused: bool, again: bool = False) -> int | None:
     """The generation holding every file of the plan (unchanged since), if one does: a retried append.
 
     With ``partly_refused``, files some generation holds beside files none
-    does are refused: a partly repeated append would hold rows twice.  A file
-    some generation holds that has changed since is a new file (a landing path
-    a feed writes every day); one written again with the same rows is refused
-    once its rows are known (``_same_rows``).
+    does are refused: a partly repeated append would hold rows twice.  So is
+    a file at a path a generation holds that has changed since, unless
+    ``again``: it may be the same day written again (its old rows are in the
+    window), or a landing path a feed writes every day, and only the user
+    knows which.  The changed file is named first, whatever else is held.
     """
     held = {(url, stamp): g.number for g in window.generations
             for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
     numbers = [held.get(f) for f in zip(plan.urls, plan.stamps, strict=True)]
     if None not in numbers and len(set(numbers)) == 1:
         return numbers[0]
+    if not partly_refused:
+        return None
+    held_paths = {url: number for (url, _), number in held.items()}
     for url, number in zip(plan.urls, numbers, strict=True):
-        if number is not None and partly_refused:
+        if number is None and url in held_paths and not again:
+            raise ValueError(
+                f"{url} is in the window already (appended in generation {held_paths[url]}) and has changed since: "
+                "its rows as appended then are still in the window. If it is that data written again, drop them "
+                f"first (daskpile expire {window.url} --generation {held_paths[url]}), then append; if the path "
+                "holds new rows each time (a landing path), pass again=True (--again)"
+            )
+    for url, number in zip(plan.urls, numbers, strict=True):
+        if number is not None:
             raise ValueError(
                 f"{url} is in the window already (appended in generation {number}, unchanged since): "
                 "append only new files"
@@ -204,11 +217,13 @@ def _same_rows(window: Window, new: Generation) -> Generation | None:
 
 def _refuse_expired(window: Window, plan) -> None:
     """Refuse files of a generation expire dropped: a day appended again by mistake would come back as the
-    newest, and the next ``expire --keep`` drop a recent day in its place."""
+    newest, and the next ``expire --keep`` drop a recent day in its place.  By path, whatever the file's
+    stamp: a copy or a ``touch`` changes that, not the rows.  (Windows expired before daskpile kept paths
+    alone recorded a path with its stamp.)"""
     expired = snapshot.read_expired(window.fs, window.path)
     held = {g.number for g in window.generations}  # (recorded by an expire that was then discarded)
     for url, stamp in zip(plan.urls, plan.stamps, strict=True):
-        number = expired.get(snapshot.source_key(url, stamp))
+        number = expired.get(snapshot.source_key(url), expired.get(snapshot.source_key(url, stamp)))
         if number is not None and number not in held:
             raise ValueError(
                 f"{url} was appended in generation {number}, which expire has dropped since: appended again, its "

@@ -436,8 +436,7 @@ def record_expired(fs, path: str, generations: list[Generation]) -> None:
     if not generations:
         return
     known = read_expired(fs, path)
-    known.update({source_key(url, stamp): g.number for g in generations
-                  for url, stamp in zip(g.source_files, g.source_stamps, strict=False)})  # fmt: skip
+    known.update({source_key(url): g.number for g in generations for url in g.source_files})
     write_bytes(fs, posixpath.join(path, EXPIRED), json.dumps(known).encode())
 
 
@@ -445,15 +444,15 @@ def read_expired(fs, path: str) -> dict[str, int]:
     return _read_json(fs, posixpath.join(path, EXPIRED), {})
 
 
-def source_key(url: str, stamp: str) -> str:
-    """A source file as ``expired.json`` keeps it: 16 hex digits of the SHA-256 of its URL and stamp (the file
-    as it was: a landing path a feed writes every day holds a new file each day).  A year of a feed of a
-    thousand files a day is a few MB, not the URLs' tens.
+def source_key(url: str, stamp: str | None = None) -> str:
+    """A source file as ``expired.json`` keeps it: 16 hex digits of the SHA-256 of its URL (with its stamp, as
+    windows expired by daskpile of 2026-11-29 kept it).  A year of a feed of a thousand files a day is a few
+    MB, not the URLs' tens.
 
-    >>> source_key("s3://lake/day=1/a.parquet", "1024:1795666202.1")
-    'a377d28ee54fed74'
+    >>> source_key("s3://lake/day=1/a.parquet"), source_key("s3://lake/day=1/a.parquet", "1024:1795666202.1")
+    ('d6ba77c63c4c452d', 'a377d28ee54fed74')
     """
-    return hashlib.sha256(f"{url}\n{stamp}".encode()).hexdigest()[:16]
+    return hashlib.sha256((url if stamp is None else f"{url}\n{stamp}").encode()).hexdigest()[:16]
 
 
 def read_retired(fs, path: str) -> list[dict]:
