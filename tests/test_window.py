@@ -582,6 +582,26 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
     assert daskpile.read_manifest(dest)["window"]["version"] == 1
 
 
+def test_a_generations_folder_is_refused_as_dest_naming_the_window(sync_scheduler, days, tmp_path):
+    """A generation's folder holds a manifest of its own: a shuffle there with --overwrite replaced the
+    generation's files under the window (verify then failed, the loader refused it), and an append there
+    started a window inside the window."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    generation = os.path.join(dest, "gen-000001")
+    said = r"dest '.*window/gen-000001' is inside the moving window '.*window' \(version 1\): .* give the window"
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(days[2], generation, piles=PILES, seed=9, overwrite=True)
+    for change in (lambda: daskpile.append(generation, days[2]), lambda: daskpile.compact(generation)):
+        with pytest.raises(ValueError, match=said):
+            change()
+    run = daskpile_in_process("shuffle", days[2], generation, "--piles", "4", "--overwrite")
+    assert run.returncode == 2 and "is inside the moving window" in run.stderr, run.stderr
+    assert sorted(window_ids(dest)) == ids_of(0, 1) and daskpile.verify(dest).ok
+    assert daskpile.read_manifest(dest)["window"]["version"] == 1
+
+
 def test_a_changed_file_at_a_path_the_window_holds_is_refused_unless_asked(sync_scheduler, days, tmp_path):
     """A day written again upstream (corrected) at the same paths was appended as new files: its old rows and
     the corrected ones both in the window, and verify said match.  A path's new contents may be that, or a

@@ -528,21 +528,22 @@ def shuffle_plan(
     rows_per_file,
     second_pass: str,
     output: Output = _passes.PARQUET,
-    final: bool = True,
+    window_generation: bool = False,
 ) -> ShuffleReport:
     """``shuffle_parquet`` of a source already planned (its files and the schema their rows take), arguments checked.
 
     ``daskpile.window.append`` plans its source into the window's schema and
-    runs it here, as a step of its own (``final=False``: an interruption after
-    the manifest is not said to have left a complete result).
+    runs it here, as a step of its own (``window_generation=True``: dest is a
+    generation's folder inside the window, and an interruption after its
+    manifest is not said to have left a complete result).
     """
     plan = output.stored_plan(plan)
     run = _Run(
         plan, source, storage_options, overwrite, verify, memory_per_pile, progress, blocksize, on_oversize,
         rows_per_file, second_pass, output,
     )  # fmt: skip
-    run.check_places(dest, scratch)
-    said = _complete_if_interrupted(run) if final else contextlib.nullcontext()
+    run.check_places(dest, scratch, inside_a_window=window_generation)
+    said = _complete_if_interrupted(run) if not window_generation else contextlib.nullcontext()
     with said, _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
         run.read_dest()
         run.find_previous(piles, seed)
@@ -581,8 +582,9 @@ class _Run:
     deaths: list = dataclasses.field(default_factory=list, init=False)  # workers that died running its tasks
     task_memory: int | None = dataclasses.field(default=None, init=False)  # a worker's limit over its threads
 
-    def check_places(self, dest: str, scratch: str | None) -> None:
-        """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other."""
+    def check_places(self, dest: str, scratch: str | None, inside_a_window: bool = False) -> None:
+        """Dest and scratch: reachable, writable, seen by the workers, apart from the source and each other, and
+        dest outside a moving window unless it is one of its generations, by ``append``."""
         self.dest_fs, self.dest_path = filesystem(as_urls(dest, "dest"), self.storage_options)
         self.dest_url = full_url(self.dest_fs, self.dest_path)
         _places.check_dest_outside_source(
@@ -594,6 +596,8 @@ class _Run:
         _places.check_scratch_outside_dest(scratch_fs, scratch_path, self.dest_fs, self.dest_path)
         self.scratch_url = scratch
         check_writable(self.dest_fs, self.dest_path, "dest")
+        if not inside_a_window:
+            _places.check_dest_outside_a_window(self.dest_fs, self.dest_path)
         check_writable(scratch_fs, scratch_path, "scratch")
         _places.check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
 

@@ -36,7 +36,7 @@ from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _lease, _manifest, _outputs
+from daskpile.engine import _lease, _manifest, _outputs, _places
 
 RETIRED = posixpath.join(_manifest.VERSIONS_DIR, "retired.json")
 # {a source file's key: the generation that held it}, for the generations expire dropped: appended again, their
@@ -140,12 +140,14 @@ class Window:
 
     @classmethod
     def load(cls, dest: str, storage_options: dict | None = None, version: int | None = None) -> Window:
-        """The window at ``dest``: the current version, or ``version`` (kept for the grace period)."""
+        """The window at ``dest``, to change it: the current version, or ``version`` (kept for the grace period).
+        A generation's folder, which holds a manifest of its own, is refused."""
         fs, path = filesystem(dest, storage_options)
         fs.invalidate_cache(path)  # a long-lived process may have listed it before the last change
         manifest = (
             _manifest.read(dest, storage_options) if version is None else _manifest.window_version(fs, path, version)
         )
+        _places.check_dest_outside_a_window(fs, path)
         return cls.from_manifest(fs, path, manifest)
 
     @classmethod
