@@ -148,6 +148,10 @@ def test_expire_before_a_value_drops_whole_generations_and_cuts_the_straddling_o
         daskpile.expire(str(dest), before="not a number", column="day")
     with pytest.raises(KeyError, match="nope"):
         daskpile.expire(str(dest), before=1, column="nope")
+    # a value past every row (a mistyped year) is refused, as dropping every generation by name is
+    with pytest.raises(ValueError, match=r"every row of the window .* has day before 20260: .* leave it empty"):
+        daskpile.expire(str(dest), before=20260, column="day")
+    assert sorted(window_ids(dest)) == kept and daskpile.verify(str(dest)).ok
 
 
 def test_expire_before_a_time_given_as_text(sync_scheduler, days, tmp_path):

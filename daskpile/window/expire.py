@@ -105,6 +105,11 @@ def expire(
                 )
         else:
             kept = _cut(window, column, before)
+            if not kept:  # (as by name: a mistyped year emptied the window, and the command said it had done so)
+                raise ValueError(
+                    f"every row of the window {window.url} has {column} before {before}: expiring them would leave "
+                    "it empty. Is the value the one meant? If so, append the new files first, then expire"
+                )
         if kept == list(window.generations):
             return report(window, False, "nothing to expire", removed=removed)
         dropped = [g for g in window.generations if g.number not in {k.number for k in kept}]
