@@ -648,7 +648,8 @@ def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
 _RETAIN = click.option(
     "--retain",
     metavar="AGE",
-    help="Keep files a new version no longer lists this long, for readers of older versions (12h, 7d, 0) [1d].",
+    help="Keep files a new version no longer lists this long, for readers of older versions (12h, 7d, 0) [1d, or "
+    "what they were retired with].",
 )
 
 

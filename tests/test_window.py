@@ -284,6 +284,25 @@ def test_a_killed_append_leaves_the_previous_version_whole_and_the_same_command_
         assert (dest / name).read_bytes() == (reference / name).read_bytes()
 
 
+def test_files_retired_with_a_longer_retain_keep_it_under_a_later_default(sync_scheduler, days, tmp_path):
+    """expire --retain 3d (a weekend's downtime, as the guide advises), then the next day's append with the
+    default retain (a day): the files retired for three days were removed after one, and a checkpoint on the
+    old version could not resume.  Two days are made to pass by moving the record of their retirement."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    daskpile.expire(str(dest), keep_generations=1, retain="3d")
+    retired = dest / snapshot.RETIRED
+    entries = json.loads(retired.read_text())
+    assert [e.get("retain") for e in entries] == [None, 3 * 86_400]  # the append's (version 0), the expire's
+    retired.write_text(json.dumps([{**e, "since": e["since"] - 2 * 86_400} for e in entries]))
+    removed = daskpile.append(str(dest), days[2]).removed  # the default: only what was retired with it goes
+    assert removed == [f"{os.path.dirname(snapshot.RETIRED)}/v-00000000.json"]
+    assert (dest / "part-00000.parquet").exists() and sorted(loader_ids(dest, version=1)) == ids_of(0, 1)
+    assert daskpile.append(str(dest), days[3], retain="1d").removed  # a retain given: it applies
+    assert not (dest / "part-00000.parquet").exists()
+
+
 def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version_finishes(
     sync_scheduler, days, tmp_path
 ):

@@ -66,7 +66,8 @@ def append(
     retain
         How long files that a version no longer lists are kept for readers
         still on it ("1d", "12h", seconds): those retired longer ago than this
-        are removed now.  Default ``"1d"``.
+        are removed now.  Default: the retain they were retired with, else
+        ``"1d"``; given, it is recorded with the files this call retires.
     again
         Append files at a path a generation holds that have changed since (a
         landing path a feed writes every day), files of a generation
@@ -144,7 +145,7 @@ def append(
             f"{twin.number} (from {twin.source_files[0] if twin.source_files else 'its sources'}), row for row: the "
             "same day under another path? Pass again=True (--again) to append them anyway"
         )
-    window = window.commit([*window.generations, new], next_generation=generation + 1)
+    window = window.commit([*window.generations, new], next_generation=generation + 1, retain=retain)
     snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     summary = f"appended generation {generation} ({count(new.rows, 'row')})"

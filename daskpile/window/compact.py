@@ -63,7 +63,7 @@ def compact(
     storage_options, progress
         As for ``shuffle_parquet``.
     retain
-        As for :func:`append`.  Default ``"1d"``.
+        As for :func:`append`.
 
     Returns
     -------
@@ -98,7 +98,7 @@ def compact(
         snapshot.finish(window.fs, window.path)
         raise
     new = _generation(window, generation, compacted)
-    window = window.commit([new], next_generation=generation + 1)
+    window = window.commit([new], next_generation=generation + 1, retain=retain)
     snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     cut = _fingerprint.total(c.cut for c in compacted)

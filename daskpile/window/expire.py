@@ -63,7 +63,7 @@ def expire(
     storage_options
         Passed to fsspec.
     retain
-        As for :func:`append`.  Default ``"1d"``.
+        As for :func:`append`.
 
     Returns
     -------
@@ -116,7 +116,7 @@ def expire(
         marked = [g.number for g in kept if g.cuts and g not in window.generations]
         if generations is None:  # (generations dropped by name are to be appended again, corrected)
             snapshot.record_expired(window.fs, window.path, dropped)
-        window = window.commit(kept)
+        window = window.commit(kept, retain=retain)
     finally:
         snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)

@@ -212,8 +212,11 @@ class Window:
         }
         return manifest
 
-    def commit(self, generations: list[Generation], next_generation: int | None = None) -> Window:
-        """Write the next version holding ``generations``; the files it no longer lists are retired."""
+    def commit(
+        self, generations: list[Generation], next_generation: int | None = None, retain: str | float | None = None
+    ) -> Window:
+        """Write the next version holding ``generations``; the files it no longer lists are retired (kept for
+        ``retain``, when given, whatever a later command's default)."""
         version = self.version + 1
         self._check_unchanged()
         manifest = self.manifest(version, generations, next_generation or self.next_generation)
@@ -222,7 +225,7 @@ class Window:
         if self.version == 0 and not self.fs.exists(_manifest.version_path(self.path, 0)):
             write_bytes(self.fs, _manifest.version_path(self.path, 0), json.dumps(self.base, indent=1).encode())
         superseded = posixpath.relpath(_manifest.version_path(self.path, self.version), self.path)
-        retire(self.fs, self.path, [*_directories_of(gone, listed), superseded])
+        retire(self.fs, self.path, [*_directories_of(gone, listed), superseded], retain)
         write_bytes(self.fs, _manifest.version_path(self.path, version), json.dumps(manifest, indent=1).encode())
         _manifest.write(self.fs, self.path, manifest)  # the switch: readers opening it now read this version
         return Window.from_manifest(self.fs, self.path, manifest)
@@ -417,8 +420,9 @@ def finish(fs, path: str) -> None:
 # ---- retired files ----
 
 
-def retire(fs, path: str, names: list[str]) -> None:
-    """Record ``names`` (relative to the window) as no longer listed from now: removable after the grace period.
+def retire(fs, path: str, names: list[str], retain: str | float | None = None) -> None:
+    """Record ``names`` (relative to the window) as no longer listed from now: removable after the grace period,
+    ``retain`` if given (recorded with them: a later command's default does not cut it short).
 
     Written before the manifest that stops listing them, so that nothing is
     ever unlisted without being recorded; ``collect`` never removes what the
@@ -429,7 +433,10 @@ def retire(fs, path: str, names: list[str]) -> None:
     # a name retired before (by a change that was then discarded) starts its grace period again now
     renamed = set(names)
     entries = [{**e, "names": [n for n in e["names"] if n not in renamed]} for e in read_retired(fs, path)]
-    entries = [e for e in entries if e["names"]] + [{"names": list(names), "since": time.time()}]
+    entry = {"names": list(names), "since": time.time()}
+    if retain is not None:
+        entry["retain"] = parse_timedelta(retain)
+    entries = [e for e in entries if e["names"]] + [entry]
     write_bytes(fs, posixpath.join(path, RETIRED), json.dumps(entries, indent=1).encode())
 
 
@@ -462,8 +469,9 @@ def read_retired(fs, path: str) -> list[dict]:
 
 
 def collect(window: Window, retain: str | float | None) -> list[str]:
-    """Remove the retired files whose grace period ``retain`` has passed; the names removed."""
-    seconds = parse_timedelta(DEFAULT_RETAIN if retain is None else retain)
+    """Remove the retired files whose grace period has passed: ``retain`` if given, else the one they were
+    retired with (``DEFAULT_RETAIN`` if none was); the names removed."""
+    default = parse_timedelta(DEFAULT_RETAIN)
     entries = read_retired(window.fs, window.path)
     if not entries:
         return []
@@ -472,6 +480,7 @@ def collect(window: Window, retain: str | float | None) -> list[str]:
     listed.add(posixpath.relpath(_manifest.version_path(window.path, window.version), window.path))
     now, kept, removed = time.time(), [], []
     for entry in entries:
+        seconds = parse_timedelta(retain) if retain is not None else entry.get("retain", default)
         if now - entry["since"] < seconds:
             kept.append(entry)
             continue
