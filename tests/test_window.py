@@ -329,6 +329,9 @@ def test_retired_files_stay_for_the_grace_period_and_a_reader_of_the_old_version
     current = daskpile.PileLoader.current_version(str(dest))
     with pytest.raises(ValueError, match=rf"version={current + 5}: the window .* is at version {current}$"):
         daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=current + 5)
+    for wrong in (-1, 1.5, True):  # -1 was "version -1 ... is gone (v--0000001.json)"
+        with pytest.raises(ValueError, match=rf"version must be a version number, 0 or more, got {wrong!r}"):
+            daskpile.PileLoader(str(dest), batch_size=500, seed=0, version=wrong)
     plain = tmp_path / "plain"
     daskpile.shuffle_parquet(days[0], str(plain), piles=PILES, seed=SEED)
     with pytest.raises(ValueError, match=r"version=1: .* is a shuffle result, not a moving window: its version is 0"):

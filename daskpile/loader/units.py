@@ -8,6 +8,7 @@ import functools
 import hashlib
 import itertools
 import json
+import numbers
 import operator
 import posixpath
 import re
@@ -83,6 +84,8 @@ def discover(
     ``_daskpile.json`` holds (or ``version``) lists them.  Files without a
     manifest must agree on the ``columns`` read (all: the first file's).
     """
+    if version is not None and (isinstance(version, bool) or not isinstance(version, numbers.Integral) or version < 0):
+        raise ValueError(f"version must be a version number, 0 or more, got {version!r}")
     fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
     _outputs.require_parquet(manifest, path, "PileLoader")
     if manifest is None:
