@@ -355,11 +355,18 @@ def test_a_checkpoint_at_an_epochs_end_resumes_after_its_versions_manifest_is_go
     early.load_state_dict(ended)  # resumed while version 1 is kept: saved again at once, before reading
     ended = early.state_dict()
     assert ended["ended"] and ended["version"] == 1
-    daskpile.append(dest, days[2], retain=0)
+    daskpile.append(dest, days[2])
+    # Version 1 still kept: the loader stays on its own version, as once version 1 is gone (below).  It went
+    # back to version 1 while kept, so ranks resuming on either side of a collect read different rows.
+    kept = daskpile.PileLoader(dest, batch_size=500, seed=None, columns=["id"])
+    kept.load_state_dict(ended)
+    assert list(kept) == [] and kept.version == 2
+    kept.set_epoch(1)
+    assert sorted(np.concatenate([b["id"].to_numpy() for b in kept])) == ids_of(0, 1, 2)
     daskpile.append(dest, days[3], retain=0)  # version 1's manifest is collected, its files all listed still
     resumed = daskpile.PileLoader(dest, batch_size=500, seed=None, columns=["id"])
     resumed.load_state_dict(ended)
-    assert list(resumed) == [] and resumed.seed == 3
+    assert list(resumed) == [] and resumed.seed == 3 and resumed.version == 3
     assert resumed.state_dict()["epoch"] == 0
     with pytest.raises(ValueError, match=r"another loader: mix 1 \(this loader 2\)"):
         daskpile.PileLoader(dest, batch_size=500, seed=3, mix=2, columns=["id"]).load_state_dict(ended)

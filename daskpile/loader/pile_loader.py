@@ -396,8 +396,9 @@ class PileLoader:
         state is that end: a loop that saves ``(epoch, state)`` after the epoch
         resumes with nothing left of ``epoch``, whether or not it calls
         ``set_epoch(epoch)``, and ``set_epoch(epoch + 1)`` starts the next.
-        That state is marked ``"ended"``: it resumes even on a window whose
-        version it read is gone since, as it needs nothing of it.
+        That state is marked ``"ended"``: on a window at another version since,
+        it resumes on the loader's version, as it needs nothing of its own (kept
+        or collected).
         """
         if self._finished is not None:
             return dict(self._finished)
@@ -430,13 +431,12 @@ class PileLoader:
         _check_fields(state)
         _check_format(state, self.units.lazy, state.get("ended") is True or self._ended(state))
         if state.get("version") is not None and self.units.version is not None:
-            try:
-                self._read_version(state["version"])  # a resumed epoch reads the version it started on
-            except FileNotFoundError:
-                if state.get("ended") is not True:
-                    raise
-                self._stay_at_the_end_of(state)  # of a version gone since: nothing of it is left to read
+            if state.get("ended") is True and state["version"] != self.units.version:
+                # Nothing of its epoch is left to read: the next goes on this loader's version, whether the
+                # state's is still kept or collected (ranks resuming on either side of a collect agree)
+                self._stay_at_the_end_of(state)
                 return
+            self._read_version(state["version"])  # a resumed epoch reads the version it started on
         self._check_state(state)
         old = _layout_of(state)
         plan = self._plan(state["epoch"], state["seed"])
@@ -460,7 +460,7 @@ class PileLoader:
         self._batches = 0
 
     def _stay_at_the_end_of(self, state: dict) -> None:
-        """Take ``state``, taken at the end of its epoch on a window version gone since, on the current version:
+        """Take ``state``, taken at the end of its epoch on another window version, on this loader's version:
         nothing is left of its epoch, and ``set_epoch(epoch + 1)`` starts the next on this version."""
         if self._seed_given and state["seed"] != self.seed:
             raise ValueError(
