@@ -142,14 +142,7 @@ def _command(f):
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt as e:
-            resume = f"; run the same command again to resume{_where(e)}" if _where(e) else ""
-            complete = getattr(e, "daskpile_complete", None)
-            if complete:
-                resume = f" once the result at {complete} was complete"
-                # (a run with --overwrite would replace it; the demo starts afresh)
-                if getattr(e, "daskpile_reported_again", False) and click.get_current_context().info_name == "shuffle":
-                    resume += ": the same command again reports it"
-            click.echo(redact(f"daskpile: interrupted{resume}"), err=True)
+            click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
             sys.exit(130)
         except Exception as e:
             if debug:
@@ -162,6 +155,30 @@ def _command(f):
             _RESULTS.pop()
 
     return run
+
+
+def _interruption_said(e: KeyboardInterrupt) -> str:
+    """What an interrupted command left: a result complete, a window's change committed, a run to resume, a
+    window's change under way, or a window unchanged."""
+    complete = getattr(e, "daskpile_complete", None)
+    if complete:
+        said = f" once the result at {complete} was complete"
+        # (a run with --overwrite would replace it; the demo starts afresh)
+        if getattr(e, "daskpile_reported_again", False) and click.get_current_context().info_name == "shuffle":
+            said += ": the same command again reports it"
+        return said
+    if getattr(e, "daskpile_committed", None):
+        return f" once the window at {e.daskpile_committed} was at its new version: the same command again reports it"
+    if _where(e):
+        return f"; run the same command again to resume{_where(e)}"
+    if getattr(e, "daskpile_pending", None):
+        return (
+            f"; the change to the window at {e.daskpile_pending} is under way: run the same command again to finish "
+            f"it (or daskpile discard {e.daskpile_pending} to drop it)"
+        )
+    if getattr(e, "daskpile_unchanged", None):
+        return f"; the window at {e.daskpile_unchanged} was not changed"
+    return ""
 
 
 def _where(e: BaseException) -> str:

@@ -11,10 +11,12 @@ import subprocess
 import time
 
 import psutil
+import pyarrow.parquet as pq
 import pytest
 from _util import DASKPILE, file_bytes, finished_partitions, uninterrupted_run
 
-from daskpile.datasets import write_reference_dataset
+from daskpile.datasets import reference_table, write_reference_dataset
+from daskpile.engine._lease import LEASE_FILE
 from daskpile.engine._manifest import MANIFEST_NAME
 from daskpile.engine._run import RUN_FILE
 
@@ -198,3 +200,36 @@ def test_once_the_manifest_is_written_the_result_is_said_complete(source, tmp_pa
         assert not any((work / "scratch").iterdir())
         return
     pytest.fail("no Ctrl-C landed between the manifest and the printed result")
+
+
+def test_a_window_command_says_what_its_interruption_left(tmp_path):
+    """Ctrl-C of compact (or of an append before its shuffle) said only "daskpile: interrupted": it now says
+    that the change is under way and the same command finishes it, or that it was committed (the window at
+    its new version), or that nothing was changed.  The same command then finishes it."""
+    import daskpile
+
+    write_reference_dataset(tmp_path / "day-0", rows=300_000, files=4)
+    (tmp_path / "day-1").mkdir()
+    pq.write_table(reference_table(300_000, 600_000, 600_000), tmp_path / "day-1" / "in.parquet")
+    window = tmp_path / "window"
+    daskpile.shuffle_parquet(str(tmp_path / "day-0"), str(window), piles=8, seed=3)
+    daskpile.append(str(window), str(tmp_path / "day-1"))
+    compact = [DASKPILE, "compact", str(window), "--workers", "1"]
+    status, _, stderr = interrupted_when(compact, lambda _: (window / "_daskpile.pending.json").exists())
+    said = {
+        f"{INTERRUPTED}; the change to the window at {window} is under way: run the same command again to finish "
+        f"it (or daskpile discard {window} to drop it)",
+        f"{INTERRUPTED} once the window at {window} was at its new version: the same command again reports it",
+    }
+    assert status == 0 or (status == 130 and the_one_line(stderr) in said), stderr
+    again = subprocess.run(compact, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again
+    assert daskpile.read_manifest(str(window))["window"]["generations"][0]["number"] == 2
+    assert daskpile.verify(str(window)).ok
+    # as soon as the append holds the window's lease: before its change is begun, most often
+    (tmp_path / "day-2").mkdir()
+    pq.write_table(reference_table(600_000, 900_000, 900_000), tmp_path / "day-2" / "in.parquet")
+    append = [DASKPILE, "append", str(tmp_path / "day-2"), str(window), "--workers", "1"]
+    status, _, stderr = interrupted_when(append, lambda _: (window / LEASE_FILE).exists())
+    said = {f"{INTERRUPTED}; the window at {window} was not changed", *said}
+    assert status == 130 and the_one_line(stderr) in said, stderr

@@ -19,6 +19,7 @@ shuffle into it, is refused at once rather than when it commits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -347,10 +348,42 @@ def one_change_at_a_time(command):
                 f"{full_url(fs, path)!r} does not exist: a window starts as an ordinary shuffle, its generation 0 "
                 f"(daskpile shuffle SOURCE {dest})"
             )
-        with _lease.held(fs, path):
-            return command(dest, *args, storage_options=storage_options, **kwargs)
+        before = None
+        try:
+            with _lease.held(fs, path):
+                before = _version_now(fs, path)
+                return command(dest, *args, storage_options=storage_options, **kwargs)
+        except KeyboardInterrupt as e:
+            _say_what_an_interruption_left(e, fs, path, before)
+            raise
 
     return under_the_lease
+
+
+def _version_now(fs, path: str) -> int | None:
+    try:
+        return _manifest.version_of(_manifest.read_at(fs, path))
+    except (OSError, ValueError):  # not a window (yet): its command says so
+        return None
+
+
+def _say_what_an_interruption_left(e: KeyboardInterrupt, fs, path: str, before: int | None) -> None:
+    """Mark an interrupted window command's ``KeyboardInterrupt`` (for the command line's one line): the change
+    committed (the window at a newer version), under way (its marker: the same command finishes it), or none
+    begun.  An interruption during its shuffle says where that one's state is instead."""
+    url = full_url(fs, path)
+    with contextlib.suppress(Exception):  # what can be said: the interruption itself is what was asked for
+        if before is not None and (_version_now(fs, path) or 0) > before:
+            e.add_note(
+                f"the window at {url} was at its new version when interrupted: the same command again reports it"
+            )
+            e.daskpile_committed = url
+        elif read_pending(fs, path) is not None:
+            if not hasattr(e, "daskpile_state"):
+                e.add_note(f"a change of the window at {url} is under way: the same command again finishes it")
+                e.daskpile_pending = url
+        else:
+            e.daskpile_unchanged = url
 
 
 def begin(
