@@ -769,6 +769,11 @@ def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path
     dest = str(tmp_path / "window")
     with pytest.raises(FileNotFoundError, match=r"does not exist: a window starts as an ordinary shuffle"):
         daskpile.append(dest, days[1])
+    os.makedirs(dest)
+    pq.write_table(pq.read_table(days[0]), os.path.join(dest, "part.0.parquet"))  # as Dask's to_parquet writes
+    with pytest.raises(FileNotFoundError, match=r"holds no _daskpile.json: .*: a window starts as a shuffle of its"):
+        daskpile.append(dest, days[1])
+    shutil.rmtree(dest)
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
     (tmp_path / "events.jsonl").write_text('{"id": 1}\n')
     with pytest.raises(ValueError, match=r"events.jsonl is jsonl: append reads Parquet files only"):
