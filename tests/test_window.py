@@ -379,6 +379,21 @@ def test_a_checkpoint_at_an_epochs_end_resumes_after_its_versions_manifest_is_go
         daskpile.PileLoader(dest, batch_size=500, seed=4, columns=["id"]).load_state_dict(ended)
 
 
+def test_a_state_of_a_window_further_on_belongs_to_another_dataset(sync_scheduler, days, tmp_path):
+    """It was said "version=2: the window ... is at version 1", as if the window were behind."""
+    further, behind = str(tmp_path / "further"), str(tmp_path / "behind")
+    for dest, appended in ((further, days[1:3]), (behind, days[1:2])):
+        daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+        for d in appended:
+            daskpile.append(dest, d)
+    loader = daskpile.PileLoader(further, batch_size=500, seed=0)
+    next(iter(loader))
+    with pytest.raises(
+        ValueError, match=r"^the state belongs to another dataset: version=2: the window .* at version 1"
+    ):
+        daskpile.PileLoader(behind, batch_size=500, seed=0).load_state_dict(loader.state_dict())
+
+
 def test_the_loader_stays_on_its_version_until_every_rank_is_moved_to_another(sync_scheduler, days, tmp_path):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)

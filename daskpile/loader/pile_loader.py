@@ -436,7 +436,11 @@ class PileLoader:
                 # state's is still kept or collected (ranks resuming on either side of a collect agree)
                 self._stay_at_the_end_of(state)
                 return
-            self._read_version(state["version"])  # a resumed epoch reads the version it started on
+            try:
+                self._read_version(state["version"])  # a resumed epoch reads the version it started on
+            except ValueError as e:
+                # (a version past the window's: versions only grow, so the state read another window)
+                raise ValueError(f"the state belongs to another dataset: {e}") from None
         self._check_state(state)
         old = _layout_of(state)
         plan = self._plan(state["epoch"], state["seed"])
