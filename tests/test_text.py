@@ -418,6 +418,36 @@ def test_a_csv_written_out_as_csv_keeps_each_values_text_and_its_nulls(tmp_path,
     assert typed.column("zip").to_pylist() == [77, 501, 2134] and typed.column("note").to_pylist() == ["a, b", "", None]
 
 
+def test_only_an_empty_field_is_a_null_unless_null_values_says_more(tmp_path, sync_scheduler):
+    """pyarrow's default null texts made a country "NA" and a word "null" nulls, in CSV and Parquet out alike,
+    and the run said verified: the rows as read were the rows written."""
+    text = 'id,country,word,n\n1,NA,null,1\n2,US,NaN,NA\n3,N/A,#N/A,\n4,"NA","nan",4\n5,-nan,NULL,5\n'
+    (tmp_path / "in.csv").write_text(text)
+    (tmp_path / "in.tsv").write_text(text.replace(",", "\t").replace('"', ""))
+    for source in ("in.csv", "in.tsv"):
+        for output in ("csv", "parquet"):
+            dest = tmp_path / f"{source}-{output}"
+            daskpile.shuffle_parquet(str(tmp_path / source), str(dest), piles=1, seed=1, output_format=output)
+            if output == "csv":
+                convert = pa_csv.ConvertOptions(
+                    null_values=[""], strings_can_be_null=True, column_types={"n": pa.string()}
+                )
+                rows = pa_csv.read_csv(dest / "part-00000.csv", convert_options=convert)
+            else:
+                rows = pq.read_table(dest)
+            rows = rows.sort_by("id")
+            assert rows["country"].to_pylist() == ["NA", "US", "N/A", "NA", "-nan"], (source, output)
+            assert rows["word"].to_pylist() == ["null", "NaN", "#N/A", "nan", "NULL"], (source, output)
+            assert rows["n"].to_pylist() == ["1", "NA", None, "4", "5"], (source, output)
+    options = {"null_values": "NA,"}  # as --read-option null_values=NA, gives it: NA and an empty field
+    daskpile.shuffle_parquet(str(tmp_path / "in.csv"), str(tmp_path / "na"), piles=1, seed=1, read_options=options)
+    rows = pq.read_table(tmp_path / "na").sort_by("id")
+    assert rows["country"].to_pylist() == [None, "US", "N/A", "NA", "-nan"]  # a quoted "NA" stays text
+    assert rows["n"].to_pylist() == [1, None, None, 4, 5]
+    with pytest.raises(ValueError, match="null_values apply to csv and tsv"):
+        daskpile.shuffle_parquet(str(tmp_path / "in.csv"), str(tmp_path / "x"), format="jsonl", read_options=options)
+
+
 def test_what_reads_parquet_results_refuses_other_outputs(tmp_path, sync_scheduler):
     (tmp_path / "c.txt").write_bytes(b"a\nb\nc\n")
     daskpile.shuffle_parquet(str(tmp_path / "c.txt"), str(tmp_path / "out"), piles=2, output_format="lines")

@@ -458,7 +458,7 @@ def _parse_csv(data: pa.Buffer, schema: pa.Schema, header: bool) -> pa.Table:
         parse_options=pa_csv.ParseOptions(newlines_in_values=True),
         # Arrow writes a null string as an empty field and an empty one as "": read back as written
         convert_options=pa_csv.ConvertOptions(
-            column_types=schema, strings_can_be_null=True, quoted_strings_can_be_null=False
+            column_types=schema, null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False
         ),
     )
 

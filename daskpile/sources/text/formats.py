@@ -74,6 +74,9 @@ class TextOptions:
     encoding: str = "utf8"  # csv/tsv: of the text (Python's codec names), transcoded to UTF-8 by Arrow
     as_written: bool | None = None  # jsonl: each row the line as written (checked as JSON); None: not said
     as_text: bool | None = None  # csv/tsv: every value its text, a string (what a CSV written out keeps)
+    # csv/tsv: the texts read as a null; pyarrow's default would read "NA", "null", "NaN", "N/A" and others as
+    # nulls too, in text columns as well: a name "NA" or a word "null" lost, and verified as read
+    null_values: tuple[str, ...] = ("",)
 
     @classmethod
     def of(cls, format: str, read_options: dict | None) -> TextOptions:
@@ -92,6 +95,12 @@ class TextOptions:
                 options[name] = options[name].lower() == "true"  # as a command line or a config file gives it
         if options.get("delimiter") in ("\\t", "tab"):  # a tab, as a shell makes it hard to type
             options["delimiter"] = "\t"
+        if "null_values" in options:
+            nulls = options["null_values"]
+            nulls = nulls.split(",") if isinstance(nulls, str) else nulls  # (a command line's "NA,null")
+            if not isinstance(nulls, (list, tuple)) or not all(isinstance(v, str) for v in nulls):
+                raise ValueError(f"read option null_values is a list of texts, got {options['null_values']!r}")
+            options["null_values"] = tuple(nulls)
         types = options.pop("column_types", None) or {}
         if not isinstance(types, dict):
             raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
@@ -111,10 +120,14 @@ class TextOptions:
         if self.delimiter is not None and len(self.delimiter) != 1:
             raise ValueError(f"read option delimiter is one character, got {self.delimiter!r}")
         if self.format not in ("csv", "tsv") and (
-            self.autogenerate_column_names or self.newlines_in_values or self.quote_char != '"'
+            self.autogenerate_column_names
+            or self.newlines_in_values
+            or self.quote_char != '"'
+            or self.null_values != ("",)
         ):
             raise ValueError(
-                "read options autogenerate_column_names, newlines_in_values and quote_char apply to csv and tsv"
+                "read options autogenerate_column_names, newlines_in_values, quote_char and null_values apply to "
+                "csv and tsv"
             )
         if self.encoding != "utf8":
             self._check_encoding()
@@ -154,11 +167,13 @@ class TextOptions:
         return pa_csv.ReadOptions(use_threads=False, encoding=self.encoding, **options)
 
     def csv_convert(self, column_types) -> pa_csv.ConvertOptions:
-        """Arrow's conversion of the values: ``column_types``; an empty field of a string column is a null, and
-        ``""`` an empty string, as daskpile writes them (and as pandas reads an empty field: a missing value)."""
+        """Arrow's conversion of the values: ``column_types``; an empty field of a string column is a null (and
+        any of ``null_values``), and ``""`` an empty string, as daskpile writes them (and as pandas reads an
+        empty field: a missing value)."""
         return pa_csv.ConvertOptions(
-            column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
-        )
+            column_types=column_types, null_values=list(self.null_values), strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        )  # fmt: skip
 
     @property
     def separator(self) -> str:
@@ -190,6 +205,8 @@ class TextOptions:
             given["quote_char"] = self.quote_char
         if self.encoding != "utf8":
             given["encoding"] = self.encoding
+        if self.null_values != ("",):
+            given["null_values"] = list(self.null_values)
         return {**given, "column_types": dict(self.column_types)} if self.column_types else given
 
     def key(self) -> str:
