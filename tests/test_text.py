@@ -244,6 +244,16 @@ def test_the_format_comes_from_the_names_or_is_given(tmp_path, sync_scheduler):
     (tmp_path / "server.log").write_bytes(b"GET /\nPOST /x\n")
     daskpile.shuffle_parquet(str(tmp_path / "server.log"), str(tmp_path / "o3"), piles=2, format="lines")
     assert sorted(read_output(tmp_path / "o3").column("line").to_pylist()) == [b"GET /", b"POST /x"]
+    # A Parquet file among the shards: the shards were skipped as not data, and the run verified the rest
+    (tmp_path / "corpus" / "notes.txt").unlink()
+    pq.write_table(pa.table({"k": [9]}), tmp_path / "corpus" / "meta.parquet")
+    (tmp_path / "corpus" / "dataset_info.json").write_text("{}")  # not counted: lakes hold such files
+    with pytest.raises(
+        ValueError, match=r"holds Parquet files and jsonl files \(.*part-0.jsonl, \.\.\.\): pass format="
+    ):
+        daskpile.shuffle_parquet(str(tmp_path / "corpus"), str(tmp_path / "o4"), piles=2)
+    said = daskpile.shuffle_parquet(str(tmp_path / "corpus"), str(tmp_path / "o4"), piles=2, format="parquet")
+    assert said.rows == 1 and len(said.skipped_files) == 5  # as asked: the shards, the README, the JSON
 
 
 def test_lines_table_keeps_bytes_exactly():

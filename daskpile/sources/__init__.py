@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import posixpath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -265,6 +266,7 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
     as Parquet does; else the one text format their names say (a LICENSE beside CSV files is not data)."""
     names = [info["name"] for item in listed for info in item.files]
     if any(text.detect(name)[0] == "parquet" for name in names):
+        _refuse_data_beside_parquet(listed, urls)
         return "parquet"
     if names and (_starts_as_parquet(listed[0].fs, names[0]) or not any(item.strays for item in listed)):
         return "parquet"
@@ -275,6 +277,25 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
             "pass format= (--format) to say which to read"
         )
     return said[0] if said else "parquet"
+
+
+# Names that say data, beside Parquet files: read alone, they would be skipped as strays.  Not .json or .txt,
+# which lakes hold beside their data (dataset_info.json, README.txt).
+_DATA_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".arrow", ".feather", ".orc")
+
+
+def _refuse_data_beside_parquet(listed: list[listing.Listed], urls: list[str]) -> None:
+    """Parquet files beside files named as data of another format (a corpus of JSON-lines shards with a
+    Parquet file of metadata): refused, since reading the Parquet alone skipped every shard as not data, and
+    the run verified what it read."""
+    others = [name for item in listed for name in item.strays
+              if text.uncompressed_name(posixpath.basename(name))[0].lower().endswith(_DATA_SUFFIXES)]  # fmt: skip
+    if others:
+        kinds = sorted({text.detect(posixpath.basename(name))[0] for name in others})
+        raise ValueError(
+            f"source {urls[0] if len(urls) == 1 else urls!r} holds Parquet files and {', '.join(kinds)} files "
+            f"({others[0]}{', ...' if len(others) > 1 else ''}): pass format= (--format) to say which to read"
+        )
 
 
 def _starts_as_parquet(fs, path: str) -> bool:
