@@ -298,12 +298,17 @@ def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:
         try:
             with reaching(fs, path, role):
                 fs.info(bucket)
+                # An object at the very key: written under, it would read as a folder holding itself, and a
+                # later read of its folder would lose it
+                is_object = path.rstrip("/") != bucket and fs.isfile(path)
         except FileNotFoundError:
             raise FileNotFoundError(f"{role} {full_url(fs, path)!r}: bucket {bucket!r} does not exist") from None
         except StoreUnreachable:  # said now: every later request would wait out the library's retries again
             raise
         except Exception:  # (``exists`` says False to these too) access scoped to a prefix: let the writes say
-            pass
+            return
+        if is_object:
+            raise NotADirectoryError(f"{role} {full_url(fs, path)!r} is a file (an object), not a folder")
         return
     existing = _existing_ancestor(path)
     if os.path.exists(existing) and not os.path.isdir(existing):

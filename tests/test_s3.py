@@ -95,6 +95,20 @@ def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
     run.remove()
 
 
+def test_a_dest_or_scratch_naming_an_object_is_refused_as_locally(sync_scheduler, s3):
+    """An object at dest's key was taken for a folder: the lease and the piles were written under it, and a
+    later read of its folder lost the object itself (s3fs saw a folder)."""
+    fs, options = s3
+    fs.pipe("lake/r3/a.txt", b"a\nb\n")
+    fs.pipe("lake/r3/b.txt", b"keep me\n")
+    for dest, scratch in (("s3://lake/r3/b.txt", "s3://scratch/r3"), ("s3://lake/r3-out", "s3://lake/r3/b.txt")):
+        role = "dest" if dest.endswith("b.txt") else "scratch"
+        with pytest.raises(NotADirectoryError, match=rf"{role} 's3://lake/r3/b.txt' is a file \(an object\), not a"):
+            daskpile.shuffle_parquet("s3://lake/r3/a.txt", dest, piles=1, scratch=scratch, storage_options=options)
+    fs.invalidate_cache()
+    assert fs.find("lake/r3") == ["lake/r3/a.txt", "lake/r3/b.txt"] and fs.cat("lake/r3/b.txt") == b"keep me\n"
+
+
 def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3):
     """A text file's stamp lies beside it: on a store, it must name the object as a later HEAD sees it."""
     fs, options = s3
