@@ -149,9 +149,11 @@ def test_an_unfinished_run_claims_only_the_part_names_it_writes(source, tmp_path
         with pytest.raises(FileExistsError, match=rf"did not write \({re.escape(name)}\)"):
             _dest.check(fsspec.filesystem("file"), str(dest))
         (dest / name).unlink()
-    # read as a dataset, its parts would be some of the result's piles: a mismatch, or "uniform"
+    # read as a dataset, its parts would be some of the result's piles: a mismatch, "uniform", or (the loader,
+    # until it refused too) the data
     for check in (lambda: daskpile.verify(source, str(dest)), lambda: daskpile.verify(str(dest)),
-                  lambda: daskpile.quality(str(dest), order_column="id")):  # fmt: skip
+                  lambda: daskpile.quality(str(dest), order_column="id"),
+                  lambda: daskpile.PileLoader(str(dest), batch_size=10, seed=0)):  # fmt: skip
         with pytest.raises(ValueError, match=r"holds an unfinished daskpile run \(seed 7, 40 piles\), not a result"):
             check()
     (dest / "part-00003.parquet").unlink()  # no part yet (or parts of text): "matches no Parquet files" before
