@@ -30,8 +30,23 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     >>> fs, path = filesystem("/tmp/data")
     >>> path
     '/tmp/data'
+    >>> filesystem("s3://AKIA1:hunter2@bucket/data")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... or in the environment
     """
-    return url_to_fs(str(url), **(storage_options or {}))
+    url = str(url)
+    userinfo = _STORE_USERINFO.match(url)
+    if userinfo:
+        raise ValueError(
+            f"{redact(url)!r}: an {userinfo['protocol']}:// URL carries no credentials (its store reads "
+            "user:password@ as part of the bucket's name, and printed it in errors): pass them as storage options "
+            "(--storage-option key=... --storage-option secret=...) or in the environment"
+        )
+    return url_to_fs(url, **(storage_options or {}))
+
+
+# user:password@ in the URL of an object store, whose libraries take it for part of a bucket's name
+_STORE_USERINFO = re.compile(r"(?P<protocol>s3a?|gs|gcs|abfss?|az|adl)://[^/@\s]*:[^/@\s]*@", re.IGNORECASE)
 
 
 def as_urls(source, role: str = "source"):

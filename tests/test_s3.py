@@ -8,6 +8,7 @@ import gc
 import json
 import socket
 import time
+import traceback
 
 import dask.dataframe as dd
 import numpy as np
@@ -93,6 +94,29 @@ def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
     fs.invalidate_cache()
     assert sorted(p.rsplit("-", 1)[-1] for p in fs.find("scratch/bands")) == ["b0.arrow"] * 3 + ["b2.arrow"] * 3
     run.remove()
+
+
+def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
+    """s3://KEY:SECRET@bucket/...: botocore took the credentials for part of the bucket's name and quoted it,
+    without s3://, in its error, which --debug's traceback and the Python API's printed whole."""
+    fs, options = s3
+    fs.pipe("lake/small.txt", b"a\nb\n")
+    endpoint = [f"--storage-option=client_kwargs.endpoint_url={options['client_kwargs']['endpoint_url']}",
+                f"--storage-option=key={options['key']}", f"--storage-option=secret={options['secret']}"]  # fmt: skip
+    secret = "SuperSecretValue987xyz"
+    with_secret = f"s3://AKIAFAKE:{secret}@"
+    for args in (
+        [f"{with_secret}lake/small.txt", "s3://lake/leak"],
+        ["s3://lake/small.txt", f"{with_secret}lake/leak"],
+        ["s3://lake/small.txt", "s3://lake/leak", f"--scratch={with_secret}scratch/x"],
+    ):
+        done = daskpile_command("shuffle", *args, "--piles=2", "--scheduler=sync", "--debug", *endpoint)
+        assert done.returncode == 2 and secret not in done.stdout + done.stderr, done
+        assert "an s3:// URL carries no credentials" in done.stderr and "s3://AKIAFAKE:***@" in done.stderr
+    with pytest.raises(ValueError) as refused:
+        daskpile.shuffle_parquet(f"{with_secret}lake/small.txt", "s3://lake/leak", storage_options=options)
+    assert secret not in "".join(traceback.format_exception(refused.value))
+    assert not fs.exists("lake/leak")
 
 
 def test_a_dest_or_scratch_naming_an_object_is_refused_as_locally(sync_scheduler, s3):

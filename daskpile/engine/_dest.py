@@ -211,3 +211,26 @@ def _finish_interrupted_commits(fs, dest_path: str) -> None:
     for name, path in _entries_of(fs, dest_path).items():
         if name.startswith(STAGING_PREFIX) and fs.exists(posixpath.join(path, COMMIT_PLAN)):
             _finish_commit(fs, dest_path, path)
+
+
+def check_outside_a_window(dest_fs, dest_path: str) -> None:
+    """A folder of a moving window (a generation's ``gen-NNNNNN/``, which holds a manifest of its own) is
+    refused as dest: a shuffle there replaced a generation's files under the window's readers, and an append
+    there started a window inside the window, which lost it when the generation was retired."""
+    parent = posixpath.dirname(dest_path.rstrip("/"))
+    if (
+        not parent
+        or parent == dest_path.rstrip("/")
+        or not dest_fs.exists(posixpath.join(parent, _manifest.MANIFEST_NAME))
+    ):
+        return
+    try:
+        window = _manifest.read_at(dest_fs, parent).get("window")
+    except (OSError, ValueError):  # not a whole manifest: not a window daskpile can name
+        return
+    if window is not None:
+        raise ValueError(
+            f"dest {full_url(dest_fs, dest_path)!r} is inside the moving window {full_url(dest_fs, parent)!r} "
+            f"(version {window['version']}): its folders are the window's, changed only through it (daskpile "
+            "append, expire, compact): give the window itself, or a dest outside it"
+        )

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from daskpile import _kernels, _random
 from daskpile._storage import atomic_sink
+from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _manifest, _outputs, _scratch, _sizing
@@ -133,8 +134,9 @@ def scatter_partition(
 
     footer_rows: list[int] = []
 
-    def check_rows(where: str, rows: int, row_bytes: float) -> None:
+    def check_rows(row_group: str, rows: int, row_bytes: float) -> None:
         if task_memory is not None and row_bytes * _sizing.ROW_COPIES > task_memory:
+            where = f"{row_group} holds {count(rows, 'row')} of"
             raise ValueError(_sizing.rows_too_large(where, row_bytes, task_memory, each=rows > 1))
 
     pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)

@@ -597,7 +597,7 @@ class _Run:
         self.scratch_url = scratch
         check_writable(self.dest_fs, self.dest_path, "dest")
         if not inside_a_window:
-            _places.check_dest_outside_a_window(self.dest_fs, self.dest_path)
+            _dest.check_outside_a_window(self.dest_fs, self.dest_path)
         check_writable(scratch_fs, scratch_path, "scratch")
         _places.check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
 

@@ -8,8 +8,6 @@ import posixpath
 
 from daskpile._compute import workers_blind_to
 from daskpile._storage import full_url, is_local
-from daskpile.engine import _manifest
-from daskpile.engine._manifest import MANIFEST_NAME
 
 
 def _real(fs):
@@ -56,25 +54,6 @@ def check_dest_outside_source(source_fs, source_files, source, dest_fs, dest_pat
     if contain_dest or in_dest:
         raise ValueError(
             f"dest {dest_path!r} overlaps the source {(contain_dest + in_dest)[0]!r}: choose a separate directory"
-        )
-
-
-def check_dest_outside_a_window(dest_fs, dest_path: str) -> None:
-    """A folder of a moving window (a generation's ``gen-NNNNNN/``, which holds a manifest of its own) is
-    refused as dest: a shuffle there replaced a generation's files under the window's readers, and an append
-    there started a window inside the window, which lost it when the generation was retired."""
-    parent = posixpath.dirname(dest_path.rstrip("/"))
-    if not parent or parent == dest_path.rstrip("/") or not dest_fs.exists(posixpath.join(parent, MANIFEST_NAME)):
-        return
-    try:
-        window = _manifest.read_at(dest_fs, parent).get("window")
-    except (OSError, ValueError):  # not a whole manifest: not a window daskpile can name
-        return
-    if window is not None:
-        raise ValueError(
-            f"dest {full_url(dest_fs, dest_path)!r} is inside the moving window {full_url(dest_fs, parent)!r} "
-            f"(version {window['version']}): its folders are the window's, changed only through it (daskpile "
-            "append, expire, compact): give the window itself, or a dest outside it"
         )
 
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from daskpile._storage import full_url
-from daskpile._words import count
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.sources.schemas import conformer
@@ -72,8 +71,8 @@ def read_pieces(
     partition of thousands of tiny files never holds them all open.  Pieces
     ``skip`` says are done come as (piece, None), their rows not read.  Each
     Parquet file's row count, as its footer says, is appended to ``footer_rows``.
-    ``check_rows(where, rows, row_bytes)`` sees each row group's rows and their
-    average size in memory before any is read, and may refuse them.
+    ``check_rows(row_group, rows, row_bytes)`` sees each row group (named), its
+    rows and their average size in memory before any is read, and may refuse them.
     """
     if reading.text is not None:
         yield from _text_pieces(fs, files, reading, blocksize, skip)
@@ -105,8 +104,7 @@ def read_pieces(
                 if not group.num_rows and reading.cut_row_groups:  # nothing to read (alone, an empty piece)
                     continue
                 if check_rows is not None and group.num_rows:
-                    where = f"row group {g} of {url!r} holds {count(group.num_rows, 'row')} of"
-                    check_rows(where, group.num_rows, group.total_byte_size / group.num_rows)
+                    check_rows(f"row group {g} of {url!r}", group.num_rows, group.total_byte_size / group.num_rows)
                 nbytes = max(group.total_byte_size, group.num_rows * reading.row_bytes)
                 parts = row_group_parts(group.num_rows, nbytes, blocksize) if reading.cut_row_groups else 1
                 if filled and (parts > 1 or size + nbytes > blocksize):

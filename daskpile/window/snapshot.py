@@ -37,7 +37,7 @@ from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _lease, _manifest, _outputs, _places
+from daskpile.engine import _dest, _lease, _manifest, _outputs
 
 RETIRED = posixpath.join(_manifest.VERSIONS_DIR, "retired.json")
 # {a source file's key: the generation that held it}, for the generations expire dropped: appended again, their
@@ -155,7 +155,7 @@ class Window:
                 f"{e}: a window starts as a shuffle of its first data, with daskpile (daskpile shuffle SOURCE "
                 f"{dest}, or shuffle_parquet), its generation 0"
             ) from None
-        _places.check_dest_outside_a_window(fs, path)
+        _dest.check_outside_a_window(fs, path)
         return cls.from_manifest(fs, path, manifest)
 
     @classmethod
