@@ -12,9 +12,18 @@ import time
 
 import dask
 import pytest
-from _util import DASKPILE, count_files, file_bytes, finished_partitions, sorted_source, uninterrupted_run
+from _util import (
+    DASKPILE,
+    count_files,
+    file_bytes,
+    finished_partitions,
+    interrupted_after,
+    sorted_source,
+    uninterrupted_run,
+)
 
 import daskpile
+from daskpile.datasets import write_reference_dataset
 from daskpile.engine._clean import clean as daskpile_clean
 
 DRIVER = os.path.join(os.path.dirname(__file__), "_driver.py")
@@ -207,6 +216,26 @@ def test_a_mismatching_rerun_is_refused(source, tmp_path):
     assert report.resumed_partitions == 0 and report.resumed_piles == 0
     assert sorted(os.listdir(dest)) == ["_daskpile.json"] + [f"part-{j:05d}.parquet" for j in range(12)]
     assert daskpile.verify(source, str(dest)).ok
+
+
+def test_a_run_whose_source_changed_since_is_not_said_resumable(tmp_path, sync_scheduler):
+    """A rerun of the very call after a file of the source changed was told "Run the same call again to
+    resume it": it was the same call, and it could not."""
+    from daskpile.engine import _outputs
+
+    write_reference_dataset(tmp_path / "src", rows=4_000, files=2)
+    source, dest = str(tmp_path / "src"), str(tmp_path / "out")
+    call = functools.partial(daskpile.shuffle_parquet, source, dest, piles=4, seed=1, output_format="csv")
+    with interrupted_after(_outputs, "write", 1):
+        call()
+    changed = sorted((tmp_path / "src").iterdir())[0]
+    os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime + 60))
+    said = r"source files changed since: .*\. The source changed since it began, so it cannot be resumed: pass "
+    with pytest.raises(daskpile.RunMismatchError, match=said + r"overwrite=True \(--overwrite\)"):
+        call()
+    with pytest.raises(daskpile.RunMismatchError, match=r"seed 2 instead of 1.*\. Run the same call again to resume"):
+        daskpile.shuffle_parquet(source, dest, piles=4, seed=2, output_format="csv")
+    assert call(overwrite=True).rows == 4_000
 
 
 @pytest.mark.slow

@@ -631,10 +631,17 @@ class _Run:
                 else f"scratch {full_url(self.scratch.fs, self.scratch.directory)!r} holds, for dest {self.dest_url!r},"
             )
             # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
+            # The source's files or schema changed since: running the call that began it again is no way back
+            source_changed = all(d.startswith(("source files", "another schema")) for d in differences)
+            then = (
+                "The source changed since it began, so it cannot be resumed: pass"
+                if source_changed
+                else "Run the same call again to resume it, or pass"
+            )
             raise RunMismatchError(
                 f"{where} an unfinished daskpile run (seed {self.previous.seed}, {count(self.previous.piles, 'pile')}) "
-                f"that this call does not match: {'; '.join(differences)}. Run the same call again to resume it, "
-                "or pass overwrite=True (--overwrite) to discard it and run this call."
+                f"that this call does not match: {'; '.join(differences)}. {then} overwrite=True (--overwrite) to "
+                "discard it and run this call."
             )
         if differences:
             self.scratch.remove()
