@@ -409,7 +409,10 @@ def cli():
 @cli.command()
 @click.argument("source", nargs=-1, required=True)
 @click.argument("dest")
-@click.option("--piles", type=_Piles(), default="auto", show_default=True, help="Output files; auto fits memory.")
+@click.option(
+    "--piles", type=_Piles(), default="auto", show_default=True,
+    help="Output files; auto fits memory, with at least 10,000 rows a pile (small data: one pile).",
+)  # fmt: skip
 @click.option(
     "--memory-per-pile",
     type=_Bytes(),
@@ -567,8 +570,9 @@ def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **
 def quality(dest, order_column, label_column, neighbours, alpha, plot, scratch, as_json, quiet, **cluster):
     """How random is the row order of each DEST? Exit 1 if a check fails.
 
-    DEST is a daskpile result, or any Parquet directory, glob or file list;
-    give the input too to see the difference.
+    DEST is a daskpile result in any output format (Parquet, Arrow, CSV, JSON
+    lines, lines), or any Parquet directory, glob or file list; give the input
+    too to see the difference.
     """
     from daskpile import quality as measure
 
