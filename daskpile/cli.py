@@ -160,6 +160,7 @@ def _command(f):
 def _interruption_said(e: KeyboardInterrupt) -> str:
     """What an interrupted command left: a result complete, a window's change committed, a run to resume, a
     window's change under way, or a window unchanged."""
+    e = _first_interruption(e)
     complete = getattr(e, "daskpile_complete", None)
     if complete:
         said = f" once the result at {complete} was complete"
@@ -179,6 +180,16 @@ def _interruption_said(e: KeyboardInterrupt) -> str:
     if getattr(e, "daskpile_unchanged", None):
         return f"; the window at {e.daskpile_unchanged} was not changed"
     return ""
+
+
+def _first_interruption(e: KeyboardInterrupt) -> BaseException:
+    """The first of the interruptions ``e`` ended: a second Ctrl-C (``timeout -s INT`` sends two) lands while
+    the first is handled (the lease let go, the cluster stopped), and says nothing of what the run left."""
+    first, seen = e, {id(e)}
+    while isinstance(first.__context__, KeyboardInterrupt) and id(first.__context__) not in seen:
+        first = first.__context__
+        seen.add(id(first))
+    return first
 
 
 def _where(e: BaseException) -> str:

@@ -266,3 +266,20 @@ def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):
     assert "from 1 file into 1 pile" in done.stdout and "1 files" not in done.stdout + done.stderr
     done = run("demo", str(tmp_path / "demo"), "--rows", "20000", "-q", check_status=0)
     assert done.stdout.splitlines() == [done.stdout.strip()] and done.stdout.startswith("demo: all 20,000 rows")
+
+
+def test_a_second_ctrl_c_landing_while_the_first_is_handled_still_says_what_the_run_left():
+    """timeout -s INT sends SIGINT twice: the second landed while the first was handled (the dest lease let
+    go on S3), and the line said only "daskpile: interrupted", though the run's scratch could resume it."""
+    from daskpile.cli import _interruption_said
+
+    try:
+        try:
+            first = KeyboardInterrupt()
+            first.daskpile_state = "/tmp/scratch/daskpile-0123"  # as the passes mark a resumable run
+            raise first
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt from None  # (from None: chained all the same, as __context__)
+    except KeyboardInterrupt as second:
+        said = _interruption_said(second)
+    assert said == "; run the same command again to resume; its state is in /tmp/scratch/daskpile-0123"
