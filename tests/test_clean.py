@@ -168,3 +168,22 @@ def test_a_run_whose_source_was_recorded_without_its_credentials_is_kept(tmp_pat
     leftover(root, "b" * 16, spec, age_hours=30)
     found = clean(str(root))
     assert names(found, removable=False) == {"b"} and (root / f"daskpile-{'b' * 16}").exists()
+
+
+def test_a_run_whose_dest_cannot_be_reached_is_kept_and_the_others_still_judged(tmp_path):
+    """A run's dest on a store clean had no options for stopped it at the first such run ("Could not connect
+    to the endpoint URL"), naming no scratch, and cleaning nothing else of a shared /tmp."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    source = tmp_path / "a.parquet"
+    source.write_bytes(b"PAR1")
+    unreachable = run_state.RunSpec((str(source),), ("4:",), 2, 1,
+                                    "nosuchstore://bucket/out", 1)  # fmt: skip
+    leftover(root, "a" * 16, unreachable, age_hours=30)
+    gone = run_state.RunSpec((str(tmp_path / "gone.parquet"),), ("1:",), 2, 1, str(tmp_path / "out"), 1)
+    leftover(root, "b" * 16, gone, age_hours=30)
+    found = {os.path.basename(f.url)[9]: f for f in clean(str(root), dry_run=True)}
+    assert not found["a"].removable and found["b"].removable  # the other judged all the same
+    assert found["a"].reason.startswith("its dest nosuchstore://bucket/out or source could not be read (ValueError")
+    assert found["a"].reason.endswith("give the --storage-option its store needs, or --older-than")
+    assert clean(str(root), older_than="1d", dry_run=True)[0].removable

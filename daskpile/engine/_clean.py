@@ -117,7 +117,13 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
                 url, size, age, False, "no run description (shuffle(ddf) in a live session?): give --older-than"
             )
         return Leftover(url, size, age, True, f"no run description, older than {format_seconds(min_age)}")
-    reason = _why_unused(spec, fs, path, storage_options)
+    try:
+        reason = _why_unused(spec, fs, path, storage_options)
+    except Exception as e:  # one run's dest or source out of reach (another store, its options not given)
+        said = f"its dest {spec.dest} or source could not be read ({type(e).__name__}: {e}".splitlines()[0] + ")"
+        if min_age is not None:
+            return Leftover(url, size, age, True, f"{said}, older than {format_seconds(min_age)}")
+        return Leftover(url, size, age, False, f"{said}: give the --storage-option its store needs, or --older-than")
     if reason is not None:
         return Leftover(url, size, age, True, reason)
     if min_age is not None:
