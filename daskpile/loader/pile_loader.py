@@ -438,9 +438,15 @@ class PileLoader:
                 return
             try:
                 self._read_version(state["version"])  # a resumed epoch reads the version it started on
-            except ValueError as e:
-                # (a version past the window's: versions only grow, so the state read another window)
-                raise ValueError(f"the state belongs to another dataset: {e}") from None
+            except ValueError:
+                path, storage_options, _, _ = self._source
+                current = self.current_version(path, storage_options)
+                if state["version"] <= current:
+                    raise
+                raise ValueError(  # (versions only grow: the state read another window)
+                    f"the state belongs to another dataset: it read version {state['version']}, and the window "
+                    f"{path!r} is at version {current}"
+                ) from None
         self._check_state(state)
         old = _layout_of(state)
         plan = self._plan(state["epoch"], state["seed"])

@@ -145,16 +145,16 @@ class Window:
         A generation's folder, which holds a manifest of its own, is refused."""
         fs, path = filesystem(dest, storage_options)
         fs.invalidate_cache(path)  # a long-lived process may have listed it before the last change
-        try:
-            if version is None:
+        if version is not None:
+            manifest = _manifest.window_version(fs, path, version)
+        else:
+            try:
                 manifest = _manifest.read(dest, storage_options)
-            else:
-                manifest = _manifest.window_version(fs, path, version)
-        except FileNotFoundError as e:  # (a folder of Parquet files Dask wrote, most often)
-            raise FileNotFoundError(
-                f"{e}: a window starts as a shuffle of its first data, with daskpile (daskpile shuffle SOURCE "
-                f"{dest}, or shuffle_parquet), its generation 0"
-            ) from None
+            except FileNotFoundError as e:  # (a folder of Parquet files Dask wrote, most often)
+                raise FileNotFoundError(
+                    f"{e}: a window starts as a shuffle of its first data, with daskpile (daskpile shuffle SOURCE "
+                    f"{dest}, or shuffle_parquet), its generation 0"
+                ) from None
         _dest.check_outside_a_window(fs, path)
         return cls.from_manifest(fs, path, manifest)
 
