@@ -214,7 +214,7 @@ def test_a_window_command_says_what_its_interruption_left(tmp_path):
     window = tmp_path / "window"
     daskpile.shuffle_parquet(str(tmp_path / "day-0"), str(window), piles=8, seed=3)
     daskpile.append(str(window), str(tmp_path / "day-1"))
-    compact = [DASKPILE, "compact", str(window), "--workers", "1"]
+    compact = [DASKPILE, "compact", str(window), "--scheduler", "threads"]  # (no cluster to start: quicker)
     status, _, stderr = interrupted_when(compact, lambda _: (window / "_daskpile.pending.json").exists())
     said = {
         f"{INTERRUPTED}; the change to the window at {window} is under way: run the same command again to finish "
@@ -229,7 +229,7 @@ def test_a_window_command_says_what_its_interruption_left(tmp_path):
     # as soon as the append holds the window's lease: before its change is begun, most often
     (tmp_path / "day-2").mkdir()
     pq.write_table(reference_table(600_000, 900_000, 900_000), tmp_path / "day-2" / "in.parquet")
-    append = [DASKPILE, "append", str(tmp_path / "day-2"), str(window), "--workers", "1"]
+    append = [DASKPILE, "append", str(tmp_path / "day-2"), str(window), "--scheduler", "threads"]
     status, _, stderr = interrupted_when(append, lambda _: (window / LEASE_FILE).exists())
     said = {f"{INTERRUPTED}; the window at {window} was not changed", *said}
     assert status == 130 and the_one_line(stderr) in said, stderr
