@@ -145,6 +145,11 @@ def _command(f):
             click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
             sys.exit(130)
         except Exception as e:
+            if any(isinstance(c, KeyboardInterrupt) for c in _chain_of(e)[1:]):
+                # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the
+                # interruption is what happened
+                click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
+                sys.exit(130)
             if debug:
                 click.echo(redact(traceback.format_exc()), err=True, nl=False)
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
@@ -157,39 +162,46 @@ def _command(f):
     return run
 
 
-def _interruption_said(e: KeyboardInterrupt) -> str:
+def _interruption_said(e: BaseException) -> str:
     """What an interrupted command left: a result complete, a window's change committed, a run to resume, a
-    window's change under way, or a window unchanged."""
-    e = _first_interruption(e)
-    complete = getattr(e, "daskpile_complete", None)
+    window's change under way, or a window unchanged.  Read from ``e`` and the exceptions it was raised while
+    handling: a second Ctrl-C (``timeout -s INT`` sends two), or an error, may land while the first is handled
+    (the lease let go, scratch removed), and says nothing of what the run left."""
+
+    def said(name: str):
+        return next((getattr(c, name) for c in _chain_of(e) if getattr(c, name, None)), None)
+
+    complete = said("daskpile_complete")
     if complete:
-        said = f" once the result at {complete} was complete"
+        line = f" once the result at {complete} was complete"
         # (a run with --overwrite would replace it; the demo starts afresh)
-        if getattr(e, "daskpile_reported_again", False) and click.get_current_context().info_name == "shuffle":
-            said += ": the same command again reports it"
-        return said
-    if getattr(e, "daskpile_committed", None):
-        return f" once the window at {e.daskpile_committed} was at its new version: the same command again reports it"
-    if _where(e):
-        return f"; run the same command again to resume{_where(e)}"
-    if getattr(e, "daskpile_pending", None):
+        if said("daskpile_reported_again") and click.get_current_context().info_name == "shuffle":
+            line += ": the same command again reports it"
+        return line
+    if said("daskpile_committed"):
+        window = said("daskpile_committed")
+        return f" once the window at {window} was at its new version: the same command again reports it"
+    if said("daskpile_state"):
+        return f"; run the same command again to resume; its state is in {said('daskpile_state')}"
+    if said("daskpile_pending"):
+        pending = said("daskpile_pending")
         return (
-            f"; the change to the window at {e.daskpile_pending} is under way: run the same command again to finish "
-            f"it (or daskpile discard {e.daskpile_pending} to drop it)"
+            f"; the change to the window at {pending} is under way: run the same command again to finish it (or "
+            f"daskpile discard {pending} to drop it)"
         )
-    if getattr(e, "daskpile_unchanged", None):
-        return f"; the window at {e.daskpile_unchanged} was not changed"
+    if said("daskpile_unchanged"):
+        return f"; the window at {said('daskpile_unchanged')} was not changed"
     return ""
 
 
-def _first_interruption(e: KeyboardInterrupt) -> BaseException:
-    """The first of the interruptions ``e`` ended: a second Ctrl-C (``timeout -s INT`` sends two) lands while
-    the first is handled (the lease let go, the cluster stopped), and says nothing of what the run left."""
-    first, seen = e, {id(e)}
-    while isinstance(first.__context__, KeyboardInterrupt) and id(first.__context__) not in seen:
-        first = first.__context__
-        seen.add(id(first))
-    return first
+def _chain_of(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions it was raised while handling, the latest first."""
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        chain.append(e)
+        seen.add(id(e))
+        e = e.__context__
+    return chain
 
 
 def _where(e: BaseException) -> str:

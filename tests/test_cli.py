@@ -283,3 +283,28 @@ def test_a_second_ctrl_c_landing_while_the_first_is_handled_still_says_what_the_
     except KeyboardInterrupt as second:
         said = _interruption_said(second)
     assert said == "; run the same command again to resume; its state is in /tmp/scratch/daskpile-0123"
+
+
+def test_an_error_raised_while_a_ctrl_c_is_handled_is_said_as_the_interruption():
+    """A Ctrl-C landing as scratch was removed, after the manifest, made shutil close a file twice: the line
+    was "daskpile: error: [Errno 9] Bad file descriptor", exit 1, for a result that was complete."""
+    import click
+    from click.testing import CliRunner
+
+    from daskpile.cli import _command
+
+    @click.command()
+    @_command
+    def interrupted_then_failed(quiet):
+        try:
+            first = KeyboardInterrupt()
+            first.daskpile_state = "/tmp/scratch/daskpile-0123"
+            raise first
+        except KeyboardInterrupt:
+            raise OSError(9, "Bad file descriptor") from None
+
+    done = CliRunner().invoke(interrupted_then_failed, [])
+    assert done.exit_code == 130
+    assert done.stderr == (
+        "daskpile: interrupted; run the same command again to resume; its state is in /tmp/scratch/daskpile-0123\n"
+    )

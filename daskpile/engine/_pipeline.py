@@ -1049,8 +1049,9 @@ def _complete_if_interrupted(run: _Run):
     call again only reports it."""
     try:
         yield
-    except KeyboardInterrupt as e:
-        if run.complete:
+    except BaseException as e:
+        # (or an error raised while the interruption was handled: a file closed twice in scratch's removal)
+        if run.complete and _interrupted(e):
             again = (
                 "a call without overwrite=True reports it"
                 if run.overwrite
@@ -1060,6 +1061,17 @@ def _complete_if_interrupted(run: _Run):
             e.daskpile_complete = run.dest_url  # for the command line's one line
             e.daskpile_reported_again = not run.overwrite
         raise
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C, or was raised while one was handled."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__context__
+    return False
 
 
 @contextlib.contextmanager
