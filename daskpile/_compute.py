@@ -281,6 +281,26 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
             pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
+def exception_chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions it was raised while handling (its ``__context__``), the latest first.
+
+    >>> try:
+    ...     try:
+    ...         raise KeyboardInterrupt
+    ...     except KeyboardInterrupt:
+    ...         raise OSError(9, "Bad file descriptor")
+    ... except OSError as e:
+    ...     [type(c).__name__ for c in exception_chain(e)]
+    ['OSError', 'KeyboardInterrupt']
+    """
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        chain.append(e)
+        seen.add(id(e))
+        e = e.__context__
+    return chain
+
+
 class WorkerKilled(RuntimeError):
     """The workers running one of daskpile's tasks died while running it, as often as Dask allows: out of
     memory, most often.  ``key`` is the task's; ``piles``, a pass-2 task's piles."""

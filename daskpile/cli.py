@@ -27,7 +27,7 @@ import traceback
 import click
 from click.core import ParameterSource
 
-from daskpile._compute import local_cluster, quiet_workers
+from daskpile._compute import exception_chain, local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
 from daskpile._storage import StoreUnreachable, redact, store_unusable
 from daskpile._words import count
@@ -145,7 +145,7 @@ def _command(f):
             click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
             sys.exit(130)
         except Exception as e:
-            if any(isinstance(c, KeyboardInterrupt) for c in _chain_of(e)[1:]):
+            if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)[1:]):
                 # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the
                 # interruption is what happened
                 click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
@@ -169,7 +169,7 @@ def _interruption_said(e: BaseException) -> str:
     (the lease let go, scratch removed), and says nothing of what the run left."""
 
     def said(name: str):
-        return next((getattr(c, name) for c in _chain_of(e) if getattr(c, name, None)), None)
+        return next((getattr(c, name) for c in exception_chain(e) if getattr(c, name, None)), None)
 
     complete = said("daskpile_complete")
     if complete:
@@ -192,16 +192,6 @@ def _interruption_said(e: BaseException) -> str:
     if said("daskpile_unchanged"):
         return f"; the window at {said('daskpile_unchanged')} was not changed"
     return ""
-
-
-def _chain_of(e: BaseException) -> list[BaseException]:
-    """``e`` and the exceptions it was raised while handling, the latest first."""
-    chain, seen = [], set()
-    while e is not None and id(e) not in seen:
-        chain.append(e)
-        seen.add(id(e))
-        e = e.__context__
-    return chain
 
 
 def _where(e: BaseException) -> str:

@@ -218,15 +218,11 @@ def check_outside_a_window(dest_fs, dest_path: str) -> None:
     refused as dest: a shuffle there replaced a generation's files under the window's readers, and an append
     there started a window inside the window, which lost it when the generation was retired."""
     parent = posixpath.dirname(dest_path.rstrip("/"))
-    if (
-        not parent
-        or parent == dest_path.rstrip("/")
-        or not dest_fs.exists(posixpath.join(parent, _manifest.MANIFEST_NAME))
-    ):
+    if not parent or parent == dest_path.rstrip("/"):
         return
-    try:
+    try:  # (one request: no manifest there is the common case)
         window = _manifest.read_at(dest_fs, parent).get("window")
-    except (OSError, ValueError):  # not a whole manifest: not a window daskpile can name
+    except (OSError, ValueError):  # none, or not a whole manifest: not a window daskpile can name
         return
     if window is not None:
         raise ValueError(

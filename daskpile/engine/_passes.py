@@ -135,9 +135,8 @@ def scatter_partition(
     footer_rows: list[int] = []
 
     def check_rows(row_group: str, rows: int, row_bytes: float) -> None:
-        if task_memory is not None and row_bytes * _sizing.ROW_COPIES > task_memory:
-            where = f"{row_group} holds {count(rows, 'row')} of"
-            raise ValueError(_sizing.rows_too_large(where, row_bytes, task_memory, each=rows > 1))
+        where = f"{row_group} holds {count(rows, 'row')} of"
+        _sizing.refuse_rows_a_task_cannot_hold(where, row_bytes, task_memory, each=rows > 1)
 
     pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)
     for piece, table in pieces:

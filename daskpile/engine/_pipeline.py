@@ -26,6 +26,7 @@ from daskpile._compute import (
     WorkerKilled,
     compute,
     counting_worker_deaths,
+    exception_chain,
     giving_memory_back,
     task,
     total_threads,
@@ -694,12 +695,10 @@ class _Run:
         sampled are refused alike by the pass-1 task about to read them, from its row group's footer."""
         row = self.row_estimate
         # (kept: pass 1's tasks refuse rows the estimate did not see, and pass 2's deaths are said with it)
-        self.task_memory = per_task = worker_memory_per_thread() if self.plan.reading.text is None else None
-        if per_task is None or row * _sizing.ROW_COPIES <= per_task:
-            return
+        self.task_memory = worker_memory_per_thread() if self.plan.reading.text is None else None
         others = len(self.plan.urls) - 1
         where = f"{self.plan.urls[0]!r}" + (f" and {count(others, 'other file')}" if others else "")
-        raise ValueError(_sizing.rows_too_large(f"the rows of the source ({where}) take", row, per_task))
+        _sizing.refuse_rows_a_task_cannot_hold(f"the rows of the source ({where}) take", row, self.task_memory)
 
     def finished_already(self) -> ShuffleReport | None:
         """The report of dest's finished result if this call wrote it; another call's refused unless overwrite."""
@@ -1051,7 +1050,7 @@ def _complete_if_interrupted(run: _Run):
         yield
     except BaseException as e:
         # (or an error raised while the interruption was handled: a file closed twice in scratch's removal)
-        if run.complete and _interrupted(e):
+        if run.complete and any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)):
             again = (
                 "a call without overwrite=True reports it"
                 if run.overwrite
@@ -1061,17 +1060,6 @@ def _complete_if_interrupted(run: _Run):
             e.daskpile_complete = run.dest_url  # for the command line's one line
             e.daskpile_reported_again = not run.overwrite
         raise
-
-
-def _interrupted(e: BaseException) -> bool:
-    """Whether ``e`` is a Ctrl-C, or was raised while one was handled."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        seen.add(id(e))
-        e = e.__context__
-    return False
 
 
 @contextlib.contextmanager

@@ -38,13 +38,17 @@ ROW_COPIES = 8
 WORKER_BASE_BYTES = 256 * 2**20  # a worker's own memory (Python, Dask, Arrow's libraries), besides its tasks'
 
 
-def rows_too_large(where: str, row_bytes: float, task_memory: int, each: bool = True) -> str:
-    """Why rows of ``row_bytes`` are refused on workers whose threads have ``task_memory``, and what to change.
+def refuse_rows_a_task_cannot_hold(where: str, row_bytes: float, task_memory: int | None, each: bool = True) -> None:
+    """Refuse rows of ``row_bytes`` that a worker thread of ``task_memory`` cannot hold ``ROW_COPIES`` times over
+    (None: no limit), saying what to change.
 
-    >>> rows_too_large("the rows of x.parquet take", 300 * 2**20, 2**30)[:60]
-    'the rows of x.parquet take about 300 MiB each in memory, and'
+    >>> refuse_rows_a_task_cannot_hold("the rows of x.parquet take", 300 * 2**20, 2**30)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: the rows of x.parquet take about 300 MiB each in memory, ... at least 2.6 GiB (--memory-limit, ...)
     """
-    return (
+    if task_memory is None or row_bytes * ROW_COPIES <= task_memory:
+        return
+    raise ValueError(
         f"{where} about {row_bytes / 2**20:,.0f} MiB{' each' if each else ''} in memory, and a task holds a row up "
         f"to {ROW_COPIES} times over, more than the {task_memory / 2**20:,.0f} MiB it has (a worker's memory limit "
         f"over its threads): give each worker thread at least {row_memory(row_bytes) / 2**30:,.1f} GiB "
