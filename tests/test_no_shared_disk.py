@@ -28,7 +28,6 @@ import pytest
 from _cluster import (  # noqa: F401 (fixtures)
     isolated_client,
     isolated_cluster,
-    open_isolated_cluster,
     s3_server,
     slow_partition,
     touch_partition,
@@ -122,8 +121,11 @@ def test_shuffle_with_scratch_on_s3_succeeds(isolated_client, s3_server):
 
 
 @pytest.mark.slow
-def test_worker_killed_mid_run_same_output(s3_server):
-    """SIGKILL a worker while pass 1 runs: the compute completes, in the order of an undisturbed run."""
+def test_worker_killed_mid_run_same_output(isolated_cluster, s3_server):
+    """SIGKILL a worker while pass 1 runs: the compute completes, in the order of an undisturbed run.
+
+    The module's cluster: the worker killed is replaced, as the tests after this one expect two.
+    """
     _, options = s3_server
     n, partitions, piles, seed, delay = 20_000, 8, 4, 7, 0.5
     tag = uuid.uuid4().hex
@@ -132,7 +134,9 @@ def test_worker_killed_mid_run_same_output(s3_server):
     def shuffle(scratch):
         return daskpile.shuffle(ddf, piles=piles, seed=seed, scratch=scratch, storage_options=options)
 
-    with open_isolated_cluster(2) as cluster, Client(cluster.address, timeout=30) as client:
+    cluster = isolated_cluster
+    cluster.check(workers=2)
+    with Client(cluster.address, timeout=30) as client:
 
         def partitions_read():
             return sum(client.run(touched, tag).values())
@@ -226,30 +230,31 @@ def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_
 
 
 @pytest.mark.slow
-def test_the_command_survives_a_worker_killed_mid_run(s3_server):
+def test_the_command_survives_a_worker_killed_mid_run(isolated_cluster, s3_server):
     fs, options = s3_server
     source = s3_source(fs, options, "kill-src", rows=400_000, files=24)
-    with open_isolated_cluster(2) as cluster:
+    cluster = isolated_cluster
+    cluster.check(workers=2)
 
-        def run(dest: str, scratch: str) -> list[str]:
-            return [DASKPILE, "shuffle", source, dest, "--piles=6", "--seed=3", f"--scratch={scratch}",
-                    f"--scheduler={cluster.address}", "-q", *storage_args(options)]  # fmt: skip
+    def run(dest: str, scratch: str) -> list[str]:
+        return [DASKPILE, "shuffle", source, dest, "--piles=6", "--seed=3", f"--scratch={scratch}",
+                f"--scheduler={cluster.address}", "-q", *storage_args(options)]  # fmt: skip
 
-        reference = subprocess.run(run("s3://lake/kill-ref", "s3://scratch/kill-ref"), capture_output=True, text=True)
-        assert reference.returncode == 0, reference.stderr
+    reference = subprocess.run(run("s3://lake/kill-ref", "s3://scratch/kill-ref"), capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr
 
-        process = subprocess.Popen(run("s3://lake/kill-out", "s3://scratch/kill"), stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(run("s3://lake/kill-out", "s3://scratch/kill"), stderr=subprocess.PIPE, text=True)
 
-        def scattering():
-            fs.invalidate_cache()
-            return len(fs.find("scratch/kill")) >= 6
+    def scattering():
+        fs.invalidate_cache()
+        return len(fs.find("scratch/kill")) >= 6
 
-        wait_until(scattering, timeout=60, interval=0.05, what="pass 1 under way")
-        assert process.poll() is None, "the run ended before a worker could be killed"
-        cluster.kill_worker(cluster.alive_workers()[0])
-        cluster.add_worker()  # a new machine: empty /tmp, nothing of the run
-        _, stderr = process.communicate(timeout=240)
-        assert process.returncode == 0, stderr
+    wait_until(scattering, timeout=60, interval=0.05, what="pass 1 under way")
+    assert process.poll() is None, "the run ended before a worker could be killed"
+    cluster.kill_worker(cluster.alive_workers()[0])
+    cluster.add_worker()  # a new machine: empty /tmp, nothing of the run
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == 0, stderr
 
     assert read_result(fs, "lake/kill-out").equals(read_result(fs, "lake/kill-ref"))
     fs.invalidate_cache()
