@@ -10,7 +10,9 @@
 Exit status: 0 on success; 1 when verification or a quality check fails, or
 the run fails; 2 when the command cannot run as asked (bad options, a missing
 or unreadable source, an occupied dest, an unfinished run with other
-arguments).  Errors are one line on stderr; ``--debug`` adds the traceback.
+arguments); 130 on Ctrl-C; 141 when the reader of its output went away (``|
+head``), as for a program ended by SIGPIPE.  Errors are one line on stderr;
+``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import re
+import select
 import sys
 import traceback
 
@@ -145,6 +149,14 @@ def _command(f):
             click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
             sys.exit(130)
         except Exception as e:
+            if _reader_gone(e):
+                # `daskpile ... | head`: the run stops at its next line, as a program ended by SIGPIPE does,
+                # and says on stderr what it left (nothing, when it had left nothing to resume)
+                _stop_writing_to_stdout()
+                left = _interruption_said(e)
+                if left:
+                    click.echo(redact(f"daskpile: stopped: the reader of its output went away{left}"), err=True)
+                sys.exit(141)
             if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)[1:]):
                 # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the
                 # interruption is what happened
@@ -192,6 +204,26 @@ def _interruption_said(e: BaseException) -> str:
     if said("daskpile_unchanged"):
         return f"; the window at {said('daskpile_unchanged')} was not changed"
     return ""
+
+
+def _reader_gone(e: BaseException) -> bool:
+    """Whether ``e`` is a write to this process's stdout after its reader went away (a broken pipe): not
+    an error of the run, whose stores and workers also speak through pipes and sockets."""
+    if not any(isinstance(c, BrokenPipeError) for c in exception_chain(e)):
+        return False
+    try:
+        poll = select.poll()
+        poll.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe without a reader
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _stop_writing_to_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not fail on the broken pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno())
+    os.close(devnull)
 
 
 def _where(e: BaseException) -> str:

@@ -205,6 +205,22 @@ def test_json_alone_on_stdout_and_every_log_line_on_stderr(sorted_source, tmp_pa
     assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True
 
 
+def test_a_reader_gone_from_its_output_stops_the_run_as_sigpipe_would_and_it_resumes(sorted_source, tmp_path):
+    """`daskpile shuffle ... | head -1`: exit 141, one line on stderr saying what the run left, no
+    "[Errno 32] Broken pipe" error (it was exit 1) and no traceback of the flush at exit."""
+    args = [DASKPILE, "shuffle", sorted_source, str(tmp_path / "out"), "--piles", "3", "--seed", "1",
+            "--scheduler", "threads"]  # fmt: skip
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stdout.readline().startswith("pass 1: ")
+        process.stdout.close()  # as head does, having its line
+        stderr = process.stderr.read()
+    assert process.returncode == 141, stderr
+    assert stderr.startswith("daskpile: stopped: the reader of its output went away; run the same command again")
+    assert len(stderr.splitlines()) == 1, stderr
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
+
+
 def test_every_command_and_option_says_what_it_does():
     """The reference is generated from these (tests/test_docs.py builds it), so each needs its help text."""
     import click
