@@ -540,18 +540,25 @@ def shuffle(
     interruption to resume.
     """
     from daskpile import shuffle_parquet
+    from daskpile.engine._pipeline import finished_result
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
-    with _cluster(**cluster, quiet=quiet):
-        report = shuffle_parquet(
-            list(source) if len(source) > 1 else source[0], dest, piles, seed=seed, scratch=scratch,
-            storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
-            memory_per_pile=memory_per_pile, progress=not quiet, blocksize=blocksize, on_oversize=on_oversize,
-            partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
-            rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager", format=source_format,
-            read_options=parse_storage_options(read_options, "--read-option", levels=1), output_format=output_format,
-            compression=compression,
-        )  # fmt: skip
+    call = functools.partial(
+        shuffle_parquet, list(source) if len(source) > 1 else source[0], dest, piles, seed=seed, scratch=scratch,
+        storage_options=storage_options, overwrite=overwrite, verify=not no_verify,
+        memory_per_pile=memory_per_pile, blocksize=blocksize, on_oversize=on_oversize,
+        partitioning=partitioning, schema=schema, version=table_version, stray_files=stray_files,
+        rows_per_file=rows_per_file, second_pass="lazy" if lazy else "eager", format=source_format,
+        read_options=parse_storage_options(read_options, "--read-option", levels=1), output_format=output_format,
+        compression=compression,
+    )  # fmt: skip
+    report = None
+    if cluster["scheduler"] is None and not overwrite:  # a cluster to start (a Kubernetes job's retry)
+        _check_cluster_options(**cluster)
+        report = finished_result(dest, storage_options, functools.partial(call, progress=False))
+    if report is None:
+        with _cluster(**cluster, quiet=quiet):
+            report = call(progress=not quiet)
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 
 

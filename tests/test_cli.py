@@ -221,6 +221,19 @@ def test_a_reader_gone_from_its_output_stops_the_run_as_sigpipe_would_and_it_res
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
 
 
+def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_source, tmp_path):
+    """A Kubernetes job's retry: `--kubernetes` here has no cluster to reach (and maybe no dask-kubernetes),
+    so a run that started one would fail; nor is a LocalCluster started for a retry."""
+    dest = str(tmp_path / "out")
+    run("shuffle", sorted_source, dest, "--piles", "3", "--seed", "1", "--scheduler", "threads", check_status=0)
+    for where in ([], ["--kubernetes", "daskpile-test", "--namespace", "nowhere"]):
+        retried = run("shuffle", sorted_source, dest, "--piles", "3", "--seed", "1", *where, check_status=0)
+        assert retried.stdout.startswith(f"already done: {dest} holds this run's finished result"), retried.stdout
+        assert "LocalCluster" not in retried.stdout + retried.stderr
+    other = run("shuffle", sorted_source, dest, "--seed", "2", "--kubernetes", "daskpile-test", check_status=2)
+    assert "of another call (this call: seed 2 instead of 1)" in other.stderr and "LocalCluster" not in other.stdout
+
+
 def test_every_command_and_option_says_what_it_does():
     """The reference is generated from these (tests/test_docs.py builds it), so each needs its help text."""
     import click

@@ -10,6 +10,7 @@ pandas is never involved.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import hashlib
@@ -552,6 +553,8 @@ def shuffle_plan(
         finished = run.finished_already()
         if finished is not None:
             return finished
+        if _FINISHED_ONLY.get():
+            raise _NotFinished
         run.prepare_scratch()
         with _resumable(run.scratch, run.dest_fs, run.dest_path), counting_worker_deaths(run.deaths):
             scattered = run.scatter()
@@ -560,6 +563,46 @@ def shuffle_plan(
             lease.check()
             run.commit_staged(names)
         return run.finish(scattered, names, gathered, fingerprint)
+
+
+_FINISHED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("daskpile_finished_only", default=False)
+
+
+class _NotFinished(Exception):
+    """A shuffle under ``finished_result`` has work to do."""
+
+
+def finished_result(dest: str, storage_options: dict | None, shuffle) -> ShuffleReport | None:
+    """The report of the finished result of a call that ``dest`` holds, found without a cluster, or None.
+
+    ``shuffle`` makes the call (``shuffle_parquet`` with its arguments); it
+    runs on the sync scheduler up to the point where a run would begin.  The
+    command asks this before it starts a cluster, so that a retry of a
+    finished run (a Kubernetes job's) reports it without one, and dest
+    holding another call's result or run is said without one too
+    (``FileExistsError``, ``RunMismatchError``).  None wherever the call would
+    run: no manifest in dest, a run to resume, or any other error, which may
+    depend on the cluster (its memory, what its workers see) and which the
+    call on its cluster says again.
+
+    >>> finished_result("shuffled/", None, lambda: shuffle_parquet("data/", "shuffled/", piles=4, seed=1)).rows
+    30000
+    >>> finished_result("new/", None, lambda: shuffle_parquet("data/", "new/", piles=4, seed=1)) is None
+    True
+    """
+    dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
+    if not dest_fs.exists(posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
+        return None  # (one request, before a second planning of the source)
+    token = _FINISHED_ONLY.set(True)
+    try:
+        with dask.config.set(scheduler="sync"):
+            return shuffle()
+    except (FileExistsError, RunMismatchError):
+        raise
+    except (_NotFinished, Exception):
+        return None
+    finally:
+        _FINISHED_ONLY.reset(token)
 
 
 @dataclasses.dataclass
