@@ -590,16 +590,16 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     >>> finished_result("new/", None, lambda: shuffle_parquet("data/", "new/", piles=4, seed=1)) is None
     True
     """
-    dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
-    if not dest_fs.exists(posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
-        return None  # (one request, before a second planning of the source)
     token = _FINISHED_ONLY.set(True)
     try:
+        dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
+        if not dest_fs.exists(posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
+            return None  # (one request, before a second planning of the source)
         with dask.config.set(scheduler="sync"):
             return shuffle()
     except (FileExistsError, RunMismatchError):
         raise
-    except (_NotFinished, Exception):
+    except (_NotFinished, Exception):  # (an unreachable store is said by the call, naming what it reads first)
         return None
     finally:
         _FINISHED_ONLY.reset(token)
