@@ -169,7 +169,11 @@ def shuffle(
     -----
     The shuffle is a Dask expression, so Dask's optimizer works through it:
     ``shuffle(ddf)[["a", "b"]]`` reads and shuffles only ``a`` and ``b``, in
-    the same order as the whole result; ``count()``, ``min()`` and ``max()``
+    the same order as the whole result, when ``ddf`` is made partition by
+    partition (reads, filters, assignments, ``map_partitions``); below a
+    shuffle, merge, ``groupby().transform``, ``set_index``, ``sort_values``
+    or repartition, a projection reads the pass 1 of the whole result
+    instead, since Dask may give it other partitions; ``count()``, ``min()`` and ``max()``
     of the whole result skip the shuffle; ``s.partitions[j]`` computes pile
     ``j`` only.  The dashboard shows ``daskpile-scatter`` (pass 1, a task per
     input partition), ``daskpile-scattered`` and ``daskpile-gather`` (pass 2,
@@ -177,7 +181,7 @@ def shuffle(
 
     Pass 1 runs once for the life of the result: later computes of it, or of
     any of its partitions, read the scratch it wrote, not the input.  A
-    projection (columns selected, or the index dropped:
+    projection pushed below (columns selected, or the index dropped:
     ``reset_index(drop=True)``, ``to_parquet(..., write_index=False)``) is
     another shuffle, with a pass 1 of its own over its columns only: the same
     order as the whole result if the input gives the same rows each time it
@@ -447,7 +451,7 @@ class PileShuffle(PartitionsFiltered, Expr):
         return (None,) * (self.piles + 1)
 
     def _simplify_up(self, parent, dependents):
-        if isinstance(parent, Projection):
+        if isinstance(parent, Projection) and _partitions_keep_their_rows(self.frame):
             # Move the projection below the shuffle: a pile's rows do not depend on the columns.
             columns = _convert_to_list(determine_column_projection(self, parent, dependents))
             wanted = [c for c in self.frame.columns if c in columns]
@@ -487,6 +491,21 @@ class PileShuffle(PartitionsFiltered, Expr):
             scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, codec)
             scattered = ScatterSummary(scatter, self.piles, self.run, variant)
         return GatherPiles(scattered, self.piles, self.seed, self.run, variant, codec, self.operand("_partitions"))
+
+
+def _partitions_keep_their_rows(frame: Expr) -> bool:
+    """Whether a projection of ``frame`` has the rows of its partitions, in their order: ``frame`` is made
+    partition by partition from its inputs (Blockwise only: reads, filters, assignments, ``map_partitions``).
+
+    Below anything else (a shuffle, a merge, a ``groupby().transform``, ``set_index``, ``sort_values``, a
+    repartition) Dask's optimizer may give a projection other partitions: a column that needs no
+    ``groupby().transform`` loses the shuffles that aligned the frame to it.  Pass 1 keys its draws by
+    partition, so ``s[["x"]]`` and ``s["y"]`` would come out in other orders, misaligned row by row.  There
+    the projection stays above the shuffle: every projection reads the pass 1 of the whole result, and
+    ``s[["x"]]`` and ``s["y"]`` are its columns, in its order, even from an input whose ties
+    (``sort_values``) come out in another order each time.
+    """
+    return all(isinstance(node, (Blockwise, AsBuilt)) for node in frame.walk())
 
 
 class ScatterPartitions(Blockwise):
