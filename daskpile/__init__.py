@@ -20,7 +20,7 @@ _PUBLIC = {
     "NoWorkerRunning": "daskpile._compute",
     "PileLoader": "daskpile.loader",
     "PilePlan": "daskpile.engine._sizing",
-    "PileTooLargeError": "daskpile.engine._pipeline",
+    "PileTooLargeError": "daskpile.engine._sizing",
     "QualityCheck": "daskpile.checks._quality",
     "QualityReport": "daskpile.checks._quality",
     "RunMismatchError": "daskpile.engine._pipeline",

@@ -402,6 +402,19 @@ def test_a_projection_of_an_input_made_partition_by_partition_is_still_pushed_be
     assert list(shuffle.frame.columns) == ["row"]
 
 
+def test_piles_auto_refuses_piles_far_over_its_plan_when_the_partitions_measured_were_small(sync_scheduler):
+    """plan_piles measures partitions 0, 2 and 4 of 5; 1 and 3 are 200 times larger.  The plan (a pile of
+    about 80 KiB) would have given a pile of 12 MiB, 190 times its budget, with no word of it."""
+    parts = [frame(1_000 if k % 2 == 0 else 200_000)[["u64", "f"]] for k in range(5)]
+    ddf = dd.concat([dd.from_pandas(p, npartitions=1) for p in parts])
+    planned = r"piles='auto' planned \d+ piles? for about 5,000 rows .* Pass piles=\d+ \(or more\)"
+    with pytest.raises(daskpile.PileTooLargeError, match=planned):
+        daskpile.shuffle(ddf, piles="auto", memory_per_pile=2**16, seed=1).compute()
+    assert len(daskpile.shuffle(ddf, piles=3, seed=1).compute()) == 403_000  # a pile count: no plan to hold to
+    even = dd.from_pandas(frame(60_000)[["u64", "f"]], npartitions=6)
+    assert len(daskpile.shuffle(even, piles="auto", memory_per_pile=2**18, seed=1).compute()) == 60_000
+
+
 def test_the_result_is_a_dask_expression_with_known_partitions_meta_and_named_tasks(uneven):
     from dask.utils import key_split
 

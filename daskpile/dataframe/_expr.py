@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import posixpath
 import threading
 import time
@@ -60,6 +61,7 @@ from daskpile._compute import current_client, giving_memory_back, in_a_worker, w
 from daskpile._random import resolve_seed
 from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, write_bytes
 from daskpile._validate import check_bytes, check_piles
+from daskpile._words import count, size
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.engine import _passes, _sizing
 from daskpile.engine._scratch import Scratch, read_pile
@@ -105,6 +107,9 @@ def shuffle(
         the count :func:`plan_piles` returns: the fewest piles, at least 4 per
         thread and of 32 MiB or less on average (but not piles of fewer than
         10,000 rows on average), whose largest fits ``memory_per_pile``.
+        A compute whose pass 1 sends a pile over twice that (the partitions
+        measured were much smaller than the others) raises
+        :class:`PileTooLargeError`, saying the pile count that fits.
     seed
         A non-negative integer; the same seed, pile count and input partitions
         give the same output.  Default None: a seed drawn from the operating
@@ -219,13 +224,14 @@ def shuffle(
             "make its levels columns first (ddf.reset_index())"
         )
     memory_per_pile = check_bytes("memory_per_pile", memory_per_pile)
+    plan = None
     if piles == "auto":
         plan = plan_piles(ddf, memory_per_pile)
         logger.info("piles='auto': %s", plan)
         piles = plan.piles
     piles = check_piles(piles, auto_allowed=True)
     run = ScratchRun(Scratch.create(scratch, storage_options, 0))
-    return PileFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta))
+    return PileFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta, plan=plan))
 
 
 class PileFrame(dd.DataFrame):
@@ -430,8 +436,9 @@ class PileShuffle(PartitionsFiltered, Expr):
     # ``meta`` is the input's, taken on the client: the scheduler, which builds the graph from a pickled
     # expression, may infer another (Dask's string conversion is the client's setting).
     # ``keep_index=False``: the index is not carried (each pile gets a RangeIndex), for a parent that drops it.
-    _parameters = ["frame", "piles", "seed", "run", "meta", "keep_index", "_partitions"]  # noqa: RUF012 (Dask's own)
-    _defaults = {"keep_index": True, "_partitions": None}  # noqa: RUF012
+    # ``plan``: that of ``piles="auto"``, whose budget pass 1 checks the piles against; None for a pile count.
+    _parameters = ["frame", "piles", "seed", "run", "meta", "keep_index", "plan", "_partitions"]  # noqa: RUF012
+    _defaults = {"keep_index": True, "plan": None, "_partitions": None}  # noqa: RUF012
 
     @property
     def _funcname(self) -> str:
@@ -489,7 +496,7 @@ class PileShuffle(PartitionsFiltered, Expr):
             scattered = None  # files of it were removed since: pass 1 runs again
         if scattered is None:
             scatter = ScatterPartitions(frame, self.piles, self.seed, self.run, variant, codec)
-            scattered = ScatterSummary(scatter, self.piles, self.run, variant)
+            scattered = ScatterSummary(scatter, self.piles, self.run, variant, self.operand("plan"))
         return GatherPiles(scattered, self.piles, self.seed, self.run, variant, codec, self.operand("_partitions"))
 
 
@@ -532,7 +539,7 @@ class ScatterPartitions(Blockwise):
 class ScatterSummary(Expr):
     """The end of pass 1: which partitions it saw, the rows of every pile, recorded in the run file."""
 
-    _parameters = ["scatter", "piles", "run", "variant"]  # noqa: RUF012
+    _parameters = ["scatter", "piles", "run", "variant", "plan"]  # noqa: RUF012
 
     @property
     def _name(self) -> str:
@@ -548,7 +555,7 @@ class ScatterSummary(Expr):
     def _layer(self) -> dict:
         parts = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
         key = (self._name, 0)
-        return {key: Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, *parts)}
+        return {key: Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, self.plan, *parts)}
 
 
 class GatherPiles(PartitionsFiltered, BlockwiseIO):
@@ -624,14 +631,16 @@ def scatter_partition(
         with contextlib.suppress(FileExistsError):
             scratch.fs.mkdir(scratch.directory, create_parents=False)
     result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
-    return {"partition": partition, "counts": result.counts}
+    return {"partition": partition, "counts": result.counts, "pile_bytes": result.pile_bytes}
 
 
 @redacting_errors
-def finish_scatter(run: ScratchRun, variant: str, piles: int, *results: dict) -> dict:
+def finish_scatter(run: ScratchRun, variant: str, piles: int, plan: _sizing.PilePlan | None, *results: dict) -> dict:
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
     scratch = run.variant(variant, len(results))
     rows = np.sum([r["counts"] for r in results], axis=0)
+    if plan is not None:
+        _refuse_piles_over_their_plan(plan, np.sum([r["pile_bytes"] for r in results], axis=0), rows)
     # "id": this pass 1's, so that pass 2 reads its files, not those of one before whose scratch was removed
     scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows], "id": uuid.uuid4().hex}
     # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
@@ -657,6 +666,27 @@ def _all_there(scratch: Scratch) -> bool:
     """Whether every file of a finished pass 1 is still in scratch: one listing, not a cached one."""
     paths = scratch.paths()
     return len(_passes.existing(scratch.fs, paths)) == len(paths)
+
+
+# Pass 2 holds a pile several times over (read, permuted, made pandas); at twice the budget, a quarter of a
+# worker thread's memory by default, that nears the worker's limit
+OVER_PLAN = 2
+
+
+def _refuse_piles_over_their_plan(plan: _sizing.PilePlan, pile_bytes: np.ndarray, rows: np.ndarray) -> None:
+    """``piles="auto"`` measured a few partitions; when the others are much larger, a pile is over its budget,
+    and pass 2 would load it whole: said now, with the pile count that fits, rather than by a worker killed."""
+    largest = int(np.argmax(pile_bytes)) if len(pile_bytes) else 0
+    if not len(pile_bytes) or pile_bytes[largest] <= OVER_PLAN * plan.memory_per_pile:
+        return
+    fits = math.ceil(1.25 * int(pile_bytes.sum()) / plan.memory_per_pile)
+    raise _sizing.PileTooLargeError(
+        f"piles='auto' planned {count(plan.piles, 'pile')} for about {count(plan.rows, 'row')} "
+        f"({size(plan.bytes)}), measured on a few partitions, but pass 1 sent pile {largest} "
+        f"{count(int(rows[largest]), 'row')}, {size(pile_bytes[largest])}, more than twice the "
+        f"{size(plan.memory_per_pile)} a pile was planned to fit: the partitions measured were smaller "
+        f"than the others. Pass piles={fits} (or more), or a larger memory_per_pile"
+    )
 
 
 def _read_run_file(scratch: Scratch) -> dict | None:

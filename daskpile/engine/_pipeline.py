@@ -51,6 +51,7 @@ from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch
 from daskpile.engine import _run as run_state
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import Scratch
+from daskpile.engine._sizing import PileTooLargeError
 from daskpile.sources import arrowfiles, plan_sources, text
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import read_pieces
@@ -79,16 +80,6 @@ class RunMismatchError(RuntimeError):
     ``rows_per_file`` or the schema it reads.  The message names the
     differences.  Run the same call again to resume the run, or pass
     ``overwrite=True`` to discard it.
-    """
-
-
-class PileTooLargeError(RuntimeError):
-    """A pile is over its memory budget and ``on_oversize="error"`` was asked for.
-
-    Raised by :func:`shuffle_parquet` after pass 1, before pass 2 writes
-    anything; the message names the largest pile, its rows and estimated
-    bytes.  The scratch is removed, since a rerun needs other arguments: more
-    piles, a larger ``memory_per_pile``, or ``on_oversize="split"``.
     """
 
 
@@ -599,7 +590,7 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
             return shuffle()
     except (FileExistsError, RunMismatchError):
         raise
-    except (_NotFinished, Exception):  # (an unreachable store is said by the call, naming what it reads first)
+    except Exception:  # _NotFinished, or an unreachable store, which the call says naming what it reads first
         return None
     finally:
         _FINISHED_ONLY.reset(token)

@@ -74,6 +74,20 @@ def row_memory(row_bytes: float) -> float:
 FAST_PILE_BYTES = 32 * 2**20
 
 
+class PileTooLargeError(RuntimeError):
+    """A pile is over its memory budget and ``on_oversize="error"`` was asked for, or, in
+    ``shuffle(ddf, piles="auto")``, over twice the budget its plan was made for.
+
+    Raised by :func:`shuffle_parquet` after pass 1, before pass 2 writes
+    anything; the message names the largest pile, its rows and estimated
+    bytes.  The scratch is removed, since a rerun needs other arguments: more
+    piles, a larger ``memory_per_pile``, or ``on_oversize="split"``.  Raised
+    by a compute of ``shuffle(ddf, piles="auto")`` at the end of pass 1, when
+    the partitions its plan measured were much smaller than the others: the
+    message says the pile count that fits.
+    """
+
+
 @dataclasses.dataclass(frozen=True)
 class PilePlan:
     """The chosen pile count and the estimate it came from.
