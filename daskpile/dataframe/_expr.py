@@ -125,7 +125,8 @@ def shuffle(
         refuses to run, before reading anything (each worker is asked whether
         it sees a probe file).  The directory is removed when the result, and
         every collection derived from it, is garbage-collected (or at exit),
-        after a failed compute too, and not before every future the client had
+        after a failed compute too (on a cluster, once the tasks it left running
+        have ended: they write into it), and not before every future the client had
         pending then (a running ``persist()`` or ``client.compute()``) is done.
         A graph taken out of the result (``to_delayed()``) does not keep it:
         keep the result while such a graph runs.
