@@ -126,6 +126,32 @@ def test_workers_killed_running_a_task_are_said_as_what_daskpile_was_doing():
     assert "--memory-limit" in said and "a smaller blocksize (--blocksize: another call" in said
 
 
+def _die_in(frame):
+    if 15 in frame["x"].to_numpy():  # the middle partition, one of those piles="auto" measures
+        _die()
+    return frame
+
+
+def test_workers_killed_measuring_a_partition_for_piles_auto_are_said_so():
+    """shuffle(ddf, piles="auto") computes partitions to measure them: a worker killed there raised Dask's bare
+    KilledWorker ("Attempted to run task ('_frame_size-...', ...)"), naming none of what to change."""
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    import daskpile
+
+    ddf = dd.from_pandas(pd.DataFrame({"x": range(30)}), npartitions=3)
+    ddf = ddf.map_partitions(_die_in, meta=ddf._meta)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0")
+    with cluster, Client(cluster), pytest.raises(daskpile.WorkerKilled) as killed:
+        daskpile.shuffle(ddf, piles="auto")
+    said = str(killed.value)
+    assert said.startswith("the workers running piles='auto''s measure of a partition of the DataFrame (the ")
+    assert "ddf.repartition(partition_size=" in said and "piles=N" in said
+
+
 def _pause(dask_worker) -> None:
     from distributed.core import Status
 
