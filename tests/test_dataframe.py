@@ -394,9 +394,16 @@ def test_projections_of_an_input_whose_ties_move_read_the_pass_1_of_the_whole_re
     assert (shuffled.compute()["row"].to_numpy() == labels.to_numpy()).all()
 
 
-def test_a_projection_of_an_input_made_partition_by_partition_is_still_pushed_below(sync_scheduler):
-    ddf = dd.from_pandas(_features_and_labels(1_000), npartitions=3)
-    ddf = ddf[ddf.score > 0.1].assign(twice=lambda d: d.score * 2)
+@pytest.mark.parametrize("made", ["filtered and assigned", "persisted", "from delayed objects"])
+def test_a_projection_of_an_input_made_partition_by_partition_is_still_pushed_below(sync_scheduler, made):
+    data = _features_and_labels(1_000)
+    ddf = dd.from_pandas(data, npartitions=3)
+    if made == "filtered and assigned":
+        ddf = ddf[ddf.score > 0.1].assign(twice=lambda d: d.score * 2)
+    elif made == "persisted":
+        ddf = ddf.persist()
+    else:
+        ddf = dd.from_delayed([dask.delayed(data.iloc)[k : k + 500] for k in (0, 500)], meta=data.iloc[:0])
     projected = daskpile.shuffle(ddf, piles=2, seed=1)[["row"]].expr.simplify()
     (shuffle,) = [e for e in projected.walk() if type(e).__name__ == "PileShuffle"]
     assert list(shuffle.frame.columns) == ["row"]

@@ -52,7 +52,7 @@ from dask.dataframe.dask_expr._expr import (
 )
 from dask.dataframe.dask_expr._reductions import Count, Max, Min, NBytes
 from dask.dataframe.dask_expr._util import _convert_to_list
-from dask.dataframe.dask_expr.io.io import BlockwiseIO
+from dask.dataframe.dask_expr.io.io import IO, BlockwiseIO
 from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
@@ -503,7 +503,8 @@ class PileShuffle(PartitionsFiltered, Expr):
 
 def _partitions_keep_their_rows(frame: Expr) -> bool:
     """Whether a projection of ``frame`` has the rows of its partitions, in their order: ``frame`` is made
-    partition by partition from its inputs (Blockwise only: reads, filters, assignments, ``map_partitions``).
+    partition by partition from its inputs (reads, ``persist()``-ed or ``from_delayed`` partitions, then
+    Blockwise expressions only: filters, assignments, ``map_partitions``).
 
     Below anything else (a shuffle, a merge, a ``groupby().transform``, ``set_index``, ``sort_values``, a
     repartition) Dask's optimizer may give a projection other partitions: a column that needs no
@@ -513,7 +514,7 @@ def _partitions_keep_their_rows(frame: Expr) -> bool:
     ``s[["x"]]`` and ``s["y"]`` are its columns, in its order, even from an input whose ties
     (``sort_values``) come out in another order each time.
     """
-    return all(isinstance(node, (Blockwise, AsBuilt)) for node in frame.walk())
+    return all(isinstance(node, (Blockwise, IO, AsBuilt)) or not node.dependencies() for node in frame.walk())
 
 
 class ScatterPartitions(Blockwise):
