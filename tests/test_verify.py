@@ -97,6 +97,31 @@ def test_values_moved_between_rows_are_a_mismatch_with_every_column_intact(sync_
     assert not alone.ok and alone.generations_differing == () and "generation" not in str(alone)
 
 
+def test_a_column_whose_type_changed_with_its_values_kept_is_a_mismatch_naming_it(sync_scheduler, source, tmp_path):
+    """The fingerprints hash values, which a cast may keep: a timestamp as int64, a string as binary, int64 as
+    int32 all said "match".  Types that hold the same values alike (large_string) still match."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=2, seed=0)
+    part = dest / "part-00000.parquet"
+    table = pq.read_table(part)
+    metadata = table.schema.metadata
+    as_large = table.set_column(table.column_names.index("name"), "name", table["name"].cast(pa.large_string()))
+    pq.write_table(as_large.replace_schema_metadata(metadata), part)
+    assert daskpile.verify(source, str(dest)).ok and daskpile.verify(str(dest)).ok
+    cast = {"id": pa.int32(), "ts": pa.int64(), "name": pa.binary()}
+    for name, kind in cast.items():
+        table = table.set_column(table.column_names.index(name), name, table[name].cast(kind))
+    pq.write_table(table.replace_schema_metadata(metadata), part)
+    for result, whose in [(daskpile.verify(source, str(dest)), "source"), (daskpile.verify(str(dest)), "manifest")]:
+        assert not result.ok and result.columns_differing == ()
+        assert result.types_differing == (
+            f"id (int64 in the {whose}, int32 in the result)",
+            f"ts (timestamp[no time zone] in the {whose}, int64 in the result)",
+            f"name (string in the {whose}, binary in the result)",
+        )
+        assert "column types that differ: id (int64 in the " in str(result)
+
+
 def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, source, tmp_path):
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)

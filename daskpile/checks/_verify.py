@@ -71,6 +71,14 @@ class Verification:
         Source files added, gone or changed since the shuffle read them, by
         the files and stamps its manifest recorded: on a mismatch, the
         likelier cause than the result.
+    types_differing
+        Columns whose type in the result files is not the source's (or the
+        manifest's), as ``"name (type in the source, in the result)"``: the
+        fingerprints hash values, which a cast may keep (a timestamp as
+        int64, a date as int32, a string as binary, int64 as int32).  Types
+        that hold the same values alike are one type here: string and
+        large_string, a dictionary and its values, a timestamp in any unit
+        (its time zone counts), list and large_list.
     """
 
     source: Fingerprint
@@ -85,6 +93,7 @@ class Verification:
     unlisted_files: tuple[str, ...] = ()
     files_differing: tuple[str, ...] = ()
     source_changed: tuple[str, ...] = ()
+    types_differing: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -101,6 +110,7 @@ class Verification:
             and not self.generations_differing
             and not self.unlisted_files
             and not self.files_differing
+            and not self.types_differing
         )
 
     def __bool__(self) -> bool:
@@ -127,6 +137,11 @@ class Verification:
         elif self.source != self.dest and self.source.rows == self.dest.rows and not self.against_manifest:
             # (against a manifest, no column was fingerprinted alone: which differ is not known)
             lines.append("  every column holds the same values, but not in the same rows")
+        if self.types_differing:
+            shown, more = self.types_differing[:COLUMNS_SHOWN], len(self.types_differing) - COLUMNS_SHOWN
+            lines.append(
+                f"  column types that differ: {', '.join(shown)}" + (f", and {more:,} more" if more > 0 else "")
+            )
         lines += [f"  changed since it was written: {path}" for path in self.files_differing]
         lines += [f"  missing: {path}" for path in self.missing_files]
         lines += [f"  unreadable: {item}" for item in self.unreadable_files]
@@ -172,6 +187,7 @@ class Verification:
             "unlisted_files": list(self.unlisted_files),
             "files_differing": list(self.files_differing),
             "source_changed": list(self.source_changed),
+            "types_differing": list(self.types_differing),
         }
 
 
@@ -184,6 +200,7 @@ class _Side:
     missing: tuple = ()
     unreadable: tuple = ()
     ignored: tuple = ()
+    types: dict = dataclasses.field(default_factory=dict)  # column -> the set of its types in the files read
 
 
 @redacting_errors
@@ -315,6 +332,7 @@ def verify(
         unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
         files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
         source_changed=_source_changed(plan, manifest),
+        types_differing=_types_differing(plan.schema, result.types, "the source"),
     )
 
 
@@ -429,7 +447,48 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         ),
         against_manifest=True,
         files_differing=_files_differing(fs, paths, sides, manifest),
+        types_differing=_types_differing(schema, result.types, "the manifest"),
     )
+
+
+def _types_differing(expected: pa.Schema, found: dict, whose: str) -> tuple[str, ...]:
+    """The columns of ``expected`` whose type in the result files (``found``: column -> types) is another."""
+    differing = []
+    for field in expected:
+        want = _logical_type(field.type)
+        other = sorted(k for k in found.get(field.name, ()) if k not in (want, "null") and want != "null")
+        if other:
+            differing.append(f"{field.name} ({want} in {whose}, {' and '.join(other)} in the result)")
+    return tuple(differing)
+
+
+def _logical_type(kind: pa.DataType) -> str:
+    """``kind`` as the values it holds: one name for types that hold the same values alike.
+
+    >>> _logical_type(pa.dictionary(pa.int8(), pa.large_string())), _logical_type(pa.timestamp("ns", "UTC"))
+    ('string', 'timestamp[UTC]')
+    >>> _logical_type(pa.large_list(pa.struct({"a": pa.int32()}))), _logical_type(pa.decimal128(38, 2))
+    ('list<struct<a: int32>>', 'decimal(scale 2)')
+    """
+    if pa.types.is_dictionary(kind):
+        return _logical_type(kind.value_type)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return "string"
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return "binary"
+    if pa.types.is_timestamp(kind):
+        return f"timestamp[{kind.tz or 'no time zone'}]"
+    if pa.types.is_decimal(kind):
+        return f"decimal(scale {kind.scale})"
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        return f"list<{_logical_type(kind.value_type)}>"
+    if pa.types.is_struct(kind):
+        return f"struct<{', '.join(f'{f.name}: {_logical_type(f.type)}' for f in kind)}>"
+    if pa.types.is_map(kind):
+        return f"map<{_logical_type(kind.key_type)}, {_logical_type(kind.item_type)}>"
+    if isinstance(kind, pa.ExtensionType):
+        return f"{kind.extension_name}<{_logical_type(kind.storage_type)}>"
+    return str(kind)
 
 
 def _column_difference(name: str, source: dict, result: dict) -> str:
@@ -445,12 +504,17 @@ def _total(sides: list[_Side]) -> _Side:
     for side in sides:
         for name, fingerprint in side.columns.items():
             columns[name] = columns.get(name, Fingerprint()) + fingerprint
+    types: dict = {}
+    for side in sides:
+        for name, kinds in side.types.items():
+            types[name] = types.get(name, frozenset()) | kinds
     return _Side(
         _fingerprint.total(s.rows for s in sides),
         columns,
         tuple(m for s in sides for m in s.missing),
         tuple(u for s in sides for u in s.unreadable),
         tuple(dict.fromkeys(i for s in sides for i in s.ignored)),
+        types,
     )
 
 
@@ -509,7 +573,9 @@ def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None,
     ignored = tuple(c for c in index_columns if c not in source_columns and c in table.column_names)
     kept = [n for n in source_columns if n in table.column_names]
     kept += [n for n in table.column_names if n not in source_columns and n not in ignored]
-    return dataclasses.replace(_side(table.select(kept)), ignored=ignored)
+    table = table.select(kept)
+    types = {field.name: frozenset([_logical_type(field.type)]) for field in table.schema}
+    return dataclasses.replace(_side(table), ignored=ignored, types=types)
 
 
 def _side(table: pa.Table) -> _Side:
