@@ -62,6 +62,25 @@ def test_partition_folders_become_columns_as_pyarrow_reads_them(sync_scheduler, 
     assert not daskpile.verify(hive_lake, str(tmp_path / "out"), partitioning="none").ok
 
 
+def test_partition_folders_that_are_links_are_read_through_as_pyarrow_reads_them(sync_scheduler, hive_lake, tmp_path):
+    """A lake whose year=... folders are links (to where the data lives): refused with "[Errno 21] Is a
+    directory", since fsspec lists a link to a folder as one entry and does not go in."""
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    for folder in sorted(os.listdir(hive_lake)):
+        os.symlink(os.path.join(hive_lake, folder), linked / folder)
+    shuffle(str(linked), tmp_path / "out")
+    expected = ds.dataset(str(linked), format="parquet", partitioning="hive").to_table()
+    assert rows(read_output(tmp_path / "out")) == rows(expected) and expected.num_rows == 600
+    assert daskpile.verify(str(linked), str(tmp_path / "out")).ok
+    os.symlink(hive_lake, linked / "again")  # the lake's own folders once more: every row twice, or a loop
+    with pytest.raises(
+        ValueError, match=r"source folder '.*linked/.*' is a link to '.*lake.*', which the source reads"
+    ):
+        shuffle(str(linked), tmp_path / "twice")
+    assert not (tmp_path / "twice").exists()
+
+
 def test_dask_reads_the_same_values(sync_scheduler, tmp_path):
     table = pa.table({"id": range(300), "year": [2023, 2024, 2025] * 100, "city": ["New York", "a/b", "c"] * 100})
     lake = str(tmp_path / "lake")  # (no default partition: Dask's reader fails on one, "couldn't infer type")

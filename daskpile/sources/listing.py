@@ -11,6 +11,7 @@ is a stray: skipped and listed in the report, or an error with
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import re
 
@@ -52,10 +53,11 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
             # matches files reads those alone, as before
             for folder in list(found):
                 found.update(fs.find(folder, detail=True))
+        found = _with_linked_folders(fs, found, literal_prefix(path))
         root = literal_prefix(path)
         above = tables.table_around(fs, root)
     elif fs.isdir(path):
-        found = fs.find(path, detail=True)
+        found = _with_linked_folders(fs, fs.find(path, detail=True), path)
         root = path.rstrip("/")
         above = tables.table_around(fs, posixpath.dirname(root))
     else:
@@ -83,6 +85,37 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         else:
             files.append(info)
     return Listed(fs, root, files, sidecars, strays, nested, above)
+
+
+def _with_linked_folders(fs: fsspec.AbstractFileSystem, found: dict, root: str) -> dict:
+    """``found`` with the files in the folders its links point to, as pyarrow.dataset and Dask read them.
+
+    fsspec's local ``find`` lists a link to a folder as one entry (type
+    ``"other"``) and does not go in, so a lake whose partition folders are
+    links was read as if they were files.  A link to a folder of the source
+    itself, or above it, is refused: its files would be read twice, or for ever.
+    """
+    links = [name for name, info in found.items() if info.get("islink") and fs.isdir(name)]
+    if not links:
+        return found
+    found, taken = dict(found), [os.path.realpath(root)]
+    while links:
+        link = links.pop(0)
+        target = os.path.realpath(link)
+        inside = next(
+            (t for t in taken if target == t or target.startswith(t + os.sep) or t.startswith(target + os.sep)), None
+        )
+        if inside is not None:
+            raise ValueError(
+                f"source folder {link!r} is a link to {target!r}, which the source reads already (in {inside!r}): "
+                "its files would be read twice; name the folders to read instead"
+            )
+        taken.append(target)
+        del found[link]
+        inner = fs.find(link, detail=True)
+        found.update(inner)
+        links += [name for name, info in inner.items() if info.get("islink") and fs.isdir(name)]
+    return found
 
 
 def data_files(
