@@ -100,6 +100,14 @@ def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_a_copy_of_a_result_is_said_to_be_one(sync_scheduler, source, tmp_path):
+    """It said "(this call: written as <the first dest>)", which names no difference of the call."""
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=1)
+    shutil.copytree(tmp_path / "out", tmp_path / "copy")
+    with pytest.raises(FileExistsError, match=r"\(this call: dest is a copy of the result written at .*/out\)"):
+        daskpile.shuffle_parquet(source, str(tmp_path / "copy"), piles=2, seed=1)
+
+
 def test_dest_that_is_a_file(source, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError, match="is a file"):

@@ -1015,7 +1015,7 @@ def _differences_from_result(manifest: dict, spec: run_state.RunSpec, requested_
     if manifest.get("run") is None:
         return ["it records no run: written by an earlier version"]
     done = run_state.RunSpec.from_json(manifest["run"])
-    moved = [] if done.dest == spec.dest else [f"written as {done.dest}"]
+    moved = [] if done.dest == spec.dest else [f"dest is a copy of the result written at {done.dest}"]
     return moved + done.differences(
         spec.source_files, spec.source_stamps, requested_piles, requested_seed, spec.blocksize, spec.rows_per_file,
         spec.schema_key, spec.second_pass, spec.output,
