@@ -325,9 +325,6 @@ _TASKS = [
     ("daskpile-split", "pass 2 (splitting a pile over its budget)",
      ", or a smaller memory_per_pile (--memory-per-pile: the same call, it resumes)"),
     ("daskpile-compact", "compact (merging a pile's generations)", ""),
-    ("daskpile-measure", "piles='auto''s measure of a partition of the DataFrame (the partition computed whole)",
-     ", or smaller partitions (ddf.repartition(partition_size='100MB')), or a pile count (piles=N), which "
-     "measures nothing"),
 ]  # fmt: skip
 
 

@@ -134,7 +134,8 @@ def _die_in(frame):
 
 def test_workers_killed_measuring_a_partition_for_piles_auto_are_said_so():
     """shuffle(ddf, piles="auto") computes partitions to measure them: a worker killed there raised Dask's bare
-    KilledWorker ("Attempted to run task ('_frame_size-...', ...)"), naming none of what to change."""
+    KilledWorker ("Attempted to run task ('_frame_size-...', ...)"), naming none of what to change.  The task
+    killed is the partition's own or the measure fused with it, as Dask schedules them: said alike."""
     import dask.dataframe as dd
     import pandas as pd
     from distributed import Client, LocalCluster
@@ -148,7 +149,7 @@ def test_workers_killed_measuring_a_partition_for_piles_auto_are_said_so():
     with cluster, Client(cluster), pytest.raises(daskpile.WorkerKilled) as killed:
         daskpile.shuffle(ddf, piles="auto")
     said = str(killed.value)
-    assert said.startswith("the workers running piles='auto''s measure of a partition of the DataFrame (the ")
+    assert said.startswith("the workers computing partitions 0, 1, 2 of 3 of the DataFrame, to measure them for piles=")
     assert "ddf.repartition(partition_size=" in said and "piles=N" in said
 
 

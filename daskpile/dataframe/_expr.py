@@ -57,7 +57,14 @@ from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
 from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
 
-from daskpile._compute import compute, current_client, giving_memory_back, in_a_worker, workers_blind_to
+from daskpile._compute import (
+    WorkerKilled,
+    compute,
+    current_client,
+    giving_memory_back,
+    in_a_worker,
+    workers_blind_to,
+)
 from daskpile._random import resolve_seed
 from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, write_bytes
 from daskpile._validate import check_bytes, check_piles
@@ -822,14 +829,21 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
     n = ddf.npartitions
     picks = sorted({round(i * (n - 1) / max(SAMPLED_PARTITIONS - 1, 1)) for i in range(min(SAMPLED_PARTITIONS, n))})
     token = tokenize(ddf._name, picks)
-    sizes = compute(
-        [
-            dask.delayed(_frame_size)(
-                ddf.get_partition(i).to_delayed()[0], dask_key_name=f"daskpile-measure-{token}-{i}"
-            )
-            for i in picks
-        ]
-    )  # (a worker killed computing a partition is said as what daskpile was doing)
+    measures = [
+        dask.delayed(_frame_size)(ddf.get_partition(i).to_delayed()[0], dask_key_name=f"daskpile-measure-{token}-{i}")
+        for i in picks
+    ]
+    try:
+        sizes = compute(measures)
+    except WorkerKilled as e:  # (the task killed may be the partition's own, or the measure fused with it)
+        killed = WorkerKilled(
+            f"the workers computing partitions {', '.join(map(str, picks))} of {n} of the DataFrame, to measure them "
+            "for piles='auto', died, most likely out of memory (a partition is computed whole): give the workers "
+            "more memory, make the partitions smaller (ddf.repartition(partition_size='100MB')), or give a pile "
+            "count (piles=N), which measures nothing"
+        )
+        killed.key = e.key
+        raise killed from e
     if len(picks) < n and not any(rows for rows, _ in sizes):  # (a filter that keeps a range of sorted data)
         raise ValueError(
             f"piles='auto': the {len(picks)} partitions measured ({', '.join(map(str, picks))} of {n}) hold no "
