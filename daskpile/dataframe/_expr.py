@@ -68,7 +68,7 @@ from daskpile._compute import (
 from daskpile._random import resolve_seed
 from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, write_bytes
 from daskpile._validate import check_bytes, check_piles
-from daskpile._words import count, size
+from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.engine import _passes, _sizing
 from daskpile.engine._scratch import Scratch, read_pile
@@ -685,15 +685,15 @@ OVER_PLAN = 2
 def _refuse_piles_over_their_plan(plan: _sizing.PilePlan, pile_bytes: np.ndarray, rows: np.ndarray) -> None:
     """``piles="auto"`` measured a few partitions; when the others are much larger, a pile is over its budget,
     and pass 2 would load it whole: said now, with the pile count that fits, rather than by a worker killed."""
-    largest = int(np.argmax(pile_bytes)) if len(pile_bytes) else 0
-    if not len(pile_bytes) or pile_bytes[largest] <= OVER_PLAN * plan.memory_per_pile:
+    largest = int(np.argmax(pile_bytes))
+    if pile_bytes[largest] <= OVER_PLAN * plan.memory_per_pile:
         return
     fits = math.ceil(1.25 * int(pile_bytes.sum()) / plan.memory_per_pile)
     raise _sizing.PileTooLargeError(
         f"piles='auto' planned {count(plan.piles, 'pile')} for about {count(plan.rows, 'row')} "
-        f"({size(plan.bytes)}), measured on a few partitions, but pass 1 sent pile {largest} "
-        f"{count(int(rows[largest]), 'row')}, {size(pile_bytes[largest])}, more than twice the "
-        f"{size(plan.memory_per_pile)} a pile was planned to fit: the partitions measured were smaller "
+        f"({_sizing.human_size(plan.bytes)}), measured on a few partitions, but pass 1 sent pile {largest} "
+        f"{count(int(rows[largest]), 'row')}, {_sizing.human_size(pile_bytes[largest])}, more than twice the "
+        f"{_sizing.human_size(plan.memory_per_pile)} a pile was planned to fit: the partitions measured were smaller "
         f"than the others. Pass piles={fits} (or more), or a larger memory_per_pile"
     )
 

@@ -434,13 +434,18 @@ def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_
         if nbytes > free:
             raise OSError(
                 errno.ENOSPC,
-                f"not enough space for {' and '.join(where)}: the run needs about {_human(nbytes)} "
-                f"({nbytes:,} bytes) there, {_human(free)} ({free:,} bytes) are free. "
+                f"not enough space for {' and '.join(where)}: the run needs about {human_size(nbytes)} "
+                f"({nbytes:,} bytes) there, {human_size(free)} ({free:,} bytes) are free. "
                 "Free some space or pass scratch= (--scratch) on a larger disk or an object store",
             )
 
 
-def _human(nbytes: float) -> str:
+def human_size(nbytes: float) -> str:
+    """``nbytes`` in the largest binary unit under 1024 of it, for messages.
+
+    >>> human_size(512), human_size(80 * 2**10), human_size(3.25 * 2**20)
+    ('512.0 B', '80.0 KiB', '3.2 MiB')
+    """
     for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
         if nbytes < 1024 or unit == "TiB":
             return f"{nbytes:,.1f} {unit}"
