@@ -8,9 +8,9 @@ The file is dataset A's columns as JSON lines, written by DuckDB. Every system
 runs in a fresh process with its own empty TMPDIR, the file in the page cache,
 taking turns; wall time and the peak resident memory of its process tree are
 measured from outside. terashuf (a C++ two-pass shuffler of text lines,
-single-threaded) is built from its source (``--terashuf-source``, a clone of
-https://github.com/alexandres/terashuf) with its own Makefile's flags, or left
-out with the reason. Results go to benchmarks/results/text-<rows>.{json,md}.
+single-threaded) is built from its source (``--terashuf-source``, cloned there
+from https://github.com/alexandres/terashuf when absent) with its own
+Makefile's flags, or left out with the reason. Results go to benchmarks/results/text-<rows>.{json,md}.
 """
 
 from __future__ import annotations
@@ -58,10 +58,16 @@ def compile_daskpile() -> None:
     compileall.compile_dir(os.path.dirname(daskpile.__file__), quiet=1)
 
 
+TERASHUF_URL = "https://github.com/alexandres/terashuf"
+
+
 def build_terashuf(source: str, build_dir: str) -> tuple[str | None, str]:
     """(the binary, how it was made) or (None, why not)."""
     if not os.path.exists(os.path.join(source, "terashuf.cc")):
-        return None, f"no terashuf source at {source} (clone https://github.com/alexandres/terashuf there)"
+        cloned = subprocess.run(["git", "clone", "--depth", "1", TERASHUF_URL, source], capture_output=True, text=True)
+        if cloned.returncode:
+            why = (cloned.stderr.strip().splitlines() or ["git failed"])[-1]
+            return None, f"no terashuf source at {source}, and `git clone {TERASHUF_URL}` failed: {why}"
     os.makedirs(build_dir, exist_ok=True)
     binary = os.path.join(build_dir, "terashuf")
     subprocess.run(
