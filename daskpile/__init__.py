@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 # is needed by shuffle(ddf) only: not by shuffle_parquet, the command line, or a worker running a pass.
 _PUBLIC = {
     "DestBusyError": "daskpile.engine._lease",
+    "FileChangedError": "daskpile._storage",
     "Fingerprint": "daskpile.checks._fingerprint",
     "NoWorkerRunning": "daskpile._compute",
     "PileLoader": "daskpile.loader",

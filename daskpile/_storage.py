@@ -8,6 +8,7 @@ is complete, so the object is written under its final key.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import posixpath
@@ -355,6 +356,53 @@ def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         if fs.exists(path):
             fs.rm(path, recursive=True)
+
+
+# What changes when a file is written again, alike in a listing and in the details of a file opened: a local
+# file's mtime, S3's ETag, GCS's generation, Azure's etag (S3's LastModified is not: a listing and a HEAD
+# give it at other precisions)
+_VERSION_KEYS = ("mtime", "ETag", "generation", "etag")
+
+
+class FileChangedError(ValueError):
+    """A file read is not the version listed before: written again since, under the same name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileVersion:
+    """A file's size and version (``_VERSION_KEYS``), as listed or as opened: a file written again under the
+    same name, even as large, is another version.
+
+    >>> FileVersion.of({"size": 5, "mtime": 1.5}).same_as(FileVersion.of({"size": 5, "mtime": 2.5}))
+    False
+    >>> FileVersion.of({"size": 5, "ETag": '"a"'}).same_as(FileVersion.of({"size": 5}))  # unknown: not refused
+    True
+    """
+
+    size: int | None
+    version: str | None
+
+    @classmethod
+    def of(cls, info: dict) -> FileVersion:
+        """From ``fs.info``, a listing's entry, or an opened file's details."""
+        return cls(info.get("size"), next((repr(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), None))
+
+    @classmethod
+    def local(cls, path: str) -> FileVersion:
+        """Of the local file ``path`` names now (``os.stat``, as fsspec's listing of it)."""
+        found = os.stat(path)
+        return cls.of({"size": found.st_size, "mtime": found.st_mtime})
+
+    @classmethod
+    def opened(cls, handle) -> FileVersion:
+        """Of the file an fsspec file object reads: from the details it was opened with (which s3fs reads with
+        If-Match, refusing an object written again since)."""
+        return cls.of(getattr(handle, "details", None) or {})
+
+    def same_as(self, other: FileVersion) -> bool:
+        """Whether both are of one version of a file, as far as both tell."""
+        pairs = ((self.size, other.size), (self.version, other.version))
+        return all(a is None or b is None or a == b for a, b in pairs)
 
 
 def file_stamp(info: dict) -> str:

@@ -350,7 +350,7 @@ def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
     assert all(
         type(v) is int
         for k, v in state.items()
-        if k not in ("format", "drop_last", "starts", "version", "data", "lazy")
+        if k not in ("format", "drop_last", "starts", "version", "data", "content", "lazy")
     )
 
 
@@ -393,6 +393,81 @@ def test_a_state_of_another_shuffle_of_the_same_rows_is_refused_and_a_copy_elsew
     resumed.load_state_dict(state)
     rows = np.concatenate(seen + ids(resumed))
     assert sorted(rows.tolist()) == list(range(ROWS))
+
+
+@pytest.mark.parametrize(
+    "layout", [{"piles": 1}, {"piles": 4, "rows_per_file": 6_000}], ids=["one pile", "rows_per_file"]
+)
+def test_a_state_of_another_seed_s_files_of_the_same_names_and_rows_is_refused(datasets, tmp_path, layout):
+    """One pile (piles="auto" on small data), or rows_per_file: another seed's result has the same files and rows
+    per file.  Its state was loaded, and the epoch read 1,187 of 5,000 rows twice and never read as many.  The
+    same call run again writes the same rows in the same order: its state resumes."""
+    with dask.config.set(scheduler="sync"):
+        for name, seed in (("first", 1), ("other seed", 2), ("same call", 1)):
+            daskpile.shuffle_parquet(datasets["source"], str(tmp_path / name), seed=seed, **layout)
+    loader = daskpile.PileLoader(str(tmp_path / "first"), batch_size=700, seed=1)
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].to_numpy() for _ in range(5)]
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="the same files and rows per file, of another shuffle"):
+        daskpile.PileLoader(str(tmp_path / "other seed"), batch_size=700, seed=1).load_state_dict(state)
+    resumed = daskpile.PileLoader(str(tmp_path / "same call"), batch_size=700, seed=1)
+    resumed.load_state_dict(state)
+    assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(ROWS))
+
+
+def _written_again(path: Path) -> None:
+    """The file's rows written again in another order, under its name (a new file, renamed over it)."""
+    table = pq.read_table(path)
+    pq.write_table(table.take(np.random.default_rng(0).permutation(table.num_rows)), path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+
+
+@pytest.mark.parametrize("kind", ["result", "no manifest", "filtered"])
+def test_files_written_again_under_their_names_mid_epoch_stop_the_epoch(datasets, tmp_path, kind):
+    """A result shuffled again with rows_per_file (as many rows in files of the same names): the epoch went on
+    into the new files, and 8,393 of 60,000 rows were read twice and as many never.  Each file read must be
+    the one listed when the loader was made."""
+    dest = tmp_path / "dest"
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(datasets["source"], str(dest), seed=1, piles=4, rows_per_file=6_000)
+    if kind == "no manifest":
+        (dest / "_daskpile.json").unlink()
+    filters = [("id", ">=", 0)] if kind == "filtered" else None
+    loader = daskpile.PileLoader(str(dest), batch_size=500, seed=1, filters=filters)
+    iterator = iter(loader)
+    next(iterator)
+    for path in sorted(dest.glob("*.parquet")):
+        _written_again(path)
+    with pytest.raises(
+        ValueError,
+        match=r"part-0000[0-9]\.parquet' was written again since it was listed: the dataset "
+        "changed since this loader was made",
+    ):
+        for _ in iterator:
+            pass
+
+
+def test_a_column_read_after_its_file_was_written_again_is_refused(datasets, tmp_path):
+    """A piece reads its file's footer, then each column on its own: a column of the new file would be rows
+    of other rows' values, aligned to nothing."""
+    from daskpile._storage import FileChangedError
+    from daskpile.loader.reading import _PieceReader
+    from daskpile.loader.units import discover
+
+    dest = tmp_path / "dest"
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(datasets["source"], str(dest), seed=1, piles=4, rows_per_file=6_000)
+    units = discover(str(dest), None)
+    piece = _PieceReader(units, 0, [(0, 6_000)], None, None)
+    assert len(piece.column("id")) == 6_000
+    _written_again(dest / posixpath_name(units.paths[0][0]))
+    with pytest.raises(FileChangedError, match="part-00000.parquet' was written again since it was listed"):
+        piece.column("id")
+
+
+def posixpath_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def test_a_loader_made_without_a_seed_takes_the_state_s(datasets):
@@ -972,6 +1047,31 @@ def _read_from_s3(datasets, fs, options):
         for r in range(2)
     ]
     assert sorted(np.concatenate([np.concatenate(b) for b in per_rank]).tolist()) == list(range(ROWS))
+
+
+def test_objects_written_again_mid_epoch_stop_the_epoch_on_s3():
+    """On an object store, by the ETag the loader listed, or (the listing cached) by s3fs reading with If-Match:
+    written by another process, as a re-shuffle would be."""
+    import s3fs
+
+    with moto_s3(buckets=("lake",)) as (fs, options):
+        for i in range(4):
+            with fs.open(f"lake/d/part-{i}.parquet", "wb") as f:
+                pq.write_table(pa.table({"id": np.arange(i * 1000, (i + 1) * 1000)}), f)
+        loader = daskpile.PileLoader("s3://lake/d", batch_size=100, seed=1, storage_options=options)
+        iterator = iter(loader)
+        next(iterator)
+        other = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+        for i in range(4):
+            with other.open(f"lake/d/part-{i}.parquet", "wb") as f:
+                pq.write_table(pa.table({"id": np.arange((i + 1) * 1000 - 1, i * 1000 - 1, -1)}), f)
+        with pytest.raises(
+            ValueError,
+            match=r"s3://lake/d/part-[0-9].parquet' was written again (since it was listed|while "
+            "it was read): the dataset changed since this loader was made",
+        ):
+            for _ in iterator:
+                pass
 
 
 def test_mix_cuts_the_pairs_kept_together_from_epoch_to_epoch(datasets):

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
-from daskpile._storage import as_urls, redacting_errors, redacting_iteration
+from daskpile._storage import FileChangedError, as_urls, redacting_errors, redacting_iteration
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
@@ -353,6 +353,13 @@ class PileLoader:
                 "this loader reads has its files removed once their grace period, retain= or --retain, is over): "
                 "make the loader again, or move it with set_epoch(epoch, version=PileLoader.current_version(path))"
             ) from error
+        except FileChangedError as error:
+            # Rows of another shuffle would be read twice or never this epoch: refused, whatever was yielded
+            raise FileChangedError(
+                f"{error}: the dataset changed since this loader was made (written again under the same names), "
+                "so this epoch cannot go on; make the loader again (a state saved before the change belongs to the "
+                "old dataset)"
+            ) from error
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
         self._check_current(iteration)
@@ -417,6 +424,7 @@ class PileLoader:
             "starts": list(self._layout.starts),
             "batches": self._batches,
             "data": self.units.key,
+            "content": self.units.content,
             "lazy": self.units.lazy,
         }
 
@@ -584,6 +592,11 @@ class PileLoader:
             raise ValueError(
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
+            )
+        if state.get("content", self.units.content) != self.units.content:  # (nor this, of older states)
+            raise ValueError(
+                "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
+                "seed, or other rows: written again since the state was taken)"
             )
         # Mid-epoch, the rows read depend on the files' orders; states saved before it was recorded have no "lazy"
         if state.get("lazy", self.units.lazy) != self.units.lazy and not _at_start_or_end(state, self._ended(state)):

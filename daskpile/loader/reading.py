@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile import _kernels
-from daskpile._storage import full_url
+from daskpile._storage import FileChangedError, FileVersion, full_url
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -270,7 +270,7 @@ class _PieceReader:
             whole = _whole_unit(units, unit, columns)
             self.table = pa.concat_tables([whole.slice(a, b - a) for a, b in ranges])
             return
-        with open_parquet(fs, paths[0]) as parquet, parquet_errors(url):
+        with open_parquet(fs, paths[0], listed=units.listed(unit)) as parquet, parquet_errors(url):
             check_rows(url, parquet.metadata.num_rows, expected)
             self.footer = parquet.metadata
         sizes = np.array([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)], np.int64)
@@ -295,7 +295,11 @@ class _PieceReader:
             values = pa.chunked_array([pa.repeat(keys.value(self.units.paths[self.unit][0], name), self.rows)])
         else:
             fs, (path,) = self.units.fs, self.units.paths[self.unit]
-            with open_parquet(fs, path, self.footer) as parquet, parquet_errors(self.units.url(self.unit)):
+            listed = self.units.listed(self.unit)
+            with (
+                open_parquet(fs, path, self.footer, listed=listed) as parquet,
+                parquet_errors(self.units.url(self.unit)),
+            ):
                 read = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
             parts = [read.slice(offset, length) for offset, length in self.slices]
             values = parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], read.type)
@@ -307,18 +311,29 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
     fs, url, expected = units.fs, units.url(unit), int(units.rows[unit])
     names = list(columns) if columns is not None else units.schema.names
     parts = []
-    for path in units.paths[unit]:
+    for file, path in enumerate(units.paths[unit]):
         with parquet_errors(full_url(fs, path)):
             if units.filter is not None or units.keys is not None:
-                dataset = parquet_dataset(fs, path, units.keys, units.schema)
-                table = dataset.to_table(columns=names, filter=units.filter)
+                # A dataset opens the file by its name: the version is looked at before and after instead
+                _check_version(fs, path, units.listed(unit, file))
+                table = parquet_dataset(fs, path, units.keys, units.schema).to_table(columns=names, filter=units.filter)
+                _check_version(fs, path, units.listed(unit, file))
             else:
-                with open_parquet(fs, path) as parquet:
+                with open_parquet(fs, path, listed=units.listed(unit, file)) as parquet:
                     table = parquet.read(columns=names, use_threads=False)
         parts.append(table.select(names))
     table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
     check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
     return table
+
+
+def _check_version(fs, path: str, listed: FileVersion | None) -> None:
+    """Refuse the file at ``path`` unless it is the version ``listed`` (when known)."""
+    if listed is None:
+        return
+    fs.invalidate_cache(path)
+    if not FileVersion.of(fs.info(path)).same_as(listed):
+        raise FileChangedError(f"{full_url(fs, path)!r} was written again since it was listed")
 
 
 StartLoad = Callable[[Group, Callable[[int], None]], "GroupLoad"]  # (group, reserve) -> its load, queued

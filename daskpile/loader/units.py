@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile._kernels import integer_or_boolean
-from daskpile._storage import filesystem, full_url, is_local, listed_infos, stamp_size
+from daskpile._storage import FileVersion, filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
@@ -54,6 +54,10 @@ class Units:
     # known (a result written before daskpile recorded it, files without null counts): see ``_numpy``
     nulls: frozenset[str] = frozenset()
     uncounted: frozenset[str] = frozenset()
+    # Each file's version when the loader was made (None where the store lists none): a file read is that
+    # version, or the loader says the dataset changed, not rows of two shuffles in one epoch
+    versions: tuple[tuple[FileVersion | None, ...], ...] = ()
+    content: str = ""  # see ``content_key``
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -70,6 +74,28 @@ class Units:
         not where the files are, so that a copy elsewhere resumes a loader's state."""
         names = [[posixpath.basename(p) for p in files] for files in self.paths]
         return hashlib.sha256(json.dumps([names, self.rows.tolist()]).encode()).hexdigest()[:16]
+
+    def listed(self, unit: int, file: int = 0) -> FileVersion | None:
+        """The version of a unit's file when the loader was made."""
+        return self.versions[unit][file] if self.versions else None
+
+
+def content_key(manifest: dict | None, infos: list[dict | None]) -> str:
+    """What tells a shuffle's files from another shuffle's of the same rows into files of the same names and
+    rows (one pile, ``rows_per_file``), which ``Units.key`` does not: a result's seed and fingerprints, a
+    window's generations; the files' sizes, of other datasets.  A copy of the files, with their manifest, has
+    the same."""
+    if manifest is not None:
+        generations = (manifest.get("window") or {}).get("generations", [])
+        said = [
+            manifest.get("seed"),
+            manifest.get("fingerprint"),
+            manifest.get("file_fingerprints"),
+            [[g.get(k) for k in ("number", "seed", "fingerprint", "created")] for g in generations],
+        ]
+    else:
+        said = [None if info is None else info.get("size") for info in infos]
+    return hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def discover(
@@ -103,8 +129,7 @@ def discover(
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
     expression = None if filters is None else _expression(filters)
-    if manifest is not None:
-        check_listed_files(fs, paths, manifest)
+    infos = check_listed_files(fs, paths, manifest) if manifest is not None else None
     window = (manifest or {}).get("window")
     keys = FolderKeys.below(path, fs, paths, storage_options) if manifest is None else None
     if manifest is not None and expression is None:
@@ -126,20 +151,25 @@ def discover(
         lazy = any(c.lazy for c in counted)
     version = None if manifest is None else _manifest.version_of(manifest)
     nulls, uncounted = _nulls(manifest, counted, keys, schema)
+    if infos is None:
+        infos = [c.info for c in counted]
+    listed = {path: None if info is None else FileVersion.of(info) for path, info in zip(paths, infos, strict=True)}
+    content = content_key(manifest, infos)
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
         file_piles, piles = _piles_by_name(paths)
     else:
-        return Units(
-            fs, tuple((p,) for p in paths), file_rows, lazy, schema, expression, version, None, nulls, uncounted
-        )
+        units = tuple((p,) for p in paths)
+        versions = tuple((listed[p],) for p in paths)
+        return Units(fs, units, file_rows, lazy, schema, expression, version, None, nulls, uncounted, versions, content)
     units = pile_files(paths, file_piles, piles)
     rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
     # a pile of several files (generations, key values) is in their order, so it is read whole and
     # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
-    return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted)
+    versions = tuple(tuple(listed[p] for p in files) for files in units)
+    return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted, versions, content)
 
 
 def _nulls(manifest: dict | None, counted, keys: FolderKeys | None, schema: pa.Schema):
@@ -275,19 +305,29 @@ class _Counted:
     total: int  # in the file
     nulls: frozenset[str] = frozenset()  # integer and boolean columns with a null, by the footer's null counts
     uncounted: frozenset[str] = frozenset()  # integer and boolean columns the footer has no null count of
+    info: dict | None = None  # the file's, as the store lists it (size and version), before its footer was read
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
+    info = _info(fs, path)
     with open_parquet(fs, path) as parquet:
         stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
         lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
         schema, total = parquet.schema_arrow, parquet.metadata.num_rows
         nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:
-            return _Counted(total, schema, lazy, total, nulls, uncounted)
+            return _Counted(total, schema, lazy, total, nulls, uncounted, info)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, None if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted)
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info)
+
+
+def _info(fs, path: str) -> dict | None:
+    """``fs.info`` of a file (an object store's from its listing of the folder, just made), None if unknown."""
+    try:
+        return fs.info(path)
+    except (OSError, NotImplementedError, ValueError):  # (not there: the footer's read names it)
+        return None
 
 
 def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[str], frozenset[str]]:
@@ -308,13 +348,14 @@ def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[
     return frozenset(nulls), frozenset(uncounted)
 
 
-def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
+def check_listed_files(fs, paths: list[str], manifest: dict) -> list[dict | None]:
     """Every file the manifest lists is there, as large as when it was written: a missing or cut file is named
-    when the loader is made, not when an epoch reaches it.  One listing a directory."""
+    when the loader is made, not when an epoch reaches it.  One listing a directory; returns what it listed
+    of each file (Nones from a store that cannot list)."""
     try:
         infos = listed_infos(fs, paths)
     except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): found when read
-        return
+        return [None] * len(paths)
     stamps = manifest.get("file_stamps") or []
     written = [stamp_size(s) for s in stamps] if len(stamps) == len(paths) else [None] * len(paths)
     for path, info, expected in zip(paths, infos, written, strict=True):
@@ -326,6 +367,7 @@ def check_listed_files(fs, paths: list[str], manifest: dict) -> None:
                 f"{full_url(fs, path)} has {found:,} bytes, the manifest said {expected:,}: it changed (or was cut "
                 "short) since the result was written"
             )
+    return infos
 
 
 def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema], columns=None) -> None:

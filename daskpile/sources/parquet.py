@@ -8,7 +8,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import full_url, is_local
+from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
 from daskpile.sources.text.formats import compression_of
 
 # Spark, Hive and Impala write timestamps as INT96, which pyarrow reads as nanoseconds unless told otherwise,
@@ -78,9 +78,19 @@ STREAM_BUFFER_BYTES = 2**16
 
 @contextlib.contextmanager
 def open_parquet(
-    fs: fsspec.AbstractFileSystem, path: str, footer: pq.FileMetaData | None = None, stream=False, **options
+    fs: fsspec.AbstractFileSystem,
+    path: str,
+    footer: pq.FileMetaData | None = None,
+    stream=False,
+    listed: FileVersion | None = None,
+    **options,
 ):
     """A ``pq.ParquetFile`` (footer read, or ``footer`` given; no data yet), local or through fsspec.
+
+    ``listed``: the version of the file listed before, which the file read must be (``FileChangedError`` if
+    not): a footer read before, or another column of the same rows, is of that version.  A local file is
+    looked at before it is opened and once the caller's block is done (Arrow maps a file it opens by its
+    name, where a file opened here would have its pages copied: twice the memory); a remote one as opened.
 
     ``stream``: for ``iter_batches`` over a row group too large to hold: a local file's pages are read a
     buffer at a time, not its column chunks whole.  On an object store the column chunks are still fetched
@@ -91,7 +101,12 @@ def open_parquet(
     with contextlib.ExitStack() as stack:
         with parquet_errors(full_url(fs, path)):  # only the opening: errors of the caller's block stay theirs
             local = is_local(fs)
+            check = listed is not None and local
+            if check:
+                _refuse_unless(listed, FileVersion.local(path), fs, path)
             source = path if local else stack.enter_context(fs.open(path, "rb"))
+            if listed is not None and not local:
+                _refuse_unless(listed, FileVersion.opened(source), fs, path)
             # Pre-buffering (coalescing a file's reads) pays on object stores; locally it is a fixed cost
             # per file, as is memory-mapping.  CPU to read every file of a dataset on one thread, pyarrow
             # 26 (best of 4): A's 40 files 0.58 s mapped and pre-buffered, 0.57 s neither; the same rows as
@@ -107,6 +122,13 @@ def open_parquet(
             )
             stack.callback(parquet.close)
         yield parquet
+        if check:
+            _refuse_unless(listed, FileVersion.local(path), fs, path)
+
+
+def _refuse_unless(listed: FileVersion, found: FileVersion, fs, path: str) -> None:
+    if not found.same_as(listed):
+        raise FileChangedError(f"{full_url(fs, path)!r} was written again since it was listed")
 
 
 @contextlib.contextmanager
@@ -121,6 +143,8 @@ def parquet_errors(url: str):
     except pa.ArrowMemoryError:
         raise
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowNotImplementedError (unsupported codecs), ...
+        if type(e).__name__ == "FileExpired":  # s3fs reads with If-Match: the object changed since it was opened
+            raise FileChangedError(f"{url!r} was written again while it was read") from e
         hint, name = "", url.rsplit("/", 1)[-1]
         if "magic bytes not found" in str(e):
             if "." not in name:  # Spark's part-00000, named so
