@@ -461,13 +461,9 @@ def test_a_column_read_after_its_file_was_written_again_is_refused(datasets, tmp
     units = discover(str(dest), None)
     piece = _PieceReader(units, 0, [(0, 6_000)], None, None)
     assert len(piece.column("id")) == 6_000
-    _written_again(dest / posixpath_name(units.paths[0][0]))
-    with pytest.raises(FileChangedError, match="part-00000.parquet' was written again since it was listed"):
+    _written_again(Path(units.paths[0][0]))
+    with pytest.raises(FileChangedError, match=r"part-00000\.parquet' was written again since it was listed"):
         piece.column("id")
-
-
-def posixpath_name(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
 
 
 def test_a_loader_made_without_a_seed_takes_the_state_s(datasets):
