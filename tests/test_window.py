@@ -258,6 +258,32 @@ def test_discard_drops_the_unfinished_change(sync_scheduler, days, tmp_path, mon
     assert not daskpile.discard(str(dest)).changed
 
 
+@pytest.mark.parametrize("command", ["append", "expire", "compact"])
+def test_discard_of_a_change_stopped_after_its_commit_says_it_was_committed(sync_scheduler, days, tmp_path,
+                                                                           monkeypatch, command):  # fmt: skip
+    """Killed after its commit, before it cleared its mark: the next command is refused and points at discard,
+    which said "discarded the unfinished append", the day's rows still in the window (a user dropping a bad
+    day trained on it)."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    run = {"append": lambda: daskpile.append(str(dest), days[2]),
+           "expire": lambda: daskpile.expire(str(dest), keep_generations=1),
+           "compact": lambda: daskpile.compact(str(dest))}[command]  # fmt: skip
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            run()
+    committed = sorted(window_ids(dest))
+    discarded = daskpile.discard(str(dest))
+    assert not discarded.changed and not (dest / snapshot.PENDING).exists()
+    assert "was committed (the window is at version 2) before it was stopped: nothing to discard" in discarded.summary
+    if command == "append":
+        assert discarded.summary.endswith(f"to drop them, daskpile expire {dest} --generation 2")
+    assert sorted(window_ids(dest)) == committed == {"append": ids_of(0, 1, 2), "expire": ids_of(1),
+                                                      "compact": ids_of(0, 1)}[command]  # fmt: skip
+
+
 def test_a_killed_append_leaves_the_previous_version_whole_and_the_same_command_finishes_it(days, tmp_path):
     """SIGKILL of `daskpile append` in pass 1 of the new generation; then the same command."""
     dest = tmp_path / "window"

@@ -115,9 +115,7 @@ def append(
         return report(window, False, summary, generation=held, removed=snapshot.collect(window, retain))
     removed = snapshot.collect(window, retain)
     description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
-    pending = snapshot.begin(
-        window.fs, window.path, "append", key, description, window.next_generation, scratch=scratch
-    )
+    pending = snapshot.begin(window, "append", key, description, window.next_generation, scratch=scratch)
     generation = pending["generation"]
     generation_path = posixpath.join(window.path, snapshot.generation_dir(generation))
     generation_seed = snapshot.generation_seed(window.seed if seed is None else seed, generation)

@@ -89,7 +89,7 @@ def compact(
         return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
     numbers = [g.number for g in window.generations]
     description = f"compaction of generations {', '.join(map(str, numbers))}"
-    pending = snapshot.begin(window.fs, window.path, "compact", key, description, window.next_generation)
+    pending = snapshot.begin(window, "compact", key, description, window.next_generation)
     generation = pending["generation"]
     try:
         compacted = _merge_piles(window, generation, progress)

@@ -30,6 +30,9 @@ def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
     if pending is None:
         return report(window, False, "nothing under way")
     generation = pending.get("generation")
+    if _committed(window, pending):  # stopped after its commit, before it cleared its mark: nothing to drop
+        snapshot.finish(window.fs, window.path)
+        return report(window, False, _committed_already(window, pending))
     if generation is not None and generation not in {g.number for g in window.generations}:
         directory = posixpath.join(window.path, snapshot.generation_dir(generation))
         remove_tree(window.fs, directory)
@@ -37,3 +40,24 @@ def discard(dest: str, *, storage_options: dict | None = None) -> WindowReport:
         Scratch.create(pending.get("scratch"), storage_options, 0, name=name, make=False).remove()
     snapshot.finish(window.fs, window.path)
     return report(window, True, f"discarded the unfinished {pending['description']}")
+
+
+def _committed(window: Window, pending: dict) -> bool:
+    """Whether the change ``pending`` records was committed: its generation is in the window (an append, a
+    compaction), or the window moved past the version it began on (an expire; one change at a time)."""
+    generation = pending.get("generation")
+    if generation is not None:
+        return generation in {g.number for g in window.generations}
+    began = pending.get("version")  # (marks written before daskpile recorded it have none)
+    return began is not None and window.version > began
+
+
+def _committed_already(window: Window, pending: dict) -> str:
+    said = f"the {pending['description']} was committed (the window is at version {window.version}) before it was"
+    said += " stopped: nothing to discard"
+    if pending["command"] == "append":
+        said += (
+            f"; its rows are generation {pending['generation']}: to drop them, daskpile expire {window.url} "
+            f"--generation {pending['generation']}"
+        )
+    return said

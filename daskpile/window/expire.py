@@ -92,7 +92,7 @@ def expire(
     snapshot.check_idle(window.fs, window.path, "expire", key)
     removed = snapshot.collect(window, retain)
     # marked while the column is read (minutes, on a large window), so that no other change starts meanwhile
-    snapshot.begin(window.fs, window.path, "expire", key, _describe(key), None)
+    snapshot.begin(window, "expire", key, _describe(key), None)
     try:
         if keep_generations:
             kept = list(window.generations[-int(keep_generations) :])

@@ -394,12 +394,15 @@ def _say_what_an_interruption_left(e: KeyboardInterrupt, fs, path: str, before: 
 
 
 def begin(
-    fs, path: str, command: str, key: dict, description: str, generation: int | None, scratch: str | None = None
+    window: Window, command: str, key: dict, description: str, generation: int | None, scratch: str | None = None
 ) -> dict:
-    """Mark ``command`` as under way (or find it under way already: its record, to resume it); refuse another.
+    """Mark ``command`` as under way on ``window`` (or find it under way already: its record, to resume it);
+    refuse another.
 
-    ``scratch``: where its shuffle keeps scratch (None: the temporary directory), for ``discard``.
+    ``scratch``: where its shuffle keeps scratch (None: the temporary directory), for ``discard``.  The
+    version it began on tells ``discard`` whether it committed before it was stopped.
     """
+    fs, path = window.fs, window.path
     pending = check_idle(fs, path, command, key)
     if pending is not None:
         return pending
@@ -408,6 +411,7 @@ def begin(
         "key": key,
         "description": description,
         "generation": generation,
+        "version": window.version,
         "scratch": scratch,
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
