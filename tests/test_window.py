@@ -655,6 +655,40 @@ def test_files_already_in_the_window_are_refused(sync_scheduler, days, tmp_path)
     assert daskpile.read_manifest(dest)["window"]["version"] == 1
 
 
+def test_files_in_the_window_under_another_path_are_held_by_the_file(sync_scheduler, days, tmp_path):
+    """A day appended again through a link to its folder (or a bind mount), beside a new day: the window held
+    it twice (4,000 rows, 3,000 distinct), verify said match.  Alone, it is a retry: nothing to do."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    (tmp_path / "mount").symlink_to(Path(days[1]).parent)
+    linked = str(tmp_path / "mount" / Path(days[1]).name)
+    with pytest.raises(
+        ValueError,
+        match=rf"mount/day-1/in-00[01]\.parquet is in the window already \(appended as "
+        rf"{Path(days[1])}/in-00[01]\.parquet in generation 1, unchanged since\)",
+    ):
+        daskpile.append(dest, [linked, days[2]])
+    retried = daskpile.append(dest, linked)
+    assert not retried.changed and retried.summary.startswith("already appended as generation 1: nothing to do")
+    assert sorted(loader_ids(dest)) == ids_of(0, 1)
+
+
+def test_a_day_appended_over_two_appends_retried_whole_is_done(sync_scheduler, days, tmp_path):
+    """A late file appended on its own, then the cron job's retry of the day's folder: refused ("append only
+    new files"), exit 2, with nothing new to append."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    late = Path(days[1]) / "in-001.parquet"
+    late.rename(tmp_path / "late.parquet")
+    daskpile.append(dest, days[1])
+    (tmp_path / "late.parquet").rename(late)
+    daskpile.append(dest, str(late))
+    retried = daskpile.append(dest, days[1])
+    assert not retried.changed and retried.summary.startswith("already appended as generations 1, 2: nothing to do")
+    assert retried.generation == 2 and sorted(loader_ids(dest)) == ids_of(0, 1)
+
+
 def test_a_generations_folder_is_refused_as_dest_naming_the_window(sync_scheduler, days, tmp_path):
     """A generation's folder holds a manifest of its own: a shuffle there with --overwrite replaced the
     generation's files under the window (verify then failed, the loader refused it), and an append there

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import posixpath
 
-from daskpile._storage import full_url, redacting_errors, remove_tree
+from daskpile._storage import file_stamp, full_url, is_local, redacting_errors, remove_tree
 from daskpile._validate import check_bytes
 from daskpile._words import count
 from daskpile.engine import _manifest, _passes
@@ -111,8 +112,8 @@ def append(
         _refuse_expired(window, plan)
     if held is not None:  # appended already (and committed, if it was interrupted after that)
         snapshot.finish(window.fs, window.path)
-        summary = f"already appended as generation {held}: nothing to do"
-        return report(window, False, summary, generation=held, removed=snapshot.collect(window, retain))
+        summary = f"already appended as generation{'s' * (len(held) > 1)} {', '.join(map(str, held))}: nothing to do"
+        return report(window, False, summary, generation=held[-1], removed=snapshot.collect(window, retain))
     removed = snapshot.collect(window, retain)
     description = f"append of {count(len(plan.urls), 'file')} ({', '.join(plan.urls[:2])}...)"
     pending = snapshot.begin(window, "append", key, description, window.next_generation, scratch=scratch)
@@ -172,8 +173,9 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
 
 
-def _appended_already(window: Window, plan, partly_refused: bool, again: bool = False) -> int | None:
-    """The generation holding every file of the plan (unchanged since), if one does: a retried append.
+def _appended_already(window: Window, plan, partly_refused: bool, again: bool = False) -> list[int] | None:
+    """The generations holding every file of the plan (unchanged since), if they do: a retried append, of
+    files appended in one go or over several (a late file appended on its own).
 
     With ``partly_refused``, files some generation holds beside files none
     does are refused: a partly repeated append would hold rows twice.  So is
@@ -185,8 +187,10 @@ def _appended_already(window: Window, plan, partly_refused: bool, again: bool = 
     held = {(url, stamp): g.number for g in window.generations
             for url, stamp in zip(g.source_files, g.source_stamps, strict=False)}  # fmt: skip
     numbers = [held.get(f) for f in zip(plan.urls, plan.stamps, strict=True)]
-    if None not in numbers and len(set(numbers)) == 1:
-        return numbers[0]
+    aliases = _held_under_other_paths(held, plan, numbers) if is_local(plan.fs) and None in numbers else {}
+    numbers = [aliases[url][1] if url in aliases else number for url, number in zip(plan.urls, numbers, strict=True)]
+    if None not in numbers:
+        return sorted(set(numbers))
     if not partly_refused:
         return None
     held_paths = {url: number for (url, _), number in held.items()}
@@ -200,11 +204,40 @@ def _appended_already(window: Window, plan, partly_refused: bool, again: bool = 
             )
     for url, number in zip(plan.urls, numbers, strict=True):
         if number is not None:
+            alias = f" as {aliases[url][0]}" if url in aliases else ""
             raise ValueError(
-                f"{url} is in the window already (appended in generation {number}, unchanged since): "
+                f"{url} is in the window already (appended{alias} in generation {number}, unchanged since): "
                 "append only new files"
             )
     return None
+
+
+def _held_under_other_paths(held: dict, plan, numbers: list) -> dict[str, tuple[str, int]]:
+    """The local files of the plan not held by their path that a generation holds under another (a link, a
+    bind mount): each one's path as appended, and its generation.  By device and inode, for files unchanged
+    since they were appended; a copy is another file (``_same_rows`` finds one appended alone)."""
+    by_file = {}
+    for (url, stamp), number in held.items():
+        found = _local_file(url, stamp)
+        if found is not None:
+            by_file[found] = (url, number)
+    aliases = {}
+    for url, stamp, number in zip(plan.urls, plan.stamps, numbers, strict=True):
+        found = by_file.get(_local_file(url, stamp)) if number is None else None
+        if found is not None:
+            aliases[url] = found
+    return aliases
+
+
+def _local_file(path: str, stamp: str) -> tuple[int, int] | None:
+    """(device, inode) of the local file ``path`` names, if it is as ``stamp`` says (its size and mtime)."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):  # gone, or not a local path (a source on another store)
+        return None
+    if file_stamp({"size": found.st_size, "mtime": found.st_mtime}) != stamp:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _same_rows(window: Window, new: Generation) -> Generation | None:
