@@ -461,6 +461,23 @@ def test_a_loader_of_a_shuffle_result_resumes_after_appends(sync_scheduler, days
     assert sorted(np.concatenate([head, *[b["id"].to_numpy() for b in resumed]])) == ids_of(0)
 
 
+def test_a_loader_on_a_version_whose_files_were_removed_says_so_in_a_short_traceback(sync_scheduler, days,
+                                                                                     tmp_path):  # fmt: skip
+    """Each task of a load after the failed read raised its error again, adding its frames to the error's
+    traceback: 165 lines of them before the message, on 16 piles."""
+    import traceback
+
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=16, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    loader = daskpile.PileLoader(str(dest), batch_size=100, seed=0)
+    with pytest.raises(FileNotFoundError, match="the result changed since this loader was made") as raised:
+        for i, _ in enumerate(loader):
+            if i == 0:
+                daskpile.expire(str(dest), keep_generations=1, retain=0)
+    assert len("".join(traceback.format_exception(raised.value)).splitlines()) < 80
+
+
 def test_the_same_commands_give_byte_identical_files_on_any_cluster(client, days, tmp_path):
     def run(dest, scheduler):
         with dask.config.set(scheduler=scheduler) if scheduler else contextlib.nullcontext():

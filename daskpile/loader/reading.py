@@ -214,6 +214,15 @@ def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Fut
     lock = threading.Lock()
 
     def run() -> None:
+        failed = next((future for future in inputs if future.cancelled() or future.exception() is not None), None)
+        if failed is not None:
+            # Passed on as it is: raised again here, each task after it would add its frames to the error's
+            # traceback (a missing pile's error came after 160 lines of them)
+            error = CancelledError() if failed.cancelled() else failed.exception()
+            inputs.clear()
+            if not result.done():
+                result.set_exception(error)
+            return
         try:
             values = [future.result() for future in inputs]
             inputs.clear()  # the inputs' results (a column read) are let go as soon as this is done with them
