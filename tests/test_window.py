@@ -706,6 +706,19 @@ def test_a_day_appended_over_two_appends_retried_whole_is_done(sync_scheduler, d
     assert retried.generation == 2 and sorted(loader_ids(dest)) == ids_of(0, 1)
 
 
+def test_a_day_folder_holding_a_csv_beside_its_parquet_is_refused_with_advice_append_takes(sync_scheduler, days,
+                                                                                           tmp_path):  # fmt: skip
+    """It said "pass format= (--format)", which append has not (a click error, a TypeError)."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    (Path(days[1]) / "export.csv").write_text("id,v\n1,0.5\n")
+    said = (r"holds Parquet files and csv files \(.*export\.csv\): append reads Parquet files only: move the others "
+            r"out, or name the Parquet files")  # fmt: skip
+    with pytest.raises(ValueError, match=said):
+        daskpile.append(dest, days[1])
+    assert daskpile.append(dest, os.path.join(days[1], "*.parquet")).generation == 1
+
+
 def test_a_generations_folder_is_refused_as_dest_naming_the_window(sync_scheduler, days, tmp_path):
     """A generation's folder holds a manifest of its own: a shuffle there with --overwrite replaced the
     generation's files under the window (verify then failed, the loader refused it), and an append there

@@ -272,9 +272,8 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
         return "parquet"
     said = sorted({text.detect(name)[0] for item in listed for name in item.strays} - {None, "parquet"})
     if len(said) > 1:
-        raise ValueError(
-            f"source {urls[0] if len(urls) == 1 else urls!r} holds files of several formats ({', '.join(said)}): "
-            "pass format= (--format) to say which to read"
+        raise MixedFormatsError(
+            f"source {urls[0] if len(urls) == 1 else urls!r} holds files of several formats ({', '.join(said)})"
         )
     return said[0] if said else "parquet"
 
@@ -292,10 +291,19 @@ def _refuse_data_beside_parquet(listed: list[listing.Listed], urls: list[str]) -
               if text.uncompressed_name(posixpath.basename(name))[0].lower().endswith(_DATA_SUFFIXES)]  # fmt: skip
     if others:
         kinds = sorted({text.detect(posixpath.basename(name))[0] for name in others})
-        raise ValueError(
+        raise MixedFormatsError(
             f"source {urls[0] if len(urls) == 1 else urls!r} holds Parquet files and {', '.join(kinds)} files "
-            f"({others[0]}{', ...' if len(others) > 1 else ''}): pass format= (--format) to say which to read"
+            f"({others[0]}{', ...' if len(others) > 1 else ''})"
         )
+
+
+class MixedFormatsError(ValueError):
+    """A source holding data files of several formats: which to read is the caller's to say.  ``found`` says
+    what it holds; the message, how to choose."""
+
+    def __init__(self, found: str):
+        super().__init__(f"{found}: pass format= (--format) to say which to read")
+        self.found = found
 
 
 def _starts_as_parquet(fs, path: str) -> bool:

@@ -13,7 +13,7 @@ from daskpile._words import count
 from daskpile.engine import _manifest, _passes
 from daskpile.engine._pipeline import shuffle_plan
 from daskpile.engine._places import check_dest_outside_source
-from daskpile.sources import plan_sources
+from daskpile.sources import MixedFormatsError, plan_sources
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading
 from daskpile.sources.schemas import conformer
@@ -157,7 +157,15 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     A file already in a generation of the window (unchanged), or inside the
     window's directory, is refused: its rows would be there twice.
     """
-    plan = plan_sources(source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files)
+    try:
+        plan = plan_sources(
+            source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files
+        )
+    except MixedFormatsError as e:  # (its advice, format=, is not append's: it reads Parquet only)
+        raise ValueError(
+            f"{e.found}: append reads Parquet files only: move the others out, or name the Parquet files (a glob, "
+            "such as 'day=2026-11-01/*.parquet')"
+        ) from None
     if plan.reading.text is not None:
         raise ValueError(
             f"{full_url(plan.fs, plan.files[0].path)} is {plan.reading.text.format}: append reads Parquet files only "
