@@ -858,9 +858,28 @@ def test_numpy_dtypes_of_columns_with_nulls_without_a_manifest_come_from_the_foo
 
     (tmp_path / "plain").mkdir()
     pq.write_table(frame.pipe(pa.Table.from_pandas), tmp_path / "plain" / "part-0.parquet", write_statistics=False)
-    with pytest.warns(UserWarning, match=r"whether 'id', 'user' hold a null is not recorded"):
+    with pytest.warns(UserWarning, match=r"whether 'id', 'user' hold a null is not recorded") as warned:
         loader = daskpile.PileLoader(str(tmp_path / "plain"), batch_size=16, seed=0, output="numpy")
+    assert {w.filename for w in warned} == {__file__}  # the caller's line, not daskpile's
     assert {str(b["user"].dtype) for b in loader} == {"float64", "int64"}  # batch by batch, as said
+
+
+def test_an_empty_pile_s_file_is_not_taken_for_one_without_null_counts(tmp_path):
+    """shuffle(ddf).to_parquet writes an empty pile as a row group of no rows and no statistics: every
+    numpy loader warned that the integer columns' nulls were not recorded."""
+    import warnings
+
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": np.arange(3), "x": np.arange(3.0)})
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(dd.from_pandas(frame, npartitions=1), piles=8, seed=1).to_parquet(str(tmp_path / "d"))
+    assert any(pq.ParquetFile(p).metadata.num_rows == 0 for p in (tmp_path / "d").glob("*.parquet"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batches = list(daskpile.PileLoader(str(tmp_path / "d"), batch_size=2, seed=0, output="numpy"))
+    assert sorted(np.concatenate([b["id"] for b in batches]).tolist()) == [0, 1, 2]
 
 
 def test_shuffle_ddf_to_parquet_counts_the_nulls_of_an_integer_index_it_writes(tmp_path):

@@ -311,7 +311,7 @@ class PileLoader:
                 "recorded (a result written before daskpile recorded it, or files without null counts), so a batch "
                 "of them holding one is float64 (booleans: object) and the others keep their dtype; shuffle the "
                 "data again for one dtype in every batch, or read output='arrow'",
-                stacklevel=3,
+                stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 
     def __len__(self) -> int:

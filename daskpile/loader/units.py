@@ -339,6 +339,8 @@ def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[
     nulls, uncounted = set(), set()
     for group in range(footer.num_row_groups if columns else 0):
         row_group = footer.row_group(group)
+        if not row_group.num_rows:  # (an empty pile's, written by Dask's to_parquet without statistics)
+            continue
         for i, name in columns.items():
             stats = row_group.column(i).statistics
             if stats is None or not stats.has_null_count:
