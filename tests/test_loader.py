@@ -1089,6 +1089,22 @@ def test_objects_written_again_mid_epoch_stop_the_epoch_on_s3():
                 pass
 
 
+def test_mix_over_more_streams_than_piles_to_mix_says_it_cannot_act(datasets):
+    """8 piles read by 8 streams: each stream holds about one pile, so mix=2 mixes none, and its co-batch rate
+    is mix=1's (a trial: 0.0264 against 0.0266), where the guide promised about 4x fewer pairs."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"PileLoader\(mix=2\): the dataset's 8 piles are cut into 8 streams .* "
+                      r"shuffle into 16 piles or more") as warned:  # fmt: skip
+        mixed = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4, mix=2, world_size=8, rank=3)
+    assert {w.filename for w in warned} == {__file__}
+    plain = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4, world_size=8, rank=3)
+    assert mixed.co_batch_rate().rate > 0.9 * plain.co_batch_rate().rate  # what the warning says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4, mix=2, world_size=4, rank=0)
+
+
 def test_mix_cuts_the_pairs_kept_together_from_epoch_to_epoch(datasets):
     """The co-batch rate of two epochs is about (batch - 1) / (pile - 1) at mix=1, and mix=2 cuts it over 2.5x.
 

@@ -209,6 +209,7 @@ class PileLoader:
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
         self._warn_of_uncounted_nulls()
+        self._warn_of_streams_too_many_to_mix(canonical)
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
             into = f"{canonical} canonical ranks" if canonical_ranks else f"a share for each of {world_size} ranks"
@@ -311,6 +312,17 @@ class PileLoader:
                 "recorded (a result written before daskpile recorded it, or files without null counts), so a batch "
                 "of them holding one is float64 (booleans: object) and the others keep their dtype; shuffle the "
                 "data again for one dtype in every batch, or read output='arrow'",
+                stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
+            )
+
+    def _warn_of_streams_too_many_to_mix(self, canonical: int) -> None:
+        files = len(self.units.paths)
+        if self.mix > 1 and files < self.mix * canonical:
+            warnings.warn(
+                f"PileLoader(mix={self.mix}): the dataset's {count(files, 'pile')} are cut into {canonical} streams "
+                "(canonical_ranks; with DataLoader workers, ranks x workers), each reading about "
+                f"{files / canonical:.1f}, so few or none are mixed: co_batch_rate() is about mix=1's; for mix to "
+                f"act, shuffle into {self.mix * canonical} piles or more (piles >= streams x mix)",
                 stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 
