@@ -458,6 +458,23 @@ def test_upper_case_extensions_are_parquet(tmp_path):
     assert len(plan.files) == 2 and not plan.skipped
 
 
+def test_a_column_the_first_file_declares_never_null_takes_another_file_s_nulls(sync_scheduler, tmp_path):
+    """Spark declares its columns NOT NULL; a file of another writer with a null in one was refused ("has
+    nulls, which the dataset's schema forbids") where nullability is said to be free to differ.  Columns
+    come out nullable, whatever the files declare; verify and the loader read them."""
+    not_null = pa.schema([pa.field("x", pa.int64(), nullable=False), pa.field("y", pa.string(), nullable=False)])
+    write(str(tmp_path / "lake" / "a.parquet"), table=pa.table({"x": [1, 3], "y": ["a", "c"]}, schema=not_null))
+    write(str(tmp_path / "lake" / "b.parquet"), table=pa.table({"x": [None, 2], "y": ["b", None]}))
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    out = read_output(tmp_path / "out")
+    assert sorted(zip(out["x"].to_pylist(), out["y"].to_pylist(), strict=True), key=str) == sorted(
+        [(1, "a"), (3, "c"), (None, "b"), (2, None)], key=str
+    )
+    assert all(f.nullable for f in out.schema) and daskpile.verify(str(tmp_path / "out")).ok
+    loaded = daskpile.PileLoader(str(tmp_path / "out"), batch_size=3, seed=0)
+    assert sum(b.num_rows for b in loaded) == 4
+
+
 def test_unify_keeps_a_column_nullable_if_any_file_has_nulls_in_it(sync_scheduler, tmp_path):
     not_null = pa.schema([pa.field("x", pa.int64(), nullable=False)])
     write(str(tmp_path / "lake" / "a.parquet"), table=pa.table({"x": [1]}, schema=not_null))

@@ -719,6 +719,23 @@ def test_a_day_folder_holding_a_csv_beside_its_parquet_is_refused_with_advice_ap
     assert daskpile.append(dest, os.path.join(days[1], "*.parquet")).generation == 1
 
 
+def test_a_window_whose_first_day_declares_a_column_never_null_takes_a_later_day_s_nulls(sync_scheduler,
+                                                                                         tmp_path):  # fmt: skip
+    """A first day written by Spark (NOT NULL columns), a later one with a null: the append was refused, with
+    no way through, where the guide says nullability may differ."""
+    not_null = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.float64(), nullable=False)])
+    for number, table in ((1, pa.table({"id": [1, 2, 3], "v": [0.1, 0.2, 0.3]}, schema=not_null)),
+                          (2, pa.table({"id": [4, 5], "v": [None, 0.5]}))):  # fmt: skip
+        (tmp_path / f"day={number}").mkdir()
+        pq.write_table(table, tmp_path / f"day={number}" / "p.parquet")
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(str(tmp_path / "day=1"), dest, piles=2, seed=1, partitioning="none")
+    assert daskpile.append(dest, str(tmp_path / "day=2"), partitioning="none").rows == 5
+    assert sorted(loader_ids(dest)) == [1, 2, 3, 4, 5] and daskpile.verify(dest).ok
+    daskpile.compact(dest)
+    assert sorted(loader_ids(dest)) == [1, 2, 3, 4, 5] and daskpile.verify(dest).ok
+
+
 def test_a_generations_folder_is_refused_as_dest_naming_the_window(sync_scheduler, days, tmp_path):
     """A generation's folder holds a manifest of its own: a shuffle there with --overwrite replaced the
     generation's files under the window (verify then failed, the loader refused it), and an append there

@@ -399,7 +399,7 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
         data, reference = arrow_schema(metadata), "_metadata"
     else:
         data, reference = _reference_schema(fs, files)
-    data = schemas.without_range_index(data)
+    data = schemas.nullable(schemas.without_range_index(data))
     clashes = [n for n in key_fields.names if n in data.names]
     if clashes:
         raise ValueError(

@@ -40,6 +40,19 @@ def without_range_index(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
+def nullable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every column nullable: a column the reference file declares never null (Spark's, a typed
+    writer's) may hold nulls in other files (a later day appended to a window), which the rows written must
+    take.  Nested fields keep their own flags.
+
+    >>> nullable(pa.schema([pa.field("id", pa.int64(), nullable=False)])).field("id").nullable
+    True
+    """
+    if all(f.nullable for f in schema):
+        return schema
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+
+
 # Spark reads a file's columns and their types from this key of its footer, if there, not from the file's
 # schema.  Copied from the source's files, it may no longer describe the rows: key=value folders become
 # columns it does not list, so Spark did not see them; INT96 timestamps (its "timestamp") are written as

@@ -16,7 +16,7 @@ from daskpile.engine._places import check_dest_outside_source
 from daskpile.sources import MixedFormatsError, plan_sources
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading
-from daskpile.sources.schemas import conformer
+from daskpile.sources.schemas import conformer, nullable
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
@@ -173,7 +173,7 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
             "day as Parquet first"
         )
     check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
-    schema = _manifest.arrow_schema(window.base)
+    schema = nullable(_manifest.arrow_schema(window.base))  # (a first day declared never null, a later one null)
     reference = f"the window {window.url}"
     first = plan.files[0]
     with open_parquet(plan.fs, first.path) as parquet:
