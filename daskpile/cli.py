@@ -753,8 +753,10 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, agai
     to finish it; appending the same files again does nothing.
     """
     from daskpile import append as append_to
+    from daskpile.window.append import load_window
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
+    load_window(dest, list(source), storage_options)  # (arguments swapped: said before a cluster starts)
     with _cluster(**cluster, quiet=quiet):
         report = append_to(
             dest, list(source) if len(source) > 1 else source[0], seed=seed, scratch=scratch,

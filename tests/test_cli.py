@@ -234,6 +234,20 @@ def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_
     assert "of another call (this call: seed 2 instead of 1)" in other.stderr and "LocalCluster" not in other.stdout
 
 
+def test_append_with_the_window_and_the_day_swapped_says_so_before_starting_a_cluster(sorted_source, tmp_path):
+    """Python's order is append(dest, source): `daskpile append WINDOW DAY/` started a cluster, then said the
+    day's folder holds no manifest, naming no swap."""
+    window = str(tmp_path / "window")
+    run("shuffle", sorted_source, window, "--piles", "2", "--seed", "1", "--scheduler", "threads", check_status=0)
+    swapped = run("append", window, sorted_source, "--kubernetes", "daskpile-test", "--namespace", "nowhere",
+                  check_status=2)  # fmt: skip
+    assert swapped.stderr.strip().endswith(
+        f"daskpile: error: {sorted_source!r} is not a window, and {window!r}, given as a source, is a daskpile "
+        "result: the two the wrong way round? The window comes last on the command line (daskpile append "
+        "SOURCE... DEST) and first in Python (append(dest, source))"
+    ), swapped.stderr
+
+
 def test_every_command_and_option_says_what_it_does():
     """The reference is generated from these (tests/test_docs.py builds it), so each needs its help text."""
     import click

@@ -102,7 +102,7 @@ def append(
     False
     """
     blocksize = check_bytes("blocksize", blocksize)
-    window = Window.load(dest, storage_options)
+    window = load_window(dest, source, storage_options)
     plan = _plan_into_window(window, source, storage_options, partitioning, stray_files)
     key = {"source_files": plan.urls, "source_stamps": plan.stamps, "seed": seed}
     pending = snapshot.check_idle(window.fs, window.path, "append", key)
@@ -149,6 +149,31 @@ def append(
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     summary = f"appended generation {generation} ({count(new.rows, 'row')})"
     return report(window, True, summary, generation=generation, shuffle=shuffled, removed=removed)
+
+
+def load_window(dest: str, source: str | list[str], storage_options: dict | None) -> Window:
+    """The window ``dest``, to append ``source`` to; when ``dest`` is none and a source is a daskpile result,
+    the two were given the wrong way round (Python's order is the command line's reversed)."""
+    try:
+        return Window.load(dest, storage_options)
+    except FileNotFoundError as e:
+        sources = [source] if isinstance(source, str) else list(source)
+        results = [s for s in sources if _is_result(s, storage_options)]
+        if not results:
+            raise
+        raise FileNotFoundError(
+            f"{dest!r} is not a window, and {results[0]!r}, given as a source, is a daskpile result: the two the "
+            "wrong way round? The window comes last on the command line (daskpile append SOURCE... DEST) and first "
+            "in Python (append(dest, source))"
+        ) from e
+
+
+def _is_result(path: str, storage_options: dict | None) -> bool:
+    try:
+        _manifest.read(path, storage_options)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _plan_into_window(window: Window, source, storage_options, partitioning, stray_files):
