@@ -199,7 +199,7 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
         )
     check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = nullable(_manifest.arrow_schema(window.base))  # (a first day declared never null, a later one null)
-    reference = f"the window {window.url}"
+    reference = window.url  # (quoted in messages: the window's own name, not a label around it)
     first = plan.files[0]
     with open_parquet(plan.fs, first.path) as parquet:
         conformer(parquet.schema_arrow, schema, dict(first.keys), "window", full_url(plan.fs, first.path), reference)

@@ -153,11 +153,12 @@ def _known_generations(window: Window, generations) -> list[int]:
 
 
 def _describe(key: dict) -> str:
+    """What the expire does, as the name of a change ("the unfinished ...", "the ... was committed")."""
     if key.get("generations") is not None:
-        return f"drop generations {', '.join(map(str, key['generations']))}"
+        return f"expiry of generations {', '.join(map(str, key['generations']))}"
     if key["keep_generations"] is not None:
-        return f"keep the newest {key['keep_generations']} generations"
-    return f"drop the rows with {key['column']} before {key['before']}"
+        return f"expiry keeping the newest {key['keep_generations']} generations"
+    return f"expiry of the rows with {key['column']} before {key['before']}"
 
 
 def _cut(window: Window, column: str, before) -> list[Generation]:
