@@ -175,6 +175,27 @@ def test_a_text_run_interrupted_in_pass_1_resumes_to_the_same_bytes(tmp_path):
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "reference")
 
 
+def test_a_ctrl_c_the_instant_the_manifest_is_written_says_the_result_complete(source, tmp_path, monkeypatch):
+    """CI saw "daskpile: interrupted" alone: the Ctrl-C landed between the manifest's rename and the flag that
+    says the result is complete.  Here it lands there every time."""
+    import dask
+
+    import daskpile
+    from daskpile.engine import _manifest
+
+    written = _manifest.write
+
+    def write_then_ctrl_c(*args):
+        path = written(*args)
+        os.kill(os.getpid(), signal.SIGINT)  # (Python raises it at its next instruction, in this frame)
+        return path
+
+    monkeypatch.setattr(_manifest, "write", write_then_ctrl_c)
+    with dask.config.set(scheduler="sync"), pytest.raises(KeyboardInterrupt) as raised:
+        daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=2, seed=1, scratch=str(tmp_path / "s"))
+    assert raised.value.daskpile_complete == str(tmp_path / "out")
+
+
 @pytest.mark.parametrize("options", [[], ["--overwrite"]])
 def test_once_the_manifest_is_written_the_result_is_said_complete(source, tmp_path, options):
     # The manifest comes before the scratch is removed, the lease let go and the result printed: a Ctrl-C

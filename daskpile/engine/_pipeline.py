@@ -33,6 +33,7 @@ from daskpile._compute import (
     total_threads,
     worker_memory_per_thread,
 )
+from daskpile._interrupt import uninterrupted
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
@@ -960,6 +961,12 @@ class _Run:
         if self.staging is not None:
             _dest.commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
 
+    def _commit(self, manifest: dict) -> str:
+        """The manifest written: the result is complete."""
+        path = _manifest.write(self.dest_fs, self.dest_path, manifest)
+        self.complete = True
+        return path
+
     def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
         """The manifest, written last: the result is complete.  Then the run's state goes."""
         manifest = _manifest.build(
@@ -981,8 +988,8 @@ class _Run:
             second_pass=self.second_pass,
             output=self.output,
         )
-        manifest_path = _manifest.write(self.dest_fs, self.dest_path, manifest)
-        self.complete = True
+        # A Ctrl-C between the manifest's rename and the flag would call a complete result unfinished
+        manifest_path = uninterrupted(lambda: self._commit(manifest), undo=lambda _: None)
         _dest.remove_run_state(self.dest_fs, self.dest_path)
         self.scratch.remove()
         return ShuffleReport(
