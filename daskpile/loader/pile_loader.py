@@ -605,7 +605,7 @@ class PileLoader:
                 "the state belongs to another dataset: its files, or their rows, are not this loader's "
                 "(another shuffle of the same data has as many rows and files)"
             )
-        if state.get("content", self.units.content) != self.units.content:  # (nor this, of older states)
+        if state.get("content", self.units.content) != self.units.content:  # (nor had it, before)
             raise ValueError(
                 "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
                 "seed, or other rows: written again since the state was taken)"
