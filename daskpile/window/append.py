@@ -291,8 +291,9 @@ def _refuse_expired(window: Window, plan) -> None:
         number = expired.get(snapshot.source_key(url), expired.get(snapshot.source_key(url, stamp)))
         if number is not None and number not in held:
             raise ValueError(
-                f"{url} was appended in generation {number}, which expire has dropped since: appended again, its "
-                "rows would come back as the newest generation. Pass again=True (--again) to append it anyway"
+                f"{url} was in generation {number} (as appended, or compacted), which expire has dropped since: "
+                "appended again, its rows would come back as the newest generation. Pass again=True (--again) to "
+                "append it anyway"
             )
 
 
