@@ -223,11 +223,14 @@ def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: s
     line where it starts (found by its text; the block, if a quote character other than ``"`` hides it)."""
     for name in table.column_names:
         column = table.column(name)
-        textual = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        # Binary too (column_types.x=binary): a cut value there was two rows, silently
+        textual = any(is_(column.type) for is_ in (pa.types.is_string, pa.types.is_large_string,
+                                                  pa.types.is_binary, pa.types.is_large_binary))  # fmt: skip
         found = pc.match_substring(column, "\n") if textual else None
         if found is None or not pc.any(found).as_py():
             continue
-        value = column[pc.index(found, True).as_py()].as_py().encode()
+        value = column[pc.index(found, True).as_py()].as_py()
+        value = value if isinstance(value, bytes) else value.encode()
         # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
         at = block.find(b'"' + value[: value.index(b"\n") + 1].replace(b'"', b'""'))
         line = start + block.rfind(b"\n", 0, at) + 1
