@@ -316,8 +316,12 @@ def test_several_directories_and_globs_in_one_command(tmp_path, capsys):
     cli_main_exit(["shuffle", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c" / "*.other.parquet"),
                    str(tmp_path / "out"), "--piles", "2", "--seed", "1", "--scheduler", "sync", "-q"])  # fmt: skip
     assert sorted(read_output(tmp_path / "out")["id"].to_pylist()) == list(range(200)) + list(range(300, 310))
-    with pytest.raises(ValueError, match="named by two sources"):
+    with pytest.raises(
+        ValueError, match=rf"x\.parquet' is named by two sources: '{tmp_path / 'a'}' and '.*\*\.parquet'"
+    ):
         shuffle([str(tmp_path / "a"), str(tmp_path / "a" / "*.parquet")], tmp_path / "twice")
+    with pytest.raises(ValueError, match=rf"is named by two sources: '.*x\.parquet' and '{tmp_path / 'a'}'"):
+        shuffle([str(tmp_path / "a" / "x.parquet"), str(tmp_path / "a")], tmp_path / "twice")
 
 
 def cli_main_exit(argv):

@@ -133,6 +133,14 @@ def test_a_dest_or_scratch_naming_an_object_is_refused_as_locally(sync_scheduler
     assert fs.find("lake/r3") == ["lake/r3/a.txt", "lake/r3/b.txt"] and fs.cat("lake/r3/b.txt") == b"keep me\n"
 
 
+def test_a_dest_inside_the_source_on_s3_is_named_by_its_url(sync_scheduler, s3):
+    """It said "dest 'lake/r4/out' overlaps the source 'lake/r4'", dropping the scheme every other message has."""
+    fs, options = s3
+    fs.pipe("lake/r4/a.txt", b"a\nb\n")
+    with pytest.raises(ValueError, match=r"^dest 's3://lake/r4/out' overlaps the source 's3://lake/r4': choose a"):
+        daskpile.shuffle_parquet("s3://lake/r4/", "s3://lake/r4/out", piles=1, storage_options=options)
+
+
 def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3):
     """A text file's stamp lies beside it: on a store, it must name the object as a later HEAD sees it."""
     fs, options = s3
@@ -333,7 +341,8 @@ def test_secrets_are_never_printed_logged_or_written(s3):
 
 
 def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
-    """A server that checks credentials (moto with authentication on from its first request)."""
+    """A server that checks credentials (moto with authentication on from its first request), for a source
+    and for a dest (which said only "Forbidden": the dest's first request, its lease, named no URL)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -342,6 +351,9 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     import sys
     import time
 
+    from _util import sorted_source
+
+    local = sorted_source(tmp_path / "local", 100, files=1)
     server = subprocess.Popen(
         [sys.executable, "-c", f"from moto.server import ThreadedMotoServer as S; import time; "
          f"S(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(120)"],
@@ -353,11 +365,13 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
-        done = daskpile_command(
-            "shuffle", "s3://lake/in", str(tmp_path / "out"), "--scheduler=sync", "--storage-option=key=nobody",
-            f"--storage-option=secret={SECRET}", f"--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:{port}",
+        options = [
+            "--scheduler=sync", "--storage-option=key=nobody", f"--storage-option=secret={SECRET}",
+            f"--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:{port}",
             "--storage-option=client_kwargs.region_name=eu-west-1",
-        )  # fmt: skip
+        ]  # fmt: skip
+        done = daskpile_command("shuffle", "s3://lake/in", str(tmp_path / "out"), *options)
+        into = daskpile_command("shuffle", local, "s3://lake/out", *options)
     finally:
         server.kill()
         server.wait()
@@ -365,6 +379,9 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     assert done.stderr.startswith("daskpile: error: source 's3://lake/in': access denied: The AWS Access Key Id")
     assert len(done.stderr.splitlines()) == 1 and SECRET not in done.stderr
     assert not (tmp_path / "out").exists()
+    assert into.returncode == 2, into.stderr
+    assert into.stderr.startswith("daskpile: error: dest 's3://lake/out': access denied: "), into.stderr
+    assert len(into.stderr.splitlines()) == 1 and SECRET not in into.stderr
 
 
 def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():

@@ -163,8 +163,14 @@ class Lease:
 
 @contextlib.contextmanager
 def held(fs: fsspec.AbstractFileSystem, dest_path: str) -> Iterator[Lease]:
-    """The dest's lease for the ``with`` block (``Lease.take``), released at its end, however it ends."""
-    lease = Lease.take(fs, dest_path)
+    """The dest's lease for the ``with`` block (``Lease.take``), released at its end, however it ends.
+
+    Taking it is the run's first request to dest: a store refusing the credentials is said of dest there
+    (its own words, "Forbidden", name no URL)."""
+    try:
+        lease = Lease.take(fs, dest_path)
+    except PermissionError as e:
+        raise PermissionError(f"dest {full_url(fs, dest_path)!r}: access denied: {e}") from None
     try:
         yield lease
     finally:

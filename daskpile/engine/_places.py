@@ -52,8 +52,9 @@ def check_dest_outside_source(source_fs, source_files, source, dest_fs, dest_pat
     contain_dest = [r for r in roots if dest_dir.startswith(r + "/")]
     in_dest = [f for f in roots + files if (f + "/").startswith(dest_dir)]
     if contain_dest or in_dest:
+        overlapped = full_url(source_fs, (contain_dest + in_dest)[0])
         raise ValueError(
-            f"dest {dest_path!r} overlaps the source {(contain_dest + in_dest)[0]!r}: choose a separate directory"
+            f"dest {full_url(dest_fs, dest_path)!r} overlaps the source {overlapped!r}: choose a separate directory"
         )
 
 

@@ -209,7 +209,7 @@ def _plan_sources(
     others = [url for url, item in zip(urls, listed, strict=True) if type(item.fs) is not type(fs)]
     if others:
         raise ValueError(f"sources must share one filesystem: {others[0]!r} is not on that of {urls[0]!r}")
-    files, strays, sidecars = _collect(listed)
+    files, strays, sidecars = _collect(listed, urls)
     kind = "Parquet" if format == "parquet" else format
     if stray_files == "error" and strays:
         raise ValueError(f"{strays[0]!r} is not a {kind} file (stray_files='skip', the default, skips such files)")
@@ -354,10 +354,11 @@ def _table_plan(fs, table: tables.TableFiles, url: str) -> SourcePlan:
     return SourcePlan(fs, files, reading, (), table.description, version=table.version)
 
 
-def _collect(listed: list[listing.Listed]):
-    """(info, partition folder pairs) of every data file, the strays, the sidecars; a table inside is refused."""
+def _collect(listed: list[listing.Listed], urls: list[str]):
+    """(info, partition folder pairs) of every data file, the strays, the sidecars; a table inside is refused,
+    and a file two of the sources ``urls`` name."""
     files, seen, strays, sidecars = [], {}, [], {}
-    for item in listed:
+    for item, url in zip(listed, urls, strict=True):
         if item.nested_table:
             raise ValueError(
                 f"{full_url(item.fs, item.nested_table)!r} is a table: give it as the source, not a folder above it"
@@ -370,8 +371,8 @@ def _collect(listed: list[listing.Listed]):
         for info in item.files:
             name = info["name"]
             if name in seen:
-                raise ValueError(f"{full_url(item.fs, name)!r} is named by two sources ({seen[name]!r} too)")
-            seen[name] = item.root or name
+                raise ValueError(f"{full_url(item.fs, name)!r} is named by two sources: {seen[name]!r} and {url!r}")
+            seen[name] = url
             files.append((info, hive.folder_keys(name)))
         strays += item.strays
         sidecars = sidecars or item.sidecars
