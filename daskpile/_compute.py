@@ -24,6 +24,8 @@ import dask.system
 import dask.threaded
 import psutil
 
+from daskpile._words import count
+
 # The LocalCluster daskpile starts (the command line, the demo, and every Dask system of the benchmarks)
 # runs with two settings of distributed turned off; pass 1 and 2 on dataset A took 26 % less time without them:
 # - the statistical profiler samples every worker thread's stack 100 times a second, holding the GIL
@@ -447,8 +449,8 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
     except (NoWorkerError, NoValidWorkerError) as e:  # (the second: a task waiting unassigned; ours ask for none)
         _cancel_and_wait(client, futures)
         raise _no_worker_running(e) from e
-    except BaseException:
-        _cancel_and_wait(client, futures)
+    except BaseException as e:
+        _cancel_and_wait(client, futures, interrupted=isinstance(e, KeyboardInterrupt))
         raise
     for _ in futures if on_done is not None else []:
         called.acquire()
@@ -458,22 +460,36 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
 
 
 RUNNING_WAIT_SECONDS = 120  # a task's write, at most: a pile, or an input partition's scatter
+# A wait for running tasks after a Ctrl-C is said once it is this long: a shorter one ends in the command's one line
+WAIT_SAID_AFTER = 2.0
 
 
-def _cancel_and_wait(client, futures) -> None:
+def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
     """Cancel ``futures``; return once no worker still runs one of them (or after a while).
 
     A cancelled task already running goes on in its worker's thread, which
-    cannot be stopped: the scheduler forgets it, its worker does not.
+    cannot be stopped: the scheduler forgets it, its worker does not.  After
+    a Ctrl-C, a wait longer than ``WAIT_SAID_AFTER`` is said on stderr (a task
+    writing a pile to an object store may take a minute, a pod's grace period
+    is 30 s), and another Ctrl-C ends it.
     """
     keys = {f.key for f in futures}
+    said = not interrupted
     with contextlib.suppress(Exception):
         client.cancel(futures)
-        deadline = time.monotonic() + RUNNING_WAIT_SECONDS
-        while time.monotonic() < deadline:
-            running = client.run(_running_keys)
-            if not keys.intersection(key for found in running.values() for key in found):
+        start = time.monotonic()
+        while time.monotonic() < start + RUNNING_WAIT_SECONDS:
+            running = keys.intersection(key for found in client.run(_running_keys).values() for key in found)
+            if not running:
                 return
+            if not said and time.monotonic() > start + WAIT_SAID_AFTER:
+                print(
+                    f"daskpile: interrupted: waiting up to {RUNNING_WAIT_SECONDS} s for {count(len(running), 'task')} "
+                    "still running to finish their writes (Ctrl-C again stops without waiting)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
             time.sleep(0.05)
 
 

@@ -74,6 +74,32 @@ def test_compute_reports_each_task_as_it_succeeds(request, where):
     assert sorted(done) == [0, 1, 2, 3, 4]
 
 
+def test_after_a_ctrl_c_the_wait_for_running_tasks_is_said_and_lasts_until_they_end(client, capsys):
+    """A pass-2 task writing to an object store ran for 30 s after a Ctrl-C with nothing said (a pod's grace
+    period is 30 s).  Here a task sleeps 4 s; the wait says so once, on stderr, and ends when the task does.
+    A wait of a second says nothing: the command's one line follows at once."""
+    from daskpile._compute import _cancel_and_wait, _running_keys
+
+    def running() -> bool:
+        return any("daskpile-gather-slow" in keys for keys in client.run(_running_keys).values())
+
+    said = {}
+    for seconds in (1, 4):
+        future = client.submit(time.sleep, seconds, key="daskpile-gather-slow", pure=False)
+        while not running():
+            time.sleep(0.01)
+        started = time.monotonic()
+        _cancel_and_wait(client, [future], interrupted=True)
+        assert time.monotonic() - started > seconds / 2 and not running()  # it waited for the task
+        said[seconds] = capsys.readouterr().err
+    assert "daskpile" not in said[1]
+    said = said[4]
+    assert said == (
+        "daskpile: interrupted: waiting up to 120 s for 1 task still running to finish their writes (Ctrl-C again "
+        "stops without waiting)\n"
+    )
+
+
 def test_compute_reports_no_failed_task(sync_scheduler):
     done = []
     fine = dask.delayed(abs)(-1, dask_key_name="fine")
