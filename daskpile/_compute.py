@@ -24,8 +24,6 @@ import dask.system
 import dask.threaded
 import psutil
 
-from daskpile._words import count
-
 # The LocalCluster daskpile starts (the command line, the demo, and every Dask system of the benchmarks)
 # runs with two settings of distributed turned off; pass 1 and 2 on dataset A took 26 % less time without them:
 # - the statistical profiler samples every worker thread's stack 100 times a second, holding the GIL
@@ -484,8 +482,9 @@ def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
                 return
             if not said and time.monotonic() > start + WAIT_SAID_AFTER:
                 print(
-                    f"daskpile: interrupted: waiting up to {RUNNING_WAIT_SECONDS} s for {count(len(running), 'task')} "
-                    "still running to finish their writes (Ctrl-C again stops without waiting)",
+                    f"daskpile: interrupted: waiting up to {RUNNING_WAIT_SECONDS} s for {len(running)} "
+                    f"task{'s' * (len(running) > 1)} still running to finish their writes (Ctrl-C again stops "
+                    "without waiting)",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -14,6 +14,7 @@ import contextvars
 import dataclasses
 import errno
 import hashlib
+import json
 import math
 import posixpath
 import re
@@ -33,7 +34,6 @@ from daskpile._compute import (
     total_threads,
     worker_memory_per_thread,
 )
-from daskpile._interrupt import uninterrupted
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
@@ -615,6 +615,7 @@ class _Run:
     second_pass: str
     output: Output
     complete: bool = dataclasses.field(default=False, init=False)  # its manifest is written
+    manifest: dict | None = dataclasses.field(default=None, init=False)  # the one it writes, once it does
     deaths: list = dataclasses.field(default_factory=list, init=False)  # workers that died running its tasks
     task_memory: int | None = dataclasses.field(default=None, init=False)  # a worker's limit over its threads
 
@@ -963,9 +964,20 @@ class _Run:
 
     def _commit(self, manifest: dict) -> str:
         """The manifest written: the result is complete."""
+        self.manifest = manifest
         path = _manifest.write(self.dest_fs, self.dest_path, manifest)
         self.complete = True
         return path
+
+    def wrote_manifest(self) -> bool:
+        """Whether dest holds this run's manifest: a Ctrl-C may land once it is written, before ``complete``
+        is set (CI saw a complete result called unfinished)."""
+        if self.complete or self.manifest is None:
+            return self.complete
+        try:
+            return _manifest.read_at(self.dest_fs, self.dest_path) == json.loads(json.dumps(self.manifest))
+        except Exception:  # (said while a Ctrl-C is handled: what cannot be read is not known to be there)
+            return False
 
     def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
         """The manifest, written last: the result is complete.  Then the run's state goes."""
@@ -988,8 +1000,7 @@ class _Run:
             second_pass=self.second_pass,
             output=self.output,
         )
-        # A Ctrl-C between the manifest's rename and the flag would call a complete result unfinished
-        manifest_path = uninterrupted(lambda: self._commit(manifest), undo=lambda _: None)
+        manifest_path = self._commit(manifest)
         _dest.remove_run_state(self.dest_fs, self.dest_path)
         self.scratch.remove()
         return ShuffleReport(
@@ -1091,7 +1102,7 @@ def _complete_if_interrupted(run: _Run):
         yield
     except BaseException as e:
         # (or an error raised while the interruption was handled: a file closed twice in scratch's removal)
-        if run.complete and any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)):
+        if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)) and run.wrote_manifest():
             again = (
                 "a call without overwrite=True reports it"
                 if run.overwrite
