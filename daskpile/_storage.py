@@ -404,6 +404,11 @@ class FileVersion:
         pairs = ((self.size, other.size), (self.version, other.version))
         return all(a is None or b is None or a == b for a, b in pairs)
 
+    def require(self, found: FileVersion, url: str) -> None:
+        """FileChangedError unless ``found``, of the file at ``url`` now, is this version of it."""
+        if not self.same_as(found):
+            raise FileChangedError(f"{url!r} was written again since it was listed")
+
 
 def file_stamp(info: dict) -> str:
     """Size and modification stamp (mtime, ETag or generation) of a file, from ``fs.info``."""

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile import _kernels
-from daskpile._storage import FileChangedError, FileVersion, full_url
+from daskpile._storage import FileVersion, full_url
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -214,15 +214,6 @@ def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Fut
     lock = threading.Lock()
 
     def run() -> None:
-        failed = next((future for future in inputs if future.cancelled() or future.exception() is not None), None)
-        if failed is not None:
-            # Passed on as it is: raised again here, each task after it would add its frames to the error's
-            # traceback (a missing pile's error came after 160 lines of them)
-            error = CancelledError() if failed.cancelled() else failed.exception()
-            inputs.clear()
-            if not result.done():
-                result.set_exception(error)
-            return
         try:
             values = [future.result() for future in inputs]
             inputs.clear()  # the inputs' results (a column read) are let go as soon as this is done with them
@@ -238,10 +229,15 @@ def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Fut
             left[0] -= 1
             if left[0]:
                 return
-        if any(future.cancelled() or future.exception() is not None for future in inputs):
-            run()  # sets the input's error, here rather than in a thread of the pool
-        else:
+        failed = next((future for future in inputs if future.cancelled() or future.exception() is not None), None)
+        if failed is None:
             pool.submit(rank, run)
+            return
+        # An input's error is passed on as it is, here: raised again in each task after it, it gained their
+        # frames (a missing pile's one-line message came after 494 lines of traceback)
+        inputs.clear()
+        if not result.done():
+            result.set_exception(CancelledError() if failed.cancelled() else failed.exception())
 
     for future in list(inputs):
         future.add_done_callback(done)
@@ -338,11 +334,9 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
 
 def _check_version(fs, path: str, listed: FileVersion | None) -> None:
     """Refuse the file at ``path`` unless it is the version ``listed`` (when known)."""
-    if listed is None:
-        return
-    fs.invalidate_cache(path)
-    if not FileVersion.of(fs.info(path)).same_as(listed):
-        raise FileChangedError(f"{full_url(fs, path)!r} was written again since it was listed")
+    if listed is not None:
+        fs.invalidate_cache(path)
+        listed.require(FileVersion.of(fs.info(path)), full_url(fs, path))
 
 
 StartLoad = Callable[[Group, Callable[[int], None]], "GroupLoad"]  # (group, reserve) -> its load, queued

@@ -103,10 +103,10 @@ def open_parquet(
             local = is_local(fs)
             check = listed is not None and local
             if check:
-                _refuse_unless(listed, FileVersion.local(path), fs, path)
+                listed.require(FileVersion.local(path), full_url(fs, path))
             source = path if local else stack.enter_context(fs.open(path, "rb"))
             if listed is not None and not local:
-                _refuse_unless(listed, FileVersion.opened(source), fs, path)
+                listed.require(FileVersion.opened(source), full_url(fs, path))
             # Pre-buffering (coalescing a file's reads) pays on object stores; locally it is a fixed cost
             # per file, as is memory-mapping.  CPU to read every file of a dataset on one thread, pyarrow
             # 26 (best of 4): A's 40 files 0.58 s mapped and pre-buffered, 0.57 s neither; the same rows as
@@ -123,12 +123,7 @@ def open_parquet(
             stack.callback(parquet.close)
         yield parquet
         if check:
-            _refuse_unless(listed, FileVersion.local(path), fs, path)
-
-
-def _refuse_unless(listed: FileVersion, found: FileVersion, fs, path: str) -> None:
-    if not found.same_as(listed):
-        raise FileChangedError(f"{full_url(fs, path)!r} was written again since it was listed")
+            listed.require(FileVersion.local(path), full_url(fs, path))
 
 
 @contextlib.contextmanager
