@@ -36,6 +36,15 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... or in the environment
     """
     url = str(url)
+    refuse_credentials(url)
+    return url_to_fs(url, **(storage_options or {}))
+
+
+def refuse_credentials(url: str) -> None:
+    """A ValueError, the password redacted, for an object store's URL with ``user:password@`` in it.
+
+    >>> refuse_credentials("s3://bucket/data")
+    """
     userinfo = _STORE_USERINFO.match(url)
     if userinfo:
         raise ValueError(
@@ -43,7 +52,6 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
             "user:password@ as part of the bucket's name, and printed it in errors): pass them as storage options "
             "(--storage-option key=... --storage-option secret=...) or in the environment"
         )
-    return url_to_fs(url, **(storage_options or {}))
 
 
 # user:password@ in the URL of an object store, whose libraries take it for part of a bucket's name

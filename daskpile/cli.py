@@ -33,7 +33,7 @@ from click.core import ParameterSource
 
 from daskpile._compute import exception_chain, local_cluster, quiet_workers
 from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
-from daskpile._storage import StoreUnreachable, redact, store_unusable
+from daskpile._storage import StoreUnreachable, redact, refuse_credentials, store_unusable
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
@@ -141,6 +141,7 @@ def _command(f):
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
         try:
+            _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
             with logs_elsewhere:
                 return f(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
@@ -172,6 +173,13 @@ def _command(f):
             _RESULTS.pop()
 
     return run
+
+
+def _refuse_credentials_in_urls(arguments: dict) -> None:
+    for value in arguments.values():
+        for url in value if isinstance(value, tuple) else [value]:
+            if isinstance(url, str):
+                refuse_credentials(url)
 
 
 def _interruption_said(e: BaseException) -> str:

@@ -113,6 +113,11 @@ def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
         done = daskpile_command("shuffle", *args, "--piles=2", "--scheduler=sync", "--debug", *endpoint)
         assert done.returncode == 2 and secret not in done.stdout + done.stderr, done
         assert "an s3:// URL carries no credentials" in done.stderr and "s3://AKIAFAKE:***@" in done.stderr
+    # ...before a cluster is started or reached for nothing (it was, and then the URL was refused)
+    for args in (["shuffle", f"{with_secret}lake/small.txt", "s3://lake/leak"], ["verify", f"{with_secret}lake/x"]):
+        done = daskpile_command(*args, *endpoint)
+        assert done.returncode == 2 and "carries no credentials" in done.stderr, done
+        assert "dashboard" not in done.stdout and secret not in done.stdout + done.stderr, done
     with pytest.raises(ValueError) as refused:
         daskpile.shuffle_parquet(f"{with_secret}lake/small.txt", "s3://lake/leak", storage_options=options)
     assert secret not in "".join(traceback.format_exception(refused.value))
@@ -403,6 +408,35 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", *unreachable)
     assert done.returncode == 2
     assert done.stderr.startswith("daskpile: error: dest 's3://lake/out': cannot reach the store: "), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["append", "DAY", "s3://lake/w"], "dest 's3://lake/w'"),
+        (["expire", "s3://lake/w", "--keep=1"], "window 's3://lake/w'"),
+        (["compact", "s3://lake/w", "--scheduler=sync"], "window 's3://lake/w'"),
+        (["verify", "s3://lake/w", "--scheduler=sync"], "result 's3://lake/w'"),
+        (["verify", "DAY", "s3://lake/w", "--scheduler=sync"], "result 's3://lake/w'"),
+        (["quality", "s3://lake/w", "--order-column=id"], "result 's3://lake/w'"),
+        (["epochs", "s3://lake/w"], "result 's3://lake/w'"),
+    ],
+    ids=["append", "expire", "compact", "verify", "verify-source", "quality", "epochs"],
+)
+def test_every_command_names_the_result_whose_store_it_cannot_reach(tmp_path, args, said):
+    """Without credentials, the commands that read a result or a window first said only botocore's "Unable to
+    locate credentials", naming no URL."""
+    import os
+
+    write_reference_dataset(tmp_path / "day", rows=10, files=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nowhere = {"AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    env |= nowhere | {"AWS_EC2_METADATA_DISABLED": "true"}
+    args = [str(tmp_path / "day") if a == "DAY" else a for a in args]
+    done = daskpile_command(*args, "--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:9", env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"daskpile: error: {said}: cannot reach the store: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
 
 

@@ -14,7 +14,15 @@ import json
 import posixpath
 import re
 
-from daskpile._storage import filesystem, full_url, is_temporary, remove_tree, write_bytes
+from daskpile._storage import (
+    StoreUnreachable,
+    filesystem,
+    full_url,
+    is_temporary,
+    reaching,
+    remove_tree,
+    write_bytes,
+)
 from daskpile.engine import _lease, _manifest, _outputs
 from daskpile.engine import _run as run_state
 
@@ -77,9 +85,12 @@ def refuse_unfinished(dest, storage_options: dict | None) -> None:
         return
     fs, path = filesystem(dest, storage_options)
     try:
-        if fs.exists(posixpath.join(path, _manifest.MANIFEST_NAME)):
-            return
-        run = _run_in(fs, path)
+        with reaching(fs, path, "result"):  # the first request: one without credentials is said naming the URL
+            if fs.exists(posixpath.join(path, _manifest.MANIFEST_NAME)):
+                return
+            run = _run_in(fs, path)
+    except StoreUnreachable:
+        raise
     except OSError:  # a file, a glob: not a directory that could hold a run
         return
     if run is not None:

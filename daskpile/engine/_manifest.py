@@ -19,7 +19,7 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import as_urls, filesystem, full_url, redacting_errors, write_bytes
+from daskpile._storage import as_urls, filesystem, full_url, reaching, redacting_errors, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
@@ -215,7 +215,9 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
     """
     fs, path = filesystem(dest, storage_options)
     fs.invalidate_cache(path)  # a listing cached before a moving window's last change is stale
-    if not fs.exists(posixpath.join(path, MANIFEST_NAME)):
+    with reaching(fs, path, "dest"):
+        found = fs.exists(posixpath.join(path, MANIFEST_NAME))
+    if not found:
         raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
     return read_at(fs, path)
 

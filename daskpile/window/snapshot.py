@@ -33,7 +33,7 @@ import numpy as np
 from dask.utils import parse_timedelta
 
 from daskpile import _random
-from daskpile._storage import filesystem, full_url, remove_tree, write_bytes
+from daskpile._storage import filesystem, full_url, reaching, remove_tree, write_bytes
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -350,7 +350,9 @@ def one_change_at_a_time(command):
     @functools.wraps(command)
     def under_the_lease(dest: str, *args, storage_options: dict | None = None, **kwargs):
         fs, path = filesystem(dest, storage_options)
-        if not fs.exists(path):  # (before the lease, which would make it)
+        with reaching(fs, path, "window"):
+            found = fs.exists(path)
+        if not found:  # (before the lease, which would make it)
             raise FileNotFoundError(
                 f"{full_url(fs, path)!r} does not exist: a window starts as an ordinary shuffle, its generation 0 "
                 f"(daskpile shuffle SOURCE {dest})"
