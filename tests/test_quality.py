@@ -90,6 +90,24 @@ def test_a_result_in_any_output_format_is_measured_and_its_sorted_files_fail(syn
     assert {"successions", "neighbours within 10"} <= failed(sorted_files), sorted_files
 
 
+def test_json_lines_kept_as_written_are_measured_by_their_fields(sync_scheduler, tmp_path):
+    """JSON lines in, the same lines out: the result's one column is the lines, and quality refused every
+    field ("'id' is not a column (columns: json)").  Its fields are read from the lines."""
+    source, dest = tmp_path / "events.jsonl", tmp_path / "shuffled"
+    source.write_text("".join(f'{{"id": {i}, "label": "l{i % 3}", "text": "x"}}\n' for i in range(ROWS)))
+    daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, output_format="jsonl")
+    report = daskpile.quality(str(dest), order_column="id", label_column="label")
+    assert report.ok and report.rows == ROWS and len(report.files) == 4, report
+
+    for path in sorted(dest.glob("part-*")):  # each file's lines sorted by their id: the order left in runs
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(sorted(lines, key=lambda line: int(line.split(",")[0].split(":")[1]))))
+    sorted_files = daskpile.quality(str(dest), order_column="id", label_column="label")
+    assert {"successions", "neighbours within 10"} <= failed(sorted_files), sorted_files
+    with pytest.raises(KeyError, match=r"'idx' is not a field of the JSON lines of '.*part-0000\d.jsonl'.*id, label"):
+        daskpile.quality(str(dest), order_column="idx")
+
+
 def test_uniform_permutations_pass(tmp_path):
     """20 uniform permutations with fixed seeds: each passes (expected failures 20 x 0.5 % = 0.1)."""
     for seed in range(20):

@@ -31,6 +31,7 @@ import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 from daskpile import _kernels
 from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
@@ -41,6 +42,7 @@ from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet
+from daskpile.sources.text import is_json_text, open_decompressed
 
 MAX_LABELS = 100
 
@@ -530,7 +532,10 @@ def _read_ranks(result: _ResultFiles, order_column: str, low: int, path: str) ->
 def _check_columns(fs, files: list[str], manifest: dict | None, columns: list[str | None], where: str) -> None:
     """A column the result lacks, named with the result (the files' own check names the one file read first)."""
     if manifest is not None:
-        names = _manifest.arrow_schema(manifest).names
+        schema = _manifest.arrow_schema(manifest)
+        if is_json_text(schema):
+            return  # the columns are the lines' fields, which each file's read names
+        names = schema.names
     else:
         with open_parquet(fs, files[0]) as parquet:
             names = parquet.schema_arrow.names
@@ -597,6 +602,8 @@ class _ResultFiles:
         return cls(fs, None if output.format == "parquet" else (output, _manifest.arrow_schema(manifest)))
 
     def read(self, path: str, columns: list[str]) -> pa.Table:
+        if self.written_as is not None and is_json_text(self.written_as[1]):
+            return self._read_json_fields(path, columns)
         if self.written_as is not None:
             return _outputs.read(self.fs, path, *self.written_as).select(columns)
         with open_parquet(self.fs, path) as parquet:
@@ -606,6 +613,21 @@ class _ResultFiles:
                     where = full_url(self.fs, path)
                     raise KeyError(f"column {name!r} is not in {where!r} (columns: {', '.join(names)})")
             return parquet.read(columns=columns, use_threads=False)
+
+    def _read_json_fields(self, path: str, columns: list[str]) -> pa.Table:
+        """``columns`` as fields of the JSON lines of a result kept as written (its one column is the lines)."""
+        with open_decompressed(self.fs, path) as f:
+            data = pa.py_buffer(f.read())
+        where = full_url(self.fs, path)
+        try:
+            table = pa_json.read_json(pa.BufferReader(data))
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
+        for name in columns:
+            if name not in table.column_names:
+                shown = ", ".join(table.column_names)
+                raise KeyError(f"column {name!r} is not a field of the JSON lines of {where!r} (fields: {shown})")
+        return table.select(columns)
 
 
 def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.ndarray]:
