@@ -301,3 +301,23 @@ def test_a_wide_source_in_small_partitions_is_scattered_in_fewer_bands_to_the_sa
     for j in range(8):
         name = f"part-{j:05d}.parquet"
         assert pq.read_table(tmp_path / "fewer" / name).equals(pq.read_table(tmp_path / "eight" / name))
+
+
+def test_a_partition_s_finished_scratch_is_reused_only_where_the_run_s_listing_holds_it(tmp_path):
+    """Pass 1 looked for each piece's scratch file, a request a piece on an object store (on moto, 1,569 of
+    them as long as pass 1 itself), even in a new run; it now goes by one listing of the directory."""
+    from daskpile.sources import plan_sources
+
+    write_reference_dataset(tmp_path / "src", rows=1_000, files=1)
+    plan = plan_sources(str(tmp_path / "src"))
+    scratch = _scratch.Scratch.create(str(tmp_path / "scratch"), None, 1)
+    first = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True)
+    assert not first.reused
+
+    kept = scratch.kept()
+    name = "scatter-000000.arrow"
+    assert kept == {0: {name: (tmp_path / "scratch" / scratch.directory.rsplit("/", 1)[1] / name).stat().st_size}}
+    again = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept=kept[0])
+    assert again.reused and again.scratch_bytes == first.scratch_bytes and again.fingerprint == first.fingerprint
+    unlisted = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept={})
+    assert not unlisted.reused and unlisted.fingerprint == first.fingerprint  # written again, the same rows

@@ -770,10 +770,11 @@ class _Run:
         """Pass 1: every partition's rows to random piles in scratch.  Bad input removes scratch."""
         try:
             timer = Timer(self.progress)
+            kept = self.scratch.kept() if self.previous is not None else {}  # a new run has none to reuse
             scattered = compute((
                 task(
                     _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
-                    self.plan.reading, self.verify, self.blocksize, self.task_memory,
+                    self.plan.reading, self.verify, self.blocksize, self.task_memory, kept.get(k, {}),
                     key=f"daskpile-scatter-{k}-{self.spec.key()}",
                 )
                 for k, files in enumerate(self.partitions)

@@ -126,13 +126,33 @@ class Scratch:
         """The file written last, band 0's: it exists once every band of the partition (or piece) is written."""
         return self.path(partition, piece, 0)
 
-    def size(self, partition: int, piece: int = 0) -> int:
-        """Bytes of the files of a partition (or piece) still there: pass 2 may have removed bands."""
+    def size(self, partition: int, piece: int = 0, kept: dict[str, int] | None = None) -> int:
+        """Bytes of the files of a partition (or piece) still there (pass 2 may have removed bands), or of
+        those ``kept`` lists (``Scratch.kept``)."""
         total = 0
         for band in range(self.band_count):
+            path = self.path(partition, piece, band)
+            if kept is not None:
+                total += kept.get(posixpath.basename(path), 0)
+                continue
             with contextlib.suppress(FileNotFoundError):
-                total += self.fs.size(self.path(partition, piece, band))
+                total += self.fs.size(path)
         return total
+
+    def kept(self) -> dict[int, dict[str, int]]:
+        """The finished scratch files in the directory, by partition (name: bytes): one listing, where looking
+        for each piece's file was a request a piece on an object store."""
+        found: dict[int, dict[str, int]] = {}
+        try:
+            listed = self.fs.find(self.directory, detail=True)
+        except FileNotFoundError:
+            return found
+        for path, info in listed.items():
+            name = posixpath.basename(path)
+            parsed = parse_scratch_name(name)
+            if parsed is not None and info.get("type", "file") == "file":
+                found.setdefault(parsed[0], {})[name] = int(info["size"])
+        return found
 
     def remove_band(self, band: int) -> None:
         """Remove the files of one band (pass 2 is done with them), ignoring those already gone."""
