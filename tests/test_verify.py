@@ -171,6 +171,57 @@ def test_a_data_file_the_manifest_does_not_list_is_a_mismatch(sync_scheduler, so
     assert pq.read_table(dest).num_rows == 5_000 + pq.read_table(dest / "part-00001.parquet").num_rows
 
 
+@pytest.mark.parametrize("copy", ["extra.parq", "part-00000.parquet.bak", "backup/part-00000.parquet", "day=2/p"])
+def test_a_copy_of_any_name_in_any_folder_below_the_result_is_a_mismatch(sync_scheduler, source, tmp_path, copy):
+    """Only a copy named *.parquet beside the parts was found; pandas reads every file not named .* or _*, in
+    every folder below (a key=value folder's with a column more)."""
+    import shutil
+
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    (dest / copy).parent.mkdir(exist_ok=True)
+    shutil.copy(dest / "part-00000.parquet", dest / copy)
+    for hidden in ("_tmp/part.parquet", ".backup/part.parquet", "_SUCCESS"):  # what readers of the folder skip
+        (dest / hidden).parent.mkdir(exist_ok=True)
+        shutil.copy(dest / "part-00000.parquet", dest / hidden)
+    assert pq.read_table(dest).num_rows > 5_000
+    for result in (daskpile.verify(source, str(dest)), daskpile.verify(str(dest))):
+        assert not result.ok and result.unlisted_files == (str(dest / copy),), result
+
+
+def test_a_column_renamed_in_every_file_is_a_mismatch_naming_both_names(sync_scheduler, source, tmp_path):
+    """The last column renamed kept its place, and the row hash holds no names: both verify forms said match."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    last = pq.read_schema(dest / "part-00000.parquet").names[-1]
+    for path in dest.glob("part-*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.rename_columns([*table.column_names[:-1], last.upper()]), path)
+    for result, whose in ((daskpile.verify(source, str(dest)), "source"), (daskpile.verify(str(dest)), "manifest")):
+        assert not result.ok, result
+        assert any(t.startswith(f"{last} (") and "missing in the result" in t for t in result.types_differing)
+        assert any(t.startswith(f"{last.upper()} (not in the {whose}") for t in result.types_differing), result
+    # one file without it, the others as written
+    daskpile.shuffle_parquet(source, str(tmp_path / "out2"), piles=3, seed=0)
+    path = tmp_path / "out2" / "part-00001.parquet"
+    pq.write_table(pq.read_table(path).drop_columns([last]), path)
+    result = daskpile.verify(source, str(tmp_path / "out2"))
+    assert not result.ok and [t for t in result.types_differing if t.startswith(last)], result
+    assert result.types_differing[0].endswith(", missing in the result)"), result
+
+
+def test_source_files_skipped_as_not_data_are_said_beside_the_match(sync_scheduler, source, tmp_path):
+    """verify said a bare match over a folder whose other files pandas reads (a .pqt, a .data): the shuffle had
+    skipped them and said so, verify did not."""
+    import shutil
+
+    shutil.copy(next(pathlib.Path(source).glob("*.parquet")), pathlib.Path(source) / "more.pqt")
+    daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3, seed=0)
+    result = daskpile.verify(source, str(tmp_path / "out"))
+    assert result.ok and [os.path.basename(p) for p in result.skipped_files] == ["more.pqt"]
+    assert "skipped in the source, as not data" in str(result) and result.to_json()["skipped_files"]
+
+
 def test_a_mismatch_after_the_source_changed_says_so(sync_scheduler, source, tmp_path):
     """A lake that got a new day's file, or a file rewritten: the result is not to blame, and verify said only
     MISMATCH, as if the shuffled data were corrupt."""

@@ -73,12 +73,18 @@ class Verification:
         likelier cause than the result.
     types_differing
         Columns whose type in the result files is not the source's (or the
-        manifest's), as ``"name (type in the source, in the result)"``: the
+        manifest's), as ``"name (type in the source, in the result)"``, a
+        column that a result file lacks ("missing"), and a column of the
+        result that the source lacks (a column renamed): the
         fingerprints hash values, which a cast may keep (a timestamp as
         int64, a date as int32, a string as binary, int64 as int32).  Types
         that hold the same values alike are one type here: string and
         large_string, a dictionary and its values, a timestamp in any unit
         (its time zone counts), list and large_list.
+    skipped_files
+        Files of the source that are not data of its format (a ``.txt`` or
+        ``.pqt`` beside Parquet files), skipped as the shuffle skipped them:
+        said, since other readers of the folder may read them.
     """
 
     source: Fingerprint
@@ -94,6 +100,7 @@ class Verification:
     files_differing: tuple[str, ...] = ()
     source_changed: tuple[str, ...] = ()
     types_differing: tuple[str, ...] = ()
+    skipped_files: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -123,8 +130,18 @@ class Verification:
             else ""
         )
         source = "the rows its manifest recorded from the sources" if self.against_manifest else "the source"
+        skipped = ""
+        if self.skipped_files:
+            more = len(self.skipped_files) - COLUMNS_SHOWN
+            more = f", and {more:,} more" if more > 0 else ""
+            skipped = (
+                f"\n  skipped in the source, as not data (as the shuffle skipped them): "
+                f"{', '.join(self.skipped_files[:COLUMNS_SHOWN])}{more}"
+            )
         if self.ok:
-            return f"match: the result is a permutation of {source} ({count(self.source.rows, 'row')}){ignored}"
+            return (
+                f"match: the result is a permutation of {source} ({count(self.source.rows, 'row')}){ignored}{skipped}"
+            )
         lines = [
             f"MISMATCH: {'recorded' if self.against_manifest else 'source'} {count(self.source.rows, 'row')}, "
             f"result {count(self.dest.rows, 'row')}{ignored}"
@@ -159,7 +176,7 @@ class Verification:
                 + (f", and {more:,} more" if more > 0 else "")
                 + ("; the result matches what was read then" if self.manifest == self.dest else "")
             )
-        return "\n".join(lines)
+        return "\n".join(lines) + skipped
 
     def to_json(self) -> dict:
         """The verification as JSON-ready data, what ``daskpile verify --json`` prints.
@@ -188,6 +205,7 @@ class Verification:
             "files_differing": list(self.files_differing),
             "source_changed": list(self.source_changed),
             "types_differing": list(self.types_differing),
+            "skipped_files": list(self.skipped_files),
         }
 
 
@@ -333,6 +351,7 @@ def verify(
         files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
         source_changed=_source_changed(plan, manifest),
         types_differing=_types_differing(plan.schema, result.types, "the source"),
+        skipped_files=tuple(plan.skipped),
     )
 
 
@@ -383,21 +402,23 @@ def _files_differing(fs, paths: list[str], sides: list[_Side], manifest: dict | 
 
 
 def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ...]:
-    """Files in a result's directory named as its data files are (same suffix, not hidden) that its manifest does
-    not list.  Not for a moving window, whose directory keeps the files of the versions it retains."""
+    """Files in a result's directory, in any folder below it, that its manifest does not list and that a reader
+    of the directory reads (pyarrow's datasets, so pandas and Dask: every file and folder not named ``.*`` or
+    ``_*``, whatever its suffix).  Not for a moving window, whose directory keeps the files of the versions it
+    retains."""
     if manifest is None or "window" in manifest or not isinstance(dest, str) or not manifest["files"]:
         return ()
-    base = filesystem(dest, storage_options)[1]
+    base = filesystem(dest, storage_options)[1].rstrip("/")
     listed = set(manifest["files"])
-    suffix = posixpath.splitext(manifest["files"][0])[1]
     try:
-        found = [posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)]
+        found = fs.find(base, withdirs=False)
     except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): nothing to say
         return ()
+    relative = (posixpath.relpath(path, base) for path in found)
     return tuple(
         full_url(fs, posixpath.join(base, name))
-        for name in sorted(found)
-        if name.endswith(suffix) and not name.startswith((".", "_")) and name not in listed
+        for name in sorted(relative)
+        if name not in listed and not any(part.startswith((".", "_")) for part in name.split("/"))
     )
 
 
@@ -452,14 +473,25 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
 
 
 def _types_differing(expected: pa.Schema, found: dict, whose: str) -> tuple[str, ...]:
-    """The columns of ``expected`` whose type in the result files (``found``: column -> types) is another."""
+    """The columns of ``expected`` whose type in the result files (``found``: column -> types) is another, or
+    that some result file lacks (``MISSING``); and the result's columns ``expected`` lacks.
+
+    A column renamed in every file, the last one, kept its place among the columns, whose row hash holds no
+    names: it was said a match."""
     differing = []
     for field in expected:
         want = _logical_type(field.type)
-        other = sorted(k for k in found.get(field.name, ()) if k not in (want, "null") and want != "null")
+        kinds = found.get(field.name, {MISSING} if found else set())
+        other = sorted(k for k in kinds if k == MISSING or (k not in (want, "null") and want != "null"))
         if other:
             differing.append(f"{field.name} ({want} in {whose}, {' and '.join(other)} in the result)")
+    for name, kinds in found.items():
+        if name not in expected.names:
+            differing.append(f"{name} (not in {whose}, {' and '.join(sorted(kinds - {MISSING}))} in the result)")
     return tuple(differing)
+
+
+MISSING = "missing"  # a column's type in a result file that lacks it
 
 
 def _logical_type(kind: pa.DataType) -> str:
@@ -575,6 +607,7 @@ def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None,
     kept += [n for n in table.column_names if n not in source_columns and n not in ignored]
     table = table.select(kept)
     types = {field.name: frozenset([_logical_type(field.type)]) for field in table.schema}
+    types |= {name: frozenset([MISSING]) for name in source_columns if name not in types}
     return dataclasses.replace(_side(table), ignored=ignored, types=types)
 
 

@@ -460,6 +460,8 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
         return None
     if stamp.get("lazy", False) != expected.get("lazy", False):
         return None
+    if fingerprint and not _still_holds(fs, path, output_fingerprint):
+        return None  # changed since it was written, its footer kept: written again
     return GatherResult(
         expected.get("pile", expected.get("file")),
         expected["rows"],
@@ -469,6 +471,24 @@ def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherRe
         reused=True,
         sub=expected.get("sub"),
     )
+
+
+def _still_holds(fs, path: str, recorded: Fingerprint) -> bool:
+    """Whether a Parquet or Arrow part holds the rows its footer's fingerprint says, read back as ``verify``
+    reads it.  A resumed run took the footer's word, and said "verified" over a part changed since; the check
+    of the whole run then holds only if each part's fingerprint is its rows'.  (A text part's stamp beside it
+    records the file's identity, which a change does not keep.)"""
+    if _outputs.stamped_beside(path):
+        return True
+    try:
+        if path.endswith(".arrow"):
+            with fs.open(path, "rb") as f:
+                table = pa.ipc.open_file(f).read_all()
+        else:
+            table = read_parquet(fs, path)
+    except (ValueError, OSError, pa.ArrowInvalid):
+        return False
+    return _fingerprint.of(table) == recorded
 
 
 def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, codec: str | None = None) -> int:
