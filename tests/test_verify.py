@@ -259,6 +259,31 @@ def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, 
     assert ("__null_dask_index__" in str(result)) == write_index
 
 
+def test_an_unnamed_index_pandas_wrote_verifies_under_the_name_dask_writes_it(sync_scheduler, tmp_path):
+    """A filtered frame written by pandas keeps its index as __index_level_0__; shuffled and written by Dask,
+    the same values are __null_dask_index__, and verify said MISMATCH ("not in the result")."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    frame = pd.DataFrame({"v": [i * 2.5 for i in range(1000)], "s": [f"x{i % 7}" for i in range(1000)]})
+    frame = frame[frame.s != "x3"]
+    (tmp_path / "src").mkdir()
+    frame.iloc[:400].to_parquet(tmp_path / "src" / "a.parquet")
+    frame.iloc[400:].to_parquet(tmp_path / "src" / "b.parquet")
+    daskpile.shuffle(dd.read_parquet(tmp_path / "src"), piles=3, seed=1).to_parquet(str(tmp_path / "out"))
+    assert "__null_dask_index__" in pq.read_schema(next((tmp_path / "out").glob("*.parquet"))).names
+    assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out")).ok
+
+    # the index values changed: a mismatch in that column
+    path = next((tmp_path / "out").glob("*.parquet"))
+    table = pq.read_table(path)
+    index = table.column_names.index("__null_dask_index__")
+    shifted = pa.compute.add(table.column(index), 1)
+    pq.write_table(table.set_column(index, table.field(index), shifted), path)
+    result = daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out"))
+    assert not result.ok and result.columns_differing == ("__index_level_0__",), result
+
+
 def test_a_dask_result_written_with_partition_on_verifies_its_folder_columns(sync_scheduler, source, tmp_path):
     """to_parquet(partition_on=[...]) moves the columns to key=value folders, which Dask and the loader read back
     as columns: verify reads them so too, in the source's types, and a file put in another folder is a mismatch."""

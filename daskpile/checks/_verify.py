@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 
 import dask
 import pyarrow as pa
@@ -602,6 +603,7 @@ def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None,
             table = table.append_column(name, pa.repeat(value, table.num_rows))
     pandas_meta = table.schema.pandas_metadata or {}
     index_columns = [c for c in pandas_meta.get("index_columns", []) if isinstance(c, str)]
+    table = _as_the_source_names_its_unnamed_index(table, index_columns, source_columns)
     ignored = tuple(c for c in index_columns if c not in source_columns and c in table.column_names)
     kept = [n for n in source_columns if n in table.column_names]
     kept += [n for n in table.column_names if n not in source_columns and n not in ignored]
@@ -609,6 +611,20 @@ def _fingerprint_file(fs, path: str, source_columns: list[str], written_as=None,
     types = {field.name: frozenset([_logical_type(field.type)]) for field in table.schema}
     types |= {name: frozenset([MISSING]) for name in source_columns if name not in types}
     return dataclasses.replace(_side(table), ignored=ignored, types=types)
+
+
+# The column of an index without a name: pandas writes ``__index_level_0__``, Dask ``__null_dask_index__``
+_UNNAMED_INDEX = re.compile(r"__index_level_\d+__|__null_dask_index__")
+
+
+def _as_the_source_names_its_unnamed_index(table: pa.Table, index_columns: list[str], source_columns: list[str]):
+    """``table`` with its unnamed index column under the source's name for one: a frame pandas wrote, shuffled
+    and written by Dask, keeps its index values under another name, which made a mismatch."""
+    in_source = [c for c in source_columns if _UNNAMED_INDEX.fullmatch(c) and c not in table.column_names]
+    in_result = [c for c in index_columns if _UNNAMED_INDEX.fullmatch(c) and c not in source_columns]
+    if len(in_source) != 1 or len(in_result) != 1 or in_result[0] not in table.column_names:
+        return table
+    return table.rename_columns([in_source[0] if n == in_result[0] else n for n in table.column_names])
 
 
 def _side(table: pa.Table) -> _Side:
