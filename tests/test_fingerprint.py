@@ -1,3 +1,4 @@
+import decimal
 import itertools
 
 import numpy as np
@@ -150,10 +151,10 @@ def test_short_strings_hash_the_same_on_the_view_path(string_type):
     assert _fingerprint.value_words(short).tolist() == _fingerprint.value_words(forced_general)[:-1].tolist()
 
 
-# The fingerprints of HASH_VERSION 3, pinned: resume and verify compare fingerprints written by other
+# The fingerprints of HASH_VERSION 4, pinned: resume and verify compare fingerprints written by other
 # runs, so a change to the row hash that keeps the version number would report false mismatches (or
 # reuse stale work).  If this fails on purpose, bump HASH_VERSION and pin the new values.
-HASH_VERSION_3 = {
+HASH_VERSION_4 = {
     "id": "a68dc75ebb3e26c4 38154fa08ff6feae",
     "i8": "dffe393a7f650389 a84e312f04d70617",
     "i32": "80bd0728e65f1c01 b03f33d93bac9509",
@@ -166,7 +167,7 @@ HASH_VERSION_3 = {
     "s": "473ef238f9b0fb96 f9c09f48bc9400f2",
     "ls": "0993410ef1098c14 76a33f3144cb8b54",
     "bin": "31dd21a377a19a3d 072134bea1cdf2c7",
-    "ts": "848f2c1bf4a19fc4 a79dbdbfe02e4522",
+    "ts": "19f680070550dd80 03ee2ff438fcf728",
     "ts_tz": "86fa86cc4514e299 4142aa6439e5b7fb",
     "dec": "2fe243c6224d4228 a91ac5b2c5f5bf16",
     "cat": "8b81397a48c6eac9 4adb6145d7811e59",
@@ -174,16 +175,16 @@ HASH_VERSION_3 = {
     "st": "e6cd806091c58595 38567b7ec38110c3",
     "all_null": "48b000e49ed4b6f8 0000000000000000",
     "long": "d2ef957691199116 77e6b36a3699a804",  # 1 to 43 bytes: the inline, word and tail paths
-    "*": "ed5bf13e80d90572 59c2037cb840d398",  # every column of the table, in order
+    "*": "771540392ec54eef 3610522cdf2b22d9",  # every column of the table, in order
 }
 
 
 def test_the_row_hash_of_a_version_never_changes(table):
-    assert _fingerprint.HASH_VERSION == 3
+    assert _fingerprint.HASH_VERSION == 4
     table = table.append_column("long", pa.array(["x" * (i % 41) + str(i) for i in range(500)]))
-    found = {name: _fingerprint.of(table.select([name])) for name in HASH_VERSION_3 if name != "*"}
+    found = {name: _fingerprint.of(table.select([name])) for name in HASH_VERSION_4 if name != "*"}
     found["*"] = _fingerprint.of(table)
-    assert {name: f"{f.sum:016x} {f.xor:016x}" for name, f in found.items()} == HASH_VERSION_3
+    assert {name: f"{f.sum:016x} {f.xor:016x}" for name, f in found.items()} == HASH_VERSION_4
 
 
 def test_long_strings_hash_the_same_whatever_the_chunks_of_their_tails(monkeypatch):
@@ -273,3 +274,34 @@ class _PaddedSpy:
     def __call__(self, array, lengths):
         self.types.append(array.type)
         return self.wrapped(array, lengths)
+
+
+@pytest.mark.parametrize(
+    ("values", "kinds"),
+    [
+        (pa.array([1_577_840_523_456_789, None, -300_000_000], pa.timestamp("us", "UTC")), ["ns"]),
+        (pa.array([1_577_840_523, None, -3], pa.timestamp("s")), ["ms", "us", "ns"]),
+        (pa.array([5, None, -3], pa.duration("ms")), ["us", "ns"]),
+        (pa.array([3_723, None], pa.time32("s")), ["ms"]),
+    ],
+    ids=["timestamp", "timestamp-s", "duration", "time"],
+)
+def test_a_time_hashes_alike_in_every_unit_that_holds_it(values, kinds):
+    """Version 4: a result rewritten with its times in another unit (a tool that writes nanoseconds) holds the
+    same instants, and verify said its values differ.  Another instant still differs."""
+    unit = values.type.unit
+    for kind in kinds:
+        other = pa.timestamp(kind, values.type.tz) if pa.types.is_timestamp(values.type) else None
+        other = other or (pa.duration(kind) if pa.types.is_duration(values.type) else pa.time32(kind))
+        assert _fingerprint.of(pa.table({"t": values.cast(other)})) == _fingerprint.of(pa.table({"t": values})), unit
+    integers = pa.int64() if values.type.bit_width == 64 else pa.int32()
+    moved = pa.compute.add(values.cast(integers), pa.scalar(1, integers)).cast(values.type)
+    assert _fingerprint.of(pa.table({"t": moved})) != _fingerprint.of(pa.table({"t": values}))
+
+
+def test_a_decimal_hashes_alike_in_every_width_that_holds_it():
+    values = pa.array([decimal.Decimal("1.25"), None, decimal.Decimal("-99.01")], pa.decimal128(10, 2))
+    for kind in (pa.decimal32(9, 2), pa.decimal64(10, 2), pa.decimal256(10, 2), pa.decimal128(20, 2)):
+        assert _fingerprint.of(pa.table({"d": values.cast(kind)})) == _fingerprint.of(pa.table({"d": values}))
+    rescaled = values.cast(pa.decimal128(11, 3))  # another scale: the same numbers, other values to Arrow
+    assert _fingerprint.of(pa.table({"d": rescaled})) != _fingerprint.of(pa.table({"d": values}))

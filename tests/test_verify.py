@@ -106,20 +106,43 @@ def test_a_column_whose_type_changed_with_its_values_kept_is_a_mismatch_naming_i
     table = pq.read_table(part)
     metadata = table.schema.metadata
     as_large = table.set_column(table.column_names.index("name"), "name", table["name"].cast(pa.large_string()))
-    pq.write_table(as_large.replace_schema_metadata(metadata), part)
+    # the same instants in another unit, written by a tool that writes nanoseconds, said "columns that differ"
+    in_ns = as_large.set_column(table.column_names.index("ts"), "ts", table["ts"].cast(pa.timestamp("ns")))
+    pq.write_table(in_ns.replace_schema_metadata(metadata), part)
     assert daskpile.verify(source, str(dest)).ok and daskpile.verify(str(dest)).ok
     cast = {"id": pa.int32(), "ts": pa.int64(), "name": pa.binary()}
     for name, kind in cast.items():
         table = table.set_column(table.column_names.index(name), name, table[name].cast(kind))
     pq.write_table(table.replace_schema_metadata(metadata), part)
     for result, whose in [(daskpile.verify(source, str(dest)), "source"), (daskpile.verify(str(dest)), "manifest")]:
-        assert not result.ok and result.columns_differing == ()
+        # (a time's value is its instant: microseconds as plain int64 are other values)
+        assert not result.ok and result.columns_differing == (("ts",) if whose == "source" else ())
         assert result.types_differing == (
             f"id (int64 in the {whose}, int32 in the result)",
             f"ts (timestamp[no time zone] in the {whose}, int64 in the result)",
             f"name (string in the {whose}, binary in the result)",
         )
         assert "column types that differ: id (int64 in the " in str(result)
+
+
+def test_utc_spelled_another_way_is_the_same_time_zone(sync_scheduler, tmp_path):
+    """UTC, Etc/UTC and +00:00 were said to be column types that differ."""
+    times = pa.array(range(0, 50_000_000, 10_000), pa.timestamp("us", "UTC"))
+    write_parts(pa.table({"id": pa.array(range(len(times))), "t": times}), tmp_path / "src", parts=2)
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=0)
+    for zone in ("Etc/UTC", "+00:00"):
+        for part in (tmp_path / "out").glob("part-*.parquet"):
+            table = pq.read_table(part)
+            moved = table.set_column(
+                1, pa.field("t", pa.timestamp("us", zone)), table["t"].cast(pa.timestamp("us", zone))
+            )
+            pq.write_table(moved.replace_schema_metadata(table.schema.metadata), part)
+        assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out")).ok, zone
+    table = pq.read_table(part)  # another zone: the same instants, shown otherwise
+    moved = table.set_column(1, "t", table["t"].cast(pa.timestamp("us", "Europe/Paris")))
+    pq.write_table(moved.replace_schema_metadata(table.schema.metadata), part)
+    result = daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out"))
+    assert not result.ok and result.types_differing[0].startswith("t (timestamp[UTC] in the source, "), result
 
 
 def test_missing_and_unreadable_files_are_named_with_the_reason(sync_scheduler, source, tmp_path):

@@ -35,7 +35,9 @@ _MASK = (1 << 64) - 1
 # Fingerprints are comparable only between equal versions of the row hash.
 # 2: string words are hashed with a multiplier per word position (faster than 1).
 # 3: that multiplier is R**k, not affine in k (one prefix sum a word, not two); words folded by >> 29, not 32.
-HASH_VERSION = 3
+# 4: times (timestamp, duration, time) hashed as nanoseconds, whatever their unit: a result rewritten in another
+#    unit holds the same instants, and was said to differ.
+HASH_VERSION = 4
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -121,6 +123,7 @@ BLOCK_ROWS = 32768
 BLOCK_BYTES = 8 * 2**20
 TAIL_WORDS = 2**16  # words of long strings summed per step (0.5 MiB an array: in cache)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
+_NANOSECONDS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # a time unit's, to hash every unit alike
 
 
 class _Workspace:
@@ -416,9 +419,14 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
             out[is_nan] = _CANONICAL_NAN  # one NaN, whatever its payload
     elif (pa.types.is_integer(t) or pa.types.is_temporal(t)) and not pa.types.is_interval(t):
         raw = _fixed_width_bytes(array).view(f"<u{t.bit_width // 8}")
-        if t.bit_width == 64 and not array.null_count:
+        nanoseconds = _NANOSECONDS.get(getattr(t, "unit", None), 1) if not pa.types.is_date(t) else 1
+        if t.bit_width == 64 and not array.null_count and nanoseconds == 1:
             return raw  # its own words: no copy
         np.copyto(out, raw, casting="unsafe")
+        if nanoseconds != 1:  # (wrapping: equal for equal instants wherever nanoseconds fit in 64 bits)
+            np.multiply(out, np.uint64(nanoseconds), out=out)
+    elif pa.types.is_decimal(t) and t.bit_width != 128 and t.precision <= 38:  # (a value of any width, alike)
+        return value_words(array.cast(pa.decimal128(t.precision, t.scale)), ws)
     elif pa.types.is_decimal(t):
         out[:] = _wide_words(_fixed_width_bytes(array).reshape(n, t.bit_width // 8))
     elif pa.types.is_fixed_size_binary(t):

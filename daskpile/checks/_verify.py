@@ -81,7 +81,8 @@ class Verification:
         int64, a date as int32, a string as binary, int64 as int32).  Types
         that hold the same values alike are one type here: string and
         large_string, a dictionary and its values, a timestamp in any unit
-        (its time zone counts), list and large_list.
+        (its time zone counts, UTC however spelled), a decimal of any width,
+        list and large_list.
     skipped_files
         Files of the source that are not data of its format (a ``.txt`` or
         ``.pqt`` beside Parquet files), skipped as the shuffle skipped them:
@@ -500,6 +501,8 @@ def _logical_type(kind: pa.DataType) -> str:
 
     >>> _logical_type(pa.dictionary(pa.int8(), pa.large_string())), _logical_type(pa.timestamp("ns", "UTC"))
     ('string', 'timestamp[UTC]')
+    >>> _logical_type(pa.timestamp("us", "Etc/UTC")), _logical_type(pa.timestamp("s", "+00:00"))
+    ('timestamp[UTC]', 'timestamp[UTC]')
     >>> _logical_type(pa.large_list(pa.struct({"a": pa.int32()}))), _logical_type(pa.decimal128(38, 2))
     ('list<struct<a: int32>>', 'decimal(scale 2)')
     """
@@ -510,7 +513,8 @@ def _logical_type(kind: pa.DataType) -> str:
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
         return "binary"
     if pa.types.is_timestamp(kind):
-        return f"timestamp[{kind.tz or 'no time zone'}]"
+        tz = "UTC" if kind.tz in _UTC_NAMES else kind.tz
+        return f"timestamp[{tz or 'no time zone'}]"
     if pa.types.is_decimal(kind):
         return f"decimal(scale {kind.scale})"
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
@@ -522,6 +526,10 @@ def _logical_type(kind: pa.DataType) -> str:
     if isinstance(kind, pa.ExtensionType):
         return f"{kind.extension_name}<{_logical_type(kind.storage_type)}>"
     return str(kind)
+
+
+# Names of UTC, which tools spell each their own way (Arrow stores the instants alike, in UTC, whatever the name)
+_UTC_NAMES = frozenset(["UTC", "Etc/UTC", "+00:00", "Z", "GMT", "Etc/GMT", "UCT", "Etc/UCT", "Universal", "Zulu"])
 
 
 def _column_difference(name: str, source: dict, result: dict) -> str:
