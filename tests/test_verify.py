@@ -307,6 +307,21 @@ def test_an_unnamed_index_pandas_wrote_verifies_under_the_name_dask_writes_it(sy
     assert not result.ok and result.columns_differing == ("__index_level_0__",), result
 
 
+def test_nans_pandas_wrote_as_nulls_are_said_as_the_cause_of_the_difference(sync_scheduler, tmp_path):
+    """pandas and Dask write a float NaN as null: verify said only "columns that differ: f"."""
+    import dask.dataframe as dd
+
+    (tmp_path / "src").mkdir()
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "f": [1.0, float("nan"), None, 2.0]}), tmp_path / "src" / "a.parquet")
+    daskpile.shuffle(dd.read_parquet(tmp_path / "src"), piles=2, seed=1).to_parquet(str(tmp_path / "out"))
+    result = daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out"))
+    assert result.columns_differing == ("f (1 NaN of the source is null in the result: pandas writes NaN as null)",)
+    daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out2"), piles=2, seed=1)
+    # a row gone, not a NaN become null: said plainly
+    pq.write_table(pq.read_table(tmp_path / "src" / "a.parquet").slice(0, 3), tmp_path / "src" / "a.parquet")
+    assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out2")).columns_differing == ("id", "f")
+
+
 def test_a_dask_result_written_with_partition_on_verifies_its_folder_columns(sync_scheduler, source, tmp_path):
     """to_parquet(partition_on=[...]) moves the columns to key=value folders, which Dask and the loader read back
     as columns: verify reads them so too, in the source's types, and a file put in another folder is a mismatch."""

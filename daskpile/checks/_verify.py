@@ -8,6 +8,7 @@ import re
 
 import dask
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from daskpile._compute import compute
 from daskpile._storage import as_urls, filesystem, full_url, listed_infos, redacting_errors
@@ -221,6 +222,7 @@ class _Side:
     unreadable: tuple = ()
     ignored: tuple = ()
     types: dict = dataclasses.field(default_factory=dict)  # column -> the set of its types in the files read
+    nans: dict = dataclasses.field(default_factory=dict)  # float column -> (NaNs, nulls)
 
 
 @redacting_errors
@@ -340,7 +342,7 @@ def verify(
         dest=result.rows,
         manifest=Fingerprint.from_json(recorded) if recorded else None,
         columns_differing=tuple(
-            _column_difference(n, source.columns, result.columns)
+            _column_difference(n, source.columns, result.columns) + _nans_said(n, source.nans, result.nans)
             for n in dict.fromkeys([*names, *result.columns])
             if source.columns.get(n) != result.columns.get(n)
         )
@@ -549,6 +551,11 @@ def _total(sides: list[_Side]) -> _Side:
     for side in sides:
         for name, kinds in side.types.items():
             types[name] = types.get(name, frozenset()) | kinds
+    nans: dict = {}
+    for side in sides:
+        for name, (nan, null) in side.nans.items():
+            before = nans.get(name, (0, 0))
+            nans[name] = (before[0] + nan, before[1] + null)
     return _Side(
         _fingerprint.total(s.rows for s in sides),
         columns,
@@ -556,6 +563,7 @@ def _total(sides: list[_Side]) -> _Side:
         tuple(u for s in sides for u in s.unreadable),
         tuple(dict.fromkeys(i for s in sides for i in s.ignored)),
         types,
+        nans,
     )
 
 
@@ -636,4 +644,19 @@ def _as_the_source_names_its_unnamed_index(table: pa.Table, index_columns: list[
 
 
 def _side(table: pa.Table) -> _Side:
-    return _Side(_fingerprint.of(table), _fingerprint.of_columns(table))
+    nans = {
+        name: (pc.sum(pc.is_nan(column)).as_py() or 0, column.null_count)
+        for name, column in zip(table.column_names, table.columns, strict=True)
+        if pa.types.is_floating(column.type)
+    }
+    return _Side(_fingerprint.of(table), _fingerprint.of_columns(table), nans=nans)
+
+
+def _nans_said(name: str, source: dict, result: dict) -> str:
+    """Why a float column differs, where its NaNs became nulls: pandas writes NaN as null (Dask's to_parquet of
+    a frame read from Parquet too), which the rows then hold."""
+    (source_nans, source_nulls), (result_nans, result_nulls) = source.get(name, (0, 0)), result.get(name, (0, 0))
+    became = source_nans - result_nans
+    if became <= 0 or result_nulls - source_nulls != became:
+        return ""
+    return f" ({count(became, 'NaN')} of the source {'is' if became == 1 else 'are'} null in the result: pandas writes NaN as null)"
