@@ -659,4 +659,5 @@ def _nans_said(name: str, source: dict, result: dict) -> str:
     became = source_nans - result_nans
     if became <= 0 or result_nulls - source_nulls != became:
         return ""
-    return f" ({count(became, 'NaN')} of the source {'is' if became == 1 else 'are'} null in the result: pandas writes NaN as null)"
+    verb = "is" if became == 1 else "are"
+    return f" ({count(became, 'NaN')} of the source {verb} null in the result: pandas writes NaN as null)"
