@@ -180,6 +180,23 @@ def test_a_file_changed_in_place_is_named(sync_scheduler, source, tmp_path, outp
         assert result.to_json()["files_differing"] == list(result.files_differing)
 
 
+def test_two_files_swapped_are_said_to_hold_every_row_but_not_where_it_was_written(sync_scheduler, source, tmp_path):
+    """Every fingerprint of the rows matches: MISMATCH with the row counts alone read as rows lost."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=3, seed=0)
+    first, second = dest / "part-00000.parquet", dest / "part-00001.parquet"
+    held = first.read_bytes()
+    first.write_bytes(second.read_bytes())
+    second.write_bytes(held)
+    result = daskpile.verify(source, str(dest))
+    assert not result.ok and result.source == result.dest and len(result.files_differing) == 2
+    assert (
+        str(result)
+        .splitlines()[0]
+        .endswith("every row is there, but not every file holds the rows the run wrote in it")
+    )
+
+
 def test_a_data_file_the_manifest_does_not_list_is_a_mismatch(sync_scheduler, source, tmp_path):
     """A copy left in dest: daskpile reads the listed files only, pandas and pyarrow read the folder."""
     import shutil

@@ -149,6 +149,8 @@ class Verification:
             f"MISMATCH: {'recorded' if self.against_manifest else 'source'} {count(self.source.rows, 'row')}, "
             f"result {count(self.dest.rows, 'row')}{ignored}"
         ]
+        if self.source == self.dest and self.files_differing:  # (files swapped, or rows moved between them)
+            lines[0] += "; every row is there, but not every file holds the rows the run wrote in it"
         if self.generations_differing:
             lines.append(f"  generations that differ: {', '.join(map(str, self.generations_differing))}")
         if self.columns_differing:
