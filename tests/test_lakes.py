@@ -462,6 +462,14 @@ def test_upper_case_extensions_are_parquet(tmp_path):
     assert len(plan.files) == 2 and not plan.skipped
 
 
+def test_every_parquet_extension_in_use_is_read(tmp_path):
+    """A .pqt beside .parquet files was skipped as not data, where pandas reads it."""
+    for k, name in enumerate(["a.parquet", "b.parq", "c.pq", "d.pqt", "e.snappy.parquet"]):
+        write(str(tmp_path / "lake" / name), id=[k])
+    plan = plan_sources(str(tmp_path / "lake"))
+    assert len(plan.files) == 5 and not plan.skipped
+
+
 def test_a_column_the_first_file_declares_never_null_takes_another_file_s_nulls(sync_scheduler, tmp_path):
     """Spark declares its columns NOT NULL; a file of another writer with a null in one was refused ("has
     nulls, which the dataset's schema forbids") where nullability is said to be free to differ.  Columns

@@ -255,10 +255,10 @@ def test_source_files_skipped_as_not_data_are_said_beside_the_match(sync_schedul
     skipped them and said so, verify did not."""
     import shutil
 
-    shutil.copy(next(pathlib.Path(source).glob("*.parquet")), pathlib.Path(source) / "more.pqt")
+    shutil.copy(next(pathlib.Path(source).glob("*.parquet")), pathlib.Path(source) / "more.data")
     daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=3, seed=0)
     result = daskpile.verify(source, str(tmp_path / "out"))
-    assert result.ok and [os.path.basename(p) for p in result.skipped_files] == ["more.pqt"]
+    assert result.ok and [os.path.basename(p) for p in result.skipped_files] == ["more.data"]
     assert "skipped in the source, as not data" in str(result) and result.to_json()["skipped_files"]
 
 

@@ -21,9 +21,7 @@ from daskpile._storage import GLOB_CHARS, as_urls, filesystem, full_url
 from daskpile.sources import tables, text
 
 SIDECARS = ("_metadata", "_common_metadata")
-# Parquet files are named *.parquet (Spark: *.snappy.parquet), *.parq or *.pq, or have no
-# extension at all (Hive: 000000_0); any other extension is something else.
-PARQUET_EXTENSIONS = (".parquet", ".parq", ".pq")
+PARQUET_EXTENSIONS = text.PARQUET_EXTENSIONS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -242,6 +242,11 @@ def arrow_type(name: str, column: str = "") -> pa.DataType:
         ) from None
 
 
+# Parquet files are named *.parquet (Spark: *.snappy.parquet), *.parq, *.pq or *.pqt, or have no extension at
+# all (Hive: 000000_0); any other extension is something else.
+PARQUET_EXTENSIONS = (".parquet", ".parq", ".pq", ".pqt")
+
+
 def detect(path: str) -> tuple[str | None, str | None]:
     """(format, compression) that a file's name says, None where it says nothing.
 
@@ -252,7 +257,7 @@ def detect(path: str) -> tuple[str | None, str | None]:
     """
     stem, compression = uncompressed_name(path)
     extension = posixpath.splitext(stem)[1]
-    if extension in (".parquet", ".parq", ".pq"):
+    if extension in PARQUET_EXTENSIONS:
         return "parquet", compression
     return EXTENSIONS.get(extension), compression
 
