@@ -756,7 +756,8 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, agai
     """Scatter the rows of SOURCE... into the piles of the window DEST, as a new generation.
 
     DEST is a shuffle result (generation 0) or a window appended to before.
-    Costs a shuffle of SOURCE alone; readers of DEST see the new generation
+    SOURCE is Parquet or text (CSV, JSON lines, lines), parsed into DEST's
+    columns and types.  Costs a shuffle of SOURCE alone; readers of DEST see the new generation
     when its manifest version is written.  Run again after an interruption
     to finish it; appending the same files again does nothing.
     """

@@ -712,8 +712,8 @@ def test_a_day_folder_holding_a_csv_beside_its_parquet_is_refused_with_advice_ap
     dest = str(tmp_path / "window")
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
     (Path(days[1]) / "export.csv").write_text("id,v\n1,0.5\n")
-    said = (r"holds Parquet files and csv files \(.*export\.csv\): append reads Parquet files only: move the others "
-            r"out, or name the Parquet files")  # fmt: skip
+    said = (r"holds Parquet files and csv files \(.*export\.csv\): append reads the files of one format: move the "
+            r"others out, or name the day's files")  # fmt: skip
     with pytest.raises(ValueError, match=said):
         daskpile.append(dest, days[1])
     assert daskpile.append(dest, os.path.join(days[1], "*.parquet")).generation == 1
@@ -896,8 +896,8 @@ def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path
         daskpile.append(dest, days[1])
     shutil.rmtree(dest)
     daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
-    (tmp_path / "events.jsonl").write_text('{"id": 1}\n')
-    with pytest.raises(ValueError, match=r"events.jsonl is jsonl: append reads Parquet files only"):
+    (tmp_path / "events.jsonl").write_text('{"id": 1, "unknown": 2}\n')
+    with pytest.raises(ValueError, match=r"events.jsonl' as jsonl: .*field 'unknown' is not a column of the window"):
         daskpile.append(dest, str(tmp_path / "events.jsonl"))
 
     def interrupted(*args, **kwargs):
@@ -1032,3 +1032,45 @@ def test_expire_says_that_keep_before_and_generation_are_ways_not_that_one_is_mi
     done = daskpile_in_process("expire", dest, "--generation", "0", "--generation", "2")
     assert done.returncode == 0 and "expired generations 0, 2" in done.stdout
     assert sorted(window_ids(dest)) == ids_of(1)
+
+
+def json_day(path: Path, number: int, rows: int = 500, extra: dict | None = None) -> str:
+    """A day of JSON-lines events, ids ``number * rows ...``; ``extra`` fields on its middle line."""
+    lines = [{"id": number * rows + i, "text": f"event {i}", "score": i / 7} for i in range(rows)]
+    lines[rows // 2] |= extra or {}
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_days_of_json_lines_and_csv_are_appended_parsed_into_the_window_s_columns(sync_scheduler, tmp_path):
+    """A feed of JSON lines kept in a window: append refused every day but Parquet ("write the day as Parquet
+    first").  Each day is parsed into the window's columns and types, with its first data's read options."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(json_day(tmp_path / "day-0.jsonl", 0), dest, piles=PILES, seed=SEED)
+    day1 = json_day(tmp_path / "day-1.jsonl", 1)
+    report = daskpile.append(dest, day1)
+    assert report.generation == 1 and report.rows == 1_000 and daskpile.verify(dest).ok
+    assert sorted(loader_ids(dest)) == list(range(1_000))
+    assert not daskpile.append(dest, day1).changed  # a retry: nothing to do
+    schema = pq.read_schema(os.path.join(dest, daskpile.read_manifest(dest)["files"][-1]))
+    assert [schema.field(n).type for n in ("id", "text", "score")] == [pa.int64(), pa.string(), pa.float64()]
+
+    # a field the window has not, or a value its column cannot hold: refused naming the file, nothing changed
+    refusals = [(2, {"tag": "x"}, r"field 'tag' is not a column of the window"),
+                (3, {"id": "seven"}, r"JSON parse error: Column\(/id\) changed from number to string")]  # fmt: skip
+    for number, extra, said in refusals:
+        path = json_day(tmp_path / f"day-{number}.jsonl", number, extra=extra)
+        with pytest.raises(ValueError, match=rf"day-{number}.jsonl' as jsonl: the line at byte [\d,]+: {said}"):
+            daskpile.append(dest, path)
+        assert daskpile.read_manifest(dest)["window"]["generations"][-1]["number"] == 1
+    # a day of Parquet, of the same columns, too
+    pq.write_table(pa.table({"id": [9_000], "text": ["late"], "score": [0.5]}), tmp_path / "late.parquet")
+    assert daskpile.append(dest, str(tmp_path / "late.parquet")).rows == 1_001
+
+    # CSV read with a delimiter: later days read with the same read options
+    csv_dest = str(tmp_path / "csv-window")
+    for number in range(2):
+        (tmp_path / f"c-{number}.csv").write_text("id;v\n" + "".join(f"{number * 100 + i};{i}\n" for i in range(100)))
+    daskpile.shuffle_parquet(str(tmp_path / "c-0.csv"), csv_dest, piles=2, seed=1, read_options={"delimiter": ";"})
+    assert daskpile.append(csv_dest, str(tmp_path / "c-1.csv")).rows == 200
+    assert sorted(loader_ids(csv_dest)) == list(range(200)) and daskpile.verify(csv_dest).ok

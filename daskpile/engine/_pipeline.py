@@ -1347,7 +1347,10 @@ def _estimate(plan) -> tuple[int, int, int]:
     if plan.reading.text.format in arrowfiles.FORMATS:
         return (*arrowfiles.estimate(plan.fs, first, sizes, plan.reading.text.format), 0)
     compressed = [text.compression_of(f) is not None for f in files]
-    return (*text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text), 0)
+    return (
+        *text.estimate(plan.fs, first, sizes, compressed, plan.data_schema, plan.reading.text, plan.reading.window),
+        0,
+    )
 
 
 def _schema_key(plan) -> str:

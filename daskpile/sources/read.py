@@ -51,6 +51,11 @@ class Reading:
     # daskpile cut row groups, resumed) reads it whole, one piece, as they did
     cut_row_groups: bool = True
 
+    @property
+    def window(self) -> str | None:
+        """The moving window whose columns the rows are read into (an append's), else None."""
+        return self.reference if self.policy == "window" else None
+
 
 def read_pieces(
     fs,
@@ -218,7 +223,7 @@ def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksiz
         for nbytes, table in arrowfiles.units(fs, f.path, reading.text.format):
             yield nbytes, lambda table=table: table, table.schema
         return
-    reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize)
+    reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize, reading.window)
     if reading.text.newlines_in_values:
         for table in reader.streamed_records():
             yield table.nbytes, lambda table=table: table, data_schema

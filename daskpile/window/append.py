@@ -54,11 +54,13 @@ def append(
         A result of ``shuffle_parquet`` (generation 0) or a window already
         appended to: one file per pile (not ``rows_per_file``).
     source
-        Parquet files, as for ``shuffle_parquet`` (not text: a window can
-        start from text, but its days are appended as Parquet).  Its rows must have the window's columns
-        and types (column order, nullability and ``string`` against
-        ``large_string`` may differ); a mismatch is refused naming the column,
-        before anything is written.
+        Files of one format, as for ``shuffle_parquet``: Parquet, or text
+        (CSV, TSV, JSON lines, lines; Arrow, ORC), which is parsed into the
+        window's columns and types, with the read options its first data was
+        read with where the day is in that format.  Its rows must have the
+        window's columns and types (column order, nullability and ``string``
+        against ``large_string`` may differ); a mismatch is refused naming the
+        column (for text, the file and the line), before anything is written.
     seed
         The seed of this generation's scatter, with the generation number.
         Default None: the window's seed.
@@ -182,28 +184,43 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     A file already in a generation of the window (unchanged), or inside the
     window's directory, is refused: its rows would be there twice.
     """
-    try:
-        plan = plan_sources(
-            source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files
-        )
-    except MixedFormatsError as e:  # (its advice, format=, is not append's: it reads Parquet only)
-        raise ValueError(
-            f"{e.found}: append reads Parquet files only: move the others out, or name the Parquet files (a glob, "
-            "such as 'day=2026-11-01/*.parquet')"
-        ) from None
-    if plan.reading.text is not None:
-        raise ValueError(
-            f"{full_url(plan.fs, plan.files[0].path)} is {plan.reading.text.format}: append reads Parquet files only "
-            "(a window can start from text, its generation 0, but its days are appended as Parquet): write the "
-            "day as Parquet first"
-        )
+    plan = _plan(source, storage_options, partitioning, stray_files)
     check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = nullable(_manifest.arrow_schema(window.base))  # (a first day declared never null, a later one null)
     reference = window.url  # (quoted in messages: the window's own name, not a label around it)
+    if plan.reading.text is not None:
+        return _text_into_window(window, plan, source, storage_options, partitioning, stray_files, schema)
     first = plan.files[0]
     with open_parquet(plan.fs, first.path) as parquet:
         conformer(parquet.schema_arrow, schema, dict(first.keys), "window", full_url(plan.fs, first.path), reference)
     return dataclasses.replace(plan, reading=Reading(schema, "window", reference))
+
+
+def _plan(source, storage_options, partitioning, stray_files, format="auto", read_options=None):
+    try:
+        return plan_sources(
+            source, storage_options, partitioning=partitioning, schema="strict", stray_files=stray_files,
+            format=format, read_options=read_options,
+        )  # fmt: skip
+    except MixedFormatsError as e:  # (its advice, format=, is not append's: a day is read as it is named)
+        raise ValueError(
+            f"{e.found}: append reads the files of one format: move the others out, or name the day's files (a "
+            "glob, such as 'day=2026-11-01/*.parquet')"
+        ) from None
+
+
+def _text_into_window(window: Window, plan, source, storage_options, partitioning, stray_files, schema):
+    """Text (CSV, JSON lines, lines; Arrow and ORC files too) parsed straight into the window's columns and
+    types, with the read options the window's first data was read with where the day is in its format.  A
+    field or column the window lacks, or a value its type cannot hold, is refused naming the file."""
+    base = window.base.get("source") or {}
+    if base.get("format") == plan.reading.text.format and base.get("read_options"):
+        plan = _plan(source, storage_options, partitioning, stray_files, base["format"], base["read_options"])
+    if plan.reading.text.format == "jsonl" and plan.reading.text.as_written:
+        raise ValueError(f"{window.url} holds parsed rows: JSON lines kept as written cannot be appended to it")
+    return dataclasses.replace(
+        plan, reading=dataclasses.replace(plan.reading, schema=schema, policy="window", reference=window.url)
+    )
 
 
 def _appended_already(window: Window, plan, partly_refused: bool, again: bool = False) -> list[int] | None:

@@ -46,10 +46,13 @@ def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
 class BlockReader:
     """Blocks of whole lines of one file as tables in ``schema``: a byte range, or the whole file streaming."""
 
-    def __init__(self, fs, path: str, schema: pa.Schema, options: TextOptions, blocksize: int):
+    def __init__(
+        self, fs, path: str, schema: pa.Schema, options: TextOptions, blocksize: int, window: str | None = None
+    ):
         self.fs, self.path, self.schema, self.options = fs, path, schema, options
         self.blocksize = blocksize
         self.url = full_url(fs, path)
+        self.window = window  # the moving window whose columns ``schema`` is, for an append; None: the source's
 
     def blocks(self, byte_range: tuple[int, int] | None):
         """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
@@ -175,6 +178,11 @@ class BlockReader:
         new = new_field(record, self.schema) if isinstance(record, dict) else None
         if new is None:
             return None
+        if self.window is not None:
+            return (
+                f"field {new!r} is not a column of the window {self.window} ({', '.join(self.schema.names)}): a "
+                "window's columns are those of its first data"
+            )
         if "." not in new:
             return (
                 f"field {new!r} is not one of the columns found in the first file's first MiB "

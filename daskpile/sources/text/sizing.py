@@ -24,8 +24,11 @@ RATIO_PROBE_BYTES = 2**20
 RATIO_OUTPUT_BYTES = 16 * 2**20
 
 
-def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, options) -> tuple[int, int]:
-    """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB."""
+def estimate(
+    fs, path: str, sizes: list[int], compressed: list[bool], schema, options, window: str | None = None
+) -> tuple[int, int]:
+    """(rows, bytes in memory) of text files, extrapolated from the first file's first MiB (``window``: the
+    moving window whose columns ``schema`` is, for an append)."""
     if options.newlines_in_values:
         table, head = first_records(fs, path, options, dict(zip(schema.names, schema.types, strict=True)))
         rows, nbytes, sampled = table.num_rows, table.nbytes, len(head)
@@ -35,7 +38,7 @@ def estimate(fs, path: str, sizes: list[int], compressed: list[bool], schema, op
         if options.as_written:  # (a line may be longer than the sample) a row is a line, its bytes as long
             rows, nbytes = head.count(b"\n") or int(bool(head.strip())), len(head)
         else:
-            table = BlockReader(fs, path, schema, options, len(head) + 1).parse(head, 0) if head else None
+            table = BlockReader(fs, path, schema, options, len(head) + 1, window).parse(head, 0) if head else None
             rows, nbytes = (table.num_rows, table.nbytes) if table is not None else (0, 0)
     if not rows:
         return 0, 0
