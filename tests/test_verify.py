@@ -454,3 +454,15 @@ def test_a_csv_time_in_seconds_verifies_and_a_date_parquet_cannot_hold_is_refuse
     ):
         daskpile.shuffle_parquet(str(pq_source), str(tmp_path / "refused"), piles=1, seed=0)
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_manifest_of_another_version_of_the_row_hash_is_said_so(sync_scheduler, source, tmp_path):
+    """verify(dest) of a result written by a daskpile whose row hash was another version failed with
+    "'NoneType' object has no attribute 'rows'"; with the source, it is checked as any Parquet dataset."""
+    dest = tmp_path / "out"
+    daskpile.shuffle_parquet(source, str(dest), piles=2, seed=0)
+    manifest = dest / "_daskpile.json"
+    manifest.write_text(manifest.read_text().replace('"hash": 4', '"hash": 3'))
+    with pytest.raises(ValueError, match=r"fingerprints of version 3 of the row hash, .* computes version 4: give"):
+        daskpile.verify(str(dest))
+    assert daskpile.verify(source, str(dest)).ok

@@ -444,6 +444,12 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     )
     if any(recorded is None for _, _, recorded in generations):
         raise ValueError(f"{dest!r} was written with verify=False: no fingerprint to check against; give the source")
+    other = next((f.get("hash", 1) for _, _, f in generations if Fingerprint.from_json(f) is None), None)
+    if other is not None:
+        raise ValueError(
+            f"{dest!r} records fingerprints of version {other} of the row hash, and this daskpile computes version "
+            f"{_fingerprint.HASH_VERSION}: give the source too, verify(source, dest) (daskpile verify SOURCE DEST)"
+        )
     base = filesystem(dest, storage_options)[1]
     schema = _manifest.arrow_schema(manifest)
     names, written_as = schema.names, (_outputs.of_manifest(manifest), schema)
