@@ -458,3 +458,19 @@ def test_a_delta_table_on_a_store_named_by_the_environment_alone(sync_scheduler,
     assert report.rows == 500
     out = read_store_output(fs, "lake/delta-env-out")
     assert sorted(out["id"].to_pylist()) == list(range(500))
+
+
+def test_folder_markers_of_the_s3_console_are_not_data(sync_scheduler, s3):
+    """A zero-byte key ending in "/" (the console's Create folder, Hadoop's, rclone's) was read as a Parquet
+    file: "cannot read 's3://lake/.../' as Parquet: Parquet file size is 0 bytes"."""
+    fs, options = s3
+    write_reference_dataset("s3://lake/marked/day=1", rows=1_000, files=1, storage_options=options)
+    write_reference_dataset("s3://lake/marked/day=2", rows=1_000, files=1, storage_options=options)
+    for marker in ("marked/", "marked/day=1/"):
+        fs.call_s3("put_object", Bucket="lake", Key=marker, Body=b"")
+    fs.invalidate_cache()
+    report = daskpile.shuffle_parquet("s3://lake/marked", "s3://lake/marked-out", piles=2, seed=1,
+                                      scratch="s3://scratch/tmp", storage_options=options)  # fmt: skip
+    fs.call_s3("put_object", Bucket="lake", Key="marked-out/", Body=b"")  # (and in the result's folder)
+    fs.invalidate_cache()
+    assert report.rows == 2_000 and daskpile.verify("s3://lake/marked", "s3://lake/marked-out", storage_options=options)

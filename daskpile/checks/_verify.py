@@ -417,14 +417,14 @@ def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ..
     base = filesystem(dest, storage_options)[1].rstrip("/")
     listed = set(manifest["files"])
     try:
-        found = fs.find(base, withdirs=False)
+        found = fs.find(base, withdirs=False, detail=True)
     except (OSError, NotImplementedError, ValueError):  # a store that cannot list (http): nothing to say
         return ()
-    relative = (posixpath.relpath(path, base) for path in found)
+    relative = (posixpath.relpath(p, base) for p, info in found.items() if not (p.endswith("/") and not info["size"]))
     return tuple(
         full_url(fs, posixpath.join(base, name))
         for name in sorted(relative)
-        if name not in listed and not any(part.startswith((".", "_")) for part in name.split("/"))
+        if name not in listed and name != "." and not any(part.startswith((".", "_")) for part in name.split("/"))
     )
 
 

@@ -70,7 +70,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     nested = tables.nested_table(list(found), root)
     for name in sorted(found):
         info = found[name]
-        if info.get("type") == "directory":
+        if info.get("type") == "directory" or _is_folder_marker(name, info):
             continue
         relative = name[len(root) :] if root and name.startswith(root) else posixpath.basename(name)
         base = posixpath.basename(name)
@@ -83,6 +83,16 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         else:
             files.append(info)
     return Listed(fs, root, files, sidecars, strays, nested, above)
+
+
+def _is_folder_marker(name: str, info: dict) -> bool:
+    """An object store's empty object named as a folder (``day=1/``: the S3 console's "Create folder", Hadoop's,
+    rclone's), which readers of the folder skip.
+
+    >>> _is_folder_marker("lake/day=1/", {"size": 0}), _is_folder_marker("lake/a.parquet", {"size": 0})
+    (True, False)
+    """
+    return name.endswith("/") and not info.get("size")
 
 
 def _with_linked_folders(fs: fsspec.AbstractFileSystem, found: dict, root: str) -> dict:
