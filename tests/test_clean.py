@@ -79,6 +79,25 @@ def test_older_than_takes_stale_runs_and_keeps_recent_ones(scratch_root):
     assert len(os.listdir(scratch_root)) == 8  # a dry run removes nothing
 
 
+def test_a_run_writing_now_keeps_its_scratch_whatever_its_age(scratch_root, tmp_path):
+    """Pass 2 only reads and removes scratch, so its files grow old while the run uses them: a nightly
+    `clean --older-than 12h` removed a long run's scratch under it ("The specified key does not exist")."""
+    from _util import start_lease_holder
+
+    holder = start_lease_holder(tmp_path / "resumable")  # b's run, alive: its lease renewed now
+    try:
+        found = {os.path.basename(f.url)[9]: f for f in clean(str(scratch_root), older_than="1h", dry_run=True)}
+        assert not found["b"].removable and found["b"].reason.startswith(
+            f"a run of {tmp_path / 'resumable'} is writing"
+        )
+        assert "its lease renewed" in found["b"].reason and found["1"].removable  # (another run, not alive)
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    after = {os.path.basename(f.url)[9]: f for f in clean(str(scratch_root), older_than="1h", dry_run=True)}
+    assert after["b"].removable  # ended: judged by its age again
+
+
 def test_the_command(scratch_root):
     done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--dry-run"])
     assert done.exit_code == 0, done.output

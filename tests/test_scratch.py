@@ -321,3 +321,12 @@ def test_a_partition_s_finished_scratch_is_reused_only_where_the_run_s_listing_h
     assert again.reused and again.scratch_bytes == first.scratch_bytes and again.fingerprint == first.fingerprint
     unlisted = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept={})
     assert not unlisted.reused and unlisted.fingerprint == first.fingerprint  # written again, the same rows
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_scratch_file_gone_under_the_run_is_said_naming_it(tmp_path, mapped):
+    """On S3 the run said only "The specified key does not exist." (a clean --older-than had removed it)."""
+    fs = filesystem(str(tmp_path))[0]
+    path = str(tmp_path / "daskpile-0123" / "scatter-000003.arrow")
+    with pytest.raises(FileNotFoundError, match=r"scratch file '.*scatter-000003.arrow' is gone, removed while"):
+        _scratch.ScratchFile(fs, path, mapped=mapped)

@@ -24,7 +24,7 @@ import time
 from dask.utils import format_bytes, parse_timedelta
 
 from daskpile._storage import REDACTED, file_stamps, filesystem, full_url, is_local, remove_tree
-from daskpile.engine import _manifest, _outputs, _passes
+from daskpile.engine import _lease, _manifest, _outputs, _passes
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
 
@@ -111,6 +111,9 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     if min_age is not None and age < min_age:
         return Leftover(url, size, age, False, f"newer than {format_seconds(min_age)}")
     spec = run_state.read(fs, path)
+    running = spec is not None and _running(spec, storage_options)
+    if running:  # (pass 2 only reads scratch: its files grow old while the run uses them)
+        return Leftover(url, size, age, False, f"a run of {spec.dest} is writing it now ({running})")
     if spec is None:
         if min_age is None:
             return Leftover(
@@ -129,6 +132,17 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     if min_age is not None:
         return Leftover(url, size, age, True, f"a resumable run of {spec.dest} left for {format_seconds(min_age)}")
     return Leftover(url, size, age, False, f"a resumable run of {spec.dest}: run it again to finish it")
+
+
+def _running(spec: run_state.RunSpec, storage_options) -> str | None:
+    """How the run of ``spec``'s dest shows it is alive (its lease renewed lately), or None."""
+    try:
+        lease = _lease.live(*filesystem(spec.dest, storage_options))
+    except Exception:  # its dest out of reach: judged as before
+        return None
+    if lease is None:
+        return None
+    return f"its lease renewed {format_seconds(max(0.0, time.time() - float(lease.get('renewed', 0))))} ago"
 
 
 def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str | None:

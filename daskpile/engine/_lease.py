@@ -177,6 +177,12 @@ def held(fs: fsspec.AbstractFileSystem, dest_path: str) -> Iterator[Lease]:
         lease.release()
 
 
+def live(fs: fsspec.AbstractFileSystem, dest_path: str) -> dict | None:
+    """The lease of a run writing into ``dest_path`` now, if there is one: what ``held`` would refuse."""
+    record = _read(fs, posixpath.join(dest_path, LEASE_FILE))
+    return record if record is not None and _alive(record) else None
+
+
 def _read(fs: fsspec.AbstractFileSystem, path: str) -> dict | None:
     """The lease at ``path``; None if there is none.  One being written (not yet JSON) counts as just renewed."""
     try:

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
-from daskpile._storage import atomic_sink, filesystem, is_local, reaching, remove_tree, rows_per_write
+from daskpile._storage import atomic_sink, filesystem, full_url, is_local, reaching, remove_tree, rows_per_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -758,7 +758,14 @@ class BandRemover:
 
 
 def _open_scratch(fs: fsspec.AbstractFileSystem, path: str, mapped: bool = True):
-    # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
-    if not is_local(fs):
-        return fs.open(path, "rb", cache_type="none")
-    return pa.memory_map(path) if mapped else pa.OSFile(path)
+    try:
+        # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
+        if not is_local(fs):
+            return fs.open(path, "rb", cache_type="none")
+        return pa.memory_map(path) if mapped else pa.OSFile(path)
+    except FileNotFoundError as e:  # (s3fs: "The specified key does not exist.", naming no key)
+        raise FileNotFoundError(
+            f"scratch file {full_url(fs, path)!r} is gone, removed while the run used it (daskpile clean "
+            "--older-than keeps the scratch of a live run; by hand?): run the same command again, which writes it "
+            "again"
+        ) from e
