@@ -32,6 +32,31 @@ _DISTRIBUTED_PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 _over = threading.Event()  # the command has printed its result: Ctrl-C stays ignored to the end
 
 
+_terminated = threading.Event()  # SIGTERM came: the command stops as on Ctrl-C, and says it was terminated
+
+
+def terminate_as_ctrl_c() -> None:
+    """From now on, SIGTERM (what Kubernetes, a node's drain and ``kill`` send) does what Ctrl-C would do at
+    that moment: stop the run, wait for the writes under way, let go of the dest's lease and say how to
+    resume.  It ended the command silently, leaving the lease, which refused a retry from another pod for two
+    minutes."""
+    if _in_main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def terminated() -> bool:
+    """Whether SIGTERM stopped the command."""
+    return _terminated.is_set()
+
+
+def _on_sigterm(signum, frame) -> None:
+    _terminated.set()
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
+        handler(signal.SIGINT, frame)
+    # ignored: the command has said how it ended, as for Ctrl-C
+
+
 def command_over() -> None:
     """From now on, in the main thread, Ctrl-C is ignored: the command has said how it ended."""
     if _in_main_thread():

@@ -32,7 +32,15 @@ import click
 from click.core import ParameterSource
 
 from daskpile._compute import exception_chain, local_cluster, quiet_workers
-from daskpile._interrupt import command_over, ctrl_c_ignorable, quiet_on_ctrl_c, uninterrupted, workers_ignoring_ctrl_c
+from daskpile._interrupt import (
+    command_over,
+    ctrl_c_ignorable,
+    quiet_on_ctrl_c,
+    terminate_as_ctrl_c,
+    terminated,
+    uninterrupted,
+    workers_ignoring_ctrl_c,
+)
 from daskpile._storage import StoreUnreachable, redact, refuse_credentials, store_unusable
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
@@ -140,6 +148,7 @@ def _command(f):
         # With --json, stdout carries the JSON document alone: every other line goes to stderr.
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
+        terminate_as_ctrl_c()
         try:
             _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
             with logs_elsewhere:
@@ -147,8 +156,7 @@ def _command(f):
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt as e:
-            click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
-            sys.exit(130)
+            _say_stopped(e)
         except Exception as e:
             if _reader_gone(e):
                 # `daskpile ... | head`: the run stops at its next line, as a program ended by SIGPIPE does,
@@ -161,8 +169,7 @@ def _command(f):
             if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)[1:]):
                 # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the
                 # interruption is what happened
-                click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
-                sys.exit(130)
+                _say_stopped(e)
             if debug:
                 click.echo(redact(traceback.format_exc()), err=True, nl=False)
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
@@ -173,6 +180,15 @@ def _command(f):
             _RESULTS.pop()
 
     return run
+
+
+def _say_stopped(e: BaseException) -> None:
+    """The one line of a command Ctrl-C or SIGTERM stopped, and its exit status (128 + the signal's number)."""
+    if terminated():
+        click.echo(redact(f"daskpile: terminated (SIGTERM){_interruption_said(e)}"), err=True)
+        sys.exit(143)
+    click.echo(redact(f"daskpile: interrupted{_interruption_said(e)}"), err=True)
+    sys.exit(130)
 
 
 def _refuse_credentials_in_urls(arguments: dict) -> None:

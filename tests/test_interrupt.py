@@ -43,8 +43,9 @@ def shuffle_args(source, tmp_path, *options):
     ]  # fmt: skip
 
 
-def interrupted_when(args, stage, timeout=120):
-    """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr)."""
+def interrupted_when(args, stage, timeout=120, sigterm=False):
+    """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr).
+    With ``sigterm``, SIGTERM the command's process alone, as Kubernetes (tini, its PID 1) or ``kill`` do."""
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=_default_sigint,
@@ -54,7 +55,10 @@ def interrupted_when(args, stage, timeout=120):
         assert process.poll() is None, f"the command ended before the stage: {process.communicate()}"
         assert time.monotonic() < deadline, "the stage never came"
         time.sleep(0.002)
-    os.killpg(process.pid, signal.SIGINT)
+    if sigterm:
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=timeout)
     return process.returncode, stdout, stderr
 
@@ -142,6 +146,28 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     reference = uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20, output_format="jsonl")
     assert file_bytes(tmp_path / "out") == reference
+
+
+@pytest.mark.parametrize("scheduler", ["LocalCluster", "threads"])
+def test_sigterm_in_pass_2_stops_as_ctrl_c_does_letting_go_of_the_lease(source, tmp_path, scheduler):
+    """What Kubernetes sends a pod it deletes or drains: the command ended silently (exit 143, nothing in the
+    job's log) and left the dest's lease, which refused a retry from another pod for two minutes."""
+    options = ["--output-format", "jsonl"] + ([] if scheduler == "LocalCluster" else ["--scheduler", scheduler])
+    args = shuffle_args(source, tmp_path, *options)
+    seen = []
+
+    def in_pass_2(process):
+        seen[:] = descendants(process)
+        return process.stdout.readline().startswith("pass 1:")
+
+    status, _, stderr = interrupted_when(args, in_pass_2, sigterm=True)
+    assert status == 143
+    assert the_one_line(stderr).startswith("daskpile: terminated (SIGTERM); run the same command again to resume; ")
+    assert not (tmp_path / "out" / LEASE_FILE).exists()
+    _, alive = psutil.wait_procs(seen, timeout=30)
+    assert not alive
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
 
 
 def test_once_the_result_is_printed_the_command_ends_as_it_said(source, tmp_path):
