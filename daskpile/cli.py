@@ -174,12 +174,36 @@ def _command(f):
                 click.echo(redact(traceback.format_exc()), err=True, nl=False)
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             line = message.splitlines()[0] if message else type(e).__name__
+            cancelled = _cancelled_by_the_scheduler(e)
+            if cancelled:  # (Dask named a task: "daskpile-gather-... cancelled for reason: ...")
+                line = cancelled
             click.echo(redact(f"daskpile: error: {line}{_where(e)}"), err=True)
             sys.exit(2 if _cannot_run_as_asked(e) else 1)
         finally:
             _RESULTS.pop()
 
     return run
+
+
+def _cancelled_by_the_scheduler(e: BaseException) -> str | None:
+    """The line for a scheduler lost under the command (restarted, its pod moved), which Dask says as tasks
+    cancelled (naming one), a connection closed or one timed out, depending on when; or for tasks another
+    client cancelled."""
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+
+    chain = exception_chain(e)
+    cancelled = next((c for c in chain if isinstance(c, FutureCancelledError)), None)
+    if cancelled is not None and cancelled.reason not in ("scheduler-connection-lost", "unknown"):
+        return f"the scheduler cancelled the run's tasks ({cancelled.reason}): another client cancelled them?"
+    to_scheduler = _SCHEDULER and any(isinstance(c, OSError) and _SCHEDULER[-1] in str(c) for c in chain)
+    if cancelled is not None or to_scheduler or any(isinstance(c, CommClosedError) for c in chain):
+        where = f" at {_SCHEDULER[-1]}" if _SCHEDULER else ""
+        return f"lost the scheduler{where}: the connection to it closed, and it did not come back"
+    return None
+
+
+_SCHEDULER: list[str] = []  # the address of the scheduler the command's client connected to
 
 
 def _say_stopped(e: BaseException) -> None:
@@ -439,6 +463,10 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             stack.enter_context(cluster)
             client = stack.enter_context(Client(cluster))
         _wait_for_a_worker(client, description, hint)
+        _SCHEDULER[:] = [client.scheduler.address]  # (kept past the block: its error is said after it)
+        # A scheduler lost mid-run: the client logged a traceback a reconnection attempt, then the command said
+        # its one line (``_scheduler_lost``)
+        logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
         if description == "LocalCluster":
             quiet_workers(client)
         if not quiet:

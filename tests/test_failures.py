@@ -151,3 +151,33 @@ def test_a_worker_killed_in_an_append_is_said_in_its_report(source, tmp_path):
     assert report.shuffle.worker_deaths == 1
     said = "; 1 worker died running its tasks, which ran again (out of memory, most likely: give the workers more"
     assert said in str(report)
+
+
+def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
+    """The scheduler's pod restarted in pass 2: the client logged a 35-line traceback a reconnection attempt,
+    then the command named an internal task ("daskpile-gather-... cancelled for reason:
+    scheduler-connection-lost.")."""
+    import subprocess
+
+    from _cluster import moto_s3, open_isolated_cluster
+    from _util import DASKPILE
+
+    from daskpile.datasets import write_reference_dataset
+
+    with moto_s3(buckets=("scratch", "lake")) as (_, options), open_isolated_cluster(2, log_dir=tmp_path) as cluster:
+        write_reference_dataset("s3://lake/src", rows=400_000, files=8, storage_options=options)
+        store = [f"--storage-option=key={options['key']}", f"--storage-option=secret={options['secret']}",
+                 f"--storage-option=client_kwargs.endpoint_url={options['client_kwargs']['endpoint_url']}",
+                 "--storage-option=client_kwargs.region_name=eu-west-1"]  # fmt: skip
+        command = [DASKPILE, "shuffle", "s3://lake/src", "s3://lake/out", "--piles", "8", "--seed", "7",
+                   "--output-format", "jsonl", "--scratch", "s3://scratch/lost", "--scheduler", cluster.address,
+                   *store]  # fmt: skip
+        env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}  # (the client's reconnection)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        while not process.stdout.readline().startswith("pass 1:"):
+            assert process.poll() is None, process.communicate()
+        cluster.scheduler.process.kill()
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1, stderr
+    assert stderr.startswith(f"daskpile: error: lost the scheduler at {cluster.address}: the connection to it closed")
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
