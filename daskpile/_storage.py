@@ -301,9 +301,14 @@ def store_unusable(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[None]:
-    """Requests to the store of ``path``; one that cannot reach or sign into the store is said naming ``role``."""
+    """Requests to the store of ``path``; one that cannot reach or sign into the store, or that the store
+    refuses (its own words, "Forbidden", name no URL), is said naming ``role``."""
     try:
         yield
+    except PermissionError as e:
+        if str(e).startswith(f"{role} "):  # (said so by a block within)
+            raise
+        raise PermissionError(f"{role} {full_url(fs, path)!r}: access denied: {e}") from None
     except Exception as e:
         if store_unusable(e):
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot reach the store: {e}") from e

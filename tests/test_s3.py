@@ -377,6 +377,7 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
         ]  # fmt: skip
         done = daskpile_command("shuffle", "s3://lake/in", str(tmp_path / "out"), *options)
         into = daskpile_command("shuffle", local, "s3://lake/out", *options)
+        checked = daskpile_command("verify", local, "s3://lake/out", *options)
     finally:
         server.kill()
         server.wait()
@@ -387,6 +388,9 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     assert into.returncode == 2, into.stderr
     assert into.stderr.startswith("daskpile: error: dest 's3://lake/out': access denied: "), into.stderr
     assert len(into.stderr.splitlines()) == 1 and SECRET not in into.stderr
+    # verify said only "Forbidden"
+    assert checked.returncode == 2, checked.stderr
+    assert checked.stderr.startswith("daskpile: error: dest 's3://lake/out': access denied: "), checked.stderr
 
 
 def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():
@@ -464,13 +468,15 @@ def test_folder_markers_of_the_s3_console_are_not_data(sync_scheduler, s3):
     """A zero-byte key ending in "/" (the console's Create folder, Hadoop's, rclone's) was read as a Parquet
     file: "cannot read 's3://lake/.../' as Parquet: Parquet file size is 0 bytes"."""
     fs, options = s3
-    write_reference_dataset("s3://lake/marked/day=1", rows=1_000, files=1, storage_options=options)
-    write_reference_dataset("s3://lake/marked/day=2", rows=1_000, files=1, storage_options=options)
-    for marker in ("marked/", "marked/day=1/"):
+    write_reference_dataset("s3://lake/foldered/day=1", rows=1_000, files=1, storage_options=options)
+    write_reference_dataset("s3://lake/foldered/day=2", rows=1_000, files=1, storage_options=options)
+    for marker in ("foldered/", "foldered/day=1/"):
         fs.call_s3("put_object", Bucket="lake", Key=marker, Body=b"")
     fs.invalidate_cache()
-    report = daskpile.shuffle_parquet("s3://lake/marked", "s3://lake/marked-out", piles=2, seed=1,
+    report = daskpile.shuffle_parquet("s3://lake/foldered", "s3://lake/foldered-out", piles=2, seed=1,
                                       scratch="s3://scratch/tmp", storage_options=options)  # fmt: skip
-    fs.call_s3("put_object", Bucket="lake", Key="marked-out/", Body=b"")  # (and in the result's folder)
+    fs.call_s3("put_object", Bucket="lake", Key="foldered-out/", Body=b"")  # (and in the result's folder)
     fs.invalidate_cache()
-    assert report.rows == 2_000 and daskpile.verify("s3://lake/marked", "s3://lake/marked-out", storage_options=options)
+    assert report.rows == 2_000 and daskpile.verify(
+        "s3://lake/foldered", "s3://lake/foldered-out", storage_options=options
+    )

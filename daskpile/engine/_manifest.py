@@ -142,12 +142,13 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
     its data files in name order.  ``role`` names ``dest`` in errors.
     """
     dest = as_urls(dest, role)
-    if isinstance(dest, str):
-        fs, path = filesystem(dest, storage_options)
-        if fs.exists(posixpath.join(path, MANIFEST_NAME)):
+    first = dest if isinstance(dest, str) else (dest or [""])[0]
+    fs, path = filesystem(first, storage_options)
+    with reaching(fs, path, role):  # (a store refusing the credentials said "Forbidden", naming no URL)
+        if isinstance(dest, str) and fs.exists(posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
-    return (*data_files(dest, storage_options, role=role), None)
+        return (*data_files(dest, storage_options, role=role), None)
 
 
 def version_path(directory: str, version: int) -> str:

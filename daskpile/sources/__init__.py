@@ -166,14 +166,10 @@ def plan_sources(
     """
     source = as_urls(source)
     first = source[0] if isinstance(source, (list, tuple)) and source else source
-    try:
-        with reaching(*filesystem(first, storage_options), "source"):
-            return _plan_sources(
-                source, storage_options, partitioning, schema, version, stray_files, format, read_options,
-                written_as,
-            )  # fmt: skip
-    except PermissionError as e:  # an object store's own words ("The AWS Access Key Id ...") name no URL
-        raise PermissionError(f"source {source!r}: access denied: {e}") from None
+    with reaching(*filesystem(first, storage_options), "source"):
+        return _plan_sources(
+            source, storage_options, partitioning, schema, version, stray_files, format, read_options, written_as
+        )
 
 
 def _plan_sources(
