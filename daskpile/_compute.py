@@ -546,6 +546,16 @@ class Timer:
             print(f"{message}, {self.seconds:.1f} s", flush=True)
 
 
+def workers_missing(path: str) -> tuple[list[str], int]:
+    """(workers on which the local file ``path``, which this process sees, does not exist, all workers) of the
+    current client; ([], 0) without one.  For a source, which may be read-only: nothing is written."""
+    client = current_client()
+    if client is None:
+        return [], 0
+    seen = client.run(os.path.exists, path)
+    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
+
+
 def workers_blind_to(path: str) -> tuple[list[str], int]:
     """(workers that cannot see the local ``path``, all workers) of the current client; ([], 0) without one.
 

@@ -229,6 +229,24 @@ def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_
     assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
 
 
+def test_a_local_source_the_workers_cannot_see_is_refused_before_pass_1(isolated_cluster, s3_server, tmp_path):
+    """Each task said "Failed to open local file ... No such file or directory", of a file this machine has."""
+    from daskpile.datasets import write_reference_dataset
+
+    fs, options = s3_server
+    write_reference_dataset(tmp_path / "local-src", rows=1_000, files=2)
+    refused = daskpile_command(
+        "shuffle", str(tmp_path / "local-src"), "s3://scratch/local-src-out", "--piles=2", "--scratch=s3://scratch/ls",
+        f"--scheduler={isolated_cluster.address}", *storage_args(options),
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(f"daskpile: error: source '{tmp_path / 'local-src'}") and (
+        "2 of the cluster's 2 workers cannot see" in refused.stderr
+    ), refused.stderr
+    fs.invalidate_cache()
+    assert not fs.exists("scratch/local-src-out")
+
+
 @pytest.mark.slow
 def test_the_command_survives_a_worker_killed_mid_run(isolated_cluster, s3_server):
     fs, options = s3_server

@@ -637,6 +637,7 @@ class _Run:
             _dest.check_outside_a_window(self.dest_fs, self.dest_path)
         check_writable(scratch_fs, scratch_path, "scratch")
         _places.check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
+        _places.check_workers_see_the_source(self.plan.fs, self.plan.files[0].path if self.plan.files else None)
 
     def read_dest(self) -> None:
         """What dest holds (a finished result, or refused: files daskpile did not write), and the scratch that

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from daskpile._compute import workers_blind_to
+from daskpile._compute import workers_blind_to, workers_missing
 from daskpile._storage import full_url, is_local
 
 
@@ -65,6 +65,20 @@ def check_scratch_outside_dest(scratch_fs, scratch_path: str, dest_fs, dest_path
             f"scratch {full_url(scratch_fs, scratch_path)!r} is inside dest {full_url(dest_fs, dest_path)!r}, which "
             "would then hold a folder that is not daskpile's result (and a retry would refuse it): pass a scratch "
             "outside dest"
+        )
+
+
+def check_workers_see_the_source(source_fs, first_file: str | None) -> None:
+    """Refuse, before anything is read, a local source the cluster's workers cannot see (its first file): each
+    task then said the file did not exist, where it did on this machine."""
+    if first_file is None or not is_local(source_fs):
+        return
+    blind, workers = workers_missing(first_file)
+    if blind:
+        raise ValueError(
+            f"source {first_file!r} is on this machine's disk, which {len(blind)} of the cluster's {workers} workers "
+            f"cannot see ({', '.join(blind[:3])}): they share no disk with it; put the source on object storage "
+            "(s3://...) or on a path every worker shares"
         )
 
 
