@@ -68,11 +68,16 @@ def as_urls(source, role: str = "source"):
     >>> as_urls(3, role="dest")
     Traceback (most recent call last):
     TypeError: dest must be a path or URL (a str or pathlib.Path) or a list of them, got int
+    >>> as_urls("", role="path")  # (os.environ.get("DATA", ""): it named the working directory)
+    Traceback (most recent call last):
+    ValueError: path is empty (''): give a directory, a file, a glob or a URL
     """
     if isinstance(source, os.PathLike):
         return os.fspath(source)
     if isinstance(source, (list, tuple)):
         return [as_urls(item, role) for item in source]
+    if isinstance(source, str) and not source.strip():
+        raise ValueError(f"{role} is empty ({source!r}): give a directory, a file, a glob or a URL")
     if source is None or isinstance(source, str):
         return source
     kind = type(source)

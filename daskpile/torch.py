@@ -18,6 +18,7 @@ from daskpile._cores import available_cores, pinned
 from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile.loader import PileLoader
+from daskpile.loader.pile_loader import job_world_size, warn_if_one_rank_of_many
 from daskpile.loader.plan import worker_share
 
 
@@ -92,6 +93,8 @@ class PileDataset(IterableDataset):
                 "as NumPy arrays); read PileLoader(output='arrow' or 'pandas') in a loop without a DataLoader"
             )
         path = as_urls(path, "path")
+        if world_size == 1:
+            warn_if_one_rank_of_many("PileDataset", _job_world_size())
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader
@@ -189,6 +192,13 @@ class PileDataset(IterableDataset):
         self._set_seen = int(self._shared[_SET])
         state, self._state = self._state, None
         if state is not None and self._resumes(state, asked):
+            if _worker_id() is not None and self._state_of != os.getpid() and _at_epoch_start(state):
+                # an epoch's start is every worker's (set_epoch(next) before state_dict(), as the guide says)
+                if (state["data"], state["content"]) != (loader.units.key, loader.units.content):
+                    loader.load_state_dict(state)  # (which says whose state it is)
+                loader.restart(state["epoch"], self.version)
+                self._shared[_EPOCH] = state["epoch"]
+                return loader
             if _worker_id() is not None and self._state_of != os.getpid():
                 raise ValueError(
                     "PileDataset: a state given to load_state_dict in the main process is one loader's position, and "
@@ -269,6 +279,11 @@ _EPOCH, _VERSION, _SET, _WORKERS = range(4)
 _NO_VERSION = -1
 
 
+def _at_epoch_start(state: dict) -> bool:
+    """Whether ``state`` is an epoch's start: no batch of it read, no stream begun."""
+    return not state.get("ended") and not state.get("batches") and not any(state.get("starts", ()))
+
+
 def _worker_id() -> int | None:
     info = get_worker_info()
     return None if info is None else info.id
@@ -277,6 +292,13 @@ def _worker_id() -> int | None:
 def _worker_share() -> tuple[int, int]:
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _job_world_size() -> int:
+    """The ranks of the job: torch.distributed's, once initialised, else the launcher's (``WORLD_SIZE``)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return job_world_size()
 
 
 def _local_world_size() -> int:

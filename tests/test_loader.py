@@ -361,6 +361,29 @@ def test_a_drawn_seed_is_refused_with_more_than_one_rank(datasets):
     assert daskpile.PileLoader(datasets["eager"], batch_size=100, seed=None).seed >= 0
 
 
+def test_a_loader_left_at_one_rank_in_a_job_of_several_says_every_rank_reads_every_row(datasets, monkeypatch):
+    """Under torchrun, rank= and world_size= forgotten: each of 2 ranks read all the rows, silently."""
+    import warnings
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.warns(UserWarning, match=r"PileLoader\(world_size=1\) in a job of 2 ranks: every rank reads every row"):
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, rank=1, world_size=2)
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1)
+
+
+@pytest.mark.parametrize("path", ["", " ", [""], ["a", ""]])
+def test_an_empty_path_is_refused(path):
+    """os.environ.get("TRAIN_DATA", ""): it read the working directory's Parquet files, recursively."""
+    with pytest.raises(ValueError, match=r"^path is empty \('\s?'\): give a directory"):
+        daskpile.PileLoader(path, batch_size=100, seed=1)
+    with pytest.raises(ValueError, match=r"^source is empty"):
+        daskpile.shuffle_parquet(path, "out", piles=2)
+
+
 def test_state_of_another_dataset_or_layout_is_refused(datasets):
     state = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, mix=2).state_dict()
     with pytest.raises(ValueError, match="mix 2 \\(this loader 1\\)"):

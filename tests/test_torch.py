@@ -323,6 +323,35 @@ def test_a_state_loaded_in_the_main_process_is_refused_by_workers(piles):
     assert sorted(ids) == list(range(ROWS))
 
 
+def test_an_epoch_s_start_loaded_in_the_main_process_is_every_worker_s(piles):
+    """The guide's checkpoint between epochs with a plain DataLoader of workers (set_epoch(next), then
+    state_dict()) was refused when loaded back, in every order of set_epoch and load_state_dict."""
+    data = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+    list(DataLoader(data, batch_size=None, num_workers=2))
+    data.set_epoch(1)
+    state = data.state_dict()
+    expected = [b["id"].tolist() for b in DataLoader(data, batch_size=None, num_workers=2)]
+    for order in ("load, then set_epoch", "set_epoch, then load", "load only"):
+        resumed = PileDataset(piles, batch_size=300, seed=3, columns=["id"])
+        if order.startswith("set_epoch"):
+            resumed.set_epoch(1)
+        resumed.load_state_dict(state)
+        if order.startswith("load,"):
+            resumed.set_epoch(1)
+        assert [b["id"].tolist() for b in DataLoader(resumed, batch_size=None, num_workers=2)] == expected, order
+    other = PileDataset(piles, batch_size=300, seed=3, columns=["id"], filters=[("id", "<", 100)])
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="state belongs to another"):
+        list(DataLoader(other, batch_size=None, num_workers=2))
+
+
+def test_a_dataset_left_at_one_rank_in_a_job_of_several_is_warned_of(piles, monkeypatch):
+    """Under torchrun, rank= and world_size= forgotten: every rank read every row, silently."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.warns(UserWarning, match=r"PileDataset\(world_size=1\) in a job of 2 ranks"):
+        PileDataset(piles, batch_size=300, seed=3)
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [

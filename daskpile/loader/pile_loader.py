@@ -201,6 +201,8 @@ class PileLoader:
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         path = as_urls(path, "path")
+        if world_size == 1 and canonical_ranks is None:
+            warn_if_one_rank_of_many("PileLoader", job_world_size())
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
@@ -833,6 +835,25 @@ def _pandas_parses(dtype: str) -> bool:
     except TypeError:
         return False
     return True
+
+
+def job_world_size() -> int:
+    """The ranks of the job this process is one of, as its launcher says (torchrun, accelerate: WORLD_SIZE)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", 1)))
+    except ValueError:
+        return 1
+
+
+def warn_if_one_rank_of_many(who: str, ranks: int) -> None:
+    """A loader left at world_size=1 in a job of several ranks gives each rank every row: said, as it may be
+    meant (every rank evaluating the whole set), though most often rank= and world_size= were forgotten."""
+    if ranks > 1:
+        warnings.warn(
+            f"{who}(world_size=1) in a job of {ranks} ranks: every rank reads every row, each epoch {ranks} times "
+            "over; pass rank= and world_size= (torch.distributed.get_rank(), get_world_size())",
+            stacklevel=4,
+        )
 
 
 def _positive(**values) -> list[int]:
