@@ -31,7 +31,7 @@ import traceback
 import click
 from click.core import ParameterSource
 
-from daskpile._compute import exception_chain, local_cluster, quiet_workers
+from daskpile._compute import WAIT_SAID_AFTER, exception_chain, local_cluster, quiet_workers
 from daskpile._interrupt import (
     command_over,
     ctrl_c_ignorable,
@@ -491,8 +491,16 @@ def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limi
 def _wait_for_a_worker(client, description: str, hint: str = "") -> None:
     """A cluster's workers may still be starting (a DaskJob starts its runner beside them): piles="auto" sizes
     piles by the workers' memory, and the shared-disk check asks the workers, so neither can run without one."""
+    said_after = min(WAIT_SAID_AFTER, FIRST_WORKER_TIMEOUT)
     try:
-        client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT)
+        client.wait_for_workers(1, timeout=said_after)
+        return
+    except TimeoutError as e:  # (pods pulling their image: a job's log said nothing for up to ten minutes)
+        if FIRST_WORKER_TIMEOUT <= said_after:
+            raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
+        click.echo(f"{description}: waiting for a worker to join, up to {FIRST_WORKER_TIMEOUT} s", err=True)
+    try:
+        client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT - said_after)
     except TimeoutError as e:
         raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
 

@@ -312,10 +312,12 @@ def test_a_cluster_without_workers_is_refused_after_a_wait(tmp_path, monkeypatch
 
     from daskpile import cli as command_line
 
-    monkeypatch.setattr(command_line, "FIRST_WORKER_TIMEOUT", 1)
+    monkeypatch.setattr(command_line, "FIRST_WORKER_TIMEOUT", 3)
     write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty:
         args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--scheduler", empty.scheduler_address]
         result = CliRunner().invoke(command_line.cli, args)
-    assert result.exit_code == 2 and f"cluster {empty.scheduler_address} has no worker after 1 s" in result.output
+    assert result.exit_code == 2 and f"cluster {empty.scheduler_address} has no worker after 3 s" in result.output
+    # said while it waits, after 2 s: a job's log said nothing while its worker pods pulled their image
+    assert f"cluster {empty.scheduler_address}: waiting for a worker to join, up to 3 s" in result.output
     assert not (tmp_path / "out").exists()
