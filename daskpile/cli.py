@@ -496,7 +496,7 @@ def _wait_for_a_worker(client, description: str, hint: str = "") -> None:
         client.wait_for_workers(1, timeout=said_after)
         return
     except TimeoutError as e:  # (pods pulling their image: a job's log said nothing for up to ten minutes)
-        if FIRST_WORKER_TIMEOUT <= said_after:
+        if said_after >= FIRST_WORKER_TIMEOUT:
             raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
         click.echo(f"{description}: waiting for a worker to join, up to {FIRST_WORKER_TIMEOUT} s", err=True)
     try:
