@@ -254,31 +254,76 @@ def compute(tasks, *, progress: bool = False, on_done=None) -> list:
     """
     tasks = list(tasks)
     bars = progress and _shows_bars()
+    with contextlib.ExitStack() as callbacks:
+        if progress and not bars and tasks:  # a log (a job's, a file): a line now and then, not a bar redrawn
+            on_done = callbacks.enter_context(ProgressLines(len(tasks), on_done))
+        return _compute(tasks, bars, on_done, callbacks)
+
+
+class ProgressLines:
+    """A line on stdout every ``PROGRESS_LINE_SECONDS`` while tasks run: ``  120 of 400 tasks done, 5 min``.
+
+    Outside a terminal, a pass printed its one line when it ended, and a job's log (``kubectl logs``) said
+    nothing for as long as a pass of 100 TB takes.  Used as a context manager, it gives ``on_done`` counting
+    the tasks done (and calling the one given).
+    """
+
+    def __init__(self, total: int, on_done=None):
+        self.total, self.done, self._on_done = total, 0, on_done
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._say_every_while, daemon=True, name="daskpile-progress")
+
+    def __enter__(self):
+        self._thread.start()
+        return self.task_done
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def task_done(self, i: int) -> None:
+        with self._lock:
+            self.done += 1
+        if self._on_done is not None:
+            self._on_done(i)
+
+    def _say_every_while(self) -> None:
+        while not self._stop.wait(PROGRESS_LINE_SECONDS):
+            minutes = (time.monotonic() - self._start) / 60
+            print(f"  {self.done:,} of {self.total:,} tasks done, {minutes:,.0f} min", flush=True)
+
+
+PROGRESS_LINE_SECONDS = 60.0
+
+
+def _compute(tasks: list, bars: bool, on_done, callbacks: contextlib.ExitStack) -> list:
+    """``compute`` on the current client's cluster, else on Dask's local scheduler (``callbacks`` holds its
+    callbacks for the call)."""
     client = current_client()
     if client is not None:
         return _compute_on_cluster(client, tasks, bars, on_done)
-    with contextlib.ExitStack() as callbacks:
-        if on_done is not None:
-            from dask.callbacks import Callback
+    if on_done is not None:
+        from dask.callbacks import Callback
 
-            index = {task.key: i for i, task in enumerate(tasks)}
-            callbacks.enter_context(Callback(posttask=lambda key, *_: on_done(index[key]) if key in index else None))
-        if bars:
-            from dask.diagnostics import ProgressBar
+        index = {task.key: i for i, task in enumerate(tasks)}
+        callbacks.enter_context(Callback(posttask=lambda key, *_: on_done(index[key]) if key in index else None))
+    if bars:
+        from dask.diagnostics import ProgressBar
 
-            callbacks.enter_context(ProgressBar(out=sys.stdout))
-        if _configured() not in (None, "threads", "threading"):
-            return list(dask.compute(*tasks, scheduler=_local_scheduler()))
-        # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
-        pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or dask.system.CPU_COUNT)
-        interrupted = False
-        try:
-            return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
-        except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
-            interrupted = True
-            raise
-        finally:
-            pool.shutdown(wait=not interrupted, cancel_futures=True)
+        callbacks.enter_context(ProgressBar(out=sys.stdout))
+    if _configured() not in (None, "threads", "threading"):
+        return list(dask.compute(*tasks, scheduler=_local_scheduler()))
+    # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
+    pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or dask.system.CPU_COUNT)
+    interrupted = False
+    try:
+        return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
+    except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
+        interrupted = True
+        raise
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
 def exception_chain(e: BaseException) -> list[BaseException]:

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -72,6 +73,29 @@ def test_compute_reports_each_task_as_it_succeeds(request, where):
     while len(done) < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("where", ["threads", "LocalCluster"])
+def test_progress_in_a_log_is_a_line_now_and_then(request, where, capsys, monkeypatch):
+    """Outside a terminal, a pass said one line when it ended: a job's log (kubectl logs) was silent for as
+    long as a pass of 100 TB takes.  A bar is a terminal's or a notebook's; a log gets a line a minute."""
+    from daskpile import _compute
+
+    if where == "LocalCluster":
+        request.getfixturevalue("client")
+    monkeypatch.setattr(_compute, "PROGRESS_LINE_SECONDS", 0.2)
+    done = []
+    tasks = [dask.delayed(time.sleep)(0.15 * (i % 3), dask_key_name=f"sleep-{i}") for i in range(8)]
+    with dask.config.set(scheduler=where) if where != "LocalCluster" else contextlib.nullcontext():
+        compute(tasks, progress=True, on_done=done.append)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(re.fullmatch(r"  \d of 8 tasks done, 0 min", line) for line in lines), lines
+    deadline = time.monotonic() + 10  # (the caller's on_done is still called, once a task)
+    while len(done) < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(done) == list(range(8))
+    compute(tasks, progress=False)
+    assert capsys.readouterr().out == ""
 
 
 def test_after_a_ctrl_c_the_wait_for_running_tasks_is_said_and_lasts_until_they_end(client, capsys):
