@@ -6,6 +6,7 @@ only by those who ask for it.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import warnings
@@ -17,6 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from daskpile._cores import available_cores, pinned
 from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
+from daskpile._words import count
 from daskpile.loader import PileLoader
 from daskpile.loader.pile_loader import job_world_size, warn_if_one_rank_of_many
 from daskpile.loader.plan import worker_share
@@ -87,6 +89,9 @@ class PileDataset(IterableDataset):
         **options,
     ):
         super().__init__()
+        unknown = [name for name in options if name not in inspect.signature(PileLoader).parameters]
+        if unknown:  # (said by PileLoader, it named PileLoader.__init__)
+            raise TypeError(f"PileDataset() got an unexpected keyword argument {unknown[0]!r}")
         if "output" in options:
             raise TypeError(
                 "PileDataset: output= is not an option: its batches are dicts of tensors (strings and other values "
@@ -154,9 +159,11 @@ class PileDataset(IterableDataset):
         """The ``PileLoader`` of DataLoader worker ``worker`` of ``workers``, at the epoch the next iteration reads."""
         rank, world_size = worker_share(self.rank, self.world_size, worker, workers)
         if self.canonical_ranks and self.canonical_ranks % world_size:
+            made = f"{count(self.world_size, 'rank')} of {count(workers, 'DataLoader worker')} each"
             raise ValueError(
-                f"{workers} DataLoader workers on each of {self.world_size} ranks make {world_size} readers, which "
-                f"do not divide canonical_ranks {self.canonical_ranks}: change num_workers or canonical_ranks"
+                f"{made} make {count(world_size, 'reader')}, which do not divide canonical_ranks "
+                f"{self.canonical_ranks}: canonical_ranks must be a multiple of world_size x num_workers (change "
+                "num_workers or canonical_ranks)"
             )
         # The process's cores shared out among its DataLoader workers, and among the ranks on this machine
         # (torchrun's LOCAL_WORLD_SIZE) unless a rank is pinned to cores of its own: a pool each worker
@@ -228,6 +235,13 @@ class PileDataset(IterableDataset):
             warnings.warn(
                 f"PileDataset: a state of epoch {state['epoch']} is not resumed, since set_epoch({self.epoch}) "
                 "asked for another",
+                stacklevel=4,
+            )
+        elif not state.get("ended") and state.get("batches"):  # (an epoch's end is the next epoch's start)
+            warnings.warn(
+                f"PileDataset: a state in the middle of epoch {state['epoch']} ({state['batches']:,} batches read) "
+                f"is not resumed, since set_epoch({self.epoch}) asked for the next: the rest of epoch "
+                f"{state['epoch']} is not read; call set_epoch({state['epoch']}) to finish it first",
                 stacklevel=4,
             )
         return False

@@ -226,8 +226,8 @@ class PileLoader:
         self._finished: dict | None = None  # the state at the end of the epoch just read to its end
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
-                f"drop_last: each of the {world_size} ranks has fewer than batch_size={batch_size:,} rows, "
-                "so no batch would be yielded"
+                f"drop_last: {'each of the ' + count(world_size, 'rank') if world_size > 1 else 'the one rank'} "
+                f"has fewer than batch_size={batch_size:,} rows, so no batch would be yielded"
             )
 
     def __getstate__(self) -> dict:
