@@ -375,6 +375,13 @@ def test_a_loader_left_at_one_rank_in_a_job_of_several_says_every_rank_reads_eve
         daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1)
 
 
+def test_filters_that_match_no_row_are_warned_of(datasets):
+    """Every epoch then yields no batch: a training loop ran no step, silently."""
+    with pytest.warns(UserWarning, match=r"filters=\[\('id', '<', -1\)\] match no row of .*every epoch yields no"):
+        loader = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, filters=[("id", "<", -1)])
+    assert list(loader) == []
+
+
 @pytest.mark.parametrize("path", ["", " ", [""], ["a", ""]])
 def test_an_empty_path_is_refused(path):
     """os.environ.get("TRAIN_DATA", ""): it read the working directory's Parquet files, recursively."""

@@ -212,6 +212,8 @@ class PileLoader:
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
         self._warn_of_uncounted_nulls()
         self._warn_of_streams_too_many_to_mix(canonical)
+        if self.units.total == 0 and filters is not None:  # (a training loop would run no step, silently)
+            warnings.warn(f"filters={filters!r} match no row of {path!r}: every epoch yields no batch", stacklevel=3)
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
             after = " after the filters" if filters is not None else ""
             into = f"{canonical} canonical ranks" if canonical_ranks else f"a share for each of {world_size} ranks"
