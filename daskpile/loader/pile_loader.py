@@ -707,8 +707,9 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
             if high is not None and (high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64):
                 raise ValueError(
                     f"column {name!r} holds nulls and integers past 2**53 "
-                    f"({high if high > EXACT_IN_FLOAT64 else low:,}), which output='numpy' would round as float64: "
-                    "read it with output='arrow', or fill its nulls"
+                    f"({high if high > EXACT_IN_FLOAT64 else low:,}), which output='numpy' would round as float64 "
+                    "(PileDataset's tensors too): leave it out (columns=), fill its nulls before the shuffle, or read "
+                    "it with PileLoader(output='arrow')"
                 )
         column = column.cast(pa.float64())
     return column.to_numpy()
