@@ -176,8 +176,9 @@ class ShuffleReport:
         if not self.worker_deaths:
             return ""
         return (
-            f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, "
-            "most likely: give the workers more memory, --memory-limit on a cluster daskpile starts)"
+            f"; {count(self.worker_deaths, 'worker')} died running its tasks, which ran again (out of memory, or "
+            "its machine or pod gone: the workers' logs say which; for memory, give the workers more: "
+            "--memory-limit on a cluster daskpile starts, the cluster's own settings on another)"
         )
 
     def __str__(self) -> str:
