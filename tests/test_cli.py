@@ -351,3 +351,16 @@ def test_an_error_raised_while_a_ctrl_c_is_handled_is_said_as_the_interruption()
     assert done.stderr == (
         "daskpile: interrupted; run the same command again to resume; its state is in /tmp/scratch/daskpile-0123\n"
     )
+
+
+def test_a_retry_of_a_finished_run_says_no_fresh_plan_before_already_done(tmp_path):
+    """A retry on a cluster given by address printed a plan line with another pile count (the cluster had
+    more workers then), then "already done: ... in 12 piles": two lines that disagree in a job's log."""
+    from _util import daskpile_command, sorted_source
+
+    source = sorted_source(tmp_path / "src", 20_000, files=2)
+    args = ["shuffle", source, str(tmp_path / "out"), "--seed=1", "--scheduler=sync"]
+    first = daskpile_command(*args)
+    assert first.returncode == 0 and first.stdout.startswith("piles=auto: "), first.stdout
+    again = daskpile_command(*args)
+    assert again.returncode == 0 and again.stdout.startswith("already done: "), again.stdout

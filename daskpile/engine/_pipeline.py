@@ -548,6 +548,7 @@ def shuffle_plan(
             return finished
         if _FINISHED_ONLY.get():
             raise _NotFinished
+        run.say_plan()
         run.prepare_scratch()
         with _resumable(run.scratch, run.dest_fs, run.dest_path), counting_worker_deaths(run.deaths):
             scattered = run.scatter()
@@ -640,6 +641,14 @@ class _Run:
         _places.check_workers_see(self.dest_fs, self.dest_path, scratch_fs, scratch_path)
         _places.check_workers_see_the_source(self.plan.fs, self.plan.files[0].path if self.plan.files else None)
 
+    def say_plan(self) -> None:
+        """The pile count chosen, and how the source is read where that is not plain: not for a result found
+        finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
+        if self.progress and self.pile_plan is not None:
+            print(f"piles=auto: {self.pile_plan}", flush=True)
+        if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
+            print(f"source: {self.plan}", flush=True)
+
     def read_dest(self) -> None:
         """What dest holds (a finished result, or refused: files daskpile did not write), and the scratch that
         goes with dest.  Under the dest's lease: an interrupted commit found there is finished."""
@@ -715,10 +724,6 @@ class _Run:
             else _scratch.bands_for(self.estimated_bytes / max(len(self.partitions), 1), self.plan.schema)
         )
         self.scratch = dataclasses.replace(self.scratch, bands=_scratch.band_bounds(self.piles, bands))
-        if self.progress and self.pile_plan is not None:
-            print(f"piles=auto: {self.pile_plan}", flush=True)
-        if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
-            print(f"source: {self.plan}", flush=True)
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
