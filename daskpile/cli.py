@@ -149,6 +149,7 @@ def _command(f):
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
         terminate_as_ctrl_c()
+        _SCHEDULER.clear()  # (a command run in process after another: its scheduler is not this one's)
         try:
             _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
             with logs_elsewhere:
@@ -196,7 +197,10 @@ def _cancelled_by_the_scheduler(e: BaseException) -> str | None:
     cancelled = next((c for c in chain if isinstance(c, FutureCancelledError)), None)
     if cancelled is not None and cancelled.reason not in ("scheduler-connection-lost", "unknown"):
         return f"the scheduler cancelled the run's tasks ({cancelled.reason}): another client cancelled them?"
-    to_scheduler = _SCHEDULER and any(isinstance(c, OSError) and _SCHEDULER[-1] in str(c) for c in chain)
+    # (distributed's words for a connection it could not make again: "Timed out trying to connect to ADDRESS after")
+    to_scheduler = _SCHEDULER and any(
+        isinstance(c, OSError) and f"connect to {_SCHEDULER[-1]} " in str(c) for c in chain
+    )
     if cancelled is not None or to_scheduler or any(isinstance(c, CommClosedError) for c in chain):
         where = f" at {_SCHEDULER[-1]}" if _SCHEDULER else ""
         return f"lost the scheduler{where}: the connection to it closed, and it did not come back"

@@ -67,7 +67,11 @@ def _pod(container: dict, volumes: list[dict], **pod_fields) -> dict:
     }
 
 
-def _container(name: str, image: str, args: list[str], cpu: str, memory: int, mounts: list[dict], **extra) -> dict:
+def _container(
+    name: str, image: str, args: list[str], cpu: str, memory: int, mounts: list[dict], storage: bool = True, **extra
+) -> dict:
+    """A pod's container; ``storage``: it gets the store's credentials (the scheduler, which reads and writes
+    no data, does not)."""
     env = [{"name": k, "value": v} for k, v in DASK_ENV.items()]
     return {
         "name": name,
@@ -76,7 +80,7 @@ def _container(name: str, image: str, args: list[str], cpu: str, memory: int, mo
         "imagePullPolicy": "Always",
         "args": args,
         "env": env + extra.pop("env", []),
-        "envFrom": [{"secretRef": {"name": SECRET}}],
+        **({"envFrom": [{"secretRef": {"name": SECRET}}]} if storage else {}),
         "resources": {
             "requests": {"cpu": cpu, "memory": _quantity(memory)},
             "limits": {"cpu": cpu, "memory": _quantity(memory)},
@@ -147,7 +151,7 @@ def cluster_spec(
     )  # fmt: skip
     scheduler = _container(
         "scheduler", image, ["dask", "scheduler", "--host", "0.0.0.0", "--dashboard-address", ":8787"], "1",
-        2 * 2**30, [{"name": "tmp", "mountPath": "/tmp"}],
+        2 * 2**30, [{"name": "tmp", "mountPath": "/tmp"}], storage=False,
         ports=[
             {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
             {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},

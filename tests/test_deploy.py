@@ -187,6 +187,8 @@ def test_the_kubecluster_spec_validates_strictly():
     assert worker["securityContext"]["runAsNonRoot"] and not worker["securityContext"]["allowPrivilegeEscalation"]
     assert worker["securityContext"]["readOnlyRootFilesystem"]
     assert {"secretRef": {"name": kubernetes.SECRET}} in worker["envFrom"]
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    assert "envFrom" not in scheduler  # it reads and writes no data: no credentials
     spill = next(v for v in spec["spec"]["worker"]["spec"]["volumes"] if v["name"] == "spill")
     assert spill["emptyDir"]["sizeLimit"] == "50Gi"
 
