@@ -212,6 +212,7 @@ class PileDataset(IterableDataset):
                     "each DataLoader worker has its own: resume through torchdata's StatefulDataLoader "
                     "(its load_state_dict gives each worker its state), or with num_workers=0"
                 )
+            self._refuse_other_workers(state, loader)
             loader.load_state_dict(state)
             self._shared[_EPOCH] = state["epoch"]  # (the next iteration reads it again, unless set_epoch says)
             return loader
@@ -224,6 +225,20 @@ class PileDataset(IterableDataset):
             )
         loader.restart(self.epoch, self.version)
         return loader
+
+    def _refuse_other_workers(self, state: dict, loader: PileLoader) -> None:
+        """A state taken with another num_workers, said as that: the loader said another canonical_ranks and a
+        job resized, which the user had not given nor done."""
+        if self.canonical_ranks is not None or state.get("canonical_ranks") == loader.canonical_ranks:
+            return
+        then, now = state["canonical_ranks"] // self.world_size, loader.canonical_ranks // self.world_size
+        if state["canonical_ranks"] % self.world_size or then == now:
+            return  # (a world size changed: the loader says it)
+        raise ValueError(
+            f"PileDataset: the state was taken with {count(max(then, 1), 'DataLoader worker')} on each rank (as "
+            f"num_workers={then if then > 1 else '0 or 1'}), and this DataLoader has {now}: resume with the same "
+            "num_workers, or give canonical_ranks (a multiple of every world_size x num_workers) from the first run on"
+        )
 
     def _resumes(self, state: dict, asked: bool) -> bool:
         """Whether a loaded state is resumed: unless ``set_epoch`` asked for another epoch since this process's

@@ -228,6 +228,12 @@ def test_resume_with_workers_under_a_stateful_dataloader(piles):
     resumed.load_state_dict(state)
     rest = [b["id"].tolist() for b in resumed]
     assert seen + rest == whole
+    # another num_workers: said as that (it was said as another canonical_ranks, "a job resized")
+    fewer = stateful.StatefulDataLoader(PileDataset(piles, batch_size=300, seed=3, columns=["id"]), batch_size=None,
+                                        num_workers=1)  # fmt: skip
+    fewer.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"state was taken with 2 DataLoader workers on each rank .* this DataLoader"):
+        list(fewer)
 
 
 def test_workers_that_do_not_divide_canonical_ranks_are_named_as_workers(piles):
