@@ -35,13 +35,21 @@ _over = threading.Event()  # the command has printed its result: Ctrl-C stays ig
 _terminated = threading.Event()  # SIGTERM came: the command stops as on Ctrl-C, and says it was terminated
 
 
-def terminate_as_ctrl_c() -> None:
-    """From now on, SIGTERM (what Kubernetes, a node's drain and ``kill`` send) does what Ctrl-C would do at
-    that moment: stop the run, wait for the writes under way, let go of the dest's lease and say how to
+@contextlib.contextmanager
+def terminate_as_ctrl_c():
+    """Within the block, SIGTERM (what Kubernetes, a node's drain and ``kill`` send) does what Ctrl-C would do
+    at that moment: stop the run, wait for the writes under way, let go of the dest's lease and say how to
     resume.  It ended the command silently, leaving the lease, which refused a retry from another pod for two
     minutes."""
-    if _in_main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    if not _in_main_thread():
+        yield
+        return
+    _terminated.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def terminated() -> bool:

@@ -148,11 +148,10 @@ def _command(f):
         # With --json, stdout carries the JSON document alone: every other line goes to stderr.
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
-        terminate_as_ctrl_c()
         _SCHEDULER.clear()  # (a command run in process after another: its scheduler is not this one's)
         try:
             _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
-            with logs_elsewhere:
+            with logs_elsewhere, terminate_as_ctrl_c():
                 return f(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
@@ -468,8 +467,8 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             client = stack.enter_context(Client(cluster))
         _wait_for_a_worker(client, description, hint)
         _SCHEDULER[:] = [client.scheduler.address]  # (kept past the block: its error is said after it)
-        # A scheduler lost mid-run: the client logged a traceback a reconnection attempt, then the command said
-        # its one line (``_scheduler_lost``)
+        # A scheduler lost mid-run: the client logged a traceback a reconnection attempt, before the command's
+        # one line (``_cancelled_by_the_scheduler``)
         logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
         if description == "LocalCluster":
             quiet_workers(client)
