@@ -216,8 +216,6 @@ def _text_into_window(window: Window, plan, source, storage_options, partitionin
     base = window.base.get("source") or {}
     if base.get("format") == plan.reading.text.format and base.get("read_options"):
         plan = _plan(source, storage_options, partitioning, stray_files, base["format"], base["read_options"])
-    if plan.reading.text.format == "jsonl" and plan.reading.text.as_written:
-        raise ValueError(f"{window.url} holds parsed rows: JSON lines kept as written cannot be appended to it")
     return dataclasses.replace(
         plan, reading=dataclasses.replace(plan.reading, schema=schema, policy="window", reference=window.url)
     )
