@@ -328,7 +328,8 @@ def test_a_path_like_names_the_dataset_as_its_string_does(datasets):
 
 
 def test_an_epoch_of_no_batch_moves_the_state_on_too(datasets):
-    loader = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, filters=[("id", "<", 0)])
+    with pytest.warns(UserWarning, match="match no row"):
+        loader = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, filters=[("id", "<", 0)])
     for _ in range(3):
         assert list(loader) == []
     assert loader.epoch == 3 and loader.state_dict()["epoch"] == 2
