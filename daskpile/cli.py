@@ -495,17 +495,21 @@ def _wait_for_a_worker(client, description: str, hint: str = "") -> None:
     """A cluster's workers may still be starting (a DaskJob starts its runner beside them): piles="auto" sizes
     piles by the workers' memory, and the shared-disk check asks the workers, so neither can run without one."""
     said_after = min(WAIT_SAID_AFTER, FIRST_WORKER_TIMEOUT)
-    try:
-        client.wait_for_workers(1, timeout=said_after)
+    if _a_worker_joins(client, said_after):
         return
-    except TimeoutError as e:  # (pods pulling their image: a job's log said nothing for up to ten minutes)
-        if said_after >= FIRST_WORKER_TIMEOUT:
-            raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
+    if said_after < FIRST_WORKER_TIMEOUT:  # (pods pulling their image: a job's log said nothing for ten minutes)
         click.echo(f"{description}: waiting for a worker to join, up to {FIRST_WORKER_TIMEOUT} s", err=True)
+        if _a_worker_joins(client, FIRST_WORKER_TIMEOUT - said_after):
+            return
+    raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}")
+
+
+def _a_worker_joins(client, seconds: float) -> bool:
     try:
-        client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT - said_after)
-    except TimeoutError as e:
-        raise SchedulerUnreachable(f"{description} has no worker after {FIRST_WORKER_TIMEOUT} s{hint}") from e
+        client.wait_for_workers(1, timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import fsspec
 
-from daskpile._storage import full_url, is_local, write_bytes
+from daskpile._storage import full_url, is_local, reaching, write_bytes
 
 LEASE_FILE = "_daskpile.lease.json"
 LEASE_SECONDS = 120.0  # a lease not renewed for this long is a dead run's
@@ -167,10 +167,8 @@ def held(fs: fsspec.AbstractFileSystem, dest_path: str) -> Iterator[Lease]:
 
     Taking it is the run's first request to dest: a store refusing the credentials is said of dest there
     (its own words, "Forbidden", name no URL)."""
-    try:
+    with reaching(fs, dest_path, "dest"):
         lease = Lease.take(fs, dest_path)
-    except PermissionError as e:
-        raise PermissionError(f"dest {full_url(fs, dest_path)!r}: access denied: {e}") from None
     try:
         yield lease
     finally:
