@@ -288,11 +288,11 @@ def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 
 
 # A storage endpoint that cannot be reached or signed into: the command cannot run as asked, like a missing
-# file.  These come from the storage libraries (botocore, aiohttp), which the core does not import.
-_STORE_UNUSABLE = {
-    "EndpointConnectionError", "ConnectTimeoutError", "NoCredentialsError", "PartialCredentialsError",
-    "ClientConnectorError", "ServerTimeoutError", "InvalidEndpointError",
-}  # fmt: skip
+# file.  These come from the storage libraries (botocore, aiohttp), which the core does not import.  Out of
+# reach (the network, the endpoint down, its name not yet in DNS as a pod starts) a later try may mend;
+# credentials missing or an endpoint misspelled it does not.
+_STORE_OUT_OF_REACH = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError"}
+_STORE_UNUSABLE = _STORE_OUT_OF_REACH | {"NoCredentialsError", "PartialCredentialsError", "InvalidEndpointError"}
 
 
 class StoreUnreachable(ConnectionError):
@@ -302,6 +302,11 @@ class StoreUnreachable(ConnectionError):
 def store_unusable(e: BaseException) -> bool:
     """Whether ``e`` says the store cannot be reached or signed into at all (not: this object is refused)."""
     return any(c.__name__ in _STORE_UNUSABLE for c in type(e).__mro__)
+
+
+def store_out_of_reach(e: BaseException) -> bool:
+    """Whether ``e`` says the store could not be reached this time (a later try may reach it)."""
+    return any(c.__name__ in _STORE_OUT_OF_REACH for c in type(e).__mro__)
 
 
 @contextlib.contextmanager
@@ -316,7 +321,8 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
         raise PermissionError(f"{role} {full_url(fs, path)!r}: access denied: {e}") from None
     except Exception as e:
         if store_unusable(e):
-            raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot reach the store: {e}") from e
+            what = "reach" if store_out_of_reach(e) else "sign into"
+            raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
         raise
 
 

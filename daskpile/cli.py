@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import os
 import re
 import select
 import sys
+import time
 import traceback
 
 import click
@@ -41,28 +43,51 @@ from daskpile._interrupt import (
     uninterrupted,
     workers_ignoring_ctrl_c,
 )
-from daskpile._storage import StoreUnreachable, redact, refuse_credentials, store_unusable
+from daskpile._storage import StoreUnreachable, redact, refuse_credentials, store_out_of_reach, store_unusable
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
-from daskpile.window.snapshot import WindowBusyError
+from daskpile.window.snapshot import WindowBusyError, WindowChangedError
+
+
+class SchedulerUnreachable(ConnectionError):
+    """--scheduler names a cluster this process cannot reach, or the cluster has no worker yet."""
+
+
+class ClusterNotStarted(RuntimeError):
+    """--kubernetes could not start its cluster (no kubeconfig, a namespace refused, the API out of reach)."""
 
 
 # Errors in what the user asked for: exit status 2, like a usage error.
-class SchedulerUnreachable(ConnectionError):
-    """--scheduler names a cluster this process cannot reach."""
-
-
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
-    IsADirectoryError, RunMismatchError, PileTooLargeError, SchedulerUnreachable, WindowBusyError,
-    StoreUnreachable, DestBusyError,
+    IsADirectoryError, RunMismatchError, PileTooLargeError, WindowBusyError, StoreUnreachable, ClusterNotStarted,
 )  # fmt: skip
 
 
-def _cannot_run_as_asked(e: BaseException) -> bool:
-    """Exit status 2: the command could not run as asked (as opposed to 1, a run that failed or a check that did)."""
-    return isinstance(e, _REQUEST_ERRORS) or store_unusable(e)
+# Errors the same command may not meet when run again later: exit status 75, as sysexits.h's EX_TEMPFAIL, so that
+# what runs the command (a Kubernetes Job's podFailurePolicy, Argo's or Airflow's retries, a shell loop) retries
+# these, and gives up at once on a 2, which no retry mends.
+_TRY_AGAIN_ERRORS = (SchedulerUnreachable, DestBusyError, WindowChangedError)
+EXIT_TRY_AGAIN = 75
+
+
+def _exit_status(e: BaseException) -> int:
+    """75 if running the same command again later may succeed (the scheduler or the store out of reach, the dest
+    held by another run), 2 if the command could not run as asked, 1 if the run failed."""
+    chain = exception_chain(e)
+    lost = (_cancelled_by_the_scheduler(e) or "").startswith("lost the scheduler")
+    if lost or any(isinstance(c, _TRY_AGAIN_ERRORS) or store_out_of_reach(c) for c in chain):
+        return EXIT_TRY_AGAIN
+    return 2 if isinstance(e, _REQUEST_ERRORS) or store_unusable(e) else 1
+
+
+def _error_line(e: BaseException) -> str:
+    """The one line that says ``e``, and where its run's state is if it left one."""
+    message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    line = message.splitlines()[0] if message else type(e).__name__
+    # (Dask names a task: "daskpile-gather-... cancelled for reason: ...")
+    return f"{_cancelled_by_the_scheduler(e) or line}{_where(e)}"
 
 
 class _Piles(click.ParamType):
@@ -78,6 +103,21 @@ class _Piles(click.ParamType):
         if piles < 1:
             self.fail(f"{piles} is less than 1", param, ctx)
         return piles
+
+
+class _Duration(click.ParamType):
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        from dask.utils import parse_timedelta
+
+        try:
+            seconds = parse_timedelta(value, default="s")
+        except (ValueError, KeyError):
+            self.fail(f"{value!r} is not a duration such as 90s, 10m or 1h", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} is negative", param, ctx)
+        return seconds
 
 
 class _Bytes(click.ParamType):
@@ -143,16 +183,22 @@ def _command(f):
 
     @click.option("--debug", is_flag=True, help="On an error, print the whole traceback.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress bars or lines: the final report only.")
+    @click.option(
+        "--retry-for",
+        type=_Duration(),
+        metavar="DURATION",
+        help="Run again after an error a later try may not meet (exit status 75: the scheduler or the store out of "
+        "reach, the dest written by another run), pausing between tries, until DURATION (10m, 1h) has passed.",
+    )
     @functools.wraps(f)
-    def run(*args, debug: bool, **kwargs):
+    def run(*args, debug: bool, retry_for: float | None, **kwargs):
         # With --json, stdout carries the JSON document alone: every other line goes to stderr.
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
-        _SCHEDULER.clear()  # (a command run in process after another: its scheduler is not this one's)
         try:
             _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
             with logs_elsewhere, terminate_as_ctrl_c():
-                return f(*args, **kwargs)
+                return _tried_again(functools.partial(f, *args, **kwargs), retry_for or 0.0)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except KeyboardInterrupt as e:
@@ -172,17 +218,33 @@ def _command(f):
                 _say_stopped(e)
             if debug:
                 click.echo(redact(traceback.format_exc()), err=True, nl=False)
-            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            line = message.splitlines()[0] if message else type(e).__name__
-            cancelled = _cancelled_by_the_scheduler(e)
-            if cancelled:  # (Dask named a task: "daskpile-gather-... cancelled for reason: ...")
-                line = cancelled
-            click.echo(redact(f"daskpile: error: {line}{_where(e)}"), err=True)
-            sys.exit(2 if _cannot_run_as_asked(e) else 1)
+            click.echo(redact(f"daskpile: error: {_error_line(e)}"), err=True)
+            sys.exit(_exit_status(e))
         finally:
             _RESULTS.pop()
 
     return run
+
+
+# Pauses between tries of --retry-for, in seconds: a scheduler or a store back within seconds is met soon, one
+# down for long is not asked every few seconds.
+RETRY_PAUSES = (5.0, 10.0, 20.0, 40.0, 60.0)
+
+
+def _tried_again(command, retry_for: float):
+    """``command()``, run again after an error a later try may not meet, until ``retry_for`` seconds have passed
+    (a run of ``shuffle`` resumes where the one before stopped)."""
+    deadline = time.monotonic() + retry_for
+    for tries in itertools.count(1):
+        _SCHEDULER.clear()  # (a command run in process after another: its scheduler is not this one's)
+        try:
+            return command()
+        except Exception as e:
+            pause = RETRY_PAUSES[min(tries, len(RETRY_PAUSES)) - 1]
+            if _exit_status(e) != EXIT_TRY_AGAIN or time.monotonic() + pause > deadline:
+                raise
+            click.echo(redact(f"daskpile: {_error_line(e)}: trying again in {pause:.0f} s (try {tries + 1})"), err=True)
+            time.sleep(pause)
 
 
 def _cancelled_by_the_scheduler(e: BaseException) -> str | None:
@@ -488,7 +550,7 @@ def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limi
     except ImportError:
         raise
     except Exception as e:
-        raise SchedulerUnreachable(f"cannot start the Kubernetes cluster {name!r}: {e}") from e
+        raise ClusterNotStarted(f"cannot start the Kubernetes cluster {name!r}: {e}") from e
 
 
 def _wait_for_a_worker(client, description: str, hint: str = "") -> None:

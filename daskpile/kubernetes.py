@@ -190,13 +190,18 @@ ACCEPTED_FINDINGS = {
 }
 ACCEPTED_RUNNER_FINDINGS = {
     "checkov.io/skip4": "CKV_K8S_8=the runner is a batch client with no server to probe: its exit status is its "
-    "health (restartPolicy OnFailure)",
+    "health (restartPolicy Never)",
     "checkov.io/skip5": "CKV_K8S_9=the runner is a batch client with no server to probe and no Service to be ready for",
 }
 
 # The runner's command in deploy/: $(VAR) is expanded by Kubernetes from the container's env, which
 # the kustomization fills from one ConfigMap, so that the bucket is set in one place.
-JOB_COMMAND = ["daskpile", "shuffle", "$(SOURCE)", "$(DEST)", "--scratch", "$(SCRATCH)", "--piles", "$(PILES)"]
+# It tries again for an hour after an error a later try may not meet (a scheduler restarted, the store out of
+# reach); on any other failure the runner pod fails, and the operator removes the cluster at once.
+JOB_COMMAND = [
+    "daskpile", "shuffle", "$(SOURCE)", "$(DEST)", "--scratch", "$(SCRATCH)", "--piles", "$(PILES)",
+    "--retry-for", "1h",
+]  # fmt: skip
 JOB_SETTINGS = "daskpile-job"  # the ConfigMap holding SOURCE, DEST, SCRATCH, PILES
 
 
@@ -206,11 +211,12 @@ def job_spec(
     """The ``DaskJob`` of a daskpile run: a runner pod running ``command`` on :func:`cluster_spec`'s cluster.
 
     The operator starts the cluster, then the runner with ``DASK_SCHEDULER_ADDRESS``
-    set, which ``daskpile shuffle`` uses. The runner restarts on failure: a retried
-    ``daskpile shuffle`` resumes an interrupted run, or finds its result done. An
-    error that no retry mends (a missing bucket, refused credentials) would restart
-    it forever, with the workers held: after ``deadline_hours`` the runner pod fails,
-    and the operator removes the cluster.
+    set, which ``daskpile shuffle`` uses. The runner is not restarted: the command
+    itself tries again (``--retry-for``) after an error a later try may not meet (exit
+    status 75), and resumes its run; on any other error the runner pod fails, and the
+    operator removes the cluster at once, where a restarted runner would hold the
+    workers until ``deadline_hours`` over an error no retry mends (a missing bucket,
+    refused credentials). Applied again, the job resumes the run.
 
     >>> job = job_spec("events", workers=16)
     >>> job["kind"], job["spec"]["job"]["spec"]["containers"][0]["args"][:2]
@@ -235,7 +241,7 @@ def job_spec(
                 "spec": _pod(
                     runner,
                     [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-                    restartPolicy="OnFailure",
+                    restartPolicy="Never",
                     activeDeadlineSeconds=int(deadline_hours * 3600),
                 ),
             },

@@ -11,11 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _util import DASKPILE, file_bytes
+from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 from click.testing import CliRunner
+from distributed.comm.core import CommClosedError
 
 import daskpile
-from daskpile.cli import cli
+from daskpile._storage import StoreUnreachable
+from daskpile.cli import SchedulerUnreachable, _exit_status, cli
 from daskpile.datasets import write_reference_dataset
+from daskpile.window.snapshot import WindowChangedError
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +263,53 @@ def test_every_command_and_option_says_what_it_does():
                 assert param.help, (name, param.opts)
 
 
+def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
+    """``error`` as raised while handling ``cause``, as daskpile wraps a library's exception."""
+    try:
+        try:
+            raise cause
+        except BaseException:
+            raise error from cause
+    except BaseException as e:
+        return e
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        pytest.param(
+            lambda: SchedulerUnreachable("cannot reach the scheduler at tcp://scheduler:8786"), 75, id="scheduler"
+        ),
+        pytest.param(
+            lambda: daskpile.DestBusyError("dest is being written by another daskpile run"), 75, id="dest-busy"
+        ),
+        pytest.param(lambda: WindowChangedError("changed while this command ran"), 75, id="window-changed"),
+        pytest.param(lambda: daskpile.WindowBusyError("has an unfinished `daskpile append`"), 2, id="window-pending"),
+        pytest.param(
+            lambda: _raised_from(StoreUnreachable("cannot reach"), EndpointConnectionError(endpoint_url="http://s3")),
+            75,
+            id="store-out-of-reach",
+        ),
+        pytest.param(lambda: EndpointConnectionError(endpoint_url="http://s3"), 75, id="store-out-of-reach-in-a-task"),
+        pytest.param(
+            lambda: _raised_from(StoreUnreachable("cannot sign into"), NoCredentialsError()), 2, id="no-credentials"
+        ),
+        pytest.param(lambda: ValueError("column 'x' holds objects of two types"), 2, id="bad-input"),
+        pytest.param(
+            lambda: CommClosedError("in <TCP (closed) ConnectionPool.gather>: Stream is closed"),
+            75,
+            id="scheduler-lost",
+        ),
+        pytest.param(lambda: RuntimeError("pass 2 wrote other rows than pass 1 read"), 1, id="run-failed"),
+    ],
+)
+def test_exit_status_says_whether_running_again_may_mend_it(error, status):
+    """75 (EX_TEMPFAIL) for what a later try may not meet, so that a job runner retries it, and 2 for what no
+    retry mends: both were 2, and a Kubernetes Job could not tell a missing bucket from a scheduler still
+    starting."""
+    assert _exit_status(error()) == status
+
+
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
@@ -270,7 +321,8 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
     done = subprocess.run([DASKPILE, "shuffle", sorted_source, str(tmp_path / "o2"), "--scheduler", "tcp://127.0.0.1:9"],
                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
-    assert done.returncode == 2 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
+    # 75, EX_TEMPFAIL: a later try may reach it (a job's scheduler still starting), where no retry mends a 2
+    assert done.returncode == 75 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
     done = run("shuffle", sorted_source, str(tmp_path / "o3"), "--seed", "-1", "--scheduler", "sync", check_status=2)
     assert "'--seed'" in done.stderr and "-1 is not in the range x>=0" in done.stderr
     # Dask's third local scheduler is not one of the command's (it was "missing port number in address")

@@ -303,7 +303,7 @@ def test_a_kubernetes_cluster_whose_pods_never_start_says_where_to_look(tmp_path
     write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
     args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly", "--namespace", "jobs"]
     result = CliRunner().invoke(command_line.cli, args)
-    assert result.exit_code == 2 and "Kubernetes cluster nightly has no worker after 1 s: are its pods pending " in (
+    assert result.exit_code == 75 and "Kubernetes cluster nightly has no worker after 1 s: are its pods pending " in (
         result.output
     )
     assert "kubectl -n jobs get pods" in result.output and "the Secret daskpile-storage" in result.output
@@ -319,7 +319,7 @@ def test_a_cluster_without_workers_is_refused_after_a_wait(tmp_path, monkeypatch
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as empty:
         args = ["shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--scheduler", empty.scheduler_address]
         result = CliRunner().invoke(command_line.cli, args)
-    assert result.exit_code == 2 and f"cluster {empty.scheduler_address} has no worker after 3 s" in result.output
+    assert result.exit_code == 75 and f"cluster {empty.scheduler_address} has no worker after 3 s" in result.output
     # said while it waits, after 2 s: a job's log said nothing while its worker pods pulled their image
     assert f"cluster {empty.scheduler_address}: waiting for a worker to join, up to 3 s" in result.output
     assert not (tmp_path / "out").exists()

@@ -27,7 +27,7 @@ def test_a_live_run_holding_dest_refuses_another_which_writes_nothing(source, tm
     holder = start_lease_holder(dest)
     try:
         done = daskpile_command("shuffle", source, str(dest), "--piles", "4", "--seed", "1", "--scheduler", "sync")
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: the same command succeeds once that run ends
         line = done.stderr.strip()
         assert "\n" not in line and "is being written by another daskpile run" in line and f"pid {holder.pid}" in line
         assert os.listdir(dest) == [_lease.LEASE_FILE]  # nothing of the refused run
@@ -134,7 +134,31 @@ def test_the_same_command_twice_at_once_one_runs_the_other_is_told_to_wait(tmp_p
     outcomes = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
     assert 0 in [code for code, _ in outcomes], outcomes
     for code, stderr in outcomes:  # the other finished too (found the result) or was told to wait, never crashed
-        assert code == 0 or (code == 2 and "is being written by another daskpile run" in stderr), outcomes
+        assert code == 0 or (code == 75 and "is being written by another daskpile run" in stderr), outcomes
     assert daskpile.verify(str(dest)).ok
     ids = np.sort(pq.read_table(str(dest), columns=["id"]).column("id").to_numpy())
     assert np.array_equal(ids, np.arange(1_000_000))
+
+
+def test_retry_for_runs_again_once_the_dest_is_free_and_gives_up_on_what_no_retry_mends(source, tmp_path):
+    """--retry-for: a scheduled job's run that meets another's lease (exit 75) tries again, and succeeds once that
+    run has ended; a run that cannot succeed (exit 2) or whose next pause would outlast --retry-for stops at once."""
+    dest = tmp_path / "out"
+    holder = start_lease_holder(dest)
+    command = [DASKPILE, "shuffle", source, str(dest), "--piles", "4", "--seed", "1", "--scheduler", "sync", "-q"]
+    try:
+        started = time.monotonic()
+        done = daskpile_command(*command[1:], "--retry-for", "3s")  # the first pause, 5 s, would outlast it
+        assert done.returncode == 75 and time.monotonic() - started < 30, done.stderr
+        assert len(done.stderr.splitlines()) == 1 and "is being written by another daskpile run" in done.stderr
+        waiting = subprocess.Popen([*command, "--retry-for", "10m"], stderr=subprocess.PIPE, text=True)
+        said = waiting.stderr.readline()
+        assert said.startswith(f"daskpile: dest {str(dest)!r} is being written by another daskpile run"), said
+        assert said.rstrip().endswith(": trying again in 5 s (try 2)"), said
+    finally:
+        holder.stdin.close()  # that run ends, and lets its lease go
+        holder.wait(timeout=60)
+    assert waiting.wait(timeout=120) == 0, waiting.stderr.read()
+    assert daskpile.verify(str(dest)).ok
+    missing = daskpile_command("shuffle", str(tmp_path / "missing"), str(tmp_path / "o"), "--retry-for", "10m")
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1, missing.stderr

@@ -331,7 +331,7 @@ def test_secrets_are_never_printed_logged_or_written(s3):
                              "--scheduler=sync", "--json"),
         ]  # fmt: skip
         runs += [future.result() for future in failed]
-    assert [r.returncode for r in runs] == [0, 0, 0, 2, 2, 2, 2], [r.stderr for r in runs]
+    assert [r.returncode for r in runs] == [0, 0, 0, 2, 2, 75, 75], [r.stderr for r in runs]
     for r in runs:
         assert SECRET not in r.stdout + r.stderr
     for failed in runs[3:6]:
@@ -410,7 +410,7 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
                    "--storage-option=secret=s", "--storage-option=config_kwargs.connect_timeout=1",
                    "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
     done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", *unreachable)
-    assert done.returncode == 2
+    assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a later try may reach it
     assert done.stderr.startswith("daskpile: error: dest 's3://lake/out': cannot reach the store: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
 
@@ -439,8 +439,8 @@ def test_every_command_names_the_result_whose_store_it_cannot_reach(tmp_path, ar
     env |= nowhere | {"AWS_EC2_METADATA_DISABLED": "true"}
     args = [str(tmp_path / "day") if a == "DAY" else a for a in args]
     done = daskpile_command(*args, "--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:9", env=env)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith(f"daskpile: error: {said}: cannot reach the store: "), done.stderr
+    assert done.returncode == 2, done.stderr  # no retry mends missing credentials
+    assert done.stderr.startswith(f"daskpile: error: {said}: cannot sign into the store: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
 
 

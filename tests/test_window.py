@@ -236,7 +236,7 @@ def test_while_a_run_holds_the_window_every_command_is_refused_at_once_and_write
             with pytest.raises(daskpile.DestBusyError, match=f"another daskpile run \\(the run of pid {holder.pid}"):
                 command()
         done = daskpile_in_process("expire", str(dest), "--keep", "1")
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "another daskpile run" in done.stderr
+        assert done.returncode == 75 and done.stderr.count("\n") == 1 and "another daskpile run" in done.stderr
         assert window_state(dest) == {**before, "_daskpile.lease.json": (dest / "_daskpile.lease.json").read_bytes()}
     finally:
         holder.stdin.close()

@@ -57,6 +57,11 @@ class WindowBusyError(RuntimeError):
     """
 
 
+class WindowChangedError(WindowBusyError):
+    """Another process changed the window while this command ran: this one committed nothing, and run again
+    it starts from the new version."""
+
+
 def generation_dir(generation: int) -> str:
     """The directory of a generation's files (generation 0's are at the top of the window).
 
@@ -243,7 +248,7 @@ class Window:
         self.fs.invalidate_cache(self.path)
         now = _manifest.read_at(self.fs, self.path)
         if _manifest.version_of(now) != self.version:
-            raise WindowBusyError(
+            raise WindowChangedError(
                 f"{self.url!r} changed while this command ran (version {self.version} then, "
                 f"{_manifest.version_of(now)} now): another process changed it; run one change at a time"
             )
