@@ -466,3 +466,22 @@ def test_a_manifest_of_another_version_of_the_row_hash_is_said_so(sync_scheduler
     with pytest.raises(ValueError, match=r"fingerprints of version 3 of the row hash, .* computes version 4: give"):
         daskpile.verify(str(dest))
     assert daskpile.verify(source, str(dest)).ok
+
+
+def test_times_wrapped_past_int64_nanoseconds_are_a_mismatch(sync_scheduler, tmp_path):
+    """Spark's INT96 0001-01-01 and 9999-12-31, read by pyarrow (and so by dask) as wrapped nanoseconds, came
+    out of ``shuffle(dd.read_parquet(lake)).to_parquet`` as 1754-08-30 and 1816-03-29, and verify said "match":
+    the row hash took times as nanoseconds, wrapped alike."""
+    import datetime
+
+    source, dest = tmp_path / "lake", tmp_path / "out"
+    source.mkdir()
+    instants = [datetime.datetime(1, 1, 1), datetime.datetime(2024, 1, 1), datetime.datetime(9999, 12, 31)]
+    table = pa.table({"id": [1, 2, 3], "ts": pa.array(instants, pa.timestamp("us"))})
+    pq.write_table(table, source / "part-00000.c000.snappy.parquet", use_deprecated_int96_timestamps=True)
+    daskpile.shuffle(dd.read_parquet(str(source)), piles=1, seed=1).to_parquet(str(dest), write_index=False)
+    assert pq.read_table(dest)["ts"].type == pa.timestamp("ns")  # wrapped: the 9999 sentinel is now 1816
+    result = daskpile.verify(str(source), str(dest))
+    assert not result.ok and result.columns_differing == ("ts",), result
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "ours"), piles=1, seed=1)  # reads INT96 as Spark does
+    assert daskpile.verify(str(source), str(tmp_path / "ours")).ok

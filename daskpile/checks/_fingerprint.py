@@ -37,7 +37,9 @@ _MASK = (1 << 64) - 1
 # 3: that multiplier is R**k, not affine in k (one prefix sum a word, not two); words folded by >> 29, not 32.
 # 4: times (timestamp, duration, time) hashed as nanoseconds, whatever their unit: a result rewritten in another
 #    unit holds the same instants, and was said to differ.
-HASH_VERSION = 4
+# 5: times past int64 nanoseconds (before 1677, after 2262) hashed as (seconds, nanoseconds), not wrapped: the
+#    wrapped value is another instant, the one pyarrow reads Spark's 9999-12-31 as, and hashed alike.
+HASH_VERSION = 5
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -124,6 +126,21 @@ BLOCK_BYTES = 8 * 2**20
 TAIL_WORDS = 2**16  # words of long strings summed per step (0.5 MiB an array: in cache)
 _CANONICAL_NAN = np.uint64(0x7FF8000000000000)
 _NANOSECONDS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # a time unit's, to hash every unit alike
+_PAST_NANOSECONDS = np.uint64(0x3C6EF372FE94F82B)  # marks the hash of a time int64 nanoseconds cannot hold
+
+
+def _rehash_past_nanoseconds(values: np.ndarray, nanoseconds: int, words: np.ndarray) -> None:
+    """Give the times among ``values`` (of a unit ``nanoseconds`` long) that int64 nanoseconds cannot hold a
+    hash of their (seconds, nanoseconds), the same in every unit, in place of their wrapped nanoseconds."""
+    limit = np.iinfo(np.int64).max // nanoseconds
+    past = (values > limit) | (values < -limit)
+    if not past.any():
+        return
+    per_second = 10**9 // nanoseconds
+    seconds, within = np.divmod(values[past], per_second)
+    with np.errstate(over="ignore"):
+        words[past] = _mix(seconds.view(np.uint64) * _GOLDEN + within.view(np.uint64) * np.uint64(nanoseconds))
+        words[past] ^= _PAST_NANOSECONDS
 
 
 class _Workspace:
@@ -423,8 +440,10 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
         if t.bit_width == 64 and not array.null_count and nanoseconds == 1:
             return raw  # its own words: no copy
         np.copyto(out, raw, casting="unsafe")
-        if nanoseconds != 1:  # (wrapping: equal for equal instants wherever nanoseconds fit in 64 bits)
+        if nanoseconds != 1:
             np.multiply(out, np.uint64(nanoseconds), out=out)
+            if t.bit_width == 64:
+                _rehash_past_nanoseconds(raw.view("<i8"), nanoseconds, out)
     elif pa.types.is_decimal(t) and t.bit_width != 128 and t.precision <= 38:  # (a value of any width, alike)
         return value_words(array.cast(pa.decimal128(t.precision, t.scale)), ws)
     elif pa.types.is_decimal(t):
