@@ -40,7 +40,8 @@ class Reading:
     schema: pa.Schema
     policy: str  # "strict", "unify", or "table" (a table format's schema: missing columns are nulls)
     reference: str  # the file (or table) the schema comes from, for messages
-    field_ids: tuple[tuple[int, str], ...] = ()  # Iceberg: (field id, current name), columns matched by id
+    # Iceberg: (field id, its path of names now), nested fields' too; columns are matched by id
+    field_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()
     text: TextOptions | None = None  # how text files are read; None: Parquet
     # The types the output's readers get back, where they differ (``Output.stored_plan``): the rows take them
     stored: pa.Schema | None = None

@@ -258,16 +258,18 @@ def conformer(
     policy: str,
     url: str,
     reference: str,
-    field_ids: dict[int, str] | None = None,
+    field_ids: dict[int, tuple[str, ...]] | None = None,
 ):
     """The ``Conformer`` of a file with schema ``actual``, or ValueError naming its differences from the plan.
 
     ``policy`` is "strict", "window" (strict, into a moving window's schema),
     "unify" (the plan's schema is the union of the
     files') or "table" (a table format's schema: files written before a column
-    was added lack it).  With ``field_ids`` (Iceberg: field id -> current
-    name), a file's columns are its field ids, whatever they were called when
-    it was written, and ids the table has dropped are not read.
+    was added lack it).  With ``field_ids`` (Iceberg: field id -> its path of
+    names now), a file's columns are its field ids, whatever they were called
+    when it was written, and ids the table has dropped are not read; nested
+    fields are read by name, so a file whose nested names no longer fit their
+    ids is refused.
     """
     data_fields = [f for f in plan_schema if f.name not in keys]
     data_names = {f.name for f in data_fields}
@@ -281,6 +283,8 @@ def conformer(
             "(--partitioning none) to read the files' column and ignore the folders"
         )
     problems = [f"{n}: unexpected column" for n in actual_fields if n not in data_names and n not in keys]
+    if field_ids:
+        problems += _nested_fields_misread(actual, names, field_ids)
     missing = frozenset(f.name for f in data_fields if f.name not in actual_fields)
     casts, check_nulls = set(), set()
     for field in data_fields:
@@ -323,10 +327,51 @@ def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
 FIELD_ID = b"PARQUET:field_id"
 
 
-def _current_names(actual: pa.Schema, field_ids: dict[int, str]) -> dict[str, str | None]:
+def _current_names(actual: pa.Schema, field_ids: dict[int, tuple[str, ...]]) -> dict[str, str | None]:
     """Each column's name in the table now, by its field id (None: dropped); a column without an id keeps its name."""
     names = {}
     for field in actual:
         found = (field.metadata or {}).get(FIELD_ID)
-        names[field.name] = field.name if found is None else field_ids.get(int(found))
+        path = (field.name,) if found is None else field_ids.get(int(found), ())
+        names[field.name] = path[0] if len(path) == 1 else None
     return names
+
+
+def _nested_fields_misread(
+    actual: pa.Schema, names: dict[str, str | None], field_ids: dict[int, tuple[str, ...]]
+) -> list[str]:
+    """The nested fields of a file that reading by name would misread: renamed since (read as nulls), or dropped
+    with another field of their name added since (its values read as the new field's)."""
+    from daskpile.sources.tables import LIST_ELEMENT, MAP_KEY, MAP_VALUE
+
+    ids_now = {path: field_id for field_id, path in field_ids.items()}
+    problems = []
+
+    def walk(kind: pa.DataType, path: tuple[str, ...]) -> None:
+        if pa.types.is_struct(kind):
+            children = [(f, f.name) for f in kind.fields]
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            children = [(kind.value_field, LIST_ELEMENT)]
+        elif pa.types.is_map(kind):
+            children = [(kind.key_field, MAP_KEY), (kind.item_field, MAP_VALUE)]
+        else:
+            return
+        for child, name in children:
+            found, where = (child.metadata or {}).get(FIELD_ID), (*path, name)
+            now = None if found is None else field_ids.get(int(found))
+            if found is not None and now is not None and now != where:
+                problems.append(f"{'.'.join(where)}: renamed {'.'.join(now)} (field id {int(found)})")
+            elif found is not None and now is None and where in ids_now:
+                problems.append(f"{'.'.join(where)}: dropped (field id {int(found)}), and added again as field id "
+                                f"{ids_now[where]}")  # fmt: skip
+            walk(child.type, where)
+
+    for field in actual:
+        if names.get(field.name) is not None:
+            walk(field.type, (names[field.name],))
+    if problems:
+        problems[-1] += (
+            " since the file was written: daskpile reads nested fields by name, and would read other values "
+            "(rewrite the table's older files, e.g. by compacting it, first)"
+        )
+    return problems

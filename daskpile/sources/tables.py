@@ -33,7 +33,8 @@ class TableFiles:
     version: int
     schema: pa.Schema
     files: list[tuple[str, int, str, dict]]  # (path, size, stamp, {key: pa.Scalar})
-    field_ids: dict[int, str] = dataclasses.field(default_factory=dict)  # Iceberg: columns are field ids
+    # Iceberg: columns are field ids; each id's path of names now, nested fields' too (``field_paths``)
+    field_ids: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def description(self) -> str:
@@ -135,8 +136,12 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
         if version is not None and snapshot is None:
             raise ValueError(f"the Iceberg table {url!r} has no snapshot {version}")
         tasks = [] if snapshot is None else list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-        schema = table.schema().as_arrow()
-        field_ids = {f.field_id: f.name for f in table.schema().fields}
+        # a snapshot asked for is read with its own schema, as pyiceberg reads it (columns dropped since were
+        # still there); the current one with the table's (columns added since are nulls)
+        at_snapshot = table.schemas().get(snapshot.schema_id) if version is not None else None
+        at_snapshot = at_snapshot if at_snapshot is not None else table.schema()
+        schema = at_snapshot.as_arrow()
+        field_ids = field_paths(at_snapshot)
     except ValueError:
         raise
     except Exception as e:
@@ -154,6 +159,39 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
     schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])  # without the field-id metadata
     snapshot_id = snapshot.snapshot_id if snapshot is not None else 0
     return TableFiles("iceberg", snapshot_id, schema, sorted(files, key=lambda f: f[0]), field_ids)
+
+
+# The names Iceberg gives the fields inside a list and a map, in ``field_paths``
+LIST_ELEMENT, MAP_KEY, MAP_VALUE = "element", "key", "value"
+
+
+def field_paths(schema) -> dict[int, tuple[str, ...]]:
+    """Every field id of an Iceberg schema, nested ones included, with its path of names.
+
+    >>> from pyiceberg.schema import Schema  # doctest: +SKIP
+    >>> from pyiceberg.types import NestedField, LongType, StructType  # doctest: +SKIP
+    >>> field_paths(Schema(NestedField(1, "st", StructType(NestedField(2, "a", LongType())))))  # doctest: +SKIP
+    {1: ('st',), 2: ('st', 'a')}
+    """
+    from pyiceberg.types import ListType, MapType, StructType
+
+    paths = {}
+
+    def walk(kind, path: tuple[str, ...]) -> None:
+        if isinstance(kind, StructType):
+            children = [(f.field_id, f.name, f.field_type) for f in kind.fields]
+        elif isinstance(kind, ListType):
+            children = [(kind.element_id, LIST_ELEMENT, kind.element_type)]
+        elif isinstance(kind, MapType):
+            children = [(kind.key_id, MAP_KEY, kind.key_type), (kind.value_id, MAP_VALUE, kind.value_type)]
+        else:
+            return
+        for field_id, name, child in children:
+            paths[field_id] = (*path, name)
+            walk(child, (*path, name))
+
+    walk(schema.as_struct(), ())
+    return paths
 
 
 def _latest_iceberg_metadata(fs, root: str) -> str:
