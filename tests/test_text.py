@@ -9,6 +9,7 @@ import collections
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,35 @@ def test_a_latin_1_csv_is_read_with_its_encoding(tmp_path, sync_scheduler):
     assert out.num_rows == 60_000 and daskpile.verify(str(tmp_path / "a.csv"), str(tmp_path / "out")).ok
     with pytest.raises(ValueError, match=r"encoding 'utf-16' writes a newline as .* convert the files to UTF-8"):
         daskpile.shuffle_parquet(str(tmp_path / "a.csv"), str(tmp_path / "o2"), read_options={"encoding": "utf-16"})
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "encoding"),
+    [
+        ("export.txt", "lines", "utf-16"),  # Excel's "Unicode Text": tab-separated values, UTF-16 with its BOM
+        ("export.txt", "lines", "utf-32"),
+        ("export.csv", "csv", "utf-16"),
+        ("export.jsonl", "jsonl", "utf-16"),
+        ("export.csv.gz", "csv", "utf-16"),
+    ],
+)
+def test_a_file_in_utf_16_or_32_is_refused_by_its_byte_order_mark(tmp_path, sync_scheduler, name, fmt, encoding):
+    """From the CSV trial: lines cut at the byte 10, half of a UTF-16 newline, made a 1,001-line file 1,002
+    rows, said verified, and a result no reader could decode; a CSV said "Expected 3 columns, got 1"."""
+    import gzip
+
+    text = "id\tname\r\n" + "".join(f"{i}\tJos\u00e9 {i}\r\n" for i in range(1000))
+    if fmt == "csv":
+        text = text.replace("\t", ",")
+    if fmt == "jsonl":
+        text = "".join(f'{{"id": {i}}}\n' for i in range(1000))
+    data = text.encode(encoding)  # (with its byte order mark)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    said = f"cannot read '{tmp_path / 'src' / name}' as {fmt}: it is {encoding.upper()} (its first bytes are a byte"
+    with pytest.raises(ValueError, match=re.escape(said)):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, format=fmt)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_csv_not_in_utf8_without_its_encoding_is_refused_naming_the_line_unless_declared_binary(

@@ -14,7 +14,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from daskpile._storage import full_url
-from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed
+from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed, refuse_wide_encodings
 from daskpile.sources.text.lines import (
     AS_WRITTEN,
     check_utf8,
@@ -133,6 +133,8 @@ class BlockReader:
 
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
+        if start == 0:
+            refuse_wide_encodings(block, self.url, self.options.format)
         if self.options.format == "lines":
             return lines_table(block)
         if self.options.as_written:

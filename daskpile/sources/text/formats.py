@@ -30,6 +30,23 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
+# Byte order marks of encodings whose newline is not the byte 10, which every text format here cuts lines at;
+# Excel's "Unicode Text" (a .txt of tab-separated values) starts with the first
+WIDE_BOMS = {  # (UTF-32's little-endian mark begins as UTF-16's: looked for first)
+    b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16",
+}  # fmt: skip
+
+
+def refuse_wide_encodings(head: bytes, url: str, fmt: str) -> None:
+    """Refuse a file in UTF-16 or UTF-32, by the byte order mark its first bytes ``head`` begin with: cut at the
+    byte 10, half a newline, its lines were each other's halves (an Excel "Unicode Text" file came out as one
+    more row, verified)."""
+    encoding = next((name for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
+    if encoding is not None:
+        raise ValueError(
+            f"cannot read {url!r} as {fmt}: it is {encoding} (its first bytes are a byte order mark), in which a "
+            f"newline is not the byte 10: convert it to UTF-8 first (iconv -f {encoding} -t UTF-8)"
+        )
 
 
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types

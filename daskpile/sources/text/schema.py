@@ -24,6 +24,7 @@ from daskpile.sources.text.formats import (
     arrow_type,
     error_line,
     open_decompressed,
+    refuse_wide_encodings,
 )
 from daskpile.sources.text.lines import check_json_lines, check_utf8, newline_ended, refused_line, shown
 
@@ -38,6 +39,7 @@ def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
     header = options is not None and options.format in ("csv", "tsv") and not options.autogenerate_column_names
     with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
+        refuse_wide_encodings(head, full_url(fs, path), options.format if options else "text")
         if len(head) < SAMPLE_BYTES:
             return head  # the whole file
         lines = head.count(b"\n")
@@ -64,6 +66,7 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
     while True:
         with open_decompressed(fs, path) as f:
             head = f.read(block)
+        refuse_wide_encodings(head, full_url(fs, path), options.format)
         if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
             return pa.table({}), head
         try:
