@@ -821,6 +821,17 @@ def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path,
     floats = tmp_path / f"floats.{fmt}"  # floats that large, but not whole: floats
     floats.write_text('{"x":1.5e19}\n{"x":2.5}\n' if fmt == "jsonl" else "x\n1.5e19\n2.5\n1.00000000000000001e300\n")
     daskpile.shuffle_parquet(str(floats), str(tmp_path / "floats-out"), piles=1, seed=1)
+    # From the CSV trial: a float column past 2**63 beside 19-digit ids that fit int64, or digits in a string,
+    # was blamed for them (and the advice given, uint64, then failed on 5.972e24)
+    beside = tmp_path / f"planets.{fmt}"
+    rows = [(1234567890123456789, "acct 12345678901234567890", 5.972e24), (1234567890123456790, "w", 7.342e22)]
+    if fmt == "jsonl":
+        beside.write_text("".join(f'{{"id":{i},"t":"{t}","kg":{m}}}\n' for i, t, m in rows))
+    else:
+        beside.write_text("id,t,kg\n" + "".join(f'{i},"{t}",{m}\n' for i, t, m in rows))
+    daskpile.shuffle_parquet(str(beside), str(tmp_path / "planets-out"), piles=1, seed=1)
+    out = pq.read_table(tmp_path / "planets-out").sort_by("id")
+    assert out.column("id").to_pylist() == [r[0] for r in rows] and out.column("kg").to_pylist() == [r[2] for r in rows]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])

@@ -296,17 +296,26 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
 
     A uint64 hash (xxhash64, simhash) would come out changed, and verified,
     since the fingerprints are of what Arrow read.  Floats that large are
-    left alone: the text is searched for an integer literal of 19 digits or
-    more only where a float column holds a value past 2**63.
+    left alone: only where a float column holds a value past 2**63 is the
+    text searched for integer literals past int64, and one is blamed on the
+    column only if the column holds it as read (a 19-digit id of another
+    column, or digits in a string, blamed a column of masses in kilograms).
     """
     declared = {name for name, _ in options.column_types}
+    literals = None  # the text's integer literals past int64, found once, by the float each reads as
     for name, column in zip(table.column_names, table.columns, strict=True):
         if name in declared or not pa.types.is_float64(column.type) or not len(column):
             continue
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
         if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
             continue
-        found = _LONG_INTEGER.search(text)
+        if literals is None:
+            literals = {}
+            for match in _LONG_INTEGER.finditer(text):
+                if abs(value := int(match.group())) >= TWO_TO_THE_63:
+                    literals.setdefault(float(value), match.group())
+        past = pc.greater_equal(pc.abs(column), pa.scalar(float(TWO_TO_THE_63)))
+        found = next((literals[v] for v in column.filter(past).to_pylist() if v in literals), None)
         if found is not None:
             others = (
                 "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
@@ -316,7 +325,7 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
             )
             raise ValueError(
                 f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
-                f"({found.group().decode()}), "
+                f"({found.decode()}), "
                 "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
                 f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
                 f"floats); {others}"
