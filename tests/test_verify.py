@@ -11,6 +11,7 @@ from _util import every_type_table, write_parts
 
 import daskpile
 from daskpile import _kernels
+from daskpile.checks import _fingerprint
 from daskpile.datasets import reference_table
 
 
@@ -462,8 +463,11 @@ def test_a_manifest_of_another_version_of_the_row_hash_is_said_so(sync_scheduler
     dest = tmp_path / "out"
     daskpile.shuffle_parquet(source, str(dest), piles=2, seed=0)
     manifest = dest / "_daskpile.json"
-    manifest.write_text(manifest.read_text().replace('"hash": 4', '"hash": 3'))
-    with pytest.raises(ValueError, match=r"fingerprints of version 3 of the row hash, .* computes version 4: give"):
+    version = _fingerprint.HASH_VERSION
+    manifest.write_text(manifest.read_text().replace(f'"hash": {version}', '"hash": 3'))
+    with pytest.raises(
+        ValueError, match=rf"fingerprints of version 3 of the row hash, .* computes version {version}: "
+    ):
         daskpile.verify(str(dest))
     assert daskpile.verify(source, str(dest)).ok
 
