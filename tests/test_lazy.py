@@ -38,8 +38,14 @@ def test_verify_and_quality_understand_it(lazy):
     """quality measures the order the loader gives; read in file order, the same files fail it."""
     source, dest, report = lazy
     assert daskpile.verify(source, dest).ok
-    assert daskpile.quality(dest, order_column="id", label_column="label").ok
-    assert not daskpile.quality(report.files, order_column="id").ok  # a plain reader: pile order only
+    measured = daskpile.quality(dest, order_column="id", label_column="label")
+    assert measured.ok
+    # said, since plain readers get another order (from the quality trial: nothing said which was measured)
+    said = "measured in the order PileLoader reads in epoch 0 (seed"
+    assert said in str(measured) and "a plain reader of the files gets each pile unpermuted" in str(measured)
+    assert measured.to_json()["read_as"].startswith("the order PileLoader reads in epoch 0")
+    plain = daskpile.quality(report.files, order_column="id")
+    assert not plain.ok and plain.read_as is None  # a plain reader: pile order only
 
 
 def test_quality_measures_the_loaders_epoch_zero(lazy):

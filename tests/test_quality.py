@@ -12,7 +12,7 @@ from scipy import stats
 
 import daskpile
 from daskpile._storage import filesystem
-from daskpile.checks._quality import chi_square_sf, poisson_sf
+from daskpile.checks._quality import chi_square_cdf, chi_square_sf, poisson_cdf, poisson_sf
 from daskpile.datasets import write_reference_dataset
 
 ROWS = 20_000
@@ -34,8 +34,10 @@ def failed(report) -> set[str]:
 def test_p_values_match_scipy():
     for x, dof in [(0.5, 81), (60.0, 81), (81.0, 81), (120.0, 81), (400.0, 81), (3.84, 1), (30.0, 9)]:
         assert chi_square_sf(x, dof) == pytest.approx(stats.chi2.sf(x, dof), rel=1e-9, abs=1e-300)
+        assert chi_square_cdf(x, dof) == pytest.approx(stats.chi2.cdf(x, dof), rel=1e-9, abs=1e-300)
     for k, mean in [(0, 1.0), (1, 1.0), (3, 1.0), (12, 1.0), (5, 20.0), (40, 20.0), (1500, 1999.0), (2100, 1999.0)]:
         assert poisson_sf(k, mean) == pytest.approx(stats.poisson.sf(k - 1, mean), rel=1e-9, abs=1e-300)
+        assert poisson_cdf(k, mean) == pytest.approx(stats.poisson.cdf(k, mean), rel=1e-9, abs=1e-300)
 
 
 def test_a_daskpile_result_passes_and_its_input_fails_every_check(sync_scheduler, tmp_path):
@@ -138,6 +140,33 @@ def test_orders_with_structure_left_fail(tmp_path):
     report = daskpile.quality(ordered(paired, tmp_path / "paired"), "id", "label")
     assert {"successions", "neighbours within 10"} <= failed(report)
     assert "rank correlation" not in failed(report) and report.longest_run == 2
+
+
+def test_orders_too_even_to_be_random_fail(tmp_path):
+    """From the quality trial: every check rejected one tail only, so orders that keep input neighbours apart
+    on purpose passed: rows dealt to piles round-robin (the trap the algorithm page names), a stride through
+    the input, labels dealt out evenly.  Each must fail, for its own reason."""
+    rng = np.random.default_rng(11)
+    ids = np.arange(ROWS)
+
+    # rows assigned to piles round-robin (id % piles), each pile permuted whole, a file a pile: with 7 piles the
+    # labels are dealt out too evenly; with 64, no two output neighbours are within 10 input positions
+    round_robin = np.concatenate([rng.permutation(ids[ids % 7 == j]) for j in range(7)])
+    report = daskpile.quality(ordered(round_robin, tmp_path / "round-robin", parts=7), "id", "label")
+    assert "label balance per file" in failed(report) and "(too even)" in str(report), report
+    round_robin = np.concatenate([rng.permutation(ids[ids % 64 == j]) for j in range(64)])
+    report = daskpile.quality(ordered(round_robin, tmp_path / "round-robin-64", parts=64), "id", "label")
+    assert {"neighbours within 10", "decile chi-square"} <= failed(report) and "(too few)" in str(report), report
+
+    # a sorted table read by 1,000 readers in turn: deterministic, every decile spread evenly
+    stride = np.lexsort((ids // 1_000, ids % 1_000))
+    report = daskpile.quality(ordered(stride, tmp_path / "stride"), "id", "label")
+    assert {"decile chi-square", "neighbours within 10"} <= failed(report), report
+
+    # reversed: every output neighbour was an input neighbour, said as such
+    report = daskpile.quality(ordered(ids[::-1], tmp_path / "reversed"), "id")
+    successions = next(c for c in report.checks if c.name == "successions")
+    assert not successions.passed and successions.statistic == ROWS - 1 and report.longest_run == ROWS
 
 
 def test_manifest_order_is_the_reading_order(sync_scheduler, tmp_path):

@@ -29,7 +29,7 @@ class OrderStats:
     rows: int
     sum_d2: float  # sum over output positions of (rank - position)^2
     decile_table: np.ndarray  # 10 x 10 counts: input decile x output decile
-    successions: int  # output neighbours that were input neighbours (rank + 1)
+    successions: int  # output neighbours that were input neighbours (rank + 1 or - 1)
     longest: int  # rows in the longest such stretch
     near: int  # output neighbours within `neighbours` input positions
     entropy_bits: float  # of |rank difference| of output neighbours
@@ -51,8 +51,8 @@ def in_memory(rank: np.ndarray, neighbours: int) -> OrderStats:
         rows=n,
         sum_d2=float(np.dot(d, d)),
         decile_table=_table(rank, positions, n, 10),
-        successions=int(np.count_nonzero(steps == 1)),
-        longest=_longest_run(steps == 1, n),
+        successions=int(np.count_nonzero(distance == 1)),
+        longest=_longest_run(distance == 1, n),
         near=int(np.count_nonzero(distance <= neighbours)),
         entropy_bits=_entropy(*np.unique(distance, return_counts=True)[1:], total=len(distance)),
         histogram=_table(rank, positions, n, HISTOGRAM_BINS),
@@ -155,8 +155,8 @@ def _chunk_part(rank: np.ndarray, offset: int, previous: int, n: int, neighbours
     positions = np.arange(offset, offset + m)
     d = (rank - positions).astype(np.float64)
     steps = np.diff(np.concatenate(([previous], rank)) if previous >= 0 else rank)
-    ones = steps == 1
     distance = np.abs(steps)
+    ones = distance == 1  # input neighbours, in either order (a reversed stretch is one too)
     distance_range = np.minimum(distance * RANGES // max(n, 1), RANGES - 1)
     rank_range = np.minimum(rank * RANGES // max(n, 1), RANGES - 1)
     head, tail, longest = _ones(ones)

@@ -7,15 +7,15 @@ passes and any remaining structure fails:
 - rank correlation of input and output positions (0 for a shuffle, 1 for the
   input itself);
 - chi-square of the input-decile x output-decile table (rows from every part
-  of the input should land everywhere in the output);
-- successions: output neighbours that were input neighbours too, with the
-  longest such run (a random permutation has about one succession);
+  of the input should land everywhere in the output, but not too evenly);
+- successions: output neighbours that were input neighbours too, in either
+  order, with the longest such run (a random permutation has about two);
 - the share of output neighbours within ``neighbours`` positions of each other
-  in the input, against its expectation;
+  in the input, against its expectation (neither too many nor too few);
 - the entropy of the absolute differences of consecutive original positions
   (the measure MosaicML Streaming reports; 0 bits for the input order);
 - with a label column, every output file's label counts against binomial
-  (hypergeometric) bounds.
+  (hypergeometric) bounds, and all of them against too even a spread.
 
 Each test has a false-positive rate of ``alpha`` on a uniform shuffle.
 """
@@ -45,6 +45,8 @@ from daskpile.sources.parquet import open_parquet
 from daskpile.sources.text import is_json_text, open_decompressed
 
 MAX_LABELS = 100
+UNIFORM_ENTROPY_SHORTFALL = 1.02  # bits under log2(rows - 1), for 1,000 to 2,000,000 rows uniformly shuffled
+DECILE_ROWS = 500  # the fewest rows the decile chi-square is run on: 5 rows expected in each of its 100 cells
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,7 @@ class QualityReport:
         The distance that counts as near.
     entropy_bits
         The entropy, in bits, of the absolute differences of consecutive input
-        positions: close to log2(rows) for a uniform shuffle, 0 for the input
+        positions: about log2(rows) - 1.02 for a uniform shuffle, 0 for the input
         order.
     position_histogram
         Rows counted by (input position bin, output position bin), 50 by 50:
@@ -127,6 +129,10 @@ class QualityReport:
     label_counts
         Rows counted by (output file, label value); None without a label
         column.
+    read_as
+        The order measured, when it is not the files' in the order of
+        ``files``: that of :class:`daskpile.PileLoader` in epoch 0, for a
+        lazy result or a moving window, whose plain readers get another.
     """
 
     dest: str
@@ -145,6 +151,7 @@ class QualityReport:
     position_histogram: np.ndarray
     labels: list = dataclasses.field(default_factory=list)
     label_counts: np.ndarray | None = None
+    read_as: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -178,6 +185,7 @@ class QualityReport:
             "near_expected": self.near_expected,
             "neighbours": self.neighbours,
             "entropy_bits": self.entropy_bits,
+            "read_as": self.read_as,
             "checks": [dataclasses.asdict(c) for c in self.checks],
         }
 
@@ -187,13 +195,18 @@ class QualityReport:
             f"order of {self.dest} ({count(self.rows, 'row')} in {count(len(self.files), 'file')}), "
             f"order column {self.order_column!r}{label}:"
         ]
+        if self.read_as:
+            lines.append(f"  measured in {self.read_as}")
         for c in self.checks:
             verdict = "ok  " if c.passed else "FAIL"
             lines.append(f"  {verdict} {c.name:<30} {c.detail}")
-        max_bits = math.log2(max(self.rows - 1, 1))
+        if 0 < self.rows < DECILE_ROWS:
+            lines.append(f"       {'decile chi-square':<30} not run: under {DECILE_ROWS} rows")
+        # (what a uniform shuffle gives, measured: the plug-in entropy of n - 1 differences, biased low)
+        uniform_bits = max(math.log2(max(self.rows - 1, 1)) - UNIFORM_ENTROPY_SHORTFALL, 0.0)
         lines.append(
             f"       {'entropy of |consecutive diff|':<30} {self.entropy_bits:.2f} bits "
-            f"(input order 0, at most {max_bits:.2f})"
+            f"(input order 0, a uniform shuffle about {uniform_bits:.2f})"
         )
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
@@ -303,17 +316,19 @@ def quality(
     - rank correlation of input and output positions (a z-test): about 0 for
       a uniform shuffle, +1 for the input order;
     - chi-square of the input-decile by output-decile table, on 81 degrees
-      of freedom (from 500 rows);
-    - successions: output neighbours that were input neighbours too (a
-      Poisson(1) test), with the longest such run;
+      of freedom (from 500 rows), two-sided: a table too even fails too;
+    - successions: output neighbours that were input neighbours too, in
+      either order (a Poisson(2) test), with the longest such run;
     - the share of output neighbours within ``neighbours`` input positions of
-      each other, against its expectation (about ``2 * neighbours / rows``);
+      each other, against its expectation (about ``2 * neighbours / rows``),
+      two-sided: rows kept apart on purpose fail too;
     - with ``label_column``, the label counts of every output file against
-      hypergeometric bounds (Bonferroni over files and labels).
+      hypergeometric bounds (Bonferroni over files and labels), and against
+      too even a spread (a chi-square's lower tail), each side at alpha / 2.
 
     The entropy of the absolute differences of consecutive input positions
-    (MosaicML Streaming's measure: close to log2(rows) bits for a shuffle, 0
-    for the input order) is reported, not tested.
+    (MosaicML Streaming's measure: about log2(rows) - 1.02 bits for a
+    shuffle, 0 for the input order) is reported, not tested.
 
     Parameters
     ----------
@@ -381,6 +396,13 @@ def quality(
     where = _where(dest, storage_options)
     _check_columns(fs, files, manifest, [order_column, label_column], where)
     files = _in_reading_order(files, manifest)
+    read_as = None
+    if any(isinstance(f, _LazyPile) for f in files):
+        plain = "each pile unpermuted" if manifest.get("second_pass") == "lazy" else "another order"
+        read_as = (
+            f"the order PileLoader reads in epoch 0 (seed {manifest['seed']}, one rank, mix 1); a plain reader "
+            f"of the files gets {plain}"
+        )
     (described,) = dask.compute([dask.delayed(_describe)(result, path, order_column, label_column) for path in files])
     rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
     rows = int(rows_per_file.sum())
@@ -394,13 +416,17 @@ def quality(
     p = math.erfc(abs(rho) * math.sqrt(max(rows - 1, 0)) / math.sqrt(2)) if rows > 2 else 1.0
     checks.append(QualityCheck("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
 
-    if rows >= 500:  # at least 5 expected rows in each cell of the 10 x 10 table
+    if rows >= DECILE_ROWS:  # at least 5 expected rows in each cell of the 10 x 10 table
+        # Two-sided: a table too even (rows dealt to piles round-robin, a stride) is no more a uniform
+        # shuffle's than one too uneven
         chi2 = _chi_square(stats.decile_table)
-        p = chi_square_sf(chi2, 81)
-        checks.append(QualityCheck("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof, p={p:.3g}"))
+        p = two_sided(chi_square_cdf(chi2, 81), chi_square_sf(chi2, 81))
+        even = " (too even)" if chi2 < 81 and p < alpha else ""
+        checks.append(QualityCheck("decile chi-square", chi2, p, p >= alpha, f"{chi2:.1f} on 81 dof{even}, p={p:.3g}"))
 
+    # Input neighbours side by side in the output, in either order: asymptotically Poisson(2)
     successions, longest = stats.successions, stats.longest
-    expected = (rows - 1) / rows if rows else 0.0
+    expected = 2 * (rows - 1) / rows if rows else 0.0
     p = poisson_sf(successions, expected)
     checks.append(
         QualityCheck(
@@ -410,15 +436,19 @@ def quality(
         )
     )  # fmt: skip
 
+    # Two-sided: rows kept apart on purpose (none near another, where a uniform shuffle puts about
+    # 2 * neighbours) are no more a uniform shuffle's than rows kept together
     near = stats.near
     k = min(neighbours, rows - 1)
     q = (2 * k * rows - k * (k + 1)) / (rows * (rows - 1)) if rows > 1 else 0.0
-    p = poisson_sf(near, (rows - 1) * q)
+    mean = (rows - 1) * q
+    p = two_sided(poisson_cdf(near, mean), poisson_sf(near, mean))
     near_share = near / max(rows - 1, 1)
+    apart = " (too few)" if near < mean and p < alpha else ""
     checks.append(
         QualityCheck(
             f"neighbours within {neighbours}", near_share, p, p >= alpha,
-            f"{near_share:.3g} of output neighbours (expected {q:.3g}), p={p:.3g}",
+            f"{near_share:.3g} of output neighbours (expected {q:.3g}){apart}, p={p:.3g}",
         )
     )  # fmt: skip
 
@@ -444,6 +474,7 @@ def quality(
         position_histogram=stats.histogram,
         labels=labels,
         label_counts=label_counts,
+        read_as=read_as,
     )
 
 
@@ -644,6 +675,9 @@ def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.nda
 
 
 def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) -> QualityCheck:
+    """Every file's share of each label against hypergeometric bounds (too uneven: Bonferroni over files and
+    labels), and the files' shares together against a chi-square's lower tail (too even: labels dealt out
+    round-robin), each side at ``alpha / 2``."""
     n, files, kinds = int(rows_per_file.sum()), counts.shape[0], counts.shape[1]
     share = counts.sum(axis=0) / max(n, 1)
     sizes = rows_per_file[:, None].astype(np.float64)
@@ -652,11 +686,19 @@ def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) 
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(variance > 0, (counts - sizes * share) / np.sqrt(variance), 0.0)
     worst = float(np.abs(z).max(initial=0.0))
-    bound = statistics.NormalDist().inv_cdf(1 - alpha / (2 * max(files * kinds, 1)))  # Bonferroni
+    bound = statistics.NormalDist().inv_cdf(1 - alpha / (4 * max(files * kinds, 1)))  # Bonferroni
     outside = int(np.count_nonzero((np.abs(z) > bound).any(axis=1)))
-    p = min(1.0, math.erfc(worst / math.sqrt(2)) * files * kinds)
+    p = min(1.0, math.erfc(worst / math.sqrt(2)) * files * kinds * 2)
     detail = f"worst file {worst:.1f} sigma from the overall share (bound {bound:.1f}), {outside} of {files} outside"
-    return QualityCheck("label balance per file", worst, p, worst <= bound, detail)
+    dof = (files - 1) * (kinds - 1)
+    expected = sizes * share
+    if dof and (expected >= 5).all():  # (where the chi-square's distribution holds)
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        low = min(1.0, 2 * chi_square_cdf(chi2, dof))
+        if low < p:
+            p = low
+            detail += f"; chi-square {chi2:.1f} on {dof} dof" + (" (too even)" if low < alpha else "")
+    return QualityCheck("label balance per file", worst, p, p >= alpha and worst <= bound, detail)
 
 
 def _chi_square(table: np.ndarray) -> float:
@@ -672,6 +714,35 @@ def chi_square_sf(x: float, dof: int) -> float:
     0.05
     """
     return _gamma_q(dof / 2, x / 2)
+
+
+def chi_square_cdf(x: float, dof: int) -> float:
+    """P(X <= x) for X ~ chi-square(dof).
+
+    >>> round(chi_square_cdf(3.841458820694124, 1), 6)
+    0.95
+    """
+    return _gamma_p(dof / 2, x / 2)
+
+
+def two_sided(lower: float, upper: float) -> float:
+    """The two-sided p-value of a statistic whose one-sided tails are ``lower`` and ``upper``.
+
+    >>> two_sided(0.0004, 0.9996)
+    0.0008
+    """
+    return min(1.0, 2 * min(lower, upper))
+
+
+def poisson_cdf(k: int, mean: float) -> float:
+    """P(X <= k) for X ~ Poisson(mean).
+
+    >>> round(poisson_cdf(0, 20.0), 12)  # e^-20
+    2.061e-09
+    """
+    if mean <= 0:
+        return 1.0
+    return _gamma_q(k + 1, mean)
 
 
 def poisson_sf(k: int, mean: float) -> float:
