@@ -1267,6 +1267,25 @@ def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_pat
         assert found == sorted([b'{"text": "a"}', b'{"text": "b"}', b'{"text": "c"}', b"GET /a"][:lines])
 
 
+def test_a_glob_names_its_files_as_data_of_the_format_given_whatever_their_names(tmp_path, sync_scheduler):
+    """From the CSV trial: a mainframe's exports/*.DAT with --format csv was refused, "matches no csv files" (a
+    quoted glob is the one form object stores take).  A glob names its files as a path does; a folder's files
+    are still data by their names, and a licence matched by the glob is still not data."""
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    for k in (1, 2, 3):
+        (exports / f"EXPORT{k}.DAT").write_text(f"ACCT|BAL\n000{k}|5\n100{k}|6\n")
+    (exports / "LICENSE").write_text("not data\n")
+    daskpile.shuffle_parquet(
+        str(exports / "*"), str(tmp_path / "out"), 1, seed=1, format="csv", read_options={"delimiter": "|"}
+    )
+    out = read_output(tmp_path / "out")
+    assert out.num_rows == 6 and out.column_names == ["ACCT", "BAL"]
+    assert daskpile.verify(str(tmp_path / "out")).ok
+    with pytest.raises(FileNotFoundError, match="matches no csv files"):  # a folder: by their names
+        daskpile.shuffle_parquet(str(exports), str(tmp_path / "o2"), 1, format="csv", read_options={"delimiter": "|"})
+
+
 def test_a_storage_error_reading_a_compressed_file_is_not_called_damaged_data(tmp_path):
     """Only the codecs' errors say the data is damaged: a connection reset or a timeout stays what it is."""
     from daskpile._storage import filesystem

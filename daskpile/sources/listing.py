@@ -41,12 +41,16 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     """The data files under one URL (a file, a directory, searched recursively, or a glob), sorted by path.
 
     ``format`` says which files are data: those whose name says that format, or nothing (a file
-    named alone is data whatever its name, unless the format was only guessed, ``"parquet"``).
+    named alone, or matched by a glob, is data whatever its name, unless the format was only guessed,
+    ``"parquet"``).
     """
     fs, path = filesystem(url, storage_options)
+    named = False  # files the glob matched, which it names as a path names its file
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
+        named = format != "parquet"
         if all(info.get("type") == "directory" for info in found.values()):
+            named = False
             # a glob of folders only ('lake/day=0[1-5]') names the data in them, as a folder named does; one that
             # matches files reads those alone, as before
             for folder in list(found):
@@ -78,7 +82,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
             sidecars[base] = name
         elif _is_hidden(relative):
             continue
-        elif _is_stray(base, format):
+        elif base.upper() in NOT_DATA if named else _is_stray(base, format):  # ('exports/*.DAT' with csv)
             strays.append(full_url(fs, name))
         else:
             files.append(info)
