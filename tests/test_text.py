@@ -1008,6 +1008,21 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
     assert out.num_rows == 2000 and out.column("title")[10].as_py() == '"Unclosed 10'
     with pytest.raises(ValueError, match="read option quote_char is one character, or false"):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o4"), piles=2, read_options={"quote_char": "ab"})
+    # From the CSV trial: a last record whose quoted value is a line break alone (Excel's Alt-Enter), another value
+    # after it, was called a quote never closed; and one that is, short, still is
+    for name, last, refused in [("closed", '2,"\r\n",7\r\n', False), ("unclosed", '2,7,"no end\r\n', True)]:
+        path = tmp_path / f"{name}.csv"
+        path.write_bytes(f'id,qty,note\r\n1,5,"first\r\nsecond"\r\n{last}'.encode())
+        if name == "closed":
+            path.write_bytes(f'id,note,qty\r\n1,"first\r\nsecond",5\r\n{last}'.encode())
+        options = {"newlines_in_values": True}
+        if refused:
+            with pytest.raises(ValueError, match="a quote opening a value of column 'note' is never closed"):
+                daskpile.shuffle_parquet(str(path), str(tmp_path / f"o-{name}"), piles=1, read_options=options)
+            continue
+        daskpile.shuffle_parquet(str(path), str(tmp_path / f"o-{name}"), piles=1, read_options=options)
+        out = read_output(tmp_path / f"o-{name}").sort_by("id")
+        assert out.column("note").to_pylist() == ["first\r\nsecond", "\r\n"] and out.column("qty").to_pylist() == [5, 7]
 
 
 def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_scheduler):
