@@ -699,10 +699,19 @@ def shuffle(
     "--schema", type=click.Choice(["strict", "unify"]), help="As the shuffle read SOURCE [from the manifest]."
 )
 @click.option("--table-version", type=int, help="Of a Delta or Iceberg SOURCE [from the manifest].")
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc"]),
+    help="What SOURCE's files are, as for shuffle [from the manifest; auto without one].",
+)
+@click.option(
+    "--read-option", "read_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle [from the manifest]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @_cluster_options
 @_command
-def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **cluster):
+def verify(source, dest, partitioning, schema, table_version, source_format, read_options, as_json, quiet, **cluster):
     """Recompute from the files that DEST holds exactly the rows of SOURCE (exit 1 if not).
 
     Without SOURCE, check DEST against the fingerprints its manifest recorded
@@ -711,6 +720,8 @@ def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **
     from daskpile import verify as verify_result
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
+    if not source and (source_format or read_options):
+        raise click.UsageError("--format and --read-option say how SOURCE is read: give SOURCE")
     with _cluster(**cluster, quiet=quiet):
         if not source:
             result = verify_result(dest, storage_options=storage_options, progress=not quiet)
@@ -718,6 +729,7 @@ def verify(source, dest, partitioning, schema, table_version, as_json, quiet, **
             result = verify_result(
             list(source) if len(source) > 1 else source[0], dest, storage_options=storage_options,
             progress=not quiet, partitioning=partitioning, schema=schema, version=table_version,
+            format=source_format, read_options=parse_storage_options(read_options, "--read-option", levels=1),
             )  # fmt: skip
     _result(json.dumps(result.to_json(), indent=1) if as_json else str(result))
     sys.exit(0 if result.ok else 1)

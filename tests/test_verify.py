@@ -489,3 +489,25 @@ def test_times_wrapped_past_int64_nanoseconds_are_a_mismatch(sync_scheduler, tmp
     assert not result.ok and result.columns_differing == ("ts",), result
     daskpile.shuffle_parquet(str(source), str(tmp_path / "ours"), piles=1, seed=1)  # reads INT96 as Spark does
     assert daskpile.verify(str(source), str(tmp_path / "ours")).ok
+
+
+def test_a_text_source_is_read_with_the_format_and_read_options_given(sync_scheduler, tmp_path):
+    """From the CSV trial: verify took no format or read options, so a result of shuffle(dd.read_csv(...,
+    sep=";")) was compared with the source read with commas (a false mismatch, or a refusal), and a .txt source
+    was read as lines (a mismatch that looked like data lost)."""
+    from _util import daskpile_command
+
+    source = tmp_path / "erp.txt"
+    source.write_text("id;city;amount\n" + "".join(f"{i};c{i};{i},5\n" for i in range(500)))
+    ddf = dd.read_csv(str(source), sep=";", dtype={"amount": "string"})
+    daskpile.shuffle(ddf, piles=2, seed=1).to_parquet(str(tmp_path / "out"), write_index=False)
+    assert not daskpile.verify(str(source), str(tmp_path / "out")).ok  # read as lines: one column, "line"
+    options = {"delimiter": ";", "column_types": {"amount": "string"}}
+    assert daskpile.verify(str(source), str(tmp_path / "out"), format="csv", read_options=options).ok
+    options = ["--read-option", "delimiter=;", "--read-option", "column_types.amount=string"]
+    done = daskpile_command(
+        "verify", str(source), str(tmp_path / "out"), "--format", "csv", *options, "--scheduler=sync"
+    )
+    assert done.returncode == 0 and "match: the result is a permutation of the source (500 rows)" in done.stdout
+    alone = daskpile_command("verify", str(tmp_path / "out"), "--format", "csv")
+    assert alone.returncode == 2 and "--format and --read-option say how SOURCE is read: give SOURCE" in alone.stderr

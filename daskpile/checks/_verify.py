@@ -237,6 +237,8 @@ def verify(
     partitioning=None,
     schema: str | None = None,
     version: int | None = None,
+    format: str | None = None,
+    read_options: dict | None = None,
 ) -> Verification:
     """Check that the result at ``dest`` holds exactly the rows of ``source``.
 
@@ -281,6 +283,12 @@ def verify(
     version
         As in :func:`shuffle_parquet`.  Default None: the table version the
         manifest records (the current one without one).
+    format, read_options
+        What the source's files are and how text is read, as in
+        :func:`shuffle_parquet`: for a result of ``shuffle(dd.read_csv(...,
+        sep=";"))``, ``format="csv", read_options={"delimiter": ";"}``.
+        Default None: what the manifest records (``"auto"`` and none without
+        one).
 
     Returns
     -------
@@ -318,9 +326,11 @@ def verify(
     table_version = read_as.get("table_version") if version is None else version
     if schema is None:  # a table's rows take the table's schema whatever the policy
         schema = read_as.get("schema_policy", "strict").replace("table", "strict")
+    if format is None and read_options is None:
+        format, read_options = read_as.get("format", "auto"), read_as.get("read_options")
     plan = plan_sources(
         source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
-        format=read_as.get("format", "auto"), read_options=read_as.get("read_options"),
+        format=format or "auto", read_options=read_options,
     )  # fmt: skip
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
