@@ -67,6 +67,21 @@ def test_verify_of_a_version_vacuumed_since_says_so(sync_scheduler, delta_table,
     shutil.rmtree(os.path.join(delta_table, "region=us"))  # a partition's folder gone whole (an empty S3 prefix)
     with pytest.raises(FileNotFoundError, match=r"lists files that are gone \(.*region=.*\): removed since"):
         daskpile.verify(delta_table, str(tmp_path / "v0"))
+    # and a shuffle of that version, which said "[Errno 2] Failed to open local file" (from the Spark-lake trial)
+    with pytest.raises(FileNotFoundError, match=r"delta table at version 0 of .* lists files that are gone"):
+        daskpile.shuffle_parquet(delta_table, str(tmp_path / "again"), piles=2, seed=1, version=0)
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_delta_version_out_of_range_is_said_plainly(delta_table, tmp_path):
+    """From the Spark-lake trial: delta-rs's own words ("LogSegment end version 0 not the same as the specified
+    end version 99", "can't convert negative int to unsigned")."""
+    latest = deltalake.DeltaTable(delta_table).version()
+    with pytest.raises(ValueError, match=rf"the Delta table '.*delta' has no version 99 \(its latest is {latest}\)"):
+        daskpile.shuffle_parquet(delta_table, str(tmp_path / "o"), piles=2, version=99)
+    with pytest.raises(ValueError, match=r"a Delta table's versions count from 0, and -1 was asked of"):
+        daskpile.shuffle_parquet(delta_table, str(tmp_path / "o"), piles=2, version=-1)
+    assert not (tmp_path / "o").exists()
 
 
 def test_deletion_vectors_are_refused_by_name(tmp_path):
@@ -131,7 +146,11 @@ def test_an_iceberg_table_is_its_current_snapshot(sync_scheduler, tmp_path, iceb
 
 
 def test_a_glob_or_folder_inside_a_delta_table_is_refused(delta_table):
-    for inside in [os.path.join(delta_table, "region=eu"), os.path.join(delta_table, "*", "*.parquet")]:
+    """(A glob inside the table whose matches include its log's checkpoint was told the table is a folder above
+    it.)"""
+    deltalake.DeltaTable(delta_table).create_checkpoint()
+    globs = [os.path.join(delta_table, "*", "*.parquet"), os.path.join(delta_table, "*", "*")]
+    for inside in [os.path.join(delta_table, "region=eu"), *globs]:
         with pytest.raises(ValueError, match=r"inside the table '.*delta'"):
             plan_sources(inside)
 

@@ -511,3 +511,15 @@ def test_a_text_source_is_read_with_the_format_and_read_options_given(sync_sched
     assert done.returncode == 0 and "match: the result is a permutation of the source (500 rows)" in done.stdout
     alone = daskpile_command("verify", str(tmp_path / "out"), "--format", "csv")
     assert alone.returncode == 2 and "--format and --read-option say how SOURCE is read: give SOURCE" in alone.stderr
+
+
+def test_a_source_of_other_partition_keys_is_said_to_be_another_source(sync_scheduler, tmp_path):
+    """From the Spark-lake trial: verify of another lake blamed "partitioning=", which the user never gave (the
+    keys came from the result's manifest)."""
+    for folder in ("a/day=1", "b/year=2024"):
+        (tmp_path / folder).mkdir(parents=True)
+        pq.write_table(pa.table({"id": [1, 2]}), tmp_path / folder / "p.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "a"), str(tmp_path / "out"), piles=1, seed=1)
+    said = r"the source's partition folders have keys \['year'\], where the result's manifest records \['day'\]: is"
+    with pytest.raises(ValueError, match=said):
+        daskpile.verify(str(tmp_path / "b"), str(tmp_path / "out"))

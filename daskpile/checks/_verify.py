@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile._compute import compute
-from daskpile._storage import as_urls, filesystem, full_url, listed_infos, redacting_errors
+from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -321,6 +321,7 @@ def verify(
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
     recorded = manifest and manifest.get("fingerprint")
     read_as = (manifest or {}).get("source") or {}
+    recorded_keys = partitioning is None and read_as.get("partition_keys") is not None
     if partitioning is None:
         partitioning = _recorded_partitioning(manifest)
     table_version = read_as.get("table_version") if version is None else version
@@ -328,13 +329,21 @@ def verify(
         schema = read_as.get("schema_policy", "strict").replace("table", "strict")
     if format is None and read_options is None:
         format, read_options = read_as.get("format", "auto"), read_as.get("read_options")
-    plan = plan_sources(
-        source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
-        format=format or "auto", read_options=read_options,
-    )  # fmt: skip
+    try:
+        plan = plan_sources(
+            source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
+            format=format or "auto", read_options=read_options,
+        )  # fmt: skip
+    except ValueError as e:
+        if recorded_keys and str(e).startswith("partition folders have keys"):  # (keys the user never gave)
+            raise ValueError(
+                f"the source's partition folders have keys {str(e).split('keys ', 1)[1].split(' that')[0]}, where "
+                f"the result's manifest records {list(read_as['partition_keys']) or 'none'}: is {source!r} the source "
+                "the result was made from? (partitioning= reads it otherwise)"
+            ) from None
+        raise
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
-    _refuse_vacuumed(plan, source)
     if plan.reading.text is None:  # pieces of blocksize in memory, as the shuffle cuts them (a piece is a task's)
         _, _, row_bytes = _sizing.estimate_parquet(plan.fs, [f.path for f in plan.files], plan.sizes, plan.metadata)
         plan = plan.with_pieces(row_bytes)
@@ -369,22 +378,6 @@ def verify(
         types_differing=_types_differing(plan.schema, result.types, "the source"),
         skipped_files=tuple(plan.skipped),
     )
-
-
-def _refuse_vacuumed(plan, source) -> None:
-    """A table's version whose files were removed since (a Delta vacuum, Iceberg's expired snapshots) cannot be
-    read again: said so, not as the raw error of the first file missing."""
-    if plan.table is None:
-        return
-    gone = [f.path for f, info in zip(plan.files, listed_infos(plan.fs, [f.path for f in plan.files]), strict=True)
-            if info is None]  # fmt: skip
-    if gone:
-        more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
-        raise FileNotFoundError(
-            f"the {plan.table} of {source!r} lists files that are gone ({full_url(plan.fs, gone[0])}{more}): "
-            "removed since by a vacuum or an expiry of snapshots, so the rows the result was made from cannot be "
-            "read again"
-        )
 
 
 def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import as_urls, file_stamps, filesystem, full_url, reaching, redact
+from daskpile._storage import as_urls, file_stamps, filesystem, full_url, listed_infos, reaching, redact
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, refuse_unwritable
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -345,9 +345,23 @@ def _single_table(urls, storage_options, version) -> tables.TableFiles | None:
 def _table_plan(fs, table: tables.TableFiles, url: str) -> SourcePlan:
     if not table.files:
         raise FileNotFoundError(f"the {table.description} at {url!r} has no data files")
+    _refuse_files_gone(fs, table, url)
     files = tuple(SourceFile(path, size, stamp, tuple(keys.items())) for path, size, stamp, keys in table.files)
     reading = Reading(table.schema, "table", f"{url} ({table.description})", tuple(table.field_ids.items()))
     return SourcePlan(fs, files, reading, (), table.description, version=table.version)
+
+
+def _refuse_files_gone(fs, table: tables.TableFiles, url: str) -> None:
+    """A table's version whose files were removed since (a Delta vacuum, Iceberg's expired snapshots) cannot be
+    read again: said so, before any task, not as the raw error of the first file missing."""
+    paths = [path for path, *_ in table.files]
+    gone = [path for path, info in zip(paths, listed_infos(fs, paths), strict=True) if info is None]
+    if gone:
+        more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+        raise FileNotFoundError(
+            f"the {table.description} of {url!r} lists files that are gone ({full_url(fs, gone[0])}{more}): "
+            "removed since by a vacuum or an expiry of snapshots, so its rows cannot be read again"
+        )
 
 
 def _collect(listed: list[listing.Listed], urls: list[str]):
@@ -355,14 +369,14 @@ def _collect(listed: list[listing.Listed], urls: list[str]):
     and a file two of the sources ``urls`` name."""
     files, seen, strays, sidecars = [], {}, [], {}
     for item, url in zip(listed, urls, strict=True):
+        if item.table_above:  # (first: a glob inside a table sees the table's log below its root too)
+            raise ValueError(
+                f"the source lies inside the table {full_url(item.fs, item.table_above)!r}: give the table folder "
+                "as the source (its folder holds files of other versions, and its log, which are not its rows)"
+            )
         if item.nested_table:
             raise ValueError(
                 f"{full_url(item.fs, item.nested_table)!r} is a table: give it as the source, not a folder above it"
-            )
-        if item.table_above:
-            raise ValueError(
-                f"the source lies inside the table {full_url(item.fs, item.table_above)!r}, whose folder also holds "
-                "files its log has removed: give the table folder as the source"
             )
         for info in item.files:
             name = info["name"]

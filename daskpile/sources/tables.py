@@ -96,12 +96,17 @@ def _delta(url: str, storage_options: dict | None, version: int | None) -> Table
     import pyarrow.dataset as ds  # (imports pandas, as deltalake does anyway)
 
     fs, root = filesystem(url, storage_options)
+    if version is not None and version < 0:
+        raise ValueError(f"a Delta table's versions count from 0, and {version} was asked of {url!r}")
     try:
         table = deltalake.DeltaTable(
             full_url(fs, root), version=version, storage_options=_delta_options(storage_options)
         )
         dataset = table.to_pyarrow_dataset()  # refuses the reader features it cannot honour, by name
     except Exception as e:  # deltalake's errors have no common base class
+        latest = _latest_delta_version(deltalake, full_url(fs, root), storage_options) if version else None
+        if latest is not None and version > latest:
+            raise ValueError(f"the Delta table {url!r} has no version {version} (its latest is {latest})") from None
         raise ValueError(f"cannot read the Delta table {url!r}: {_one_line(e)}") from None
     mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mapping != "none":
@@ -122,6 +127,13 @@ def _delta(url: str, storage_options: dict | None, version: int | None) -> Table
         path = posixpath.join(root, relative)
         files.append((path, int(sizes[relative]), f"{sizes[relative]}:{stamps[relative]}", values))
     return TableFiles("delta", table.version(), dataset.schema, sorted(files, key=lambda f: f[0]))
+
+
+def _latest_delta_version(deltalake, url: str, storage_options: dict | None) -> int | None:
+    try:
+        return deltalake.DeltaTable(url, storage_options=_delta_options(storage_options)).version()
+    except Exception:  # (the table itself unreadable: its own error is said)
+        return None
 
 
 def _iceberg(url: str, storage_options: dict | None, version: int | None) -> TableFiles:
