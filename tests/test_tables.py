@@ -57,6 +57,19 @@ def test_an_older_delta_version(sync_scheduler, delta_table, tmp_path):
     assert daskpile.verify(delta_table, str(tmp_path / "v0")).ok
 
 
+def test_verify_of_another_version_than_the_result_s_says_so_and_blames_nothing_else(delta_table, tmp_path):
+    """From the Spark-lake trial: verify --table-version 0 of a result made from the latest version said its files
+    "changed since it was written" (read without the column merged in since) and that "the source changed"."""
+    latest = deltalake.DeltaTable(delta_table).version()
+    daskpile.shuffle_parquet(delta_table, str(tmp_path / "out"), piles=2, seed=1)
+    result = daskpile.verify(delta_table, str(tmp_path / "out"), version=0)
+    assert not result.ok and result.other_version == (latest, 0)
+    assert result.files_differing == () and result.source_changed == ()
+    assert f"the result was made from version {latest} of the table, and version 0 was read" in str(result)
+    assert "changed since" not in str(result)
+    assert daskpile.verify(delta_table, str(tmp_path / "out"), version=latest).ok
+
+
 def test_verify_of_a_version_vacuumed_since_says_so(sync_scheduler, delta_table, tmp_path):
     """It printed the raw "[Errno 2] Failed to open local file ..." of the first file missing."""
     daskpile.shuffle_parquet(delta_table, str(tmp_path / "v0"), piles=2, seed=1, version=0)

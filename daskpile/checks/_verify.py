@@ -88,6 +88,10 @@ class Verification:
         Files of the source that are not data of its format (a ``.txt`` or
         ``.pqt`` beside Parquet files), skipped as the shuffle skipped them:
         said, since other readers of the folder may read them.
+    other_version
+        (the table version the result was made from, the one read), when
+        ``version`` asked for another: what the manifest recorded of its
+        files and its source is then not compared.
     """
 
     source: Fingerprint
@@ -104,6 +108,7 @@ class Verification:
     source_changed: tuple[str, ...] = ()
     types_differing: tuple[str, ...] = ()
     skipped_files: tuple[str, ...] = ()
+    other_version: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -151,6 +156,9 @@ class Verification:
         ]
         if self.source == self.dest and self.files_differing:  # (files swapped, or rows moved between them)
             lines[0] += "; every row is there, but not every file holds the rows the run wrote in it"
+        if self.other_version:
+            made, read = self.other_version
+            lines.append(f"  the result was made from version {made} of the table, and version {read} was read")
         if self.generations_differing:
             lines.append(f"  generations that differ: {', '.join(map(str, self.generations_differing))}")
         if self.columns_differing:
@@ -211,6 +219,7 @@ class Verification:
             "source_changed": list(self.source_changed),
             "types_differing": list(self.types_differing),
             "skipped_files": list(self.skipped_files),
+            "other_version": None if self.other_version is None else list(self.other_version),
         }
 
 
@@ -325,6 +334,8 @@ def verify(
     if partitioning is None:
         partitioning = _recorded_partitioning(manifest)
     table_version = read_as.get("table_version") if version is None else version
+    made_from = read_as.get("table_version")
+    other = (made_from, version) if None not in (version, made_from) and version != made_from else None
     if schema is None:  # a table's rows take the table's schema whatever the policy
         schema = read_as.get("schema_policy", "strict").replace("table", "strict")
     if format is None and read_options is None:
@@ -373,10 +384,12 @@ def verify(
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
         unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
-        files_differing=_files_differing(dest_fs, dest_files, dest_sides, manifest),
-        source_changed=_source_changed(plan, manifest),
+        # (what the manifest recorded is of the rows of the version it was made from, in that version's columns)
+        files_differing=() if other else _files_differing(dest_fs, dest_files, dest_sides, manifest, names),
+        source_changed=() if other else _source_changed(plan, manifest),
         types_differing=_types_differing(plan.schema, result.types, "the source"),
         skipped_files=tuple(plan.skipped),
+        other_version=other,
     )
 
 
@@ -397,11 +410,13 @@ def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:
     )
 
 
-def _files_differing(fs, paths: list[str], sides: list[_Side], manifest: dict | None) -> tuple[str, ...]:
+def _files_differing(
+    fs, paths: list[str], sides: list[_Side], manifest: dict | None, names: list[str]
+) -> tuple[str, ...]:
     """The files whose rows are not those their manifest recorded for them (a file missing or unreadable is
-    said so, not here)."""
+    said so, not here), where they were read in the columns the manifest records (``names``)."""
     recorded = (manifest or {}).get("file_fingerprints")
-    if not recorded or len(recorded) != len(paths):
+    if not recorded or len(recorded) != len(paths) or list(names) != _manifest.arrow_schema(manifest).names:
         return ()
     return tuple(
         full_url(fs, path)
@@ -482,7 +497,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
             if window and side.rows != want
         ),
         against_manifest=True,
-        files_differing=_files_differing(fs, paths, sides, manifest),
+        files_differing=_files_differing(fs, paths, sides, manifest, names),
         types_differing=_types_differing(schema, result.types, "the manifest"),
     )
 
