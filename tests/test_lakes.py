@@ -545,6 +545,37 @@ def test_spark_int96_timestamps_are_read_as_spark_reads_them(sync_scheduler, tmp
     assert daskpile.verify(str(lake), str(tmp_path / "out")).ok
 
 
+def test_a_spark_lake_that_moved_from_int96_to_utc_timestamps_unifies_as_utc(sync_scheduler, tmp_path):
+    """From the Spark-lake trial: a writer whose spark.sql.parquet.outputTimestampType moved from INT96 to
+    TIMESTAMP_MICROS left naive and UTC columns of one timestamp, refused even with schema='unify' (DuckDB and
+    Spark read them as one).  INT96 is Spark's instant, adjusted to UTC; a naive column stored otherwise is not."""
+    import datetime
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    old, new = datetime.datetime(2024, 1, 1, 12), datetime.datetime(2025, 1, 1, 12)
+    pq.write_table(pa.table({"id": [1], "ts": pa.array([old], pa.timestamp("us"))}), lake / "part-0.parquet",
+                   use_deprecated_int96_timestamps=True, store_schema=False)  # fmt: skip
+    pq.write_table(pa.table({"id": [2], "ts": pa.array([new], pa.timestamp("us", "UTC"))}), lake / "part-1.parquet")
+    with pytest.raises(ValueError, match=r"ts: timestamp\[us, tz=UTC\] instead of timestamp\[us\]"):
+        shuffle(str(lake), tmp_path / "strict")  # strict: the two types differ
+    shuffle(str(lake), tmp_path / "out", schema="unify")
+    out = read_output(tmp_path / "out").sort_by("id")
+    assert out.column("ts").type == pa.timestamp("us", "UTC")
+    utc = datetime.UTC
+    assert [t.astimezone(utc) for t in out.column("ts").to_pylist()] == [
+        old.replace(tzinfo=utc),
+        new.replace(tzinfo=utc),
+    ]
+    assert daskpile.verify(str(lake), str(tmp_path / "out")).ok
+    naive = tmp_path / "naive"  # a naive column not stored as INT96 (Spark's TIMESTAMP_NTZ): no instant to take
+    naive.mkdir()
+    pq.write_table(pa.table({"id": [1], "ts": pa.array([old], pa.timestamp("us"))}), naive / "part-0.parquet")
+    pq.write_table(pa.table({"id": [2], "ts": pa.array([new], pa.timestamp("us", "UTC"))}), naive / "part-1.parquet")
+    with pytest.raises(ValueError, match="no type holds both"):
+        shuffle(str(naive), tmp_path / "naive-out", schema="unify")
+
+
 def spark_schema(fields: dict[str, str]) -> bytes:
     """Spark's schema key, as Spark writes it in each file's footer."""
     import json

@@ -444,7 +444,8 @@ def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
 
 
 def _checked_schema(fs, path: str) -> pa.Schema:
-    """A file's Arrow schema, as its rows are read, or ValueError naming a column the output could not hold."""
+    """A file's Arrow schema, as its rows are read, or ValueError naming a column the output could not hold;
+    its columns stored as INT96 marked (``schemas.INT96``), for ``schemas.unify``."""
     with open_parquet(fs, path) as parquet:
         refuse_unwritable(parquet.schema, full_url(fs, path))
-        return parquet.schema_arrow
+        return schemas.marked_int96(parquet.schema_arrow, parquet.schema)

@@ -88,21 +88,44 @@ def without_stale_spark_schema(schema: pa.Schema, unified: bool = False) -> pa.S
     return schema.with_metadata(metadata)
 
 
+# Marks a column a file stores as INT96 (``marked_int96``): Spark's timestamp, an instant stored adjusted to UTC,
+# which pyarrow reads without a time zone since Impala stored local times so
+INT96 = b"daskpile.int96"
+
+
+def marked_int96(schema: pa.Schema, parquet_schema) -> pa.Schema:
+    """``schema`` with its top-level columns stored as INT96 marked (field metadata ``INT96``)."""
+    stored = {parquet_schema.column(i).path for i in range(len(parquet_schema))
+              if parquet_schema.column(i).physical_type == "INT96"}  # fmt: skip
+    if not stored:
+        return schema
+    fields = [f.with_metadata({**(f.metadata or {}), INT96: b"1"}) if f.name in stored else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
 def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     """Union by name of the files' schemas, in order of first appearance; the first one's metadata.
 
-    An impossible promotion names the column and the two files.
+    An impossible promotion names the column and the two files.  A column of
+    timestamps without a time zone that some files store as INT96 takes a
+    time zone of UTC from files that store it with one: Spark wrote both as
+    its timestamp, an instant, before and after its ``outputTimestampType``
+    moved from INT96 to TIMESTAMP_MICROS.
     """
     types: dict[str, pa.DataType] = {}
     first_seen: dict[str, str] = {}
     everywhere: dict[str, int] = {}
+    int96: dict[str, bool] = {}  # whether the column's type so far is only files' INT96
     for schema, url in zip(schemas, urls, strict=True):
         for field in schema:
             everywhere[field.name] = everywhere.get(field.name, 0) + 1
+            stored_int96 = INT96 in (field.metadata or {})
             if field.name not in types:
                 types[field.name], first_seen[field.name] = field.type, url
+                int96[field.name] = stored_int96
                 continue
-            merged = _merge(types[field.name], field.type)
+            merged = _merge(types[field.name], field.type, int96[field.name], stored_int96)
+            int96[field.name] = int96[field.name] and stored_int96
             if merged is None:
                 raise ValueError(
                     f"column {field.name!r} is {types[field.name]} in {first_seen[field.name]!r} and {field.type} "
@@ -151,12 +174,16 @@ def _pandas_layout(schema: pa.Schema) -> dict | None:
     return {k: v for k, v in layout.items() if k not in ("creator", "pandas_version")}
 
 
-def _merge(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The type that holds the values of both, or None.
+def _merge(a: pa.DataType, b: pa.DataType, a_int96: bool = False, b_int96: bool = False) -> pa.DataType | None:
+    """The type that holds the values of both, or None; ``a_int96``: ``a`` is that of INT96 columns only.
 
     >>> _merge(pa.timestamp("us", "UTC"), pa.timestamp("ns", "Europe/Paris"))  # instants, in any zone
     TimestampType(timestamp[ns, tz=UTC])
+    >>> _merge(pa.timestamp("us"), pa.timestamp("us", "UTC"), a_int96=True)  # Spark's instants, both
+    TimestampType(timestamp[us, tz=UTC])
     """
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and ((a_int96 and b.tz) or (b_int96 and a.tz)):
+        return _merge(a if a.tz else pa.timestamp(a.unit, "UTC"), b if b.tz else pa.timestamp(b.unit, "UTC"))
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.tz and b.tz and a.tz != b.tz:
         # Arrow stores both as UTC instants: only their display differs (pyarrow refuses to merge them)
         finer = max((a, b), key=lambda t: ["s", "ms", "us", "ns"].index(t.unit)).unit
