@@ -747,6 +747,13 @@ def verify(source, dest, partitioning, schema, table_version, source_format, rea
     help="Output neighbours closer than this in the input order are counted.",
 )
 @click.option(
+    "--batch-size",
+    type=click.IntRange(min=2),
+    default=1024,
+    show_default=True,
+    help="Rows of a training batch, for the label balance per batch (with --label-column).",
+)
+@click.option(
     "--alpha",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=1e-3,
@@ -760,7 +767,7 @@ def verify(source, dest, partitioning, schema, table_version, source_format, rea
 @click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
 @_cluster_options
 @_command
-def quality(dest, order_column, label_column, neighbours, alpha, plot, scratch, as_json, quiet, **cluster):
+def quality(dest, order_column, label_column, neighbours, batch_size, alpha, plot, scratch, as_json, quiet, **cluster):
     """How random is the row order of each DEST? Exit 1 if a check fails.
 
     DEST is a daskpile result in any output format (Parquet, Arrow, CSV, JSON
@@ -775,7 +782,7 @@ def quality(dest, order_column, label_column, neighbours, alpha, plot, scratch, 
         for k, url in enumerate(dest):
             report = measure(
                 url, order_column, label_column, neighbours=neighbours, alpha=alpha,
-                storage_options=storage_options, scratch=scratch,
+                storage_options=storage_options, scratch=scratch, batch_size=batch_size,
             )  # fmt: skip
             reports.append(report)
             if plot:

@@ -169,6 +169,28 @@ def test_orders_too_even_to_be_random_fail(tmp_path):
     assert not successions.passed and successions.statistic == ROWS - 1 and report.longest_run == ROWS
 
 
+def test_batches_of_one_label_fail_however_balanced_the_files(tmp_path):
+    """From the quality trial: every training batch of one label passed, the label check being per file.  A
+    uniform permutation, with a label independent of the rows' positions, sorted by that label within every
+    two batches: files and positions as random as before, batches of nearly one label each."""
+    rng = np.random.default_rng(5)
+    order, label = rng.permutation(ROWS), rng.integers(0, 2, ROWS).astype(np.int8)
+    for start in range(0, ROWS, 2 * 1250):
+        window = slice(start, start + 2 * 1250)
+        kept = np.argsort(label[window], kind="stable")
+        order[window], label[window] = order[window][kept], label[window][kept]
+    write_parts(pa.table({"id": order, "label": label}), tmp_path / "sorted-pairs", 4)
+    report = daskpile.quality(str(tmp_path / "sorted-pairs"), "id", "label", batch_size=1250)
+    assert failed(report) == {"label balance per batch"}, report
+    assert "over 16 batches of 1,250 rows (too uneven)" in str(report)
+    report = daskpile.quality(str(tmp_path / "sorted-pairs"), "id", "label", batch_size=5000)  # (whole files)
+    assert report.ok, report
+    uniform = daskpile.quality(ordered(rng.permutation(ROWS), tmp_path / "uniform"), "id", "label", batch_size=1250)
+    assert uniform.ok and "label balance per batch" in {c.name for c in uniform.checks}
+    with pytest.raises(ValueError, match="batch_size must be at least 2"):
+        daskpile.quality(str(tmp_path / "uniform"), "id", "label", batch_size=1)
+
+
 def test_manifest_order_is_the_reading_order(sync_scheduler, tmp_path):
     source, dest = tmp_path / "sorted", tmp_path / "shuffled"
     write_reference_dataset(source, rows=5_000, files=2)

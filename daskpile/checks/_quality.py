@@ -15,7 +15,9 @@ passes and any remaining structure fails:
 - the entropy of the absolute differences of consecutive original positions
   (the measure MosaicML Streaming reports; 0 bits for the input order);
 - with a label column, every output file's label counts against binomial
-  (hypergeometric) bounds, and all of them against too even a spread.
+  (hypergeometric) bounds, and all of them against too even a spread; and
+  every batch's (``batch_size`` consecutive rows), the batches against each
+  other.
 
 Each test has a false-positive rate of ``alpha`` on a uniform shuffle.
 """
@@ -102,7 +104,8 @@ class QualityReport:
     checks
         Every statistical test, in order: rank correlation, decile chi-square
         (from 500 rows), successions, neighbours within ``neighbours``, and
-        with a label column, label balance per file.
+        with a label column, label balance per file and per batch (from two
+        whole batches).
     rank_correlation
         Spearman's rank correlation of input and output positions: about 0
         for a uniform shuffle, +1 for the input order.
@@ -293,6 +296,7 @@ def quality(
     alpha: float = 1e-3,
     storage_options: dict | None = None,
     scratch: str | None = None,
+    batch_size: int = 1024,
 ) -> QualityReport:
     """Measure how random the row order of ``dest`` is against an original order.
 
@@ -324,7 +328,11 @@ def quality(
       two-sided: rows kept apart on purpose fail too;
     - with ``label_column``, the label counts of every output file against
       hypergeometric bounds (Bonferroni over files and labels), and against
-      too even a spread (a chi-square's lower tail), each side at alpha / 2.
+      too even a spread (a chi-square's lower tail), each side at alpha / 2;
+    - with ``label_column``, the label counts of every batch of
+      ``batch_size`` consecutive rows within a file (a chi-square of batches
+      by labels, two-sided): batches of one label each fail it, whatever the
+      files hold.
 
     The entropy of the absolute differences of consecutive input positions
     (MosaicML Streaming's measure: about log2(rows) - 1.02 bits for a
@@ -356,6 +364,9 @@ def quality(
         integers writes, past ``IN_MEMORY_ROWS`` rows (about 30 bytes a
         row): a local path or an fsspec URL every worker reaches.  Default:
         the local temporary directory.  Removed when done.
+    batch_size
+        The rows of a training batch, for the label balance per batch (at
+        least 2).  Default 1024.
 
     Returns
     -------
@@ -390,6 +401,8 @@ def quality(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
     if neighbours < 1:
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
+    if batch_size < 2:
+        raise ValueError(f"batch_size must be at least 2, got {batch_size!r}")
     _dest.refuse_unfinished(dest, storage_options)
     fs, files, manifest = _manifest.result_files(dest, storage_options)
     result = _ResultFiles.of(fs, manifest)
@@ -403,7 +416,9 @@ def quality(
             f"the order PileLoader reads in epoch 0 (seed {manifest['seed']}, one rank, mix 1); a plain reader "
             f"of the files gets {plain}"
         )
-    (described,) = dask.compute([dask.delayed(_describe)(result, path, order_column, label_column) for path in files])
+    (described,) = dask.compute(
+        [dask.delayed(_describe)(result, path, order_column, label_column, batch_size) for path in files]
+    )
     rows_per_file = np.array([d.rows for d in described], dtype=np.int64)
     rows = int(rows_per_file.sum())
     nulls = sum(d.nulls for d in described)
@@ -456,6 +471,8 @@ def quality(
     if label_column:
         labels, label_counts = _label_counts([d.labels for d in described], label_column)
         checks.append(_label_balance(label_counts, rows_per_file, alpha))
+        per_batch = _label_balance_per_batch([d.batches for d in described], labels, batch_size, alpha)
+        checks += [per_batch] if per_batch is not None else []
 
     return QualityReport(
         dest=where,
@@ -490,19 +507,41 @@ class _Described:
     last: int | None
     labels: dict
     sample: np.ndarray  # evenly spaced order values, for the bounds of a sort on Dask
+    batches: dict  # label value -> its count in each whole batch of the file, in order
 
 
-def _describe(result: _ResultFiles, path: str, order_column: str, label_column: str | None) -> _Described:
+def _describe(
+    result: _ResultFiles, path: str, order_column: str, label_column: str | None, batch_size: int
+) -> _Described:
     columns = [order_column] + ([label_column] if label_column else [])
     order, *label = _read_columns(result, path, columns)
     integer = pa.types.is_integer(order.type)
     low, high = (pc.min(order).as_py(), pc.max(order).as_py()) if integer and len(order) else (None, None)
     last = order[len(order) - 1].as_py() if integer and len(order) else None
-    labels = {}
+    labels, batches = {}, {}
     if label:
         counted = pc.value_counts(label[0].combine_chunks())
         labels = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
-    return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order))
+        batches = _batch_counts(label[0], batch_size)
+    return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order), batches)
+
+
+def _batch_counts(label: pa.ChunkedArray, batch_size: int) -> dict:
+    """Each label value's count in every whole batch of ``batch_size`` consecutive rows (a last partial one
+    left out)."""
+    whole = len(label) // batch_size
+    if not whole:
+        return {}
+    encoded = pc.dictionary_encode(label.slice(0, whole * batch_size).combine_chunks())
+    values = encoded.dictionary.to_pylist()
+    codes = encoded.indices.fill_null(len(values)).to_numpy(zero_copy_only=False).astype(np.int64)
+    kinds = len(values) + 1  # (nulls last)
+    cells = np.repeat(np.arange(whole, dtype=np.int64) * kinds, batch_size) + codes
+    table = np.bincount(cells, minlength=whole * kinds).reshape(whole, kinds).astype(np.int32)
+    found = {value: table[:, k] for k, value in enumerate(values)}
+    if table[:, -1].any():
+        found[None] = table[:, -1]
+    return found
 
 
 IN_MEMORY_ROWS = 2_000_000  # an order column that is not a dense range is ranked in memory up to this
@@ -699,6 +738,30 @@ def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) 
             p = low
             detail += f"; chi-square {chi2:.1f} on {dof} dof" + (" (too even)" if low < alpha else "")
     return QualityCheck("label balance per file", worst, p, p >= alpha and worst <= bound, detail)
+
+
+def _label_balance_per_batch(per_file: list[dict], labels: list, batch_size: int, alpha: float) -> QualityCheck | None:
+    """The batches' label counts as a table of batches by labels, against independence (two-sided: a batch of
+    one label fails it, and so do batches dealt labels evenly).  Labels a batch would hold fewer than 5 rows of
+    on average count as one.  None with fewer than 2 batches or 2 labels."""
+    rows = [f for f in per_file if f]
+    if not rows:
+        return None
+    table = np.concatenate([np.stack([f.get(v, np.zeros(len(next(iter(f.values()))), np.int32)) for v in labels],
+                                     axis=1) for f in rows])  # fmt: skip
+    expected = table.sum(axis=0) / table.sum() * batch_size
+    common = expected >= 5
+    table = np.concatenate([table[:, common], table[:, ~common].sum(axis=1, keepdims=True)], axis=1)
+    table = table[:, table.sum(axis=0) > 0]
+    batches, kinds = table.shape
+    if batches < 2 or kinds < 2:
+        return None
+    chi2 = _chi_square(table.astype(np.float64))
+    dof = (batches - 1) * (kinds - 1)
+    p = two_sided(chi_square_cdf(chi2, dof), chi_square_sf(chi2, dof))
+    side = (" (too even)" if chi2 < dof else " (too uneven)") if p < alpha else ""
+    detail = f"chi-square {chi2:,.0f} on {dof:,} dof over {batches:,} batches of {batch_size:,} rows{side}, p={p:.3g}"
+    return QualityCheck("label balance per batch", chi2, p, p >= alpha, detail)
 
 
 def _chi_square(table: np.ndarray) -> float:
