@@ -456,6 +456,16 @@ def test_a_csv_written_out_as_csv_keeps_each_values_text_and_its_nulls(tmp_path,
     daskpile.shuffle_parquet(str(tmp_path / "z.csv"), str(tmp_path / "typed"), piles=1, seed=1)  # Parquet: typed
     typed = pq.read_table(tmp_path / "typed").sort_by("zip")
     assert typed.column("zip").to_pylist() == [77, 501, 2134] and typed.column("note").to_pylist() == ["a, b", "", None]
+    # From the CSV trial: a declared type turned every other column's text off ("00501" came out 501), and
+    # as_text=true with it was refused.  Together: the declared column typed, the others their text.
+    both = {**options.get("read_options", {}), "column_types": {"price": "double"}, "as_text": True}
+    daskpile.shuffle_parquet(
+        str(tmp_path / "z.csv"), str(tmp_path / "one-typed"), piles=1, seed=1, output_format="csv", read_options=both
+    )
+    written = pa_csv.read_csv(tmp_path / "one-typed" / "part-00000.csv", convert_options=convert).sort_by("zip")
+    assert written.column("zip").to_pylist() == ["00501", "02134", "77"]
+    assert written.column("flag").to_pylist() == ["false", "TRUE", "x"] and written.column("price")[0].as_py() == "2"
+    assert daskpile.verify(str(tmp_path / "one-typed")).ok
 
 
 def test_only_an_empty_field_is_a_null_unless_null_values_says_more(tmp_path, sync_scheduler):

@@ -157,10 +157,10 @@ class TextOptions:
                 "read option as_written keeps JSON lines as written, unparsed: it applies to jsonl, "
                 "without column_types"
             )
-        if self.as_text and (self.format not in ("csv", "tsv") or self.column_types):
+        if self.as_text and self.format not in ("csv", "tsv"):
             raise ValueError(
-                "read option as_text reads every value of a CSV as its text: it applies to csv and tsv, without "
-                "column_types"
+                "read option as_text reads every value of a CSV as its text (but those column_types declares): it "
+                "applies to csv and tsv"
             )
         for name, type_name in self.column_types:
             arrow_type(type_name, name)

@@ -210,18 +210,19 @@ def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, in
 
 
 def _declared(options: TextOptions, head: bytes) -> dict[str, pa.DataType]:
-    """The declared types: ``column_types``, or with ``as_text`` a string for every column of the header."""
+    """The declared types: ``column_types``, and with ``as_text`` a string for every other column of the header."""
+    declared = {name: arrow_type(t, name) for name, t in options.column_types}
     if not options.as_text:
-        return {name: arrow_type(t, name) for name, t in options.column_types}
+        return declared
     first = head[: head.find(b"\n") + 1] if b"\n" in head else head
     if not first.strip():
-        return {}
+        return declared
     names = pa_csv.read_csv(
         io.BytesIO(newline_ended(first)),
         read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
         parse_options=options.csv_parse(newlines_in_values=False),
     ).schema.names
-    return dict.fromkeys(names, pa.string())
+    return {**dict.fromkeys(names, pa.string()), **declared}
 
 
 @contextlib.contextmanager
