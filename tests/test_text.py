@@ -1332,19 +1332,22 @@ def test_a_csv_header_that_is_not_utf8_is_named_in_whichever_file(tmp_path, sync
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not compressed"])
+@pytest.mark.parametrize("damage", ["truncated", "not compressed", "empty"])
 def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_path, damage):
-    """The codec's own message ("Truncated compressed stream") named no file, and exited as a failed run (1)."""
+    """The codec's own message ("Truncated compressed stream") named no file, and exited as a failed run (1).
+    An empty one (a failed upload) was read as no rows, verified (from the CSV trial)."""
     (tmp_path / "in").mkdir()
     for i in range(3):
         (tmp_path / "in" / f"part-{i}.txt.gz").write_bytes(
             gzip.compress(b"".join(b"line %d\n" % j for j in range(50_000)))
         )
     broken = tmp_path / "in" / "part-1.txt.gz"
-    broken.write_bytes(broken.read_bytes()[:20_000] if damage == "truncated" else b"not gzip at all\n")
+    damaged = {"truncated": broken.read_bytes()[:20_000], "not compressed": b"not gzip at all\n", "empty": b""}
+    broken.write_bytes(damaged[damage])
     done = daskpile_in_process("shuffle", str(tmp_path / "in"), str(tmp_path / "out"), "--scheduler", "sync", "-q")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"cannot read '{broken}': its gzip data is damaged or cut short (" in done.stderr, done.stderr
+    said = "it is empty, which no gzip data is" if damage == "empty" else "its gzip data is damaged or cut short ("
+    assert f"cannot read '{broken}': {said}" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
 
 
