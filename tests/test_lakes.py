@@ -113,14 +113,25 @@ def test_a_value_too_large_for_int32_makes_the_key_a_string(sync_scheduler, tmp_
     assert read_output(tmp_path / "out").schema.field("n").type == expected.field("n").type == pa.string()
 
 
-def test_a_key_that_is_also_a_column_is_refused(sync_scheduler, tmp_path):
+def test_a_key_that_is_also_a_column_is_read_from_the_folders_where_they_agree(sync_scheduler, tmp_path):
+    """polars' write_parquet(partition_by=...) keeps the key in the files too: that was refused (from the
+    Spark-lake trial).  Where every row holds its folder's value (a null under __HIVE_DEFAULT_PARTITION__) the
+    lake is read; a file that holds another value is refused, naming it and the value."""
+    import polars
+
+    polars.DataFrame({"id": [1, 2, 3], "k": ["a", "b", None]}).write_parquet(tmp_path / "polars", partition_by=["k"])
+    shuffle(str(tmp_path / "polars"), tmp_path / "polars-out")
+    assert sorted(read_output(tmp_path / "polars-out").to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "k": "a"}, {"id": 2, "k": "b"}, {"id": 3, "k": None},
+    ]  # fmt: skip
+    assert daskpile.verify(str(tmp_path / "polars"), str(tmp_path / "polars-out")).ok
     os.makedirs(tmp_path / "lake" / "year=2024")
-    pq.write_table(pa.table({"id": [1], "year": [2023]}), tmp_path / "lake" / "year=2024" / "a.parquet")
-    with pytest.raises(ValueError, match=r"column 'year' of .*a\.parquet.* is also a partition folder key"):
+    pq.write_table(pa.table({"id": [1, 2], "year": [2024, 2023]}), tmp_path / "lake" / "year=2024" / "a.parquet")
+    with pytest.raises(ValueError, match=r"column 'year' of .*a\.parquet' holds 2023 where its partition folder say"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     shuffle(str(tmp_path / "lake"), tmp_path / "out", partitioning="none")  # the file's column, as it says
-    assert read_output(tmp_path / "out")["year"].to_pylist() == [2023]
+    assert sorted(read_output(tmp_path / "out")["year"].to_pylist()) == [2023, 2024]
 
 
 def test_partition_folders_at_different_depths_are_refused(sync_scheduler, tmp_path):

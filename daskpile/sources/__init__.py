@@ -411,12 +411,9 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
     else:
         data, reference = _reference_schema(fs, files)
     data = schemas.nullable(schemas.without_range_index(data))
-    clashes = [n for n in key_fields.names if n in data.names]
-    if clashes:
-        raise ValueError(
-            f"column {clashes[0]!r} of {reference!r} is also a partition folder key: pass partitioning='none' "
-            "(--partitioning none) to read the files' column and ignore the folders"
-        )
+    # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
+    # checked to hold their value as it is read (``schemas.Conformer``)
+    data = pa.schema([f for f in data if f.name not in key_fields.names], metadata=data.metadata)
     schema = pa.schema([*data, *key_fields], metadata=data.metadata)
     schema = schemas.without_stale_spark_schema(schema, unified=policy == "unify")
     return Reading(schema, policy, reference)

@@ -18,6 +18,7 @@ import dataclasses
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 POLICIES = ("strict", "unify")
 # "window": an append into a moving window, checked as strictly; "first file": files other than Parquet, which
@@ -252,6 +253,7 @@ class Conformer:
     check_nulls: frozenset  # columns the plan says are never null and this file allows nulls in
     identity: bool
     renamed: tuple = ()  # (plan name, the file's name) of columns the file holds under another name
+    echoed: frozenset = frozenset()  # partition keys the file holds as columns too (polars' partition_by)
 
     def __call__(self, table: pa.Table, url: str) -> pa.Table:
         """``table``, read from ``url``, in the plan's schema (metadata aside: the reader sets it once)."""
@@ -261,6 +263,8 @@ class Conformer:
         columns = []
         for field in self.schema:
             if field.name in self.keys:
+                if field.name in self.echoed:
+                    _check_echo(table.column(field.name), self.keys[field.name], field.name, url)
                 columns.append(pa.repeat(self.keys[field.name], n))
                 continue
             if field.name in self.missing:
@@ -276,6 +280,25 @@ class Conformer:
                     raise ValueError(f"column {field.name!r} of {url!r} does not fit {field.type}: {e}") from None
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def _check_echo(column: pa.ChunkedArray, key: pa.Scalar, name: str, url: str) -> None:
+    """A file's column that holds its partition folder's value: every row the folder's value, or ValueError."""
+    try:
+        values = column.cast(key.type)
+        same = (
+            values.null_count == len(values)
+            if not key.is_valid
+            else not values.null_count and pc.all(pc.equal(values, key)).as_py() in (True, None)
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        same = False
+    if not same:
+        other = next((v for v in column.to_pylist() if v != key.as_py()), None)
+        raise ValueError(
+            f"column {name!r} of {url!r} holds {other!r} where its partition folder says {name}={key.as_py()!r}: "
+            "pass partitioning='none' (--partitioning none) to read the files' column and ignore the folders"
+        )
 
 
 def conformer(
@@ -303,12 +326,9 @@ def conformer(
     names = _current_names(actual, field_ids) if field_ids else {f.name: f.name for f in actual}
     actual_fields = {names[f.name]: f for f in actual if names[f.name] is not None}
     renamed = tuple((new, old) for old, new in names.items() if new is not None and new != old)
-    clashes = [n for n in actual_fields if n in keys]
-    if clashes and policy != "table":
-        raise ValueError(
-            f"column {clashes[0]!r} of {url!r} is also a partition folder key: pass partitioning='none' "
-            "(--partitioning none) to read the files' column and ignore the folders"
-        )
+    # A column the folders name too (polars' partition_by writes both): read from the folders, and checked to
+    # hold their values in every row as it is read
+    echoed = frozenset(n for n in actual_fields if n in keys) if policy != "table" else frozenset()
     problems = [f"{n}: unexpected column" for n in actual_fields if n not in data_names and n not in keys]
     if field_ids:
         problems += _nested_fields_misread(actual, names, field_ids)
@@ -336,7 +356,9 @@ def conformer(
         }.get(policy, "(a column renamed after the file was written?)")
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
-    return Conformer(plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed)
+    return Conformer(
+        plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed, echoed
+    )
 
 
 def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
