@@ -374,6 +374,8 @@ def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
 
 
 FIELD_ID = b"PARQUET:field_id"
+# The names Iceberg gives the fields inside a list and a map, in the paths of its field ids (``tables.field_paths``)
+LIST_ELEMENT, MAP_KEY, MAP_VALUE = "element", "key", "value"
 
 
 def _current_names(actual: pa.Schema, field_ids: dict[int, tuple[str, ...]]) -> dict[str, str | None]:
@@ -391,8 +393,6 @@ def _nested_fields_misread(
 ) -> list[str]:
     """The nested fields of a file that reading by name would misread: renamed since (read as nulls), or dropped
     with another field of their name added since (its values read as the new field's)."""
-    from daskpile.sources.tables import LIST_ELEMENT, MAP_KEY, MAP_VALUE
-
     ids_now = {path: field_id for field_id, path in field_ids.items()}
     problems = []
 

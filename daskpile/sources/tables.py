@@ -19,6 +19,7 @@ import urllib.parse
 import pyarrow as pa
 
 from daskpile._storage import filesystem, full_url
+from daskpile.sources.schemas import LIST_ELEMENT, MAP_KEY, MAP_VALUE
 
 DELTA_LOG = "_delta_log"
 ICEBERG_METADATA = "metadata"
@@ -171,10 +172,6 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
     schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])  # without the field-id metadata
     snapshot_id = snapshot.snapshot_id if snapshot is not None else 0
     return TableFiles("iceberg", snapshot_id, schema, sorted(files, key=lambda f: f[0]), field_ids)
-
-
-# The names Iceberg gives the fields inside a list and a map, in ``field_paths``
-LIST_ELEMENT, MAP_KEY, MAP_VALUE = "element", "key", "value"
 
 
 def field_paths(schema) -> dict[int, tuple[str, ...]]:
