@@ -188,7 +188,8 @@ def _command(f):
         type=_Duration(),
         metavar="DURATION",
         help="Run again after an error a later try may not meet (exit status 75: the scheduler or the store out of "
-        "reach, the dest written by another run), pausing between tries, until DURATION (10m, 1h) has passed.",
+        "reach, the dest written by another run), pausing between tries, for up to DURATION (10m, 1h) from the "
+        "error; a try that had run longer than a minute starts the window anew.",
     )
     @functools.wraps(f)
     def run(*args, debug: bool, retry_for: float | None, **kwargs):
@@ -232,17 +233,24 @@ RETRY_PAUSES = (5.0, 10.0, 20.0, 40.0, 60.0)
 
 
 def _tried_again(command, retry_for: float):
-    """``command()``, run again after an error a later try may not meet, until ``retry_for`` seconds have passed
-    (a run of ``shuffle`` resumes where the one before stopped)."""
-    deadline = time.monotonic() + retry_for
+    """``command()``, run again after an error a later try may not meet, for up to ``retry_for`` seconds from that
+    error (a run of ``shuffle`` resumes where the one before stopped).  A try that ran longer than the longest
+    pause before it failed had got going: its error starts a new window, so that a run of hours that loses its
+    scheduler at the second hour is tried again as one that cannot reach it at its start."""
+    window, streak = 0.0, 0
     for tries in itertools.count(1):
         _SCHEDULER.clear()  # (a command run in process after another: its scheduler is not this one's)
+        started = time.monotonic()
         try:
             return command()
         except Exception as e:
-            pause = RETRY_PAUSES[min(tries, len(RETRY_PAUSES)) - 1]
-            if _exit_status(e) != EXIT_TRY_AGAIN or time.monotonic() + pause > deadline:
+            failed = time.monotonic()
+            if streak == 0 or failed - started > RETRY_PAUSES[-1]:
+                window, streak = failed, 0
+            pause = RETRY_PAUSES[min(streak, len(RETRY_PAUSES) - 1)]
+            if _exit_status(e) != EXIT_TRY_AGAIN or failed + pause > window + retry_for:
                 raise
+            streak += 1
             click.echo(redact(f"daskpile: {_error_line(e)}: trying again in {pause:.0f} s (try {tries + 1})"), err=True)
             time.sleep(pause)
 

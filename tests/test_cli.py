@@ -416,3 +416,31 @@ def test_a_retry_of_a_finished_run_says_no_fresh_plan_before_already_done(tmp_pa
     assert first.returncode == 0 and first.stdout.startswith("piles=auto: "), first.stdout
     again = daskpile_command(*args)
     assert again.returncode == 0 and again.stdout.startswith("already done: "), again.stdout
+
+
+def test_retry_for_counts_from_the_error_and_anew_after_a_try_that_got_going(monkeypatch):
+    """From the review: the window counted from the command's start, so a run of hours that lost its scheduler
+    at the second hour was not tried again under --retry-for 1h (the DaskJob's runner then failed)."""
+    from daskpile import cli as command_line
+
+    clock = [0.0]
+    monkeypatch.setattr(command_line.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(command_line.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    tries = []
+
+    def run_for(*seconds):  # each try runs so long, then loses its scheduler; the last one succeeds
+        def command():
+            clock[0] += seconds[len(tries)]
+            tries.append(clock[0])
+            if len(tries) < len(seconds):
+                raise SchedulerUnreachable("cannot reach the scheduler at tcp://scheduler:8786")
+            return "done"
+
+        return command
+
+    assert command_line._tried_again(run_for(7200, 1, 1, 1, 7200, 1), retry_for=3600) == "done"
+    assert len(tries) == 6
+    tries.clear()
+    with pytest.raises(SchedulerUnreachable):  # out of reach from the start, for longer than the window
+        command_line._tried_again(run_for(*[1] * 100), retry_for=60)
+    assert clock[0] - tries[0] < 60 + 60 and 3 <= len(tries) < 10
