@@ -188,7 +188,7 @@ def _plan_sources(
     fs = filesystem(urls[0], storage_options)[0]
     table = _single_table(urls, storage_options, version) if format in ("auto", "parquet") else None
     if table is not None:
-        return _table_plan(fs, table, urls[0])
+        return _table_plan(fs, table, urls[0], asked=version is not None)
     if version is not None:
         raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
     declared = hive.parse_partitioning(partitioning)
@@ -342,10 +342,13 @@ def _single_table(urls, storage_options, version) -> tables.TableFiles | None:
     return tables.read_table(fmt, url, storage_options, version)
 
 
-def _table_plan(fs, table: tables.TableFiles, url: str) -> SourcePlan:
+def _table_plan(fs, table: tables.TableFiles, url: str, asked: bool) -> SourcePlan:
+    """``asked``: the version was asked for (an older one, whose files a vacuum may have removed since; the
+    current one's are there, and looking costs a listing of every partition folder)."""
     if not table.files:
         raise FileNotFoundError(f"the {table.description} at {url!r} has no data files")
-    _refuse_files_gone(fs, table, url)
+    if asked:
+        _refuse_files_gone(fs, table, url)
     files = tuple(SourceFile(path, size, stamp, tuple(keys.items())) for path, size, stamp, keys in table.files)
     reading = Reading(table.schema, "table", f"{url} ({table.description})", tuple(table.field_ids.items()))
     return SourcePlan(fs, files, reading, (), table.description, version=table.version)

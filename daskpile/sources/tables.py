@@ -149,9 +149,13 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
         if version is not None and snapshot is None:
             raise ValueError(f"the Iceberg table {url!r} has no snapshot {version}")
         tasks = [] if snapshot is None else list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-        # a snapshot asked for is read with its own schema, as pyiceberg reads it (columns dropped since were
-        # still there); the current one with the table's (columns added since are nulls)
-        at_snapshot = table.schemas().get(snapshot.schema_id) if version is not None else None
+        # An older snapshot asked for is read with its own schema, as pyiceberg reads it (columns dropped since
+        # were still there); the current one with the table's, as a scan of the table reads it (a column added
+        # or renamed since its last snapshot changes no snapshot), asked for by its id or not, so that a result
+        # and its verify, which asks for the snapshot the result records, read it alike
+        current = table.current_snapshot()
+        older = snapshot is not None and (current is None or snapshot.snapshot_id != current.snapshot_id)
+        at_snapshot = table.schemas().get(snapshot.schema_id) if older else None
         at_snapshot = at_snapshot if at_snapshot is not None else table.schema()
         schema = at_snapshot.as_arrow()
         field_ids = field_paths(at_snapshot)
