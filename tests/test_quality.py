@@ -191,6 +191,33 @@ def test_batches_of_one_label_fail_however_balanced_the_files(tmp_path):
         daskpile.quality(str(tmp_path / "uniform"), "id", "label", batch_size=1)
 
 
+def test_label_balance_per_batch_with_rare_labels_and_where_it_cannot_run(tmp_path):
+    """From the review: rare labels pooled into a column still too rare made uniform orders fail far above
+    alpha, and the check was left out of the report without a word where it could not run.  The chi-square's
+    statistic is that of the batches x labels table, computed from each file's Gram matrix."""
+    from daskpile.checks._quality import _batch_counts, _chi_square, _label_balance_per_batch
+
+    rng = np.random.default_rng(9)
+    label = rng.choice(4, size=8 * 1024, p=[0.95, 0.045, 0.003, 0.002])
+    table = np.stack([np.bincount(b, minlength=4) for b in label.reshape(8, 1024)])
+    found = _label_balance_per_batch([_batch_counts(pa.chunked_array([label]), 1024)], [0, 1, 2, 3], 1024, 1e-3)
+    rare = table[:, 2] + table[:, 3]  # two labels a batch holds fewer than 5 of: pooled, and so joining label 0
+    pooled = np.stack([table[:, 0], table[:, 1], rare] if rare.mean() >= 5 else [table[:, 0] + rare, table[:, 1]], 1)
+    assert found.statistic == pytest.approx(_chi_square(pooled.astype(float)))
+    for seed in range(10):  # uniform orders of a label with rare values: they pass
+        ids = np.random.default_rng(seed).permutation(ROWS)
+        rare = pa.table({"id": ids, "label": np.where(ids % 500 == 0, 2, ids % 7 == 0).astype(np.int8)})
+        write_parts(rare, tmp_path / f"rare-{seed}", 4)
+        report = daskpile.quality(str(tmp_path / f"rare-{seed}"), "id", "label")
+        assert report.ok and "label balance per batch" in {c.name for c in report.checks}, report
+    report = daskpile.quality(ordered(np.arange(3_000), tmp_path / "short", parts=4), "id", "label")
+    assert report.not_run == (("label balance per batch", "fewer than 2 whole batches of 1,024 rows in a file"),)
+    assert "label balance per batch        not run: fewer than 2 whole batches" in str(report)
+    assert report.to_json()["not_run"] == [{"name": "label balance per batch", "why": report.not_run[0][1]}]
+    tiny = daskpile.quality(ordered(np.arange(100), tmp_path / "tiny", parts=1), "id")
+    assert tiny.not_run == (("decile chi-square", "under 500 rows"),)
+
+
 def test_manifest_order_is_the_reading_order(sync_scheduler, tmp_path):
     source, dest = tmp_path / "sorted", tmp_path / "shuffled"
     write_reference_dataset(source, rows=5_000, files=2)

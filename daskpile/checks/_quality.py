@@ -136,6 +136,10 @@ class QualityReport:
         The order measured, when it is not the files' in the order of
         ``files``: that of :class:`daskpile.PileLoader` in epoch 0, for a
         lazy result or a moving window, whose plain readers get another.
+    not_run
+        The checks not run, as (name, why): the decile chi-square under 500
+        rows, the label balance per batch without two whole batches, or two
+        labels a batch holds 5 rows of on average.
     """
 
     dest: str
@@ -155,6 +159,7 @@ class QualityReport:
     labels: list = dataclasses.field(default_factory=list)
     label_counts: np.ndarray | None = None
     read_as: str | None = None
+    not_run: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -189,6 +194,7 @@ class QualityReport:
             "neighbours": self.neighbours,
             "entropy_bits": self.entropy_bits,
             "read_as": self.read_as,
+            "not_run": [{"name": name, "why": why} for name, why in self.not_run],
             "checks": [dataclasses.asdict(c) for c in self.checks],
         }
 
@@ -203,8 +209,7 @@ class QualityReport:
         for c in self.checks:
             verdict = "ok  " if c.passed else "FAIL"
             lines.append(f"  {verdict} {c.name:<30} {c.detail}")
-        if 0 < self.rows < DECILE_ROWS:
-            lines.append(f"       {'decile chi-square':<30} not run: under {DECILE_ROWS} rows")
+        lines += [f"       {name:<30} not run: {why}" for name, why in self.not_run]
         # (what a uniform shuffle gives, measured: the plug-in entropy of n - 1 differences, biased low)
         uniform_bits = max(math.log2(max(self.rows - 1, 1)) - UNIFORM_ENTROPY_SHORTFALL, 0.0)
         lines.append(
@@ -426,11 +431,13 @@ def quality(
         raise ValueError(f"order column {order_column!r} has {nulls} null values")
     stats = _order_stats(result, files, described, order_column, rows_per_file, neighbours, scratch, storage_options)
 
-    checks = []
+    checks, not_run = [], []  # (not run: (name, why), said in the report)
     rho = stats.rank_correlation
     p = math.erfc(abs(rho) * math.sqrt(max(rows - 1, 0)) / math.sqrt(2)) if rows > 2 else 1.0
     checks.append(QualityCheck("rank correlation", rho, p, p >= alpha, f"{rho:+.5f} (input order +1), p={p:.3g}"))
 
+    if 0 < rows < DECILE_ROWS:
+        not_run.append(("decile chi-square", f"under {DECILE_ROWS} rows"))
     if rows >= DECILE_ROWS:  # at least 5 expected rows in each cell of the 10 x 10 table
         # Two-sided: a table too even (rows dealt to piles round-robin, a stride) is no more a uniform
         # shuffle's than one too uneven
@@ -472,7 +479,10 @@ def quality(
         labels, label_counts = _label_counts([d.labels for d in described], label_column)
         checks.append(_label_balance(label_counts, rows_per_file, alpha))
         per_batch = _label_balance_per_batch([d.batches for d in described], labels, batch_size, alpha)
-        checks += [per_batch] if per_batch is not None else []
+        if isinstance(per_batch, str):
+            not_run.append(("label balance per batch", per_batch))
+        else:
+            checks.append(per_batch)
 
     return QualityReport(
         dest=where,
@@ -492,6 +502,7 @@ def quality(
         labels=labels,
         label_counts=label_counts,
         read_as=read_as,
+        not_run=tuple(not_run),
     )
 
 
@@ -507,7 +518,7 @@ class _Described:
     last: int | None
     labels: dict
     sample: np.ndarray  # evenly spaced order values, for the bounds of a sort on Dask
-    batches: dict  # label value -> its count in each whole batch of the file, in order
+    batches: _Batches | None  # its whole batches' label counts, with a label column
 
 
 def _describe(
@@ -518,7 +529,7 @@ def _describe(
     integer = pa.types.is_integer(order.type)
     low, high = (pc.min(order).as_py(), pc.max(order).as_py()) if integer and len(order) else (None, None)
     last = order[len(order) - 1].as_py() if integer and len(order) else None
-    labels, batches = {}, {}
+    labels, batches = {}, None
     if label:
         counted = pc.value_counts(label[0].combine_chunks())
         labels = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
@@ -526,22 +537,29 @@ def _describe(
     return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order), batches)
 
 
-def _batch_counts(label: pa.ChunkedArray, batch_size: int) -> dict:
-    """Each label value's count in every whole batch of ``batch_size`` consecutive rows (a last partial one
-    left out)."""
+@dataclasses.dataclass(frozen=True)
+class _Batches:
+    """A file's whole batches by their label counts, in brief: ``gram[j, k]`` sums, over the batches, the count
+    of ``values[j]`` times that of ``values[k]`` (all a chi-square of batches by labels needs, whatever labels
+    it pools, in labels squared, not in batches)."""
+
+    batches: int
+    values: list
+    gram: np.ndarray
+
+
+def _batch_counts(label: pa.ChunkedArray, batch_size: int) -> _Batches:
+    """The whole batches of ``batch_size`` consecutive rows of a file (a last partial one left out)."""
     whole = len(label) // batch_size
     if not whole:
-        return {}
+        return _Batches(0, [], np.zeros((0, 0), dtype=np.int64))
     encoded = pc.dictionary_encode(label.slice(0, whole * batch_size).combine_chunks())
     values = encoded.dictionary.to_pylist()
     codes = encoded.indices.fill_null(len(values)).to_numpy(zero_copy_only=False).astype(np.int64)
     kinds = len(values) + 1  # (nulls last)
     cells = np.repeat(np.arange(whole, dtype=np.int64) * kinds, batch_size) + codes
-    table = np.bincount(cells, minlength=whole * kinds).reshape(whole, kinds).astype(np.int32)
-    found = {value: table[:, k] for k, value in enumerate(values)}
-    if table[:, -1].any():
-        found[None] = table[:, -1]
-    return found
+    table = np.bincount(cells, minlength=whole * kinds).reshape(whole, kinds).astype(np.int64)
+    return _Batches(whole, [*values, None], table.T @ table)
 
 
 IN_MEMORY_ROWS = 2_000_000  # an order column that is not a dense range is ranked in memory up to this
@@ -740,24 +758,46 @@ def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) 
     return QualityCheck("label balance per file", worst, p, p >= alpha and worst <= bound, detail)
 
 
-def _label_balance_per_batch(per_file: list[dict], labels: list, batch_size: int, alpha: float) -> QualityCheck | None:
-    """The batches' label counts as a table of batches by labels, against independence (two-sided: a batch of
-    one label fails it, and so do batches dealt labels evenly).  Labels a batch would hold fewer than 5 rows of
-    on average count as one.  None with fewer than 2 batches or 2 labels."""
-    rows = [f for f in per_file if f]
-    if not rows:
-        return None
-    table = np.concatenate([np.stack([f.get(v, np.zeros(len(next(iter(f.values()))), np.int32)) for v in labels],
-                                     axis=1) for f in rows])  # fmt: skip
-    expected = table.sum(axis=0) / table.sum() * batch_size
-    common = expected >= 5
-    table = np.concatenate([table[:, common], table[:, ~common].sum(axis=1, keepdims=True)], axis=1)
-    table = table[:, table.sum(axis=0) > 0]
-    batches, kinds = table.shape
-    if batches < 2 or kinds < 2:
-        return None
-    chi2 = _chi_square(table.astype(np.float64))
-    dof = (batches - 1) * (kinds - 1)
+def _label_balance_per_batch(
+    per_file: list[_Batches], labels: list, batch_size: int, alpha: float
+) -> QualityCheck | str:
+    """The batches' label counts as a table of batches by labels, against independence (two-sided: batches of
+    one label fail it, and so do batches dealt labels evenly), from the files' Gram matrices; or why it was not
+    run.  Labels a batch holds fewer than 5 rows of on average are pooled, and the pool, if still that rare,
+    joins the commonest label: the chi-square's distribution holds only above that."""
+    index = {value: i for i, value in enumerate([*labels, None] if None not in labels else labels)}
+    gram = np.zeros((len(index), len(index)), dtype=np.int64)
+    batches = 0
+    for f in per_file:
+        if f is None or not f.batches:
+            continue
+        at = np.array([index[v] for v in f.values])
+        np.add.at(gram, (at[:, None], at[None, :]), f.gram)
+        batches += f.batches
+    totals = gram.sum(axis=1) // batch_size  # each label's rows in whole batches (a batch's counts sum to it)
+    if batches < 2:
+        return f"fewer than 2 whole batches of {batch_size:,} rows in a file"
+    # Labels pooled into groups, each summed: a group's gram entries are sums of its labels'
+    expected = totals / batches  # rows of each label a batch holds on average
+    order = np.argsort(-totals, kind="stable")
+    groups = [[k] for k in order if expected[k] >= 5]
+    rare = [k for k in order if expected[k] < 5 and totals[k]]
+    if rare and expected[rare].sum() >= 5:
+        groups.append(rare)
+    elif rare and groups:
+        groups[0] += rare  # (the commonest label's column takes them)
+    if len(groups) < 2:
+        return f"fewer than 2 labels a batch of {batch_size:,} rows holds 5 of on average"
+    member = np.zeros((len(groups), len(index)))
+    for g, ks in enumerate(groups):
+        member[g, ks] = 1
+    grouped = member @ gram @ member.T  # sums over batches of count products, by group
+    column = grouped.sum(axis=1) / batch_size  # each group's rows (a batch's counts sum to batch_size)
+    rows = batches * batch_size
+    # Pearson's chi-square of the batches x groups table, every batch of batch_size rows:
+    # sum over groups of (sum over batches of count^2) / (batch_size * column / rows), less rows
+    chi2 = float((np.diag(grouped) / (batch_size * column / rows)).sum() - rows)
+    dof = (batches - 1) * (len(groups) - 1)
     p = two_sided(chi_square_cdf(chi2, dof), chi_square_sf(chi2, dof))
     side = (" (too even)" if chi2 < dof else " (too uneven)") if p < alpha else ""
     detail = f"chi-square {chi2:,.0f} on {dof:,} dof over {batches:,} batches of {batch_size:,} rows{side}, p={p:.3g}"
