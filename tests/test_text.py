@@ -842,6 +842,11 @@ def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path,
     daskpile.shuffle_parquet(str(beside), str(tmp_path / "planets-out"), piles=1, seed=1)
     out = pq.read_table(tmp_path / "planets-out").sort_by("id")
     assert out.column("id").to_pylist() == [r[0] for r in rows] and out.column("kg").to_pylist() == [r[2] for r in rows]
+    # (from the review: a literal of 309 digits or more, past any float, raised OverflowError in this check)
+    huge = tmp_path / f"huge.{fmt}"
+    digits = "9" * 400
+    huge.write_text(f'{{"t":"{digits}","kg":5.972e24}}\n' if fmt == "jsonl" else f't,kg\n"{digits}",5.972e24\n')
+    daskpile.shuffle_parquet(str(huge), str(tmp_path / "huge-out"), piles=1, seed=1)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -1295,20 +1300,22 @@ def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_pat
 def test_a_glob_names_its_files_as_data_of_the_format_given_whatever_their_names(tmp_path, sync_scheduler):
     """From the CSV trial: a mainframe's exports/*.DAT with --format csv was refused, "matches no csv files" (a
     quoted glob is the one form object stores take).  A glob names its files as a path does; a folder's files
-    are still data by their names, and a licence matched by the glob is still not data."""
+    are still data by their names, and so are those of a glob that names no suffix ('exports/*')."""
     exports = tmp_path / "exports"
     exports.mkdir()
     for k in (1, 2, 3):
         (exports / f"EXPORT{k}.DAT").write_text(f"ACCT|BAL\n000{k}|5\n100{k}|6\n")
     (exports / "LICENSE").write_text("not data\n")
+    (exports / "README.md").write_text("# exports\n")  # (a glob naming no suffix names no file: not read)
     daskpile.shuffle_parquet(
-        str(exports / "*"), str(tmp_path / "out"), 1, seed=1, format="csv", read_options={"delimiter": "|"}
+        str(exports / "*.DAT"), str(tmp_path / "out"), 1, seed=1, format="csv", read_options={"delimiter": "|"}
     )
     out = read_output(tmp_path / "out")
     assert out.num_rows == 6 and out.column_names == ["ACCT", "BAL"]
     assert daskpile.verify(str(tmp_path / "out")).ok
-    with pytest.raises(FileNotFoundError, match="matches no csv files"):  # a folder: by their names
-        daskpile.shuffle_parquet(str(exports), str(tmp_path / "o2"), 1, format="csv", read_options={"delimiter": "|"})
+    for by_names in (str(exports), str(exports / "*")):  # a folder, or a glob of any suffix: by their names
+        with pytest.raises(FileNotFoundError, match="matches no csv files"):
+            daskpile.shuffle_parquet(by_names, str(tmp_path / "o2"), 1, format="csv", read_options={"delimiter": "|"})
 
 
 def test_a_storage_error_reading_a_compressed_file_is_not_called_damaged_data(tmp_path):

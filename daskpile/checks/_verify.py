@@ -338,8 +338,10 @@ def verify(
     other = (made_from, version) if None not in (version, made_from) and version != made_from else None
     if schema is None:  # a table's rows take the table's schema whatever the policy
         schema = read_as.get("schema_policy", "strict").replace("table", "strict")
-    if format is None and read_options is None:
-        format, read_options = read_as.get("format", "auto"), read_as.get("read_options")
+    recorded_format = read_as.get("format", "auto")
+    if read_options is None and format in (None, recorded_format):  # (the manifest's, for the format it records)
+        read_options = read_as.get("read_options")
+    format = format or recorded_format
     try:
         plan = plan_sources(
             source, storage_options, partitioning=partitioning, schema=schema, version=table_version,

@@ -48,7 +48,8 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     named = False  # files the glob matched, which it names as a path names its file
     if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
-        named = format != "parquet"
+        # ('exports/*.DAT' names its files' suffix, as a path names its file; 'corpus/*' names none)
+        named = format != "parquet" and _NAMED_SUFFIX.search(posixpath.basename(path)) is not None
         if all(info.get("type") == "directory" for info in found.values()):
             named = False
             # a glob of folders only ('lake/day=0[1-5]') names the data in them, as a folder named does; one that
@@ -87,6 +88,9 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         else:
             files.append(info)
     return Listed(fs, root, files, sidecars, strays, nested, above)
+
+
+_NAMED_SUFFIX = re.compile(r"\.[^.*?\[\]]+$")  # a glob's last part ending in a literal suffix
 
 
 def _is_folder_marker(name: str, info: dict) -> bool:

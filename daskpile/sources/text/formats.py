@@ -309,7 +309,8 @@ def open_decompressed(fs, path: str):
     compression = compression_of(path)
     try:
         with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
-            if compression is not None and not getattr(raw, "size", None) and not fs.size(path):
+            # (the size the open file knows, if it does: no request more; an unknown one is not empty)
+            if compression is not None and getattr(raw, "size", None) == 0:
                 # (no codec's stream is empty: its header alone takes bytes; a failed upload leaves such a file)
                 raise ValueError(f"cannot read {full_url(fs, path)!r}: it is empty, which no {compression} data is")
             if compression in (None, "xz"):

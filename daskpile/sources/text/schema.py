@@ -313,6 +313,8 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
         if literals is None:
             literals = {}
             for match in _LONG_INTEGER.finditer(text):
+                if len(match.group().lstrip(b"-")) > 308:  # (past any float: Arrow reads it as inf)
+                    continue
                 if abs(value := int(match.group())) >= TWO_TO_THE_63:
                     literals.setdefault(float(value), match.group())
         past = pc.greater_equal(pc.abs(column), pa.scalar(float(TWO_TO_THE_63)))
