@@ -216,6 +216,12 @@ def test_label_balance_per_batch_with_rare_labels_and_where_it_cannot_run(tmp_pa
     assert report.to_json()["not_run"] == [{"name": "label balance per batch", "why": report.not_run[0][1]}]
     tiny = daskpile.quality(ordered(np.arange(100), tmp_path / "tiny", parts=1), "id")
     assert tiny.not_run == (("decile chi-square", "under 500 rows"),)
+    # NaN labels, in two files: one label (each file's NaN was another key, and the batches' raised KeyError)
+    ids = rng.permutation(5_000)
+    nan_labels = pa.table({"id": ids, "label": np.where(ids % 3 == 0, np.nan, (ids % 2).astype(float))})
+    write_parts(nan_labels, tmp_path / "nan", 2)
+    report = daskpile.quality(str(tmp_path / "nan"), "id", "label")
+    assert report.ok and len(report.labels) == 3 and report.label_counts.sum() == 5_000, report
 
 
 def test_manifest_order_is_the_reading_order(sync_scheduler, tmp_path):

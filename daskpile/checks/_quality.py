@@ -532,7 +532,8 @@ def _describe(
     labels, batches = {}, None
     if label:
         counted = pc.value_counts(label[0].combine_chunks())
-        labels = dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True))
+        values = [_one_nan(v) for v in counted.field("values").to_pylist()]
+        labels = dict(zip(values, counted.field("counts").to_pylist(), strict=True))
         batches = _batch_counts(label[0], batch_size)
     return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order), batches)
 
@@ -559,7 +560,14 @@ def _batch_counts(label: pa.ChunkedArray, batch_size: int) -> _Batches:
     kinds = len(values) + 1  # (nulls last)
     cells = np.repeat(np.arange(whole, dtype=np.int64) * kinds, batch_size) + codes
     table = np.bincount(cells, minlength=whole * kinds).reshape(whole, kinds).astype(np.int64)
-    return _Batches(whole, [*values, None], table.T @ table)
+    return _Batches(whole, [*map(_one_nan, values), None], table.T @ table)
+
+
+_NAN = float("nan")  # the one NaN label: NaNs are unequal to each other, and a dict finds this one by identity
+
+
+def _one_nan(value):
+    return _NAN if isinstance(value, float) and math.isnan(value) else value
 
 
 IN_MEMORY_ROWS = 2_000_000  # an order column that is not a dense range is ranked in memory up to this
