@@ -291,7 +291,10 @@ def write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 # file.  These come from the storage libraries (botocore, aiohttp), which the core does not import.  Out of
 # reach (the network, the endpoint down, its name not yet in DNS as a pod starts) a later try may mend;
 # credentials missing or an endpoint misspelled it does not.
-_STORE_OUT_OF_REACH = {"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError"}
+_STORE_OUT_OF_REACH = {
+    "EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError",
+    "ReadTimeoutError", "ConnectionClosedError", "ServerDisconnectedError",  # (mid-run: a retry resumes)
+}  # fmt: skip
 _STORE_UNUSABLE = _STORE_OUT_OF_REACH | {"NoCredentialsError", "PartialCredentialsError", "InvalidEndpointError"}
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _util import DASKPILE, file_bytes
-from botocore.exceptions import EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import EndpointConnectionError, NoCredentialsError, ReadTimeoutError
 from click.testing import CliRunner
 from distributed.comm.core import CommClosedError
 
@@ -291,6 +291,7 @@ def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
             id="store-out-of-reach",
         ),
         pytest.param(lambda: EndpointConnectionError(endpoint_url="http://s3"), 75, id="store-out-of-reach-in-a-task"),
+        pytest.param(lambda: ReadTimeoutError(endpoint_url="http://s3"), 75, id="store-read-timed-out-in-a-task"),
         pytest.param(
             lambda: _raised_from(StoreUnreachable("cannot sign into"), NoCredentialsError()), 2, id="no-credentials"
         ),
