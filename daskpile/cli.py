@@ -641,7 +641,8 @@ def cli():
     metavar="KEY=VALUE",
     help="Text formats, pyarrow's names (repeatable): delimiter=';', autogenerate_column_names=true (no header), "
     "column_types.NAME=TYPE (int64, string, ...), newlines_in_values=true, quote_char=false (quotes are part of "
-    "the values), encoding=latin1, null_values=NA, (the texts read as a null: an empty field only by default); "
+    "the values), encoding=latin1, null_values=NA, (the texts read as a null: an empty field only by default), "
+    "escape_char=\\, decimal_point=',', true_values=Y, false_values=N, timestamp_parsers=%d/%m/%Y; "
     "as_written=false parses JSON lines written out as JSON lines (kept as "
     "written by default); as_text=false infers a CSV's types when it is written out as a CSV (its values' "
     "text kept by default).",

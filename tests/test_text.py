@@ -494,8 +494,35 @@ def test_only_an_empty_field_is_a_null_unless_null_values_says_more(tmp_path, sy
     rows = pq.read_table(tmp_path / "na").sort_by("id")
     assert rows["country"].to_pylist() == [None, "US", "N/A", "NA", "-nan"]  # a quoted "NA" stays text
     assert rows["n"].to_pylist() == [1, None, None, 4, 5]
-    with pytest.raises(ValueError, match="null_values apply to csv and tsv"):
+    with pytest.raises(ValueError, match="read option null_values applies to csv and tsv, not jsonl"):
         daskpile.shuffle_parquet(str(tmp_path / "in.csv"), str(tmp_path / "x"), format="jsonl", read_options=options)
+
+
+def test_the_dialects_of_enterprise_exports_are_read_with_pyarrows_options(tmp_path, sync_scheduler):
+    """From the CSV trial: an ERP export with backslash-escaped quotes, decimal commas, Y/N booleans and
+    dd/mm/yyyy dates, which pandas and DuckDB read with options, had none here (pyarrow has them all)."""
+    (tmp_path / "erp.csv").write_text(
+        'id;name;amount;ok;day\n1;"say \\"hi\\"";1,5;Y;31/12/2023\n2;b;2,25;N;01/01/2024\n'
+    )
+    options = {
+        "delimiter": ";",
+        "escape_char": "\\",
+        "decimal_point": ",",
+        "true_values": "Y",
+        "false_values": "N",
+        "timestamp_parsers": "%d/%m/%Y",
+    }  # fmt: skip  (as --read-option gives them: texts)
+    daskpile.shuffle_parquet(str(tmp_path / "erp.csv"), str(tmp_path / "out"), piles=1, seed=1, read_options=options)
+    rows = pq.read_table(tmp_path / "out").sort_by("id").to_pylist()
+    assert [(r["name"], r["amount"], r["ok"], r["day"].date().isoformat()) for r in rows] == [
+        ('say "hi"', 1.5, True, "2023-12-31"), ("b", 2.25, False, "2024-01-01"),
+    ]  # fmt: skip
+    assert daskpile.verify(str(tmp_path / "erp.csv"), str(tmp_path / "out")).ok  # (options from the manifest)
+    with pytest.raises(ValueError, match="read option decimal_point is one character: got ',,'"):
+        daskpile.shuffle_parquet(str(tmp_path / "erp.csv"), str(tmp_path / "o2"), read_options={"decimal_point": ",,"})
+    with pytest.raises(ValueError, match="read option escape_char applies to csv and tsv, not jsonl"):
+        daskpile.shuffle_parquet(str(tmp_path / "erp.csv"), str(tmp_path / "o3"), format="jsonl",
+                                 read_options={"escape_char": "\\"})  # fmt: skip
 
 
 def test_what_reads_parquet_results_refuses_other_outputs(tmp_path, sync_scheduler):

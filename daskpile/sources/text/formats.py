@@ -94,6 +94,14 @@ class TextOptions:
     # csv/tsv: the texts read as a null; pyarrow's default would read "NA", "null", "NaN", "N/A" and others as
     # nulls too, in text columns as well: a name "NA" or a word "null" lost, and verified as read
     null_values: tuple[str, ...] = ("",)
+    # csv/tsv, under pyarrow's names: a character escaping the next in a value (false: none); the decimal point
+    # of floats and decimals; the texts of true and of false (pyarrow's defaults where not given); the formats
+    # of timestamps, strptime's ("%d/%m/%Y"), tried in turn (ISO 8601 where not given)
+    escape_char: str | bool = False
+    decimal_point: str = "."
+    true_values: tuple[str, ...] = ()
+    false_values: tuple[str, ...] = ()
+    timestamp_parsers: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, format: str, read_options: dict | None) -> TextOptions:
@@ -107,17 +115,21 @@ class TextOptions:
         unknown = [k for k in options if k not in known]
         if unknown:
             raise ValueError(f"read option {unknown[0]!r} is not one of {', '.join(known)}")
-        for name in ("autogenerate_column_names", "newlines_in_values", "as_written", "as_text", "quote_char"):
+        for name in (
+            "autogenerate_column_names", "newlines_in_values", "as_written", "as_text", "quote_char", "escape_char"
+        ):  # fmt: skip
             if isinstance(options.get(name), str) and options[name].lower() in ("true", "false"):
                 options[name] = options[name].lower() == "true"  # as a command line or a config file gives it
         if options.get("delimiter") in ("\\t", "tab"):  # a tab, as a shell makes it hard to type
             options["delimiter"] = "\t"
-        if "null_values" in options:
-            nulls = options["null_values"]
-            nulls = nulls.split(",") if isinstance(nulls, str) else nulls  # (a command line's "NA,null")
-            if not isinstance(nulls, (list, tuple)) or not all(isinstance(v, str) for v in nulls):
-                raise ValueError(f"read option null_values is a list of texts, got {options['null_values']!r}")
-            options["null_values"] = tuple(nulls)
+        for name in ("null_values", "true_values", "false_values", "timestamp_parsers"):
+            if name not in options:
+                continue
+            texts = options[name]
+            texts = texts.split(",") if isinstance(texts, str) else texts  # (a command line's "NA,null")
+            if not isinstance(texts, (list, tuple)) or not all(isinstance(v, str) for v in texts):
+                raise ValueError(f"read option {name} is a list of texts, got {options[name]!r}")
+            options[name] = tuple(texts)
         types = options.pop("column_types", None) or {}
         if not isinstance(types, dict):
             raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
@@ -136,16 +148,21 @@ class TextOptions:
             raise ValueError(f"read option delimiter applies to csv and tsv, not {self.format}")
         if self.delimiter is not None and len(self.delimiter) != 1:
             raise ValueError(f"read option delimiter is one character, got {self.delimiter!r}")
-        if self.format not in ("csv", "tsv") and (
-            self.autogenerate_column_names
-            or self.newlines_in_values
-            or self.quote_char != '"'
-            or self.null_values != ("",)
-        ):
-            raise ValueError(
-                "read options autogenerate_column_names, newlines_in_values, quote_char and null_values apply to "
-                "csv and tsv"
-            )
+        csv_only = {
+            "autogenerate_column_names": self.autogenerate_column_names, "newlines_in_values": self.newlines_in_values,
+            "quote_char": self.quote_char != '"', "null_values": self.null_values != ("",),
+            "escape_char": self.escape_char is not False, "decimal_point": self.decimal_point != ".",
+            "true_values": self.true_values, "false_values": self.false_values,
+            "timestamp_parsers": self.timestamp_parsers,
+        }  # fmt: skip
+        given = [name for name, said in csv_only.items() if said]
+        if self.format not in ("csv", "tsv") and given:
+            raise ValueError(f"read option {given[0]} applies to csv and tsv, not {self.format}")
+        for name in ("escape_char", "decimal_point"):
+            value = getattr(self, name)
+            if (value is not False or name == "decimal_point") and (not isinstance(value, str) or len(value) != 1):
+                raise ValueError(f"read option {name} is one character{', or false' * (name == 'escape_char')}: "
+                                 f"got {value!r}")  # fmt: skip
         if self.encoding != "utf8":
             self._check_encoding()
         if self.quote_char is not False and (not isinstance(self.quote_char, str) or len(self.quote_char) != 1):
@@ -187,9 +204,14 @@ class TextOptions:
         """Arrow's conversion of the values: ``column_types``; an empty field of a string column is a null (and
         any of ``null_values``), and ``""`` an empty string, as daskpile writes them (and as pandas reads an
         empty field: a missing value)."""
+        given = {
+            "true_values": list(self.true_values), "false_values": list(self.false_values),
+            "timestamp_parsers": list(self.timestamp_parsers),
+        }  # fmt: skip
         return pa_csv.ConvertOptions(
             column_types=column_types, null_values=list(self.null_values), strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
+            quoted_strings_can_be_null=False, decimal_point=self.decimal_point,
+            **{name: texts for name, texts in given.items() if texts},
         )  # fmt: skip
 
     @property
@@ -201,6 +223,7 @@ class TextOptions:
         return pa_csv.ParseOptions(
             delimiter=self.separator,
             quote_char=self.quote_char,
+            escape_char=self.escape_char,
             newlines_in_values=self.newlines_in_values if newlines_in_values is None else newlines_in_values,
         )
 
@@ -224,6 +247,13 @@ class TextOptions:
             given["encoding"] = self.encoding
         if self.null_values != ("",):
             given["null_values"] = list(self.null_values)
+        if self.escape_char is not False:
+            given["escape_char"] = self.escape_char
+        if self.decimal_point != ".":
+            given["decimal_point"] = self.decimal_point
+        for name in ("true_values", "false_values", "timestamp_parsers"):
+            if getattr(self, name):
+                given[name] = list(getattr(self, name))
         return {**given, "column_types": dict(self.column_types)} if self.column_types else given
 
     def key(self) -> str:
