@@ -1008,6 +1008,10 @@ def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sy
         match=r"bad\.csv' as csv: CSV parse error: record 3,003 \(counted from 1, a header included\), on line 6,002: ",
     ):
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
+    # a value of another type past the sample: the column said by its name (it was "In CSV column #0")
+    (tmp_path / "late.csv").write_text("id,code\n" + "".join(f"{i},{i}\n" for i in range(100_000)) + "x,1\n")
+    with pytest.raises(ValueError, match=r"late\.csv' as csv: column 'id': record 100,002 \(counted from 1"):
+        daskpile.shuffle_parquet(str(tmp_path / "late.csv"), str(tmp_path / "o3"), piles=2, read_options=options)
 
 
 def test_a_csv_with_newlines_in_values_takes_empty_files_large_floats_and_a_first_record_past_the_sample(

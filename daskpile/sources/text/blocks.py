@@ -79,7 +79,10 @@ class BlockReader:
         """The tables of a CSV whose quoted values may hold newlines, a block at a time, as Arrow's streaming
         reader cuts them (see ``first_records``): a whole file, read by one task."""
         where = repr(self.url)
-        with open_decompressed(self.fs, self.path) as f, csv_errors(self.fs, self.path, self.options):
+        with (
+            open_decompressed(self.fs, self.path) as f,
+            csv_errors(self.fs, self.path, self.options, self.schema.names),
+        ):
             stream = Tail(f)
             if not stream.peek():  # an empty file holds no rows (Arrow's reader calls it an error)
                 return

@@ -122,11 +122,17 @@ TAIL_BYTES = 2**16
 
 
 @contextlib.contextmanager
-def csv_errors(fs, path: str, options: TextOptions):
-    """Arrow's errors reading a whole CSV file as one error naming it, and the line of the record blamed."""
+def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = None):
+    """Arrow's errors reading a whole CSV file as one error naming it, the line of the record blamed, and the
+    column by its name (of ``names``), where Arrow gives its number."""
     try:
         yield
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+
+        def said_column(match: re.Match) -> str:
+            k = int(match[1])
+            return f"column {names[k]!r}: " if names and k < len(names) else match[0]
+
         # Arrow's "Row #N" of a streamed CSV is its Nth record, a header counted: not a line when values hold newlines
         def said_where(match: re.Match) -> str:
             record = int(match[1])
@@ -134,7 +140,7 @@ def csv_errors(fs, path: str, options: TextOptions):
             on_line = f", on line {line:,}" if line is not None else ""
             return f"record {record:,} (counted from 1, a header included){on_line}: "
 
-        said = re.sub(r"Row #(\d+): ", said_where, error_line(e))
+        said = re.sub(r"Row #(\d+): ", said_where, re.sub(r"In CSV column #(\d+): ", said_column, error_line(e)))
         raise ValueError(f"cannot read {full_url(fs, path)!r} as {options.format}: {said}") from None
 
 
