@@ -1008,6 +1008,12 @@ def test_a_csv_with_newlines_in_values_is_cut_into_records_by_arrow(tmp_path, sy
         match=r"bad\.csv' as csv: CSV parse error: record 3,003 \(counted from 1, a header included\), on line 6,002: ",
     ):
         daskpile.shuffle_parquet(str(tmp_path / "bad.csv"), str(tmp_path / "o2"), piles=2, read_options=options)
+    # a column name holding a newline (Excel's "Amount<Alt-Enter>(EUR)"), read line by line: the hint data rows get
+    (tmp_path / "header.csv").write_text('id,"Amount\n(EUR)"\n1,2\n')
+    with pytest.raises(ValueError, match=r"the header opens a quote its line does not close: .* newlines_in_values=t"):
+        daskpile.shuffle_parquet(str(tmp_path / "header.csv"), str(tmp_path / "o4"), piles=1)
+    daskpile.shuffle_parquet(str(tmp_path / "header.csv"), str(tmp_path / "o5"), piles=1, read_options=options)
+    assert read_output(tmp_path / "o5").column_names == ["id", "Amount\n(EUR)"]
     # a value of another type past the sample: the column said by its name (it was "In CSV column #0")
     (tmp_path / "late.csv").write_text("id,code\n" + "".join(f"{i},{i}\n" for i in range(100_000)) + "x,1\n")
     with pytest.raises(ValueError, match=r"late\.csv' as csv: column 'id': record 100,002 \(counted from 1"):

@@ -216,6 +216,13 @@ def refused_line(
     if "conversion error to null" in message:
         message += " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
     hint = ""
+    header = bytes(data[offsets[0] : offsets[1]]) if start == 0 and lines else b""
+    if low == 1 and format in ("csv", "tsv") and "Expected" in message and header.count(b'"') % 2:
+        # (a quoted column name holding a newline: Excel's "Amount<Alt-Enter>(EUR)")
+        hint = (
+            ": the header opens a quote its line does not close: a column name holding a newline? pass the read "
+            "option newlines_in_values=true"
+        )
     if "invalid UTF8 data" in message and format in ("csv", "tsv"):
         hint = (
             ": if the file is in another encoding, pass it (read option encoding, e.g. --read-option encoding=latin1)"
