@@ -350,7 +350,10 @@ def _table_plan(fs, table: tables.TableFiles, url: str, asked: bool) -> SourcePl
     if asked:
         _refuse_files_gone(fs, table, url)
     files = tuple(SourceFile(path, size, stamp, tuple(keys.items())) for path, size, stamp, keys in table.files)
-    reading = Reading(table.schema, "table", f"{url} ({table.description})", tuple(table.field_ids.items()))
+    reading = Reading(
+        table.schema, "table", f"{url} ({table.description})", tuple(table.field_ids.items()),
+        name_ids=tuple(table.name_ids.items()),
+    )  # fmt: skip
     return SourcePlan(fs, files, reading, (), table.description, version=table.version)
 
 

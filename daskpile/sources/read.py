@@ -42,6 +42,7 @@ class Reading:
     reference: str  # the file (or table) the schema comes from, for messages
     # Iceberg: (field id, its path of names now), nested fields' too; columns are matched by id
     field_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    name_ids: tuple[tuple[str, int], ...] = ()  # Iceberg: its name mapping, for files written without field ids
     text: TextOptions | None = None  # how text files are read; None: Parquet
     # The types the output's readers get back, where they differ (``Output.stored_plan``): the rows take them
     stored: pa.Schema | None = None
@@ -102,6 +103,7 @@ def read_pieces(
                     url,
                     reading.reference,
                     dict(reading.field_ids),
+                    dict(reading.name_ids),
                 )
                 known.append((schema, f.keys, conform))
             groups: list[int] = []  # of this file, in the current piece

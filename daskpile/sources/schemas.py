@@ -309,6 +309,7 @@ def conformer(
     url: str,
     reference: str,
     field_ids: dict[int, tuple[str, ...]] | None = None,
+    name_ids: dict[str, int] | None = None,
 ):
     """The ``Conformer`` of a file with schema ``actual``, or ValueError naming its differences from the plan.
 
@@ -319,11 +320,13 @@ def conformer(
     names now), a file's columns are its field ids, whatever they were called
     when it was written, and ids the table has dropped are not read; nested
     fields are read by name, so a file whose nested names no longer fit their
-    ids is refused.
+    ids is refused.  ``name_ids`` (an Iceberg table's name mapping: a column
+    name -> its field id) gives the ids of the columns of a file written
+    without them (a Hive table's, added to the table as it was).
     """
     data_fields = [f for f in plan_schema if f.name not in keys]
     data_names = {f.name for f in data_fields}
-    names = _current_names(actual, field_ids) if field_ids else {f.name: f.name for f in actual}
+    names = _current_names(actual, field_ids, name_ids or {}) if field_ids else {f.name: f.name for f in actual}
     actual_fields = {names[f.name]: f for f in actual if names[f.name] is not None}
     renamed = tuple((new, old) for old, new in names.items() if new is not None and new != old)
     # A column the folders name too (polars' partition_by writes both): read from the folders, and checked to
@@ -378,11 +381,14 @@ FIELD_ID = b"PARQUET:field_id"
 LIST_ELEMENT, MAP_KEY, MAP_VALUE = "element", "key", "value"
 
 
-def _current_names(actual: pa.Schema, field_ids: dict[int, tuple[str, ...]]) -> dict[str, str | None]:
-    """Each column's name in the table now, by its field id (None: dropped); a column without an id keeps its name."""
+def _current_names(
+    actual: pa.Schema, field_ids: dict[int, tuple[str, ...]], name_ids: dict[str, int]
+) -> dict[str, str | None]:
+    """Each column's name in the table now, by its field id, or the id the name mapping gives a column written
+    without one (None: dropped); a column with neither keeps its name."""
     names = {}
     for field in actual:
-        found = (field.metadata or {}).get(FIELD_ID)
+        found = (field.metadata or {}).get(FIELD_ID) or name_ids.get(field.name)
         path = (field.name,) if found is None else field_ids.get(int(found), ())
         names[field.name] = path[0] if len(path) == 1 else None
     return names

@@ -11,6 +11,7 @@ vectors, Iceberg delete files) are refused by name, never ignored.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import posixpath
 import re
@@ -36,6 +37,9 @@ class TableFiles:
     files: list[tuple[str, int, str, dict]]  # (path, size, stamp, {key: pa.Scalar})
     # Iceberg: columns are field ids; each id's path of names now, nested fields' too (``field_paths``)
     field_ids: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Iceberg: the table's name mapping (``schema.name-mapping.default``), a column name -> its field id, for
+    # files written without ids (a Hive table's, added as it was: Spark's add_files, pyiceberg's)
+    name_ids: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def description(self) -> str:
@@ -159,6 +163,7 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
         at_snapshot = at_snapshot if at_snapshot is not None else table.schema()
         schema = at_snapshot.as_arrow()
         field_ids = field_paths(at_snapshot)
+        name_ids = _name_mapping(table.metadata.properties.get("schema.name-mapping.default"), url)
     except ValueError:
         raise
     except Exception as e:
@@ -175,7 +180,22 @@ def _iceberg(url: str, storage_options: dict | None, version: int | None) -> Tab
         files.append((path, int(task.file.file_size_in_bytes), str(task.file.file_size_in_bytes), {}))
     schema = pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])  # without the field-id metadata
     snapshot_id = snapshot.snapshot_id if snapshot is not None else 0
-    return TableFiles("iceberg", snapshot_id, schema, sorted(files, key=lambda f: f[0]), field_ids)
+    return TableFiles("iceberg", snapshot_id, schema, sorted(files, key=lambda f: f[0]), field_ids, name_ids)
+
+
+def _name_mapping(mapping: str | None, url: str) -> dict[str, int]:
+    """The top-level names of an Iceberg name mapping (JSON: ``[{"names": [...], "field-id": 1}, ...]``), each
+    with its field id.
+
+    >>> _name_mapping('[{"names": ["city", "town"], "field-id": 2}]', "t")
+    {'city': 2, 'town': 2}
+    """
+    if not mapping:
+        return {}
+    try:
+        return {name: int(entry["field-id"]) for entry in json.loads(mapping) for name in entry.get("names", ())}
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(f"the Iceberg table {url!r} has a name mapping that is not one: {mapping[:200]!r}") from None
 
 
 def field_paths(schema) -> dict[int, tuple[str, ...]]:
