@@ -593,7 +593,8 @@ def cli():
 @click.argument("dest")
 @click.option(
     "--piles", type=_Piles(), default="auto", show_default=True,
-    help="Output files; auto fits memory, with at least 10,000 rows a pile (small data: one pile).",
+    help="Output files; auto fits memory, with at least 10,000 rows a pile, as estimated from the files' first "
+    "bytes or footers (small data: one pile).",
 )  # fmt: skip
 @click.option(
     "--memory-per-pile",
