@@ -748,7 +748,7 @@ def verify(source, dest, partitioning, schema, table_version, source_format, rea
 @cli.command()
 @click.argument("dest", nargs=-1, required=True)
 @click.option("--order-column", required=True, help="Column holding each row's original position (e.g. an id).")
-@click.option("--label-column", help="A categorical column whose balance per file is checked.")
+@click.option("--label-column", help="A categorical column whose balance per file and per batch is checked.")
 @click.option(
     "--neighbours",
     type=click.IntRange(min=1),
