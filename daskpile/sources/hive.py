@@ -99,7 +99,9 @@ def key_values(pairs: list[tuple[str, str]], schema: pa.Schema, url: str) -> tup
         try:
             values.append(pa.scalar(raw).cast(field.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise ValueError(f"partition folder {field.name}={raw} of {url!r} is not a {field.type}: {e}") from None
+            raise ValueError(
+                f"partition folder {field.name}={raw} of {url!r} is not of type {field.type}: {e}"
+            ) from None
     return tuple(values)
 
 
