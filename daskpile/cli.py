@@ -47,6 +47,7 @@ from daskpile._storage import StoreUnreachable, redact, refuse_credentials, stor
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
+from daskpile.sources.text.formats import FORMATS
 from daskpile.window.snapshot import WindowBusyError, WindowChangedError
 
 
@@ -103,6 +104,9 @@ class _Piles(click.ParamType):
         if piles < 1:
             self.fail(f"{piles} is less than 1", param, ctx)
         return piles
+
+
+_SOURCE_FORMAT = click.Choice(["auto", *FORMATS])  # what a source's files are: shuffle's, and verify's to read it
 
 
 class _Duration(click.ParamType):
@@ -629,7 +633,7 @@ def cli():
 @click.option(
     "--format",
     "source_format",
-    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc"]),
+    type=_SOURCE_FORMAT,
     default="auto",
     show_default=True,
     help="What SOURCE's files are; auto goes by their names (.csv, .tsv, .jsonl/.ndjson/.json, .txt, "
@@ -712,7 +716,7 @@ def shuffle(
 @click.option(
     "--format",
     "source_format",
-    type=click.Choice(["auto", "parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc"]),
+    type=_SOURCE_FORMAT,
     help="What SOURCE's files are, as for shuffle [from the manifest; auto without one].",
 )
 @click.option(

@@ -18,6 +18,7 @@ from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _dest, _manifest, _outputs, _passes, _sizing
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
+from daskpile.sources.hive import UndeclaredKeysError
 from daskpile.sources.parquet import read_parquet
 
 COLUMNS_SHOWN = 10  # of the columns that differ: a result of another source differs in all of them
@@ -341,20 +342,19 @@ def verify(
     recorded_format = read_as.get("format", "auto")
     if read_options is None and format in (None, recorded_format):  # (the manifest's, for the format it records)
         read_options = read_as.get("read_options")
-    format = format or recorded_format
     try:
         plan = plan_sources(
             source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
-            format=format or "auto", read_options=read_options,
+            format=format or recorded_format, read_options=read_options,
         )  # fmt: skip
-    except ValueError as e:
-        if recorded_keys and str(e).startswith("partition folders have keys"):  # (keys the user never gave)
-            raise ValueError(
-                f"the source's partition folders have keys {str(e).split('keys ', 1)[1].split(' that')[0]}, where "
-                f"the result's manifest records {list(read_as['partition_keys']) or 'none'}: is {source!r} the source "
-                "the result was made from? (partitioning= reads it otherwise)"
-            ) from None
-        raise
+    except UndeclaredKeysError as e:
+        if not recorded_keys:  # (keys the user declared)
+            raise
+        raise ValueError(
+            f"the source's partition folders have keys {e.keys}, where the result's manifest records "
+            f"{list(read_as['partition_keys']) or 'none'}: is {source!r} the source the result was made from? "
+            "(partitioning= reads it otherwise)"
+        ) from None
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
     if plan.reading.text is None:  # pieces of blocksize in memory, as the shuffle cuts them (a piece is a task's)

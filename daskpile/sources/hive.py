@@ -63,6 +63,14 @@ def folder_keys(path: str) -> list[tuple[str, str]]:
     return pairs
 
 
+class UndeclaredKeysError(ValueError):
+    """Partition folders whose keys the partitioning given does not declare (``keys``)."""
+
+    def __init__(self, keys: list[str]):
+        super().__init__(f"partition folders have keys {keys} that partitioning= does not declare")
+        self.keys = keys
+
+
 def key_schema(per_file: list[list[tuple[str, str]]], declared: pa.Schema | str | None, where: list[str]) -> pa.Schema:
     """The partition columns: declared, or discovered from the folders with pyarrow's inference."""
     if declared is None:
@@ -81,7 +89,7 @@ def key_schema(per_file: list[list[tuple[str, str]]], declared: pa.Schema | str 
     if isinstance(declared, pa.Schema):
         missing = [n for n in names if n not in declared.names]
         if missing:
-            raise ValueError(f"partition folders have keys {missing} that partitioning= does not declare")
+            raise UndeclaredKeysError(missing)
         return pa.schema([declared.field(n) for n in names])
     values = {n: [v for pairs in per_file for k, v in pairs if k == n and v != NULL_VALUE] for n in names}
     return pa.schema([pa.field(n, pa.int32() if _all_int32(values[n]) else pa.string()) for n in names])

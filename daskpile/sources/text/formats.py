@@ -361,6 +361,19 @@ def open_decompressed(fs, path: str):
         ) from e
 
 
+def with_column_names(message: str, names: list[str] | None) -> str:
+    """Arrow's message with the CSV columns it numbers from 0 ("In CSV column #1") said by their ``names``.
+
+    >>> with_column_names("In CSV column #1: CSV conversion error", ["id", "code"])
+    "column 'code': CSV conversion error"
+    """
+    if not names:
+        return message
+    return re.sub(
+        r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}" if int(m[1]) < len(names) else m[0], message
+    )
+
+
 def error_line(e: Exception) -> str:
     """The first line of an error's message (Arrow's run to several), or its type's name if it has none."""
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

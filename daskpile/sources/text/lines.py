@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
-from daskpile.sources.text.formats import JSON_TEXT, LINE, UTF8_BOM, error_line
+from daskpile.sources.text.formats import JSON_TEXT, LINE, UTF8_BOM, error_line, with_column_names
 
 
 def newline_ended(text: bytes) -> bytes:
@@ -235,8 +235,7 @@ def refused_line(
         )
     elif "Invalid encoding in string" in message and format == "jsonl":
         message += " (a string not closed on its line, or a raw control character in it)"
-    if names:  # Arrow numbers CSV columns from 0
-        message = re.sub(r"In CSV column #(\d+)", lambda m: f"column {names[int(m[1])]!r}", message)
+    message = with_column_names(message, names)
     return (
         f"cannot read {url!r} as {format}: the line at byte {start + int(offsets[low]):,}: "
         + (

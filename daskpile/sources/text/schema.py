@@ -25,6 +25,7 @@ from daskpile.sources.text.formats import (
     error_line,
     open_decompressed,
     refuse_wide_encodings,
+    with_column_names,
 )
 from daskpile.sources.text.lines import check_json_lines, check_utf8, newline_ended, refused_line, shown
 
@@ -128,11 +129,6 @@ def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = No
     try:
         yield
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-
-        def said_column(match: re.Match) -> str:
-            k = int(match[1])
-            return f"column {names[k]!r}: " if names and k < len(names) else match[0]
-
         # Arrow's "Row #N" of a streamed CSV is its Nth record, a header counted: not a line when values hold newlines
         def said_where(match: re.Match) -> str:
             record = int(match[1])
@@ -140,7 +136,7 @@ def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = No
             on_line = f", on line {line:,}" if line is not None else ""
             return f"record {record:,} (counted from 1, a header included){on_line}: "
 
-        said = re.sub(r"Row #(\d+): ", said_where, re.sub(r"In CSV column #(\d+): ", said_column, error_line(e)))
+        said = re.sub(r"Row #(\d+): ", said_where, with_column_names(error_line(e), names))
         raise ValueError(f"cannot read {full_url(fs, path)!r} as {options.format}: {said}") from None
 
 
