@@ -7,7 +7,10 @@ prints the CPU seconds of every stage summed over the dataset, so that what
 bounds the wall time on N cores is visible (about sum / N when the stages
 parallelise well).  CPU time is the whole process's (pyarrow's Parquet reader
 decodes on a thread of its own), which a busy neighbour on a shared VM
-disturbs less than wall time.  With several pile counts (run alternately,
+disturbs less than wall time.  With one pile count, each stage's system share
+is shown too: on a VM whose freed memory goes back to its host, the kernel's
+time to hand pages back (page cache for scratch and output, fresh pages for
+Arrow's buffers) is a large part of some stages (B, 2026-11-30: 20 of 57 s).  With several pile counts (run alternately,
 ``--reps`` times each, medians shown) it also prints what each pile beyond the
 first count costs: the fixed cost per pile, which is what makes many small
 piles slower than a few large ones.
@@ -19,11 +22,11 @@ import argparse
 import collections
 import dataclasses
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +44,8 @@ from daskpile.sources.parquet import _read_table_single_threaded  # noqa: E402
 
 
 def profile(files: list[str], piles: int) -> dict[str, float]:
-    """CPU seconds of each stage of a whole shuffle of ``files`` into ``piles`` piles, stage after stage."""
+    """CPU seconds of each stage of a whole shuffle of ``files`` into ``piles`` piles, stage after stage, and
+    of each its system share (keyed ``SYSTEM + stage``)."""
     work = tempfile.mkdtemp(prefix="daskpile-profile-")
     fs, _ = filesystem(work)
     run = _scratch.Scratch.create(work, None, len(files))
@@ -49,9 +53,11 @@ def profile(files: list[str], piles: int) -> dict[str, float]:
     seconds: dict[str, float] = collections.defaultdict(float)
 
     def timed(stage, fn, *a):
-        start = time.process_time()
+        before = resource.getrusage(resource.RUSAGE_SELF)
         result = fn(*a)
-        seconds[stage] += time.process_time() - start
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        seconds[stage] += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        seconds[SYSTEM + stage] += after.ru_stime - before.ru_stime
         return result
 
     try:
@@ -80,18 +86,25 @@ def _draw_permutation(pile: int, rows: int) -> np.ndarray:
     return _random.generator(1, _random.GATHER, pile).permutation(rows)
 
 
+SYSTEM = "system: "
+
+
 def report(size: str, runs: dict[int, list[dict[str, float]]]) -> str:
     """The median seconds of each stage per pile count, and with two or more counts the cost of each added pile."""
     counts = sorted(runs)
-    stages = list(runs[counts[0]][0])
-    median = {p: {s: statistics.median(r[s] for r in runs[p]) for s in stages} for p in counts}
-    totals = {p: sum(median[p].values()) for p in counts}
+    stages = [s for s in runs[counts[0]][0] if not s.startswith(SYSTEM)]
+    median = {p: {s: statistics.median(r[s] for r in runs[p]) for s in runs[p][0]} for p in counts}
+    totals = {p: sum(median[p][s] for s in stages) for p in counts}
     reps = len(runs[counts[0]])
     lines = [f"{size}, stage after stage, CPU seconds (median of {reps})"]
     if len(counts) == 1:
         p = counts[0]
-        lines[0] += f", {p} piles: {totals[p]:.1f} s of work"
-        lines += [f"  {s:<36} {median[p][s]:6.2f} s  {100 * median[p][s] / totals[p]:4.0f} %" for s in stages]
+        system = {s: median[p][SYSTEM + s] for s in stages}
+        lines[0] += f", {p} piles: {totals[p]:.1f} s of work, {sum(system.values()):.1f} s of it system"
+        lines += [
+            f"  {s:<36} {median[p][s]:6.2f} s  {100 * median[p][s] / totals[p]:4.0f} %   system {system[s]:5.2f} s"
+            for s in stages
+        ]
         return "\n".join(lines)
     first, last = counts[0], counts[-1]
     added = last - first

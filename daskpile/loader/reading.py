@@ -64,9 +64,7 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
 # A group is taken in parts of at most this many rows, each a table of its own: the consumer lets each
 # part go once it has passed it, so that the next group's files can be read while this one is consumed.
 # On B (piles of 1.56 M rows, mix 1), parts of 2**16 rows took the Arrow pool's peak from 164 to 141 MiB
-# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.  A group has at
-# least a part a thread, so that a column far costlier than the others (strings: 12.5 ns a row against
-# 2 for numbers, on A) is taken on every core.
+# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.
 PART_ROWS = 1 << 20
 
 
@@ -82,7 +80,7 @@ class GroupLoad:
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller
-        columns = [[future.result() for future in futures] for futures in taken]
+        columns = [[part for future in futures for part in future.result()] for futures in taken]
         return [pa.Table.from_arrays(list(arrays), names=self.names) for arrays in zip(*columns, strict=True)]
 
     def cancel(self) -> None:
@@ -144,15 +142,20 @@ def load_group(
 
     Each piece's columns are read, each as a task of its own, once
     ``reserve(rows)`` has returned for it (it may wait for the consumer to let
-    rows go).  Then each column is made ready for taking, and taken part by
-    part in the group's order.  A task is queued once its inputs are done
-    (``_after``), so the pool's threads never wait for one another, and
-    reading one column overlaps taking another.  A column's read is let go
-    once it is ready for taking, and that once its parts are taken: the load
-    never holds the group read, ready and taken at once.  The last ``tail``
-    rows (a batch's) are a part of their own: the rows of a batch that a
-    group ends short of are then a view of that part alone, held until the
-    next group completes the batch, without a copy.
+    rows go).  Then each column is made ready for taking (its pieces
+    combined) and taken, part by part in the group's order.  A task costs
+    tens of microseconds of Python and a hand-over of the GIL: a task a part
+    and column made an epoch of A 8 % longer (0.71-0.75 s against 0.66-0.67),
+    so a column of one piece is read, then made ready and taken in one task,
+    and a column's parts are spread over tasks only in a group of fewer
+    columns than ``threads``, so that every thread has one.  A task is queued
+    once its inputs are done (``_after``), so the pool's threads never wait
+    for one another, and reading one column overlaps taking another.  A
+    column read in pieces is let go once they are combined, and that once its
+    parts are taken: the load never holds the group read, combined and taken
+    at once.  The last ``tail`` rows (a batch's) are a part of their own: the
+    rows of a batch that a group ends short of are then a view of that part
+    alone, held until the next group completes the batch, without a copy.
     """
     stopped = threading.Event()
     rank = pool.next_rank()
@@ -160,8 +163,8 @@ def load_group(
     def submit(fn, *args) -> Future:
         return pool.submit(rank, _unless_stopped, stopped, fn, *args)
 
-    def after(inputs: list[Future], fn, *args) -> Future:
-        return _after(pool, rank, stopped, inputs, fn, *args)
+    def after(inputs: list[Future], fn, *args, handed: bool = False) -> Future:
+        return _after(pool, rank, stopped, inputs, fn, *args, handed=handed)
 
     names = list(columns) if columns is not None else units.schema.names
     order = submit(group_permutation, seed, epoch, group)
@@ -177,22 +180,27 @@ def load_group(
     except BaseException:
         stopped.set()  # the pieces queued already are not wanted either
         raise
-    sources = [after(reads.pop(name), _take_source) for name in names]
-    parts = _part_bounds(group.rows, threads, tail)
-    taken = [[after([source, order], _take_part, start, stop) for start, stop in parts] for source in sources]
+    tasks_a_column = -(-threads // len(names))
+    parts = _part_bounds(group.rows, tasks_a_column, tail)
+    if tasks_a_column == 1:
+        taken = [[after([*reads.pop(name), order], _take_column, parts, handed=True)] for name in names]
+    else:
+        sources = [after(reads.pop(name), _take_source) for name in names]
+        taken = [[after([source, order], _take_parts, [part]) for part in parts] for source in sources]
     return GroupLoad(names, taken, stopped)
 
 
-def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
-    """The parts a group of ``rows`` is taken in: at least one a thread, then its last ``tail`` rows.
+def _part_bounds(rows: int, at_least: int, tail: int) -> list[tuple[int, int]]:
+    """The parts a group of ``rows`` is taken in: ``at_least`` of them (where rows allow), then its last
+    ``tail`` rows.
 
-    >>> _part_bounds(10, threads=2, tail=3)
+    >>> _part_bounds(10, at_least=2, tail=3)
     [(0, 4), (4, 7), (7, 10)]
-    >>> _part_bounds(2, threads=2, tail=3)
+    >>> _part_bounds(2, at_least=2, tail=3)
     [(0, 2)]
     """
     body = rows - min(tail, rows)
-    size = max(1, min(PART_ROWS, -(-body // threads)))
+    size = max(1, min(PART_ROWS, -(-body // at_least)))
     bounds = [(start, min(start + size, body)) for start in range(0, body, size)]
     return [*bounds, (body, rows)] if rows > body else bounds
 
@@ -203,11 +211,15 @@ def _unless_stopped(stopped: threading.Event, fn, *args):
     return fn(*args)
 
 
-def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Future], fn, *args) -> Future:
+def _after(
+    pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Future], fn, *args, handed: bool = False
+) -> Future:
     """``fn(*results of inputs, *args)``, queued in ``pool`` once every input is done (failed: its error).
 
     A task is queued only when it can run, so no thread of the pool waits
     for another's task (with two threads, one waiting halves the pool).
+    ``handed``: ``fn(results, *args)``, the list of results its only
+    reference, so that ``fn`` can let each go before it returns.
     """
     result: Future = Future()
     left = [len(inputs)]
@@ -218,7 +230,9 @@ def _after(pool: TaskPool, rank: int, stopped: threading.Event, inputs: list[Fut
             values = [future.result() for future in inputs]
             inputs.clear()  # the inputs' results (a column read) are let go as soon as this is done with them
             if result.set_running_or_notify_cancel():
-                result.set_result(_unless_stopped(stopped, fn, *values, *args))
+                call = (values, *args) if handed else (*values, *args)
+                del values
+                result.set_result(_unless_stopped(stopped, fn, *call))
         except BaseException as error:
             inputs.clear()
             if not result.done():
@@ -249,8 +263,18 @@ def _take_source(*parts: pa.ChunkedArray) -> _kernels.TakeSource:
     return _kernels.TakeSource(pa.chunked_array(chunks, parts[0].type))
 
 
-def _take_part(source: _kernels.TakeSource, order: np.ndarray, start: int, stop: int) -> pa.Array:
-    return source.take(_kernels.as_arrow_indices(order[start:stop]))
+def _take_column(inputs: list, parts: list[tuple[int, int]]) -> list[pa.Array]:
+    """A column's pieces made ready for taking, then taken; ``inputs`` (the pieces' reads, then the order) is
+    emptied, its reads' only reference: they are let go once combined (``_after(handed=True)``)."""
+    *pieces, order = inputs
+    inputs.clear()
+    source = _take_source(*pieces)
+    del pieces
+    return _take_parts(source, order, parts)
+
+
+def _take_parts(source: _kernels.TakeSource, order: np.ndarray, parts: list[tuple[int, int]]) -> list[pa.Array]:
+    return [source.take(_kernels.as_arrow_indices(order[start:stop])) for start, stop in parts]
 
 
 def _take(values: pa.ChunkedArray, indices: np.ndarray) -> pa.ChunkedArray:
