@@ -64,7 +64,9 @@ def group_row_ids(units: Units, group: Group, seed: int, epoch: int) -> np.ndarr
 # A group is taken in parts of at most this many rows, each a table of its own: the consumer lets each
 # part go once it has passed it, so that the next group's files can be read while this one is consumed.
 # On B (piles of 1.56 M rows, mix 1), parts of 2**16 rows took the Arrow pool's peak from 164 to 141 MiB
-# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.
+# but the epoch 10-20 % longer: a task, and a hand-over of the GIL, per part and column.  A group has at
+# least a part a thread: let go in halves on two, it holds less than whole (A's Arrow peak at mix 4: 75
+# against 93 MiB in one part).
 PART_ROWS = 1 << 20
 
 
@@ -143,19 +145,19 @@ def load_group(
     Each piece's columns are read, each as a task of its own, once
     ``reserve(rows)`` has returned for it (it may wait for the consumer to let
     rows go).  Then each column is made ready for taking (its pieces
-    combined) and taken, part by part in the group's order.  A task costs
-    tens of microseconds of Python and a hand-over of the GIL: a task a part
-    and column made an epoch of A 8 % longer (0.71-0.75 s against 0.66-0.67),
-    so a column of one piece is read, then made ready and taken in one task,
-    and a column's parts are spread over tasks only in a group of fewer
-    columns than ``threads``, so that every thread has one.  A task is queued
-    once its inputs are done (``_after``), so the pool's threads never wait
-    for one another, and reading one column overlaps taking another.  A
-    column read in pieces is let go once they are combined, and that once its
-    parts are taken: the load never holds the group read, combined and taken
-    at once.  The last ``tail`` rows (a batch's) are a part of their own: the
-    rows of a batch that a group ends short of are then a view of that part
-    alone, held until the next group completes the batch, without a copy.
+    combined) and taken, part by part in the group's order, at least a part a
+    thread.  A task costs tens of microseconds of Python and a hand-over of
+    the GIL: a task a part and column made an epoch of A 8 % longer (0.71-0.75
+    s against 0.66-0.67), so a column is made ready and taken in one task,
+    and its parts are spread over tasks only in a group of fewer columns than
+    ``threads``, so that every thread has one.  A task is queued once its
+    inputs are done (``_after``), so the pool's threads never wait for one
+    another, and reading one column overlaps taking another.  A column read
+    in pieces is let go once they are combined, and that once its parts are
+    taken: the load never holds the group read, combined and taken at once.
+    The last ``tail`` rows (a batch's) are a part of their own: the rows of a
+    batch that a group ends short of are then a view of that part alone, held
+    until the next group completes the batch, without a copy.
     """
     stopped = threading.Event()
     rank = pool.next_rank()
@@ -180,9 +182,8 @@ def load_group(
     except BaseException:
         stopped.set()  # the pieces queued already are not wanted either
         raise
-    tasks_a_column = -(-threads // len(names))
-    parts = _part_bounds(group.rows, tasks_a_column, tail)
-    if tasks_a_column == 1:
+    parts = _part_bounds(group.rows, threads, tail)
+    if len(names) >= threads:
         taken = [[after([*reads.pop(name), order], _take_column, parts, handed=True)] for name in names]
     else:
         sources = [after(reads.pop(name), _take_source) for name in names]
@@ -190,17 +191,16 @@ def load_group(
     return GroupLoad(names, taken, stopped)
 
 
-def _part_bounds(rows: int, at_least: int, tail: int) -> list[tuple[int, int]]:
-    """The parts a group of ``rows`` is taken in: ``at_least`` of them (where rows allow), then its last
-    ``tail`` rows.
+def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
+    """The parts a group of ``rows`` is taken in: at least one a thread, then its last ``tail`` rows.
 
-    >>> _part_bounds(10, at_least=2, tail=3)
+    >>> _part_bounds(10, threads=2, tail=3)
     [(0, 4), (4, 7), (7, 10)]
-    >>> _part_bounds(2, at_least=2, tail=3)
+    >>> _part_bounds(2, threads=2, tail=3)
     [(0, 2)]
     """
     body = rows - min(tail, rows)
-    size = max(1, min(PART_ROWS, -(-body // at_least)))
+    size = max(1, min(PART_ROWS, -(-body // threads)))
     bounds = [(start, min(start + size, body)) for start in range(0, body, size)]
     return [*bounds, (body, rows)] if rows > body else bounds
 
