@@ -641,7 +641,7 @@ def test_json_lines_out_escapes_text_and_refuses_what_json_cannot_hold(tmp_path,
     back = [json.loads(line) for f in report.files for line in Path(f).read_text(encoding="utf-8").splitlines()]
     assert sorted(back, key=lambda r: r["id"]) == rows  # Python's own JSON parser agrees
     (tmp_path / "nan.csv").write_text("x\n1.5\ninf\n")
-    with pytest.raises(ValueError, match="column 'x' holds inf, which JSON cannot hold"):
+    with pytest.raises(ValueError, match=r"column 'x' holds inf, in '.*nan\.csv', which JSON cannot hold"):
         daskpile.shuffle_parquet(str(tmp_path / "nan.csv"), str(tmp_path / "o2"), 2, output_format="jsonl")
     assert not (tmp_path / "o2").exists()
 
@@ -1301,8 +1301,9 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
             "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), which a reader of the csv text refuses: "
             "write parquet or arrow, which keep them",
         ),
-        # these failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped
-        ({"id": [1, 2, 3], "x": [1.5, float("nan"), 2.5]}, "column 'x' holds NaN, which CSV readers read back as null"),
+        # these failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped;
+        # NaN is now refused in pass 1, naming its file
+        ({"id": [1, 2, 3], "x": [1.5, float("nan"), 2.5]}, "column 'x' holds NaN, in '"),
         ({"s": ["a", None, "b"]}, "column 's' holds nulls, which a CSV of one column writes as empty lines"),
     ],
     ids=["bytes not UTF-8", "NaN", "nulls in one column"],
@@ -1313,6 +1314,8 @@ def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_pa
         daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(tmp_path / "out"), 1, output_format="csv")
     assert message in str(refused.value) and "\n" not in str(refused.value)
     assert not (tmp_path / "out").exists()
+    if "NaN" in message:
+        assert "in.parquet', which CSV readers read back as null: write another format" in str(refused.value)
 
 
 def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path, sync_scheduler):

@@ -123,6 +123,31 @@ class Output:
                 )
             )
 
+    def refuse_values(self, table: pa.Table, where: str) -> None:
+        """Refuse, as pass 1 reads them (``where``: their file), values this format writes as others: a
+        NaN in CSV (read back as null), a NaN or infinity in JSON lines (which JSON cannot hold).  Pass 2's
+        writers refuse them too; found here, no more of pass 1 is spent on a run that cannot finish.
+
+        >>> Output("csv").refuse_values(pa.table({"x": [1.0, float("nan")]}), "'a.parquet'")
+        Traceback (most recent call last):
+        ...
+        ValueError: column 'x' holds NaN, in 'a.parquet', which CSV readers read back as null: write another format
+        """
+        if self.format not in ("csv", "jsonl") or (self.format == "jsonl" and is_json_text(table.schema)):
+            return
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            if not pa.types.is_floating(column.type):
+                continue
+            if self.format == "csv" and pc.any(pc.is_nan(column)).as_py():
+                raise ValueError(
+                    f"column {name!r} holds NaN, in {where}, which CSV readers read back as null: write another format"
+                )
+            if self.format == "jsonl" and pc.any(pc.invert(pc.is_finite(column))).as_py():
+                raise ValueError(
+                    f"column {name!r} holds {_first_not_finite(column)}, in {where}, which JSON cannot hold: write "
+                    "another format"
+                )
+
     @classmethod
     def from_key(cls, key: str) -> Output:
         """The inverse of ``key``.

@@ -118,6 +118,7 @@ def scatter_partition(
     blocksize: int = BLOCKSIZE,
     task_memory: int | None = None,
     kept: dict[str, int] | None = None,
+    output: Output | None = None,
 ) -> ScatterResult:
     """Pass 1 for one partition of a source plan (consecutive files): read and scatter it piece by piece.
 
@@ -127,7 +128,8 @@ def scatter_partition(
     refused before it is read, rather than killing the worker.  ``kept``: the
     partition's scratch files there when the run began (name: bytes, from
     ``Scratch.kept``), so that a file not there is not looked for; None: each
-    is looked for.
+    is looked for.  ``output``: the result's format, whose values it cannot
+    hold are refused as they are read (``Output.refuse_values``).
     """
     results = []
     finished: dict[int, ScatterResult | None] = {}
@@ -144,6 +146,8 @@ def scatter_partition(
 
     pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)
     for piece, table in pieces:
+        if table is not None and output is not None:
+            output.refuse_values(table, _files_said(files))
         results.append(
             finished[piece]
             if table is None

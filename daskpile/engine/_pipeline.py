@@ -781,7 +781,7 @@ class _Run:
             scattered = compute((
                 task(
                     _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
-                    self.plan.reading, self.verify, self.blocksize, self.task_memory, kept.get(k, {}),
+                    self.plan.reading, self.verify, self.blocksize, self.task_memory, kept.get(k, {}), self.output,
                     key=f"daskpile-scatter-{k}-{self.spec.key()}",
                 )
                 for k, files in enumerate(self.partitions)
