@@ -14,6 +14,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -49,8 +50,9 @@ def refuse_credentials(url: str) -> None:
     if userinfo:
         raise ValueError(
             f"{redact(url)!r}: an {userinfo['protocol']}:// URL carries no credentials (its store reads "
-            "user:password@ as part of the bucket's name, and printed it in errors): pass them as storage options "
-            "(--storage-option key=... --storage-option secret=...) or in the environment"
+            "user:password@ as part of the bucket's name, and printed it in errors): give them in the environment "
+            "or the store's profile (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, --storage-option profile=...), "
+            "which other users cannot read as they can a command's arguments"
         )
 
 
@@ -94,15 +96,17 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return "file" in protocols or "local" in protocols
 
 
-# A URL may carry its own credentials: a password before the host, or a signature in the query (a presigned
-# S3 or GCS URL, an Azure SAS).  What daskpile records and its command prints shows them as "***".  Only
-# parameters that are credentials, never ones that could pick the file (key=, code=): the URL so shown is a
-# run's identity, and two files must not share it.
+# A URL may carry its own credentials: a password before the host, or a signature or token in the query (a
+# presigned S3 or GCS URL, an Azure SAS, a ?token= or ?api_key= of a file server).  What daskpile records
+# and its command prints shows them as "***".  Only parameters that are credentials, never ones that could
+# pick the file (key=, code=): the URL so shown is a run's identity, and two files must not share it.
 REDACTED = "***"
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(?=@)")
 _URL_SECRET = re.compile(
-    r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|awsaccesskeyid|signature|"
-    r"x-goog-signature|x-goog-credential|googleaccessid|sig|access_token|password|secret)=)[^&#\s'\"]+",
+    r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|awsaccesskeyid|signature|x-goog-signature|"
+    r"x-goog-credential|googleaccessid|sig|[a-z0-9_.-]*token|auth|authorization|[a-z0-9_.-]*api[_-]?key|"
+    r"access[_-]?key|secret[_-]?key|private[_-]?key|subscription-key|client[_-]?secret|password|passwd|pwd|"
+    r"secret)=)[^&#\s'\"]+",
     re.IGNORECASE,
 )
 
@@ -116,6 +120,8 @@ def redact(text: str) -> str:
     ('s3://bucket/key=3/a.parquet', 'https://acct.blob.core.windows.net/c/a?sv=1&sig=***')
     >>> redact("https://api.example.com/get?key=day-1.parquet&code=7")  # parameters that may pick the file stay
     'https://api.example.com/get?key=day-1.parquet&code=7'
+    >>> redact("https://h/a.parquet?token=T0K&api_key=K3Y&X-Amz-Security-Token=S&auth=A&page=2")
+    'https://h/a.parquet?token=***&api_key=***&X-Amz-Security-Token=***&auth=***&page=2'
     """
     return _URL_SECRET.sub(rf"\g<head>{REDACTED}", _URL_PASSWORD.sub(rf"\g<head>{REDACTED}", text))
 
@@ -327,6 +333,60 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
             what = "reach" if store_out_of_reach(e) else "sign into"
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
         raise
+
+
+class ScratchNotPrivateError(ValueError):
+    """A scratch directory found that another user owns or may write to: not used."""
+
+
+def make_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """``path`` made a directory only this user may enter (0700) on a local file system, or found as one
+    (``check_private_directory``); its parents are made as usual.  On an object store, made as usual.
+
+    Scratch holds a copy of the rows, by default under the temporary directory every user shares, in a
+    folder named after dest, which any user can work out: made by someone else first, it would let them
+    read the rows, or put rows of theirs in a run resumed from it, with fingerprints to match.
+
+    >>> import tempfile; base = tempfile.mkdtemp()
+    >>> make_private_directory(filesystem(base)[0], base + "/daskpile-1")
+    >>> oct(os.stat(base + "/daskpile-1").st_mode & 0o777)
+    '0o700'
+    """
+    if not is_local(fs):
+        fs.makedirs(path, exist_ok=True)
+        return
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        check_private_directory(fs, path)
+
+
+def check_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Refuse a local scratch directory at ``path`` that is a link, or that another user owns or may write to
+    (anything in it may be theirs); one of this user's that others may read is made 0700 (a run interrupted
+    before daskpile made its scratch private).  Nothing to check where there is none, or on an object store."""
+    if not is_local(fs):
+        return
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    owner, uid = found.st_uid, os.geteuid()
+    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode) or owner != uid or found.st_mode & 0o022:
+        why = (
+            "is a link or not a folder"
+            if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode)
+            else f"belongs to another user (uid {owner})"
+            if owner != uid
+            else f"may be written by other users (mode {stat.S_IMODE(found.st_mode):o})"
+        )
+        raise ScratchNotPrivateError(
+            f"scratch {path!r} {why}: it is not used, since what it holds may not be this run's; remove it "
+            "(as its owner), or pass --scratch (scratch=) a folder of your own"
+        )
+    if found.st_mode & 0o077:
+        os.chmod(path, 0o700)
 
 
 def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:

@@ -439,7 +439,8 @@ def _cluster_options(f):
             multiple=True,
             metavar="KEY=VALUE",
             help="An fsspec storage option (repeatable); VALUE is JSON if it parses; "
-            "client_kwargs.endpoint_url=... nests.",
+            "client_kwargs.endpoint_url=... nests.  Credentials belong in the environment or the store's profile "
+            "(profile=...): other users can read a command's arguments.",
         ),
     ]
     return _with_options(options, f)

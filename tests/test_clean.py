@@ -206,3 +206,22 @@ def test_a_run_whose_dest_cannot_be_reached_is_kept_and_the_others_still_judged(
     assert found["a"].reason.startswith("its dest nosuchstore://bucket/out or source could not be read (ValueError")
     assert found["a"].reason.endswith("give the --storage-option its store needs, or --older-than")
     assert clean(str(root), older_than="1d", dry_run=True)[0].removable
+
+
+def test_a_run_file_that_cannot_be_read_is_said_and_the_others_still_judged(tmp_path):
+    """From the security trial: one scratch folder whose run file was not readable (truncated, another
+    version's) stopped `clean` with "error: source_files", cleaning nothing else of a shared /tmp."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    leftover(root, "a" * 16, None, age_hours=30)
+    unreadable = root / f"daskpile-{'a' * 16}" / run_state.RUN_FILE
+    unreadable.write_text('{"x": 1}')
+    os.utime(unreadable, (time.time() - 30 * 3600,) * 2)
+    gone = run_state.RunSpec((str(tmp_path / "gone.parquet"),), ("1:",), 2, 1, str(tmp_path / "out"), 1)
+    leftover(root, "b" * 16, gone, age_hours=30)
+    found = {os.path.basename(f.url)[9]: f for f in clean(str(root), dry_run=True)}
+    assert not found["a"].removable and found["a"].reason == "its run file cannot be read: give --older-than"
+    assert found["b"].removable
+    stale = {os.path.basename(f.url)[9]: f for f in clean(str(root), older_than="1d")}
+    assert stale["a"].removable and stale["a"].reason == "its run file cannot be read, older than 1 d"
+    assert not any(root.iterdir())

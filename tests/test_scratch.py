@@ -330,3 +330,70 @@ def test_a_scratch_file_gone_under_the_run_is_said_naming_it(tmp_path, mapped):
     path = str(tmp_path / "daskpile-0123" / "scatter-000003.arrow")
     with pytest.raises(FileNotFoundError, match=r"scratch file '.*scatter-000003.arrow' is gone, removed while"):
         _scratch.ScratchFile(fs, path, mapped=mapped)
+
+
+def test_scratch_is_made_private_and_a_found_one_is_tightened_or_refused(tmp_path):
+    """Scratch holds a copy of the rows, under the shared temporary directory by default: made 0700 whatever
+    the umask; one of this user's found there (a run interrupted before scratch was private) made 0700; a
+    link, or one others may write to, or another user's, refused."""
+    import os
+
+    from daskpile._storage import ScratchNotPrivateError, make_private_directory
+
+    fs, _ = filesystem(str(tmp_path))
+    old = os.umask(0o022)
+    try:
+        make_private_directory(fs, str(tmp_path / "shared" / "daskpile-a"))
+        assert os.stat(tmp_path / "shared" / "daskpile-a").st_mode & 0o777 == 0o700
+        (tmp_path / "mine").mkdir(mode=0o755)
+        make_private_directory(fs, str(tmp_path / "mine"))
+        assert os.stat(tmp_path / "mine").st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
+    (tmp_path / "open").mkdir()
+    os.chmod(tmp_path / "open", 0o777)
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    for name, why in (("open", r"may be written by other users \(mode 777\)"), ("link", "is a link")):
+        with pytest.raises(ScratchNotPrivateError, match=why):
+            make_private_directory(fs, str(tmp_path / name))
+    if os.geteuid() == 0:  # (only root can give a folder away)
+        (tmp_path / "theirs").mkdir(mode=0o700)
+        os.chown(tmp_path / "theirs", 65534, 65534)
+        with pytest.raises(ScratchNotPrivateError, match="belongs to another user"):
+            make_private_directory(fs, str(tmp_path / "theirs"))
+
+
+def test_a_run_refuses_a_scratch_folder_made_for_its_dest_by_someone_else(tmp_path, sync_scheduler):
+    """From the security trial: the scratch folder's name follows from dest, so another user could make it
+    first, and put rows of theirs in it with a run file and fingerprints to match: the run said "verified"."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    import daskpile
+    from daskpile._storage import ScratchNotPrivateError, full_url
+    from daskpile.engine import _run as run_state
+
+    pq.write_table(pa.table({"x": np.arange(100)}), tmp_path / "in.parquet")
+    shared, dest = tmp_path / "shared", tmp_path / "out"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o1777)  # as /tmp
+    fs, dest_path = filesystem(str(dest))
+    planted = shared / f"daskpile-{run_state.scratch_name(full_url(fs, dest_path))}"
+    planted.mkdir()
+    os.chmod(planted, 0o777)
+    (planted / run_state.RUN_FILE).write_text("{}")
+    with pytest.raises(ScratchNotPrivateError, match=rf"scratch '{planted}' may be written by other users"):
+        daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(dest), piles=2, seed=1, scratch=str(shared))
+    assert not dest.exists() and (planted / run_state.RUN_FILE).read_text() == "{}"  # nothing written, nothing read
+    done = subprocess.run(
+        [sys.executable, "-m", "daskpile", "shuffle", str(tmp_path / "in.parquet"), str(dest), "--piles", "2",
+         "--scratch", str(shared), "--scheduler", "sync", "-q"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "may be written by other users" in done.stderr, done.stderr
+    os.chmod(planted, 0o700)  # its owner's, and private: used (its run file is no run, and is replaced)
+    report = daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(dest), piles=2, seed=1, scratch=str(shared))
+    assert report.rows == 100

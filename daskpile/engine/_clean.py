@@ -110,7 +110,12 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     url = full_url(fs, path)
     if min_age is not None and age < min_age:
         return Leftover(url, size, age, False, f"newer than {format_seconds(min_age)}")
-    spec = run_state.read(fs, path)
+    try:
+        spec = run_state.read(fs, path)
+    except run_state.RunFileUnreadable:  # (truncated by a full disk, another version's): one folder, not all
+        if min_age is None:
+            return Leftover(url, size, age, False, "its run file cannot be read: give --older-than")
+        return Leftover(url, size, age, True, f"its run file cannot be read, older than {format_seconds(min_age)}")
     running = spec is not None and _running(spec, storage_options)
     if running:  # (pass 2 only reads scratch: its files grow old while the run uses them)
         return Leftover(url, size, age, False, f"a run of {spec.dest} is writing it now ({running})")

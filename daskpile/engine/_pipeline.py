@@ -37,11 +37,13 @@ from daskpile._compute import (
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     as_urls,
+    check_private_directory,
     check_writable,
     file_stamp,
     filesystem,
     full_url,
     listed_infos,
+    make_private_directory,
     redacting_errors,
 )
 from daskpile._validate import check_bytes, check_piles
@@ -658,6 +660,7 @@ class _Run:
         self.scratch = Scratch.create(
             self.scratch_url, self.storage_options, len(self.partitions), name=name, make=False
         )
+        check_private_directory(self.scratch.fs, self.scratch.directory)  # before its run file is read
 
     def find_previous(self, piles, seed) -> None:
         """The interrupted run of the same call to resume, if any; that of another call refused or discarded."""
@@ -665,7 +668,11 @@ class _Run:
         self.requested_piles = None if self.auto else check_piles(piles, auto_allowed=True)
         self.requested_seed = None if seed is None else resolve_seed(seed)
         in_dest = run_state.read(self.dest_fs, self.dest_path)
-        self.previous = in_dest or run_state.read(self.scratch.fs, self.scratch.directory)
+        try:
+            self.previous = in_dest or run_state.read(self.scratch.fs, self.scratch.directory)
+        except run_state.RunFileUnreadable:  # this user's own scratch (checked private), of no run to resume
+            self.scratch.remove()
+            self.previous = None
         if self.previous is None:
             return
         differences = self.previous.differences(
@@ -770,7 +777,7 @@ class _Run:
                 self.scratch.fs, self.scratch.directory, self.estimated_bytes, self.dest_fs, self.dest_path,
                 sum(self.plan.sizes),
             )  # fmt: skip
-        self.scratch.fs.makedirs(self.scratch.directory, exist_ok=True)
+        make_private_directory(self.scratch.fs, self.scratch.directory)
         run_state.write(self.scratch.fs, self.scratch.directory, self.spec)
 
     def scatter(self) -> list[_passes.ScatterResult]:

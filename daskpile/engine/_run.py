@@ -134,13 +134,22 @@ def scratch_name(dest_url: str) -> str:
     return hashlib.sha256(dest_url.encode()).hexdigest()[:16]
 
 
+class RunFileUnreadable(ValueError):
+    """A run file that is not one this daskpile wrote: truncated (a full disk), of another version, or another's."""
+
+
 def read(fs: fsspec.AbstractFileSystem, directory: str) -> RunSpec | None:
+    """The run described in ``directory``; None if there is no run file, ``RunFileUnreadable`` if it cannot be read."""
     path = posixpath.join(directory, RUN_FILE)
     try:
         with fs.open(path, "rb") as f:
             return RunSpec.from_json(json.load(f))
     except FileNotFoundError:
         return None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # (json's errors are ValueErrors)
+        raise RunFileUnreadable(
+            f"run file {path!r} is not one this daskpile can read ({type(e).__name__}: {e})"
+        ) from None
 
 
 def write(fs: fsspec.AbstractFileSystem, directory: str, spec: RunSpec) -> None:

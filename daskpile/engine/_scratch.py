@@ -48,7 +48,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
-from daskpile._storage import atomic_sink, filesystem, full_url, is_local, reaching, remove_tree, rows_per_write
+from daskpile._storage import (
+    atomic_sink,
+    filesystem,
+    full_url,
+    is_local,
+    make_private_directory,
+    reaching,
+    remove_tree,
+    rows_per_write,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +89,7 @@ class Scratch:
         directory = posixpath.join(root, f"daskpile-{name or uuid.uuid4().hex[:16]}")
         if make:
             with reaching(fs, directory, "scratch"):  # one line naming it, not the store client's traceback
-                fs.makedirs(directory, exist_ok=True)
+                make_private_directory(fs, directory)
         return cls(fs, directory, partitions)
 
     @property
