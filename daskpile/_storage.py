@@ -34,7 +34,7 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     '/tmp/data'
     >>> filesystem("s3://AKIA1:hunter2@bucket/data")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... or in the environment
+    ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... a command's arguments
     """
     url = str(url)
     refuse_credentials(url)
@@ -51,8 +51,8 @@ def refuse_credentials(url: str) -> None:
         raise ValueError(
             f"{redact(url)!r}: an {userinfo['protocol']}:// URL carries no credentials (its store reads "
             "user:password@ as part of the bucket's name, and printed it in errors): give them in the environment "
-            "or the store's profile (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, --storage-option profile=...), "
-            "which other users cannot read as they can a command's arguments"
+            "or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+            "--storage-option profile=...), which other users cannot read as they can a command's arguments"
         )
 
 
@@ -106,7 +106,7 @@ _URL_SECRET = re.compile(
     r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|awsaccesskeyid|signature|x-goog-signature|"
     r"x-goog-credential|googleaccessid|sig|[a-z0-9_.-]*token|auth|authorization|[a-z0-9_.-]*api[_-]?key|"
     r"access[_-]?key|secret[_-]?key|private[_-]?key|subscription-key|client[_-]?secret|password|passwd|pwd|"
-    r"secret)=)[^&#\s'\"]+",
+    r"secret)=)[^&#\s'\"`]+",
     re.IGNORECASE,
 )
 
@@ -301,7 +301,8 @@ _STORE_OUT_OF_REACH = {
     "EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError",
     "ReadTimeoutError", "ConnectionClosedError", "ServerDisconnectedError",  # (mid-run: a retry resumes)
 }  # fmt: skip
-_STORE_UNUSABLE = _STORE_OUT_OF_REACH | {"NoCredentialsError", "PartialCredentialsError", "InvalidEndpointError"}
+_STORE_MISCONFIGURED = {"InvalidEndpointError", "EndpointResolutionError"}  # (an endpoint_url no client can use)
+_STORE_UNUSABLE = _STORE_OUT_OF_REACH | _STORE_MISCONFIGURED | {"NoCredentialsError", "PartialCredentialsError"}
 
 
 class StoreUnreachable(ConnectionError):
@@ -330,7 +331,14 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
         raise PermissionError(f"{role} {full_url(fs, path)!r}: access denied: {e}") from None
     except Exception as e:
         if store_unusable(e):
-            what = "reach" if store_out_of_reach(e) else "sign into"
+            names = {c.__name__ for c in type(e).__mro__}
+            what = (
+                "reach"
+                if store_out_of_reach(e)
+                else "use the endpoint given for"
+                if names & _STORE_MISCONFIGURED
+                else "sign into"
+            )
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
         raise
 

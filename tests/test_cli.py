@@ -344,11 +344,20 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     # a worker paused from its start by Dask (80 % of its limit) waited forever
     done = run("shuffle", sorted_source, str(tmp_path / "o7"), "--memory-limit", "100MiB", check_status=2)
     assert "--memory-limit 100MiB: a worker holds about 200 MiB before any data" in done.stderr
+    # an endpoint no client can use (from the security trial: exit 1, naming neither the store nor the option),
+    # its token shown as ***
+    done = run("shuffle", "s3://lake/src", str(tmp_path / "o8"), "--storage-option", "key=a", "--storage-option",
+               "secret=b", "--storage-option", "client_kwargs.endpoint_url=http://127.0.0.1:1/?token=TOK3N",
+               "--scheduler", "sync", check_status=2)  # fmt: skip
+    assert done.stderr.startswith(
+        "daskpile: error: source 's3://lake/src': cannot use the endpoint given for the store: Custom endpoint "
+        "`http://127.0.0.1:1/?token=***` was not a valid URI"
+    ), done.stderr
     from daskpile.cli import _check_memory_limit
 
     for fraction in ["1", "1.0", "0.5", "0"]:  # of the machine's memory, as distributed reads them (0: no limit)
         _check_memory_limit(fraction)
-    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6, 7))
+    assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6, 7, 8))
 
 
 def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):
