@@ -104,9 +104,9 @@ REDACTED = "***"
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@'\"]*:)[^/\s@'\"]+(?=@)")
 _URL_SECRET = re.compile(
     r"(?P<head>[?&](?:x-amz-signature|x-amz-credential|awsaccesskeyid|signature|x-goog-signature|"
-    r"x-goog-credential|googleaccessid|sig|[a-z0-9_.-]*token|auth|authorization|[a-z0-9_.-]*api[_-]?key|"
-    r"access[_-]?key|secret[_-]?key|private[_-]?key|subscription-key|client[_-]?secret|password|passwd|pwd|"
-    r"secret)=)[^&#\s'\"`]+",
+    r"x-goog-credential|googleaccessid|sig|(?:x-amz-security|security|session|access|id|auth|api|bearer|"
+    r"refresh)?[_-]?token|auth|authorization|(?:x-)?api[_-]?key|access[_-]?key|secret[_-]?key|"
+    r"private[_-]?key|subscription-key|client[_-]?secret|password|passwd|secret)=)[^&#\s'\"`]+",
     re.IGNORECASE,
 )
 
@@ -348,14 +348,15 @@ class ScratchNotPrivateError(ValueError):
 
 
 def make_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
-    """``path`` made a directory only this user may enter (0700) on a local file system, or found as one
-    (``check_private_directory``); its parents are made as usual.  On an object store, made as usual.
+    """``path`` made a directory, or found as one (``check_private_directory``); its parents are made as usual.
 
-    Scratch holds a copy of the rows, by default under the temporary directory every user shares, in a
-    folder named after dest, which any user can work out: made by someone else first, it would let them
-    read the rows, or put rows of theirs in a run resumed from it, with fingerprints to match.
+    Under a local folder every user may write to (the temporary directory, the default scratch root), it is
+    made 0700: scratch holds a copy of the rows there, in a folder named after dest, which any user can
+    work out, so another user could otherwise read the rows, or make the folder first and put rows of theirs
+    in a run resumed from it, with fingerprints to match.  Elsewhere (a folder of the user's, a team's, an
+    object store) it is made as the umask says, as the root's owner chose.
 
-    >>> import tempfile; base = tempfile.mkdtemp()
+    >>> import tempfile; base = tempfile.mkdtemp(); os.chmod(base, 0o1777)
     >>> make_private_directory(filesystem(base)[0], base + "/daskpile-1")
     >>> oct(os.stat(base + "/daskpile-1").st_mode & 0o777)
     '0o700'
@@ -365,36 +366,46 @@ def make_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
         return
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     try:
-        os.mkdir(path, 0o700)
+        os.mkdir(path, 0o700 if _writable_by_others(posixpath.dirname(path)) else 0o777)  # (0o777: as the umask says)
     except FileExistsError:
         check_private_directory(fs, path)
 
 
 def check_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
-    """Refuse a local scratch directory at ``path`` that is a link, or that another user owns or may write to
-    (anything in it may be theirs); one of this user's that others may read is made 0700 (a run interrupted
-    before daskpile made its scratch private).  Nothing to check where there is none, or on an object store."""
-    if not is_local(fs):
+    """Refuse a local scratch directory at ``path``, under a folder every user may write to, that is a link, or
+    that another user owns or every user may write to (anything in it may be theirs); one of this user's that
+    others may read is made 0700 where the file system allows (a run interrupted before scratch was private).
+    Nothing to check where there is none, under a folder only its owners may write to, or on an object store.
+    """
+    if not is_local(fs) or not _writable_by_others(posixpath.dirname(path)):
         return
     try:
         found = os.lstat(path)
     except FileNotFoundError:
         return
     owner, uid = found.st_uid, os.geteuid()
-    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode) or owner != uid or found.st_mode & 0o022:
+    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode) or owner != uid or found.st_mode & 0o002:
         why = (
             "is a link or not a folder"
             if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode)
             else f"belongs to another user (uid {owner})"
             if owner != uid
-            else f"may be written by other users (mode {stat.S_IMODE(found.st_mode):o})"
+            else f"may be written by every user (mode {stat.S_IMODE(found.st_mode):o})"
         )
         raise ScratchNotPrivateError(
             f"scratch {path!r} {why}: it is not used, since what it holds may not be this run's; remove it "
             "(as its owner), or pass --scratch (scratch=) a folder of your own"
         )
     if found.st_mode & 0o077:
-        os.chmod(path, 0o700)
+        with contextlib.suppress(OSError):  # (a file system without modes: vfat, some network mounts)
+            os.chmod(path, 0o700)
+
+
+def _writable_by_others(folder: str) -> bool:
+    try:
+        return bool(os.stat(folder).st_mode & 0o002)
+    except OSError:
+        return False
 
 
 def check_writable(fs: fsspec.AbstractFileSystem, path: str, role: str) -> None:

@@ -542,9 +542,10 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             client = stack.enter_context(Client(cluster))
         _wait_for_a_worker(client, description, hint)
         _SCHEDULER[:] = [client.scheduler.address]  # (kept past the block: its error is said after it)
-        # A scheduler lost mid-run: the client logged a traceback a reconnection attempt, before the command's
-        # one line (``_cancelled_by_the_scheduler``)
-        logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+        # A scheduler lost mid-run: the client logged a traceback a reconnection attempt, and its comm "Batched
+        # Comm Closed" (seen in a loaded CI run), before the command's one line (``_cancelled_by_the_scheduler``)
+        for name in ("distributed.client", "distributed.batched"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         if description == "LocalCluster":
             quiet_workers(client)
         if not quiet:

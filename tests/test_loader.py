@@ -1308,3 +1308,18 @@ def test_a_result_of_no_rows_has_no_pairs_to_co_batch(tmp_path):
     command = [sys.executable, "-m", "daskpile", "epochs", str(tmp_path / "piles"), "--json"]
     said = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
     assert said and all((rate["rate"], rate["ideal"], rate["pairs"]) == (0, 0, 0) for rate in said.values())
+
+
+@pytest.mark.parametrize("kind", ["eager", "lazy"])
+def test_the_batches_are_the_same_whatever_the_threads_that_load_them(datasets, kind):
+    """A group's columns are taken one task a column where they are more than twice the threads, a task a
+    part where they are fewer: both give the same batches, with mix 1 and with groups of several files."""
+    for mix in (1, 3):
+        loads = {
+            threads: list(daskpile.PileLoader(datasets[kind], batch_size=700, seed=2, mix=mix, threads=threads))
+            for threads in (1, 2, 16)  # the sorted source's 7 columns: a task each on 1 and 2 threads, not 16
+        }
+        assert 4 < len(loads[1][0].column_names) < 32
+        for threads in (2, 16):
+            assert len(loads[threads]) == len(loads[1])
+            assert all(a.equals(b) for a, b in zip(loads[1], loads[threads], strict=True)), (kind, mix, threads)

@@ -333,34 +333,43 @@ def test_a_scratch_file_gone_under_the_run_is_said_naming_it(tmp_path, mapped):
 
 
 def test_scratch_is_made_private_and_a_found_one_is_tightened_or_refused(tmp_path):
-    """Scratch holds a copy of the rows, under the shared temporary directory by default: made 0700 whatever
-    the umask; one of this user's found there (a run interrupted before scratch was private) made 0700; a
-    link, or one others may write to, or another user's, refused."""
+    """Under a folder every user may write to (/tmp, the default root), scratch holds a copy of the rows under
+    a name any user can work out: made 0700 whatever the umask; one of this user's found there (a run
+    interrupted before scratch was private) made 0700; a link, one every user may write to, or another
+    user's, refused.  Under a folder of the user's own (or a team's), made and used as before."""
     import os
 
     from daskpile._storage import ScratchNotPrivateError, make_private_directory
 
     fs, _ = filesystem(str(tmp_path))
-    old = os.umask(0o022)
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    old = os.umask(0o002)
     try:
-        make_private_directory(fs, str(tmp_path / "shared" / "daskpile-a"))
-        assert os.stat(tmp_path / "shared" / "daskpile-a").st_mode & 0o777 == 0o700
-        (tmp_path / "mine").mkdir(mode=0o755)
-        make_private_directory(fs, str(tmp_path / "mine"))
-        assert os.stat(tmp_path / "mine").st_mode & 0o777 == 0o700
+        make_private_directory(fs, str(shared / "daskpile-a"))
+        assert os.stat(shared / "daskpile-a").st_mode & 0o777 == 0o700
+        (shared / "mine").mkdir(mode=0o775)
+        make_private_directory(fs, str(shared / "mine"))
+        assert os.stat(shared / "mine").st_mode & 0o777 == 0o700
+        make_private_directory(fs, str(own / "daskpile-b"))  # (its parent made too)
+        assert os.stat(own / "daskpile-b").st_mode & 0o777 == 0o775  # as the umask says
+        (own / "open").mkdir()
+        os.chmod(own / "open", 0o777)
+        make_private_directory(fs, str(own / "open"))  # no one else may write to its parent: not checked
     finally:
         os.umask(old)
-    (tmp_path / "open").mkdir()
-    os.chmod(tmp_path / "open", 0o777)
-    (tmp_path / "link").symlink_to(tmp_path / "mine")
-    for name, why in (("open", r"may be written by other users \(mode 777\)"), ("link", "is a link")):
+    (shared / "open").mkdir()
+    os.chmod(shared / "open", 0o777)
+    (shared / "link").symlink_to(shared / "mine")
+    for name, why in (("open", r"may be written by every user \(mode 777\)"), ("link", "is a link")):
         with pytest.raises(ScratchNotPrivateError, match=why):
-            make_private_directory(fs, str(tmp_path / name))
+            make_private_directory(fs, str(shared / name))
     if os.geteuid() == 0:  # (only root can give a folder away)
-        (tmp_path / "theirs").mkdir(mode=0o700)
-        os.chown(tmp_path / "theirs", 65534, 65534)
+        (shared / "theirs").mkdir(mode=0o700)
+        os.chown(shared / "theirs", 65534, 65534)
         with pytest.raises(ScratchNotPrivateError, match="belongs to another user"):
-            make_private_directory(fs, str(tmp_path / "theirs"))
+            make_private_directory(fs, str(shared / "theirs"))
 
 
 def test_a_run_refuses_a_scratch_folder_made_for_its_dest_by_someone_else(tmp_path, sync_scheduler):
@@ -385,7 +394,7 @@ def test_a_run_refuses_a_scratch_folder_made_for_its_dest_by_someone_else(tmp_pa
     planted.mkdir()
     os.chmod(planted, 0o777)
     (planted / run_state.RUN_FILE).write_text("{}")
-    with pytest.raises(ScratchNotPrivateError, match=rf"scratch '{planted}' may be written by other users"):
+    with pytest.raises(ScratchNotPrivateError, match=rf"scratch '{planted}' may be written by every user"):
         daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(dest), piles=2, seed=1, scratch=str(shared))
     assert not dest.exists() and (planted / run_state.RUN_FILE).read_text() == "{}"  # nothing written, nothing read
     done = subprocess.run(
@@ -393,7 +402,7 @@ def test_a_run_refuses_a_scratch_folder_made_for_its_dest_by_someone_else(tmp_pa
          "--scratch", str(shared), "--scheduler", "sync", "-q"],
         capture_output=True, text=True,
     )  # fmt: skip
-    assert done.returncode == 2 and "may be written by other users" in done.stderr, done.stderr
+    assert done.returncode == 2 and "may be written by every user" in done.stderr, done.stderr
     os.chmod(planted, 0o700)  # its owner's, and private: used (its run file is no run, and is replaced)
     report = daskpile.shuffle_parquet(str(tmp_path / "in.parquet"), str(dest), piles=2, seed=1, scratch=str(shared))
     assert report.rows == 100

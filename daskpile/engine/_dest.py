@@ -104,11 +104,11 @@ def _run_in(fs, dest_path: str) -> run_state.RunSpec | None:
     """The unfinished run whose state dest holds, if any; a damaged state said plainly."""
     try:
         return run_state.read(fs, dest_path)
-    except (KeyError, TypeError, ValueError) as e:
-        where = full_url(fs, posixpath.join(dest_path, run_state.RUN_FILE))
+    except run_state.RunFileUnreadable as e:
+        where, cause = full_url(fs, posixpath.join(dest_path, run_state.RUN_FILE)), e.cause
         raise ValueError(
-            f"{where} is not a daskpile run's state ({type(e).__name__}: {e}): remove it if you wrote it, else "
-            "discard the run with overwrite=True (--overwrite)"
+            f"{where} is not a daskpile run's state ({type(cause).__name__}: {cause}): remove it if you wrote it, "
+            "else discard the run with overwrite=True (--overwrite)"
         ) from None
 
 

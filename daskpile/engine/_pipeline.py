@@ -670,7 +670,9 @@ class _Run:
         in_dest = run_state.read(self.dest_fs, self.dest_path)
         try:
             self.previous = in_dest or run_state.read(self.scratch.fs, self.scratch.directory)
-        except run_state.RunFileUnreadable:  # this user's own scratch (checked private), of no run to resume
+        except run_state.RunFileUnreadable as e:  # this user's own scratch (checked private), of no run to resume
+            if self.progress:
+                print(f"{e}: its scratch is removed, and the run starts afresh", flush=True)
             self.scratch.remove()
             self.previous = None
         if self.previous is None:

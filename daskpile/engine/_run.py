@@ -135,7 +135,14 @@ def scratch_name(dest_url: str) -> str:
 
 
 class RunFileUnreadable(ValueError):
-    """A run file that is not one this daskpile wrote: truncated (a full disk), of another version, or another's."""
+    """A run file that is not one this daskpile wrote: truncated (a full disk), of another version, or another's.
+
+    ``cause``: the error reading it raised.
+    """
+
+    def __init__(self, message: str, cause: Exception):
+        super().__init__(message)
+        self.cause = cause
 
 
 def read(fs: fsspec.AbstractFileSystem, directory: str) -> RunSpec | None:
@@ -147,9 +154,8 @@ def read(fs: fsspec.AbstractFileSystem, directory: str) -> RunSpec | None:
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, AttributeError) as e:  # (json's errors are ValueErrors)
-        raise RunFileUnreadable(
-            f"run file {path!r} is not one this daskpile can read ({type(e).__name__}: {e})"
-        ) from None
+        said = f"run file {path!r} is not one this daskpile can read ({type(e).__name__}: {e})"
+        raise RunFileUnreadable(said, e) from None
 
 
 def write(fs: fsspec.AbstractFileSystem, directory: str, spec: RunSpec) -> None:
