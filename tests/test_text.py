@@ -1590,3 +1590,13 @@ def test_newlines_in_values_the_record_the_first_mib_cuts_is_read_whole(sync_sch
     files = sorted((tmp_path / "out").glob("part-*.arrow"))
     shuffled = pa.concat_tables([pa.ipc.open_file(f).read_all() for f in files]).replace_schema_metadata(None)
     assert report.rows == expected.num_rows and shuffled.sort_by("id").equals(expected.sort_by("id"))
+
+
+def test_a_nan_csv_cannot_hold_is_named_by_its_file_among_the_small_files_of_a_task(tmp_path, sync_scheduler):
+    """Small files share a pass-1 task; the refusal named the task's first file "and 2 more files"."""
+    (tmp_path / "in").mkdir()
+    for i, x in enumerate([[1.0, 2.0], [3.0], [4.0, float("nan")]]):
+        pq.write_table(pa.table({"id": list(range(len(x))), "x": x}), tmp_path / "in" / f"part-{i}.parquet")
+    with pytest.raises(ValueError, match=r"column 'x' holds NaN, in '[^']*part-2\.parquet', which CSV") as refused:
+        daskpile.shuffle_parquet(str(tmp_path / "in"), str(tmp_path / "out"), 2, seed=1, output_format="csv")
+    assert "more files" not in str(refused.value) and not (tmp_path / "out").exists()

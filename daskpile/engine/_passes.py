@@ -147,7 +147,7 @@ def scatter_partition(
     pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)
     for piece, table in pieces:
         if table is not None and output is not None:
-            output.refuse_values(table, _files_said(files))
+            _refuse_values(output, table, fs, files, reading, blocksize)
         results.append(
             finished[piece]
             if table is None
@@ -180,6 +180,18 @@ def _check_rows_scattered(files: list[SourceFile], reading: Reading, footers: in
             "scratch of the interrupted run this call resumed does not hold the pieces it reads now, and is "
             "removed; run the call again"
         )
+
+
+def _refuse_values(output: Output, table: pa.Table, fs, files: list[SourceFile], reading: Reading, blocksize: int):
+    """``Output.refuse_values`` of a piece, naming the file that holds the value refused: a piece may span
+    files, which are then read again, one at a time, to find it (bad input only)."""
+    try:
+        output.refuse_values(table, _files_said(files))
+    except ValueError:
+        for f in files if len(files) > 1 else []:
+            for _, alone in read_pieces(fs, [f], reading, blocksize):
+                output.refuse_values(alone, repr(f.path))
+        raise
 
 
 def _files_said(files: list[SourceFile]) -> str:
