@@ -311,12 +311,17 @@ class StoreUnreachable(ConnectionError):
 
 def store_unusable(e: BaseException) -> bool:
     """Whether ``e`` says the store cannot be reached or signed into at all (not: this object is refused)."""
-    return any(c.__name__ in _STORE_UNUSABLE for c in type(e).__mro__)
+    return _named(e, _STORE_UNUSABLE)
 
 
 def store_out_of_reach(e: BaseException) -> bool:
     """Whether ``e`` says the store could not be reached this time (a later try may reach it)."""
-    return any(c.__name__ in _STORE_OUT_OF_REACH for c in type(e).__mro__)
+    return _named(e, _STORE_OUT_OF_REACH)
+
+
+def _named(e: BaseException, names: set[str]) -> bool:
+    """Whether ``e``'s class, or one it derives from, is one of ``names`` (of libraries the core does not import)."""
+    return any(c.__name__ in names for c in type(e).__mro__)
 
 
 @contextlib.contextmanager
@@ -331,12 +336,11 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
         raise PermissionError(f"{role} {full_url(fs, path)!r}: access denied: {e}") from None
     except Exception as e:
         if store_unusable(e):
-            names = {c.__name__ for c in type(e).__mro__}
             what = (
                 "reach"
                 if store_out_of_reach(e)
                 else "use the endpoint given for"
-                if names & _STORE_MISCONFIGURED
+                if _named(e, _STORE_MISCONFIGURED)
                 else "sign into"
             )
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
@@ -383,15 +387,16 @@ def check_private_directory(fs: fsspec.AbstractFileSystem, path: str) -> None:
         found = os.lstat(path)
     except FileNotFoundError:
         return
-    owner, uid = found.st_uid, os.geteuid()
-    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode) or owner != uid or found.st_mode & 0o002:
-        why = (
-            "is a link or not a folder"
-            if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode)
-            else f"belongs to another user (uid {owner})"
-            if owner != uid
-            else f"may be written by every user (mode {stat.S_IMODE(found.st_mode):o})"
-        )
+    why = (
+        "is a link or not a folder"
+        if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode)
+        else f"belongs to another user (uid {found.st_uid})"
+        if found.st_uid != os.geteuid()
+        else f"may be written by every user (mode {stat.S_IMODE(found.st_mode):o})"
+        if found.st_mode & 0o002
+        else None
+    )
+    if why is not None:
         raise ScratchNotPrivateError(
             f"scratch {path!r} {why}: it is not used, since what it holds may not be this run's; remove it "
             "(as its owner), or pass --scratch (scratch=) a folder of your own"

@@ -188,9 +188,10 @@ def _refuse_values(output: Output, table: pa.Table, fs, files: list[SourceFile],
     try:
         output.refuse_values(table, _files_said(files))
     except ValueError:
-        for f in files if len(files) > 1 else []:
-            for _, alone in read_pieces(fs, [f], reading, blocksize):
-                output.refuse_values(alone, repr(f.path))
+        if len(files) > 1:
+            for f in files:
+                for _, alone in read_pieces(fs, [f], reading, blocksize):
+                    output.refuse_values(alone, repr(f.path))
         raise
 
 

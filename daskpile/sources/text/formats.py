@@ -74,6 +74,13 @@ def is_json_text(schema: pa.Schema) -> bool:
     return len(schema) == 1 and schema[0].equals(JSON_TEXT, check_metadata=True)
 
 
+# Read options that only CSV and TSV take, in the order a refusal names the first given
+_CSV_ONLY = (
+    "autogenerate_column_names", "newlines_in_values", "quote_char", "null_values", "escape_char", "decimal_point",
+    "true_values", "false_values", "timestamp_parsers",
+)  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class TextOptions:
     """How text files are read: their format and the options users set (pyarrow's names).
@@ -148,14 +155,7 @@ class TextOptions:
             raise ValueError(f"read option delimiter applies to csv and tsv, not {self.format}")
         if self.delimiter is not None and len(self.delimiter) != 1:
             raise ValueError(f"read option delimiter is one character, got {self.delimiter!r}")
-        csv_only = {
-            "autogenerate_column_names": self.autogenerate_column_names, "newlines_in_values": self.newlines_in_values,
-            "quote_char": self.quote_char != '"', "null_values": self.null_values != ("",),
-            "escape_char": self.escape_char is not False, "decimal_point": self.decimal_point != ".",
-            "true_values": self.true_values, "false_values": self.false_values,
-            "timestamp_parsers": self.timestamp_parsers,
-        }  # fmt: skip
-        given = [name for name, said in csv_only.items() if said]
+        given = [name for name in _CSV_ONLY if name in self.read_options()]
         if self.format not in ("csv", "tsv") and given:
             raise ValueError(f"read option {given[0]} applies to csv and tsv, not {self.format}")
         for name in ("escape_char", "decimal_point"):
@@ -233,28 +233,16 @@ class TextOptions:
         >>> TextOptions("csv", delimiter=";").read_options()
         {'delimiter': ';'}
         """
-        given = {
-            "delimiter": self.delimiter,
-            "autogenerate_column_names": self.autogenerate_column_names,
-            "newlines_in_values": self.newlines_in_values,
-            "as_written": self.as_written,  # recorded when true: false and not said both parse
-            "as_text": self.as_text,
-        }
-        given = {k: v for k, v in given.items() if v}
-        if self.quote_char != '"':
-            given["quote_char"] = self.quote_char
-        if self.encoding != "utf8":
-            given["encoding"] = self.encoding
-        if self.null_values != ("",):
-            given["null_values"] = list(self.null_values)
-        if self.escape_char is not False:
-            given["escape_char"] = self.escape_char
-        if self.decimal_point != ".":
-            given["decimal_point"] = self.decimal_point
-        for name in ("true_values", "false_values", "timestamp_parsers"):
-            if getattr(self, name):
-                given[name] = list(getattr(self, name))
-        return {**given, "column_types": dict(self.column_types)} if self.column_types else given
+        given = {}
+        for field in dataclasses.fields(self)[1:]:  # (not the format)
+            value = getattr(self, field.name)
+            # as_written and as_text recorded when true: false and not said read alike
+            if value == field.default or (field.name in ("as_written", "as_text") and not value):
+                continue
+            given[field.name] = (
+                dict(value) if field.name == "column_types" else list(value) if isinstance(value, tuple) else value
+            )
+        return given
 
     def key(self) -> str:
         """What changes the rows read, for a run's identity."""
