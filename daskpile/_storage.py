@@ -38,6 +38,7 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     """
     url = str(url)
     refuse_credentials(url)
+    refuse_endpoint_credentials(storage_options or {})
     return url_to_fs(url, **(storage_options or {}))
 
 
@@ -56,6 +57,27 @@ def refuse_credentials(url: str) -> None:
         )
 
 
+def refuse_endpoint_credentials(storage_options: dict) -> None:
+    """A ValueError, naming the option and not its value, for an endpoint URL with ``user:password@`` in it,
+    which the store's HTTP client refuses mid-request (aiohttp: "Cannot combine AUTHORIZATION header ...").
+
+    >>> refuse_endpoint_credentials({"client_kwargs": {"endpoint_url": "http://k:s@127.0.0.1:9000"}})
+    Traceback (most recent call last):
+    ValueError: storage option client_kwargs.endpoint_url carries credentials (user:password@): give them in the \
+environment or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), not in a URL
+    """
+    client = storage_options.get("client_kwargs")
+    found = [("endpoint_url", storage_options.get("endpoint_url"))]
+    found += [("client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
+    for name, value in found:
+        if isinstance(value, str) and _USERINFO.match(value):
+            raise ValueError(
+                f"storage option {name} carries credentials (user:password@): give them in the environment or "
+                "the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), not in a URL"
+            )
+
+
+_USERINFO = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]*@", re.IGNORECASE)
 # user:password@ in the URL of an object store, whose libraries take it for part of a bucket's name
 _STORE_USERINFO = re.compile(r"(?P<protocol>s3a?|gs|gcs|abfss?|az|adl)://[^/@\s]*:[^/@\s]*@", re.IGNORECASE)
 

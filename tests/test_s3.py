@@ -122,6 +122,16 @@ def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
         daskpile.shuffle_parquet(f"{with_secret}lake/small.txt", "s3://lake/leak", storage_options=options)
     assert secret not in "".join(traceback.format_exception(refused.value))
     assert not fs.exists("lake/leak")
+    # In the endpoint's URL: the store's HTTP client refused it mid-request, and the command exited 1
+    endpoint_url = options["client_kwargs"]["endpoint_url"].replace("://", f"://AKIAFAKE:{secret}@")
+    for option in ("endpoint_url", "client_kwargs.endpoint_url"):
+        done = daskpile_command(
+            "shuffle", "s3://lake/small.txt", "s3://lake/leak", "--piles=2", "--scheduler=sync", "--debug",
+            f"--storage-option={option}={endpoint_url}", *endpoint[1:],
+        )  # fmt: skip
+        assert done.returncode == 2 and f"storage option {option} carries credentials" in done.stderr, done
+        assert secret not in done.stdout + done.stderr, done
+    assert not fs.exists("lake/leak")
 
 
 def test_a_dest_or_scratch_naming_an_object_is_refused_as_locally(sync_scheduler, s3):
