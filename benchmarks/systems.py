@@ -22,14 +22,18 @@ WORKER_MEMORY = os.environ.get("BENCH_WORKER_MEMORY", "auto")
 DUCKDB_MEMORY = os.environ.get("BENCH_DUCKDB_MEMORY")
 
 
-def local_cluster():
-    """The cluster of every Dask system: the one the daskpile command starts (profiler and malloc trimming off)."""
+def local_cluster(secure: bool = True):
+    """The cluster of every Dask system: the one the daskpile command starts (profiler and malloc trimming off).
+
+    ``secure=False`` for the Dask DataFrame systems (p2p, ``shuffle(ddf)``): the command's cluster talks TLS,
+    a notebook's plain ``LocalCluster`` does not, and p2p sends every row between the workers.
+    """
     from distributed import Client
 
     from daskpile._compute import local_cluster as daskpile_local_cluster
 
     cluster = daskpile_local_cluster(
-        n_workers=THREADS, threads_per_worker=1, dashboard_address=":0", memory_limit=WORKER_MEMORY
+        secure, n_workers=THREADS, threads_per_worker=1, dashboard_address="127.0.0.1:0", memory_limit=WORKER_MEMORY
     )
     return cluster, Client(cluster)
 
@@ -43,7 +47,7 @@ def dataframe_cluster():
     """
     import importlib
 
-    cluster, client = local_cluster()
+    cluster, client = local_cluster(secure=False)
     client.run(importlib.import_module, "dask.dataframe")
     return cluster, client
 

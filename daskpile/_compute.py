@@ -46,8 +46,16 @@ LOCAL_CLUSTER_CONFIG = {
 }
 
 
-def local_cluster(**kwargs):
+def local_cluster(secure: bool = True, **kwargs):
     """A LocalCluster of worker processes with ``LOCAL_CLUSTER_CONFIG``; ``kwargs`` go to ``LocalCluster``.
+
+    ``secure``: the scheduler, the workers and the clients talk TLS with a
+    key made for this cluster and held in memory only
+    (``distributed.Security.temporary``), so no other process may connect.
+    A plain ``LocalCluster`` takes any connection to its port: on a machine
+    shared with other users, any of them could run code as the user of the
+    command, with the storage credentials of its environment.  And the
+    dashboard listens on 127.0.0.1 only (a plain one, on every address).
 
     Malloc trimming stays on if this process's environment already has
     ``MALLOC_TRIM_THRESHOLD_``: exported by the user, or left there by a
@@ -61,6 +69,9 @@ def local_cluster(**kwargs):
 
     from distributed import LocalCluster
 
+    kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
+    if secure:
+        kwargs.setdefault("security", True)  # (LocalCluster's word for Security.temporary())
     with dask.config.set(LOCAL_CLUSTER_CONFIG), warnings.catch_warnings():
         # 8787 taken (another cluster's dashboard): distributed picks another port and says so in a
         # four-line warning; the command prints the dashboard's address anyway.

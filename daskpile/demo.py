@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     with (
-        local_cluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0") as cluster,
+        local_cluster(n_workers=args.workers, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         say(f"LocalCluster: {args.workers} workers, dashboard {client.dashboard_link}")

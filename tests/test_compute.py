@@ -46,6 +46,46 @@ if __name__ == "__main__":
     assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
 
 
+def test_the_local_cluster_of_the_command_admits_no_other_process():
+    """Its scheduler talks TLS with a key held in its own memory, so another process (another user of the
+    machine) connecting to its port cannot run code on it, with or without TLS of its own; its dashboard
+    listens on 127.0.0.1 only.  A plain LocalCluster (``secure=False``) lets the same intruder in."""
+    import psutil
+    from distributed import Client
+
+    from daskpile._compute import local_cluster
+
+    intruder = """
+import sys
+from distributed import Client
+from distributed.security import Security
+address, tls = sys.argv[1], sys.argv[2] == "tls"
+try:
+    with Client(address, timeout="5s", security=Security.temporary() if tls else None) as client:
+        print("ran", client.submit(sum, [1, 2]).result())
+except Exception as e:
+    print("refused", type(e).__name__)
+"""
+
+    def intrude(address: str, tls: bool) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", intruder, address, "tls" if tls else "plain"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        return done.stdout.strip().splitlines()[-1]
+
+    with local_cluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as client:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://127.0.0.1:") and client.submit(sum, [1, 2]).result() == 3
+        assert intrude(address.replace("tls://", "tcp://"), tls=False).startswith("refused")
+        assert intrude(address, tls=True).startswith("refused")
+        port = cluster.scheduler.http_server.port
+        listening = {c.laddr.ip for c in psutil.Process().net_connections("tcp") if c.laddr.port == port}
+        assert listening == {"127.0.0.1"}, listening
+    with local_cluster(secure=False, n_workers=1, threads_per_worker=1) as plain:
+        assert intrude(plain.scheduler_address, tls=False) == "ran 3"  # the test can fail
+
+
 def test_a_run_without_a_cluster_imports_neither_distributed_nor_dask_dataframe(tmp_path):
     script = f"""
 import sys

@@ -72,6 +72,28 @@ def test_lock_pins_the_client_versions():
     )
 
 
+def test_lock_holds_every_requirement_of_daskpile_with_s3():
+    """The image installs the lock with --no-deps, then ``pip check``s it: a dependency added to pyproject.toml
+    (or one of a dependency's) and not to the lock would fail the image's build, which no test here runs."""
+    from packaging.requirements import Requirement
+
+    pins, missing, seen = lock(), set(), set()
+    wanted = [(Requirement(r), {"s3"}) for r in importlib.metadata.requires("daskpile") or []]
+    while wanted:
+        requirement, extras = wanted.pop()
+        name = canonical(requirement.name)
+        if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in extras | {""}):
+            continue
+        if (name, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((name, frozenset(requirement.extras)))
+        if name not in pins:
+            missing.add(name)
+            continue
+        wanted += [(Requirement(r), set(requirement.extras)) for r in importlib.metadata.requires(name) or []]
+    assert not missing, f"deploy/constraints.txt lacks {sorted(missing)}: regenerate it (command at its top)"
+
+
 # -- the Dockerfile, read ------------------------------------------------------------------------------
 
 
