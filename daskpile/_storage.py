@@ -38,6 +38,7 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     """
     url = str(url)
     refuse_credentials(url)
+    require_store_package(url)
     refuse_endpoint_credentials(storage_options or {})
     return url_to_fs(url, **(storage_options or {}))
 
@@ -55,6 +56,28 @@ def refuse_credentials(url: str) -> None:
             "or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
             "--storage-option profile=...), which other users cannot read as they can a command's arguments"
         )
+
+
+def require_store_package(url: str) -> None:
+    """An ImportError naming daskpile's extra for a URL whose store's fsspec package is not installed (fsspec
+    names the package alone: "Install s3fs to access S3"), so that the right version comes with it.
+
+    >>> require_store_package("memory://x"), require_store_package("/local/path")
+    (None, None)
+    """
+    protocol = url.split("://", 1)[0].lower() if "://" in url else None
+    extra = _STORE_EXTRAS.get(protocol)
+    if extra is None:
+        return
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
+        raise ImportError(
+            f"{protocol}:// URLs need daskpile's {extra} extra: pip install 'daskpile[{extra}]' ({e})"
+        ) from None
+
+
+_STORE_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure", "abfss": "azure", "az": "azure"}
 
 
 def refuse_endpoint_credentials(storage_options: dict) -> None:

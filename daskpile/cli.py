@@ -43,7 +43,14 @@ from daskpile._interrupt import (
     uninterrupted,
     workers_ignoring_ctrl_c,
 )
-from daskpile._storage import StoreUnreachable, redact, refuse_credentials, store_out_of_reach, store_unusable
+from daskpile._storage import (
+    StoreUnreachable,
+    redact,
+    refuse_credentials,
+    require_store_package,
+    store_out_of_reach,
+    store_unusable,
+)
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
@@ -62,7 +69,8 @@ class ClusterNotStarted(RuntimeError):
 # Errors in what the user asked for: exit status 2, like a usage error.
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
-    IsADirectoryError, RunMismatchError, PileTooLargeError, WindowBusyError, StoreUnreachable, ClusterNotStarted,
+    IsADirectoryError, ImportError, RunMismatchError, PileTooLargeError, WindowBusyError, StoreUnreachable,
+    ClusterNotStarted,
 )  # fmt: skip
 
 
@@ -201,7 +209,7 @@ def _command(f):
         _RESULTS.append(sys.stdout)
         logs_elsewhere = contextlib.redirect_stdout(sys.stderr) if kwargs.get("as_json") else contextlib.nullcontext()
         try:
-            _refuse_credentials_in_urls(kwargs)  # before a cluster is started for nothing
+            _check_urls(kwargs)  # before a cluster is started for nothing
             with logs_elsewhere, terminate_as_ctrl_c():
                 return _tried_again(functools.partial(f, *args, **kwargs), retry_for or 0.0)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
@@ -292,11 +300,13 @@ def _say_stopped(e: BaseException) -> None:
     sys.exit(130)
 
 
-def _refuse_credentials_in_urls(arguments: dict) -> None:
+def _check_urls(arguments: dict) -> None:
+    """Refuse URLs with credentials in them, and those of a store whose package is not installed."""
     for value in arguments.values():
         for url in value if isinstance(value, tuple) else [value]:
             if isinstance(url, str):
                 refuse_credentials(url)
+                require_store_package(url)
 
 
 def _interruption_said(e: BaseException) -> str:

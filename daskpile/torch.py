@@ -12,8 +12,12 @@ import os
 import warnings
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ImportError as e:
+    raise ImportError(f"daskpile.torch needs PyTorch: pip install 'daskpile[torch]' ({e})") from e
 
 from daskpile._cores import available_cores, pinned
 from daskpile._random import seed_for_ranks

@@ -311,6 +311,31 @@ def test_exit_status_says_whether_running_again_may_mend_it(error, status):
     assert _exit_status(error()) == status
 
 
+def test_a_missing_extra_is_named_with_exit_status_2_before_a_cluster_starts(sorted_source, tmp_path):
+    """A package a store or a feature needs, not installed (here: a module of that name that fails to import,
+    first on the path): one line naming daskpile's extra to install, exit 2 (it was 1, which ``quality`` uses
+    for a check that failed), and for a store before the command starts a cluster (it started one first)."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for module in ("s3fs", "gcsfs", "adlfs", "matplotlib"):
+        (hidden / f"{module}.py").write_text(f"raise ImportError('No module named {module}')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")])}
+    for url, extra in (("s3://lake/x", "s3"), ("gs://lake/x", "gcs"), ("abfs://lake/x", "azure")):
+        done = subprocess.run([DASKPILE, "shuffle", url, str(tmp_path / "o")], capture_output=True, text=True, env=env)
+        assert done.returncode == 2 and f"pip install 'daskpile[{extra}]'" in done.stderr, done
+        assert len(done.stderr.splitlines()) == 1 and "dashboard" not in done.stdout + done.stderr, done
+    done = subprocess.run(
+        [DASKPILE, "quality", sorted_source, "--order-column", "id", "--plot", str(tmp_path / "q.png")],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2 and "pip install 'daskpile[plot]'" in done.stderr, done
+    torch = subprocess.run(
+        [sys.executable, "-c", "import daskpile.torch"], capture_output=True, text=True, env={**env, "PYTHONPATH": ""}
+    )
+    if torch.returncode:  # (with PyTorch installed: nothing to say)
+        assert "pip install 'daskpile[torch]'" in torch.stderr, torch
+
+
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
