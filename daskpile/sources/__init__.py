@@ -337,7 +337,8 @@ def _single_table(urls, storage_options, version) -> tables.TableFiles | None:
     if not found:
         return None
     if len(urls) > 1:
-        raise ValueError(f"{found[0][1]!r} is a {found[0][0]} table: give it as the only source")
+        article = "an" if found[0][0][0] in "aeiou" else "a"
+        raise ValueError(f"{found[0][1]!r} is {article} {found[0][0]} table: give it as the only source")
     fmt, url = found[0]
     return tables.read_table(fmt, url, storage_options, version)
 

@@ -43,7 +43,7 @@ class TableFiles:
 
     @property
     def description(self) -> str:
-        return f"{self.format} table at version {self.version}"
+        return f"{self.format} table at {'snapshot' if self.format == 'iceberg' else 'version'} {self.version}"
 
 
 def table_format(fs, directory: str) -> str | None:
@@ -91,7 +91,7 @@ def _require(module: str, extra: str, url: str):
         return __import__(module, fromlist=["_"])
     except ImportError:
         raise ImportError(
-            f"{url!r} is a {extra.capitalize()} table; reading it needs the {module} package: "
+            f"{url!r} is {'an' if extra[0] in 'aeiou' else 'a'} {extra.capitalize()} table; reading it needs the {module} package: "
             f"pip install 'daskpile[{extra}]'"
         ) from None
 
