@@ -91,8 +91,8 @@ def _require(module: str, extra: str, url: str):
         return __import__(module, fromlist=["_"])
     except ImportError:
         raise ImportError(
-            f"{url!r} is {'an' if extra[0] in 'aeiou' else 'a'} {extra.capitalize()} table; reading it needs the {module} package: "
-            f"pip install 'daskpile[{extra}]'"
+            f"{url!r} is {'an' if extra[0] in 'aeiou' else 'a'} {extra.capitalize()} table; reading it needs the "
+            f"{module} package: pip install 'daskpile[{extra}]'"
         ) from None
 
 
