@@ -96,7 +96,10 @@ def test_json_lines_kept_as_written_are_measured_by_their_fields(sync_scheduler,
     """JSON lines in, the same lines out: the result's one column is the lines, and quality refused every
     field ("'id' is not a column (columns: json)").  Its fields are read from the lines."""
     source, dest = tmp_path / "events.jsonl", tmp_path / "shuffled"
-    source.write_text("".join(f'{{"id": {i}, "label": "l{i % 3}", "text": "x"}}\n' for i in range(ROWS)))
+    # (one document of 3 MB: pyarrow's JSON reader refused it, past two blocks of 1 MiB, where shuffle read it)
+    text = ["x"] * ROWS
+    text[7] = "y" * 3_000_000
+    source.write_text("".join(f'{{"id": {i}, "label": "l{i % 3}", "text": "{text[i]}"}}\n' for i in range(ROWS)))
     daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, output_format="jsonl")
     report = daskpile.quality(str(dest), order_column="id", label_column="label")
     assert report.ok and report.rows == ROWS and len(report.files) == 4, report

@@ -716,7 +716,9 @@ class _ResultFiles:
             data = pa.py_buffer(f.read())
         where = full_url(self.fs, path)
         try:
-            table = pa_json.read_json(pa.BufferReader(data))
+            # One block: a line may be as long as the file (pyarrow's 1 MiB refused lines across two blocks)
+            options = pa_json.ReadOptions(use_threads=False, block_size=max(len(data), 1) + 1)
+            table = pa_json.read_json(pa.BufferReader(data), read_options=options)
         except pa.ArrowInvalid as e:
             raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
         for name in columns:
