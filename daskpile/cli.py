@@ -329,7 +329,10 @@ def _interruption_said(e: BaseException) -> str:
         window = said("daskpile_committed")
         return f" once the window at {window} was at its new version: the same command again reports it"
     if said("daskpile_state"):
-        return f"; run the same command again to resume; its state is in {said('daskpile_state')}"
+        line = f"; run the same command again to resume; its state is in {said('daskpile_state')}"
+        if said("daskpile_pending"):  # an append's shuffle: the window's change is under way too
+            line += f" (or daskpile discard {said('daskpile_pending')} to drop the change to the window)"
+        return line
     if said("daskpile_pending"):
         pending = said("daskpile_pending")
         return (

@@ -280,3 +280,11 @@ def test_a_window_command_says_what_its_interruption_left(tmp_path):
     status, _, stderr = interrupted_when(append, lambda _: (window / LEASE_FILE).exists())
     said = {f"{INTERRUPTED}; the window at {window} was not changed", *said}
     assert status == 130 and the_one_line(stderr) in said, stderr
+    # in its shuffle's pass 2: where the shuffle's state is, and (it did not say so) that discard drops the change
+    generation = 1 + max(g["number"] for g in daskpile.read_manifest(str(window))["window"]["generations"])
+    status, _, stderr = interrupted_when(append, lambda _: any((window / f"gen-{generation:06d}").glob("part-*")))
+    line = the_one_line(stderr)
+    resumable = line.startswith(f"{INTERRUPTED}; run the same command again to resume; its state is in ")
+    discard = f" (or daskpile discard {window} to drop the change to the window)"
+    committed = f"{INTERRUPTED} once the window at {window} was at its new version: the same command again reports it"
+    assert status == 130 and ((resumable and line.endswith(discard)) or line == committed), line

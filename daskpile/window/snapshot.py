@@ -395,7 +395,7 @@ def _say_what_an_interruption_left(e: KeyboardInterrupt, fs, path: str, before: 
         elif read_pending(fs, path) is not None:
             if not hasattr(e, "daskpile_state"):
                 e.add_note(f"a change of the window at {url} is under way: the same command again finishes it")
-                e.daskpile_pending = url
+            e.daskpile_pending = url  # (with its shuffle's state: the command line says both, and discard)
         else:
             e.daskpile_unchanged = url
 
