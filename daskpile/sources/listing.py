@@ -196,7 +196,7 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
     if text.detect(name)[0] not in (None, "parquet"):  # data.jsonl.bz2: "bz2" alone would pass for no extension
         return True
     stem = name.lower()
-    for compression in (".gz", ".snappy", ".zst", ".lz4", ".brotli"):
+    for compression in (".gz", ".snappy", ".zst", ".zstd", ".lz4", ".brotli"):
         stem = stem.removesuffix(compression)
     if stem.endswith(PARQUET_EXTENSIONS):
         return False

@@ -26,7 +26,7 @@ EXTENSIONS = {
 }  # fmt: skip
 
 
-COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".xz": "xz"}
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".xz": "xz"}
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
