@@ -66,7 +66,7 @@ def json_lines_table(block, start: int, where: str) -> pa.Table:
     >>> json_lines_table(b'{"a":1}\\n{"a":1}{}\\n', 0, "f")
     Traceback (most recent call last):
     ...
-    ValueError: cannot read f as jsonl: the line at byte 8 holds 2 JSON values, not one object (b'{"a":1}{}')
+    ValueError: cannot read f as jsonl: the line at byte 8 holds 2 JSON values, not one object ('{"a":1}{}')
     """
     data, offsets = ended_lines(block)
     check_utf8(data, start, where)
@@ -287,7 +287,7 @@ def _not_json_lines(line: bytes) -> str | None:
     """What a line says of a file that is JSON but not JSON lines (a pretty-printed object, an array), or None.
 
     >>> _not_json_lines(b'{"a": 1}') is None, _not_json_lines(b"{")[:40]
-    (True, "b'{' begins a JSON object written over s")
+    (True, "'{' begins a JSON object written over se")
     """
     text = line.strip().decode("utf-8", "replace")
     if text.startswith("["):
@@ -318,7 +318,20 @@ def check_json_lines(head: bytes, where: str) -> None:
 
 
 def shown(line: bytes, limit: int = 40) -> str:
-    return repr(line[:limit]) + ("..." if len(line) > limit else "")
+    """The start of a line for an error: as text where it is UTF-8 (Arabic, CJK or emoji shown as themselves,
+    not as the ``\\x..`` of a ``bytes`` repr), else as bytes.
+
+    >>> shown("héllo wörld".encode(), limit=5), shown(b"Stra\\xdfe")
+    ("'héllo'...", "b'Stra\\\\xdfe'")
+    """
+    head = line[: 4 * limit]  # (a character is at most 4 bytes)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3 or len(head) == len(line):  # not only a character cut at the end
+            return repr(line[:limit]) + ("..." if len(line) > limit else "")
+        text = head[: e.start].decode("utf-8")
+    return repr(text[:limit]) + ("..." if len(text) > limit or len(head) < len(line) else "")
 
 
 # Bytes scanned per step: a step's mask stays in cache, where one mask of a whole block costs a fresh page
