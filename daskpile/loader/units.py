@@ -114,7 +114,7 @@ def discover(
         raise ValueError(f"version must be a version number, 0 or more, got {version!r}")
     _dest.refuse_unfinished(path, storage_options)  # (its parts are some piles of the result, or none)
     fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
-    _outputs.require_parquet(manifest, path, "PileLoader")
+    _outputs.require_parquet(manifest, full_url(fs, path), "PileLoader")
     if manifest is None:
         paths = _in_one_order(fs, paths)
     if version is not None and version != (None if manifest is None else _manifest.version_of(manifest)):

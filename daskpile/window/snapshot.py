@@ -165,7 +165,7 @@ class Window:
 
     @classmethod
     def from_manifest(cls, fs, path: str, manifest: dict) -> Window:
-        _outputs.require_parquet(manifest, path, "a moving window")
+        _outputs.require_parquet(manifest, full_url(fs, path), "a moving window")
         window = manifest.get("window")
         if window is not None:
             generations = tuple(Generation.from_json(g) for g in window["generations"])
