@@ -86,7 +86,7 @@ def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkey
 
 def test_pass_2_reads_the_scratch_files_of_a_pile_on_a_store_at_once(sync_scheduler, s3, monkeypatch, tmp_path):
     """A pile is a slice of every pass-1 task's file: on an object store, each costs requests of tens of
-    milliseconds, so a pass-2 task reads up to REMOTE_READS of them at once (one at a time, a corpus of 543
+    milliseconds, so a pass-2 task reads REMOTE_FILES_AT_ONCE of them at once (one at a time, a corpus of 543
     pass-1 tasks took 52-82 s in pass 2 against 4 s locally).  Local files are still read one by one."""
     _, options = s3
     write_reference_dataset("s3://lake/at-once-in", rows=40_000, files=12, storage_options=options)
@@ -110,6 +110,35 @@ def test_pass_2_reads_the_scratch_files_of_a_pile_on_a_store_at_once(sync_schedu
         )
         assert report.rows == 40_000
     assert most["remote"] > 1 and most["local"] == 1, most
+    fs, _ = s3
+    fs.invalidate_cache()
+    assert read_store_output(fs, "lake/at-once").equals(read_store_output(fs, "lake/at-once-2"))  # the same order
+
+
+def test_a_pile_read_from_a_store_at_once_says_a_file_gone_and_leaves_none_open(s3, monkeypatch):
+    """An error in one of the files read at once is raised, once the others are done or cancelled, and every
+    file opened for the pile is closed; so is the case of a reader closed partway."""
+    fs, options = s3
+    run = _scratch.Scratch.create("s3://scratch/gone", options, partitions=24, name="g")
+    grouped, counts = _kernels.scatter(pa.table({"x": np.arange(600)}), 2, _random.generator(0, _random.SCATTER, 0))
+    for k in range(24):
+        run.write(k, 0, grouped, counts)
+    with _scratch.PileReader(run) as reader:
+        assert sum(b.num_rows for b in reader.pile(1)) == 24 * counts[1]
+    opened, closed = [], []
+    real_init, real_close = _scratch.ScratchFile.__init__, _scratch.ScratchFile.close
+    monkeypatch.setattr(  # (counted once open)
+        _scratch.ScratchFile, "__init__", lambda self, *a, **k: (real_init(self, *a, **k), opened.append(self))[0]
+    )
+    monkeypatch.setattr(_scratch.ScratchFile, "close", lambda self: (closed.append(self), real_close(self))[1])
+    fs.rm(run.paths(run.band_of(1))[13])
+    for one_at_a_time in (False, True):
+        with pytest.raises(FileNotFoundError, match="is gone"), _scratch.PileReader(run) as reader:
+            reader._one_at_a_time = one_at_a_time
+            reader.pile(1)
+        assert opened and set(map(id, opened)) == set(map(id, closed)), (len(opened), len(closed))
+        opened.clear(), closed.clear()
+    run.remove()
 
 
 def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):

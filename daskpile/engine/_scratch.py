@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import itertools
 import json
 import os
 import posixpath
@@ -396,10 +397,11 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str] | No
 # A reader unmaps the pages it has handed out (closing the files, reopened on
 # demand) once they add up to this; smaller piles share one opening.
 RELEASE_BYTES = 64 * 2**20
-# Scratch files a reader opens and reads at once on an object store.  A pile is a slice of every pass-1 task's
-# file, each a few requests of tens of milliseconds: one at a time, a text corpus of 543 pass-1 tasks took 52-82 s
-# in pass 2 with scratch on S3 (moto), against 4 s locally.
-REMOTE_READS = 16
+# Scratch files one reader (a Dask thread's) opens and reads at once on an object store.  A pile is a slice of
+# every pass-1 task's file, each a few requests of tens of milliseconds: one at a time, a text corpus of 543
+# pass-1 tasks took 52-82 s in pass 2 with scratch on S3 (moto), against 4 s locally.  10: s3fs's connections
+# (botocore's max_pool_connections), past which requests wait anyway.
+REMOTE_FILES_AT_ONCE = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,8 +432,12 @@ class ScratchFile:
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None, mapped: bool = True):
         self.file = _open_scratch(fs, path, mapped)
-        self.reader = ipc.open_file(self.file)
-        self.index = index or PileIndex.from_footer(self.reader.metadata or {})
+        try:
+            self.reader = ipc.open_file(self.file)
+            self.index = index or PileIndex.from_footer(self.reader.metadata or {})
+        except BaseException:
+            self.file.close()
+            raise
         self._batch: tuple[int, pa.RecordBatch, float] | None = None  # number, batch, bytes per row
 
     def pile(self, pile: int) -> list[tuple[pa.RecordBatch, int]]:
@@ -487,6 +493,8 @@ class PileReader:
         self._indexes: dict[str, PileIndex] = {}
         self._mapped = 0  # bytes of the piles read from memory-mapped files since they were opened
         self._one_at_a_time = False  # each pile's files opened, read and closed one after the other
+        self._remote = not is_local(scratch.fs)
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # (object stores: made on first need)
 
     def __enter__(self) -> PileReader:
         return self
@@ -494,39 +502,53 @@ class PileReader:
     def _open_all(self, paths: list[str]) -> list[ScratchFile] | None:
         """Every file of ``paths`` open; None if there are more than this process may hold open, or if their
         columns add up to more than ``OPEN_FIELDS``."""
-        if len(paths) > open_files_budget():
+        if not self._remote and len(paths) > open_files_budget():  # (an object store's files hold no descriptor)
             return None
-        if not paths:
-            return []
-        first = self._open(paths[0])
-        if len(paths) * len(first.reader.schema) > OPEN_FIELDS:
-            first.close()
-            return None
-        opened = self._each(self._open, paths[1:])
-        files = [first, *(f for f in opened if isinstance(f, ScratchFile))]
-        failed = next((f for f in opened if not isinstance(f, ScratchFile)), None)
-        if failed is not None:
+        files: list[ScratchFile] = []
+        try:
+            with contextlib.closing(self._in_order(self._open, paths)) as opened:
+                for f in opened:
+                    files.append(f)
+                    if len(files) == 1 and len(paths) * len(f.reader.schema) > OPEN_FIELDS:
+                        break
+        except BaseException as e:
             for f in files:
                 f.close()
-            if not isinstance(failed, OSError) or failed.errno != errno.EMFILE:
-                raise failed
+            if not isinstance(e, OSError) or e.errno != errno.EMFILE:
+                raise
+            return None
+        if len(files) < len(paths):  # (too many columns: the files are read one at a time instead)
+            for f in files:
+                f.close()
             return None
         return files
 
-    def _each(self, function, items: list) -> list:
-        """``function`` of each item, in order, its exception in place of its result: on an object store,
-        ``REMOTE_READS`` at once (a file costs requests, each tens of milliseconds away), locally one by one."""
-
-        def result(item):
-            try:
-                return function(item)
-            except Exception as e:  # (a local file's EMFILE is said to the caller, which reads one at a time)
-                return e
-
-        if is_local(self.scratch.fs) or len(items) < 2:
-            return [result(item) for item in items]
-        with concurrent.futures.ThreadPoolExecutor(min(REMOTE_READS, len(items))) as pool:
-            return list(pool.map(result, items))
+    def _in_order(self, function, items: list) -> Iterator:
+        """``function`` of each item, in order: locally one at a time; on an object store up to
+        ``REMOTE_FILES_AT_ONCE`` at once, each result held until its turn.  On an error, or when the caller
+        stops, what has not started is cancelled, and a file opened for a result not taken is closed."""
+        if not self._remote or len(items) < 2:
+            yield from map(function, items)
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                REMOTE_FILES_AT_ONCE, thread_name_prefix="daskpile-scratch-read"
+            )
+        waiting = iter(items)
+        pending = collections.deque(
+            self._pool.submit(function, item) for item in itertools.islice(waiting, REMOTE_FILES_AT_ONCE)
+        )
+        try:
+            while pending:
+                result = pending.popleft().result()
+                pending.extend(self._pool.submit(function, item) for item in itertools.islice(waiting, 1))
+                yield result
+        finally:
+            for future in pending:
+                future.cancel()
+            for future in pending:
+                if not future.cancelled() and future.exception() is None and isinstance(future.result(), ScratchFile):
+                    future.result().close()
 
     def _open(self, path: str) -> ScratchFile:
         f = ScratchFile(self.scratch.fs, path, self._indexes.get(path), self.mapped)
@@ -543,10 +565,7 @@ class PileReader:
             self._files, self._band = files or [], band
         if self._one_at_a_time:
             return compacted(found for slices in self._slices_one_file_at_a_time(pile) for found in slices)
-        read = self._each(lambda f: f.pile(pile), self._files)
-        failed = next((r for r in read if isinstance(r, BaseException)), None)
-        if failed is not None:
-            raise failed
+        read = self._in_order(lambda f: f.pile(pile), self._files)
         return compacted(self._counted(found for slices in read for found in slices))
 
     def _counted(self, slices: Iterator[tuple[pa.RecordBatch, int]]) -> Iterator[tuple[pa.RecordBatch, int]]:
@@ -567,13 +586,15 @@ class PileReader:
             yield [batch for batch, _ in slices]
 
     def _slices_one_file_at_a_time(self, pile: int) -> Iterator[list[tuple[pa.RecordBatch, int]]]:
-        for path in self.scratch.paths(self.scratch.band_of(pile)):
+        def read(path: str) -> list[tuple[pa.RecordBatch, int]]:
             f = self._open(path)
             try:
-                slices = f.pile(pile)
+                return f.pile(pile)
             finally:
                 f.close()
-            yield slices
+
+        with contextlib.closing(self._in_order(read, self.scratch.paths(self.scratch.band_of(pile)))) as slices:
+            yield from slices
 
     def release(self) -> None:
         """Close every file; the pages of batches already dropped are unmapped. Reopened on demand."""
@@ -581,8 +602,15 @@ class PileReader:
             f.close()
         self._files, self._mapped = [], 0
 
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """``release``, and end the threads that read an object store's files."""
         self.release()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # A pile is a slice of every pass-1 task's scratch file, and each slice holds an Arrow array a column, of
@@ -728,7 +756,7 @@ class _OpenRun:
 
     def _close(self) -> None:
         if self.reader is not None:
-            self.reader.release()
+            self.reader.close()
         self.reader = None
 
 
