@@ -716,8 +716,7 @@ class _ResultFiles:
             data = pa.py_buffer(f.read())
         where = full_url(self.fs, path)
         try:
-            # One block: a line may be as long as the file (pyarrow's 1 MiB refused lines across two blocks)
-            options = pa_json.ReadOptions(use_threads=False, block_size=max(len(data), 1) + 1)
+            options = pa_json.ReadOptions(block_size=_json_block_size(data, where))
             table = pa_json.read_json(pa.BufferReader(data), read_options=options)
         except pa.ArrowInvalid as e:
             raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
@@ -726,6 +725,21 @@ class _ResultFiles:
                 shown = ", ".join(table.column_names)
                 raise KeyError(f"column {name!r} is not a field of the JSON lines of {where!r} (fields: {shown})")
         return table.select(columns)
+
+
+def _json_block_size(data: pa.Buffer, where: str) -> int:
+    """A block for pyarrow's JSON reader longer than the longest line of ``data``, and 1 MiB at least: a line
+    may then cross one block's end, not two, which its default of 1 MiB refused ("straddling object").
+
+    >>> _json_block_size(pa.py_buffer(b'{"a": 1}\\n' + b"x" * 3_000_000 + b"\\n"), "f")
+    3000002
+    """
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    starts = np.concatenate([[0], ends + 1])  # (the last line may lack its newline)
+    longest = int(np.diff(np.append(starts, len(data))).max())
+    if longest >= 2**31 - 1:  # (pyarrow's blocks are int32)
+        raise ValueError(f"{where!r} holds a line of {longest:,} bytes, longer than quality reads (2 GiB)")
+    return max(2**20, longest + 1)
 
 
 def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.ndarray]:
