@@ -19,7 +19,9 @@ import copy
 
 from dask.utils import parse_bytes
 
-IMAGE = "ghcr.io/daskpile/daskpile:0.1.0"
+from daskpile import __version__
+
+IMAGE = f"ghcr.io/daskpile/daskpile:{__version__}"  # the client's version: the workers must run the same
 SECRET = "daskpile-storage"  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the store's own variables)
 UID = 10001  # the image's user; numeric, so that runAsNonRoot can check it
 SCRATCH_MOUNT = "/scratch"  # the workers' local directory: Dask's spill, never daskpile's scratch

@@ -25,6 +25,7 @@ from _cluster import moto_s3
 from _util import DASKPILE
 from distributed import LocalCluster
 
+import daskpile
 from daskpile import kubernetes
 from daskpile.datasets import write_reference_dataset
 
@@ -174,7 +175,9 @@ def test_every_rendered_object_validates_strictly():
     job = next(o for o in objects if o["kind"] == "DaskJob")
     assert job["spec"]["cluster"]["spec"]["worker"]["replicas"] == 4
     images = {c["image"] for _, pod in pods_in(job) for c in pod["containers"]}
-    assert images == {"registry.example.com/daskpile:0.1.0"}  # one image, set in one place
+    # one image, set in one place, of the client's version (as the command's default, kubernetes.IMAGE)
+    assert images == {f"registry.example.com/daskpile:{daskpile.__version__}"}
+    assert kubernetes.IMAGE.endswith(f":{daskpile.__version__}")
 
 
 def test_the_kubecluster_spec_validates_strictly():
