@@ -652,7 +652,8 @@ def cli():
     default="auto",
     show_default=True,
     help="What SOURCE's files are; auto goes by their names (.csv, .tsv, .jsonl/.ndjson/.json, .txt, "
-    ".arrow/.feather, .orc; text compressed .gz/.bz2/.zst/.xz too). lines: each line one row, its bytes exactly.",
+    ".arrow/.feather, .orc; text compressed .gz/.bz2/.zst (.zstd)/.xz too). lines: each line one row, its bytes "
+    "exactly.",
 )
 @click.option(
     "--read-option",

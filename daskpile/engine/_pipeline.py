@@ -387,7 +387,7 @@ def shuffle_parquet(
         names: Parquet if any is named so (or has no extension), else the
         one text format they name: ``.csv``, ``.tsv``, ``.jsonl``/``.ndjson``/
         ``.json`` (JSON lines), ``.txt`` (lines), each possibly ``.gz``,
-        ``.bz2``, ``.zst`` or ``.xz``; ``.arrow``/``.feather`` (Arrow IPC) and
+        ``.bz2``, ``.zst`` (``.zstd``) or ``.xz``; ``.arrow``/``.feather`` (Arrow IPC) and
         ``.orc``.  Or one of ``"parquet"``, ``"csv"``, ``"tsv"``, ``"jsonl"``,
         ``"lines"``, ``"arrow"``, ``"orc"``.  Text is parsed by Arrow's CSV
         and JSON readers, the column names and types taken from the first
