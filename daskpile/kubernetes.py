@@ -16,12 +16,13 @@ Only :func:`kubernetes_cluster` needs ``dask_kubernetes`` (``pip install
 from __future__ import annotations
 
 import copy
+from importlib import metadata
 
 from dask.utils import parse_bytes
 
-from daskpile import __version__
-
-IMAGE = f"ghcr.io/daskpile/daskpile:{__version__}"  # the client's version: the workers must run the same
+# The client's version (its distribution's, which is daskpile.__version__: a leaf imports no daskpile module):
+# the workers must run the same
+IMAGE = f"ghcr.io/daskpile/daskpile:{metadata.version('daskpile')}"
 SECRET = "daskpile-storage"  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the store's own variables)
 UID = 10001  # the image's user; numeric, so that runAsNonRoot can check it
 SCRATCH_MOUNT = "/scratch"  # the workers' local directory: Dask's spill, never daskpile's scratch
