@@ -549,3 +549,16 @@ def test_folder_markers_of_the_s3_console_are_not_data(sync_scheduler, s3):
     assert report.rows == 2_000 and daskpile.verify(
         "s3://lake/foldered", "s3://lake/foldered-out", storage_options=options
     )
+
+
+def test_what_reads_parquet_results_refuses_text_ones_naming_their_url(sync_scheduler, s3):
+    """A window or a PileLoader given a result of text files says so naming it as given, where it dropped s3://
+    ("'lake/text-out' holds jsonl files")."""
+    fs, options = s3
+    fs.pipe("lake/text-in/a.jsonl", b"".join(b'{"id": %d}\n' % i for i in range(50)))
+    daskpile.shuffle_parquet("s3://lake/text-in", "s3://lake/text-out", piles=2, seed=1, storage_options=options,
+                             output_format="jsonl")  # fmt: skip
+    with pytest.raises(ValueError, match=r"^'s3://lake/text-out' holds jsonl files: PileLoader reads Parquet"):
+        daskpile.PileLoader("s3://lake/text-out", batch_size=8, seed=0, storage_options=options)
+    with pytest.raises(ValueError, match=r"^'s3://lake/text-out' holds jsonl files: a moving window reads Parquet"):
+        daskpile.append("s3://lake/text-out", "s3://lake/text-in", storage_options=options)
