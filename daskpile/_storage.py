@@ -37,10 +37,16 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... a command's arguments
     """
     url = str(url)
-    refuse_credentials(url)
-    require_store_package(url)
+    check_url(url)
     refuse_endpoint_credentials(storage_options or {})
     return url_to_fs(url, **(storage_options or {}))
+
+
+def check_url(url: str) -> None:
+    """Refuse, before anything reaches the store, a URL with credentials in it, or one of a store whose package
+    is not installed."""
+    refuse_credentials(url)
+    require_store_package(url)
 
 
 def refuse_credentials(url: str) -> None:
@@ -77,7 +83,11 @@ def require_store_package(url: str) -> None:
         ) from None
 
 
-_STORE_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure", "abfss": "azure", "az": "azure"}
+# The object stores' protocols, and daskpile's extra that installs each one's package
+_STORE_EXTRAS = {
+    "s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs",
+    "abfs": "azure", "abfss": "azure", "az": "azure", "adl": "azure",
+}  # fmt: skip
 
 
 def refuse_endpoint_credentials(storage_options: dict) -> None:
@@ -102,7 +112,7 @@ environment or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_
 
 _USERINFO = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s]*@", re.IGNORECASE)
 # user:password@ in the URL of an object store, whose libraries take it for part of a bucket's name
-_STORE_USERINFO = re.compile(r"(?P<protocol>s3a?|gs|gcs|abfss?|az|adl)://[^/@\s]*:[^/@\s]*@", re.IGNORECASE)
+_STORE_USERINFO = re.compile(rf"(?P<protocol>{'|'.join(_STORE_EXTRAS)})://[^/@\s]*:[^/@\s]*@", re.IGNORECASE)
 
 
 def as_urls(source, role: str = "source"):

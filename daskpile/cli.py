@@ -43,14 +43,7 @@ from daskpile._interrupt import (
     uninterrupted,
     workers_ignoring_ctrl_c,
 )
-from daskpile._storage import (
-    StoreUnreachable,
-    redact,
-    refuse_credentials,
-    require_store_package,
-    store_out_of_reach,
-    store_unusable,
-)
+from daskpile._storage import StoreUnreachable, check_url, redact, store_out_of_reach, store_unusable
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
@@ -301,12 +294,10 @@ def _say_stopped(e: BaseException) -> None:
 
 
 def _check_urls(arguments: dict) -> None:
-    """Refuse URLs with credentials in them, and those of a store whose package is not installed."""
     for value in arguments.values():
         for url in value if isinstance(value, tuple) else [value]:
             if isinstance(url, str):
-                refuse_credentials(url)
-                require_store_package(url)
+                check_url(url)
 
 
 def _interruption_said(e: BaseException) -> str:
