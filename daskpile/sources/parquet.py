@@ -22,7 +22,11 @@ def _read_table_single_threaded(source) -> pa.Table:
     # reader threads on top oversubscribe the cores (measured: pass 1 on 10 M
     # rows took 3.7 s with them, 2.5 s without, on 2 cores).
     pre_buffer = not isinstance(source, str)  # see open_parquet
-    return pq.read_table(source, use_threads=False, pre_buffer=pre_buffer, coerce_int96_timestamp_unit=INT96_UNIT)
+    # partitioning=None: the folders' key=value columns are sources.hive's to read, typed as the plan says; pyarrow
+    # before 22 added them to a single file's table too (``label=0/a.parquet`` gained a dictionary of int32)
+    return pq.read_table(
+        source, use_threads=False, pre_buffer=pre_buffer, coerce_int96_timestamp_unit=INT96_UNIT, partitioning=None
+    )
 
 
 def refuse_unwritable(schema: pq.ParquetSchema, url: str) -> None:
