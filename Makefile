@@ -17,7 +17,7 @@ TORCH_VERSION := 2.13.0
 # torchdata: its StatefulDataLoader resumes PileDataset in every DataLoader worker
 TORCHDATA_VERSION := 0.11.0
 
-.PHONY: demo test test-torch docs lint format bench bench-b bench-memory clean
+.PHONY: demo test test-oldest test-torch docs lint format bench bench-b bench-memory clean
 
 # The venv takes the image's versions (deploy/constraints.txt) of what both have, so that a release on PyPI
 # (cloudpickle 3.1.3, 2026-11) cannot make the client differ from the image it would talk to.
@@ -36,6 +36,18 @@ demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify i
 
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
 	$(BIN)/python -m pytest --doctest-modules daskpile tests
+
+# The suite on the oldest versions pyproject.toml allows (tests/oldest.txt), in a venv of its own; the deploy
+# checks are the image's, whose versions are the newest.
+OLDEST_VENV := .venv-oldest
+$(OLDEST_VENV)/.installed: pyproject.toml tests/oldest.txt
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -e ".[test,bench]" -c tests/oldest.txt
+	touch $@
+
+test-oldest: $(OLDEST_VENV)/.installed  ## the whole test suite on the oldest dependencies daskpile allows
+	$(OLDEST_VENV)/bin/python -m pytest --doctest-modules daskpile tests --deselect tests/test_deploy_scan.py
 
 test-torch: $(STAMP)  ## install PyTorch into the venv, then test daskpile.torch under a real DataLoader
 	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" "torchdata==$(TORCHDATA_VERSION)"
@@ -63,4 +75,4 @@ format: $(STAMP)
 	$(BIN)/ruff format daskpile tests benchmarks conftest.py docs/conf.py
 
 clean:
-	rm -rf $(VENV) demo-data .pytest_cache docs/_build
+	rm -rf $(VENV) $(OLDEST_VENV) demo-data .pytest_cache docs/_build

@@ -13,8 +13,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+
+def str_dtype() -> pd.StringDtype | None:
+    """pandas 3's default string dtype ("str", missing values NaN); pandas 2.3 has it behind an option and 2.2,
+    daskpile's oldest, not at all (None)."""
+    try:
+        return pd.StringDtype(na_value=np.nan)
+    except TypeError:
+        return None
+
 
 DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 

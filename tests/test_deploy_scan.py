@@ -2,6 +2,8 @@
 
 - ``deploy/constraints.txt``, the lock ``deploy/Dockerfile`` installs, pins the core dependencies and
   the packages Dask compares between client, scheduler and workers at this client venv's versions.
+- ``tests/oldest.txt``, what ``make test-oldest`` runs the suite on, pins each dependency at its lower bound
+  in ``pyproject.toml``.
 - ``deploy/Dockerfile`` has what checkov does not check: both stages on one base image, a numeric
   non-root ``USER`` last (checkov passes ``USER 0``), the same UID as the manifests' ``runAsUser``,
   only the venv taken from the builder, the Dask settings, every copied path let through by
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 CONSTRAINTS = DEPLOY / "constraints.txt"
+OLDEST = ROOT / "tests" / "oldest.txt"
 CHECKOV = Path(sys.prefix) / "tools" / "checkov" / "bin" / "checkov"
 
 # daskpile's own dependencies (s3fs: the image reads and writes S3), and what distributed compares
@@ -49,12 +52,12 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def lock() -> dict[str, str]:
+def lock(path: Path = CONSTRAINTS) -> dict[str, str]:
     pins = {}
-    for line in CONSTRAINTS.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, sep, version = line.partition("==")
-            assert sep and version.strip(), f"deploy/constraints.txt: {line!r} is not an exact pin (name==version)"
+            assert sep and version.strip(), f"{path.relative_to(ROOT)}: {line!r} is not an exact pin (name==version)"
             pins[canonical(name.strip())] = version.strip()
     return pins
 
@@ -95,6 +98,20 @@ def test_lock_holds_every_requirement_of_daskpile_with_s3():
             continue
         wanted += [(Requirement(r), set(requirement.extras)) for r in importlib.metadata.requires(name) or []]
     assert not missing, f"deploy/constraints.txt lacks {sorted(missing)}: regenerate it (command at its top)"
+
+
+def test_the_oldest_versions_tested_are_the_lower_bounds_of_daskpile():
+    """``make test-oldest`` runs the suite under tests/oldest.txt: it must pin each dependency at its lower bound
+    in pyproject.toml, so that a bound moved without the suite run at it fails here."""
+    from packaging.requirements import Requirement
+
+    floors = {}
+    for requirement in map(
+        Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ):
+        (lowest,) = [s.version for s in requirement.specifier if s.operator == ">="]
+        floors[canonical(requirement.name)] = lowest
+    assert lock(OLDEST) == floors
 
 
 # -- the Dockerfile, read ------------------------------------------------------------------------------
