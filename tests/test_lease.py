@@ -93,6 +93,28 @@ def test_a_lease_being_written_counts_as_alive_and_a_half_written_old_one_as_dea
     assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
 
 
+def test_a_run_interrupted_as_its_lease_appears_leaves_none_and_the_same_call_runs_at_once(
+    source, tmp_path, monkeypatch
+):
+    """The lease was created empty, then written: a Ctrl-C in between (as it appears, which is when a test sending
+    SIGINT once the lease exists sends it) left one "being written", alive for two minutes to the same command
+    run again.  It now appears whole (a link to a file written first); a kill -9 may leave that file, which is
+    daskpile's, not a foreign file in dest."""
+    dest = tmp_path / "out"
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "link", interrupted)  # Ctrl-C as the lease would appear
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    monkeypatch.undo()
+    assert not dest.exists()  # nothing left: no lease, no temporary, no dest the run made
+    dest.mkdir()
+    (dest / f".{_lease.LEASE_FILE}.5f0c.tmp").write_bytes(b'{"owner": "ab')  # a taker killed -9 before the link
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
+
+
 def test_the_lease_is_renewed_while_the_run_lives_and_a_run_that_lost_it_does_not_commit(tmp_path, monkeypatch):
     monkeypatch.setattr(_lease, "RENEW_SECONDS", 0.05)
     fs, dest = fsspec.filesystem("file"), str(tmp_path / "out")

@@ -56,7 +56,7 @@ def _is_ours(name: str, manifest: dict | None, unfinished_run: run_state.RunSpec
         or _is_window_state(name, manifest)
         or name in (manifest or {}).get("files", ())
         or name.startswith(STAGING_PREFIX)
-        or _is_part_temporary(name)
+        or _is_our_temporary(name)
         or (unfinished_run is not None and _is_part_of(name, unfinished_run))
     )
 
@@ -150,14 +150,18 @@ def _is_window_state(name: str, manifest: dict | None) -> bool:
     return manifest is not None and "window" in manifest and bool(_PART_NAME.match(name))
 
 
+def _is_our_temporary(name: str) -> bool:
+    """The temporary of a part file or of the lease: left behind only by a writer killed before it could commit."""
+    return _is_part_temporary(name) or (name.startswith(f".{_lease.LEASE_FILE}.") and is_temporary(name))
+
+
 def _is_part_temporary(name: str) -> bool:
-    """The temporary of a part file: left behind only by a writer killed before it could commit."""
     return name.startswith(".part-") and is_temporary(name)
 
 
 def remove_temporaries(fs, directory: str) -> None:
     for name, path in _entries_of(fs, directory).items():
-        if _is_part_temporary(name):
+        if _is_part_temporary(name):  # (not the lease's: another run may be taking it)
             fs.rm(path)
 
 
@@ -172,7 +176,7 @@ def discard_unfinished(fs, dest_path: str) -> None:
             name in (run_state.RUN_FILE, _outputs.STAMPS_DIR)
             or name.startswith(STAGING_PREFIX)
             or (not finished and _PART_NAME.match(name))
-            or _is_part_temporary(name)
+            or _is_our_temporary(name)
         ):
             fs.rm(path, recursive=True)
 
