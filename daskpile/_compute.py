@@ -514,6 +514,12 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
 
 
 RUNNING_WAIT_SECONDS = 120  # a task's write, at most: a pile, or an input partition's scatter
+# Once the process is to be killed (SIGTERM: Kubernetes and Slurm send SIGKILL 30 s later, by default), the wait
+# ends in time for the command to let go of the dest's lease and say how to resume: killed while waiting, it left
+# the lease, and a job resubmitted on another node was refused for two minutes.  What still runs finishes on its
+# own; its writes are the ones a resumed run makes, each whole under a temporary name.
+KILLED_SOON_WAIT_SECONDS = 20
+KILLED_SOON = threading.Event()  # set by the command's SIGTERM handler
 # A wait for running tasks after a Ctrl-C is said once it is this long: a shorter one ends in the command's one line
 WAIT_SAID_AFTER = 2.0
 
@@ -532,13 +538,13 @@ def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
     with contextlib.suppress(Exception):
         client.cancel(futures)
         start = time.monotonic()
-        while time.monotonic() < start + RUNNING_WAIT_SECONDS:
+        while time.monotonic() < start + (limit := _running_wait()):
             running = keys.intersection(key for found in client.run(_running_keys).values() for key in found)
             if not running:
                 return
             if not said and time.monotonic() > start + WAIT_SAID_AFTER:
                 print(
-                    f"daskpile: interrupted: waiting up to {RUNNING_WAIT_SECONDS} s for {len(running)} "
+                    f"daskpile: interrupted: waiting up to {limit} s for {len(running)} "
                     f"task{'s' * (len(running) > 1)} still running to finish their writes (Ctrl-C again stops "
                     "without waiting)",
                     file=sys.stderr,
@@ -546,6 +552,10 @@ def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
                 )
                 said = True
             time.sleep(0.05)
+
+
+def _running_wait() -> float:
+    return KILLED_SOON_WAIT_SECONDS if KILLED_SOON.is_set() else RUNNING_WAIT_SECONDS
 
 
 def _running_keys(dask_worker) -> list:

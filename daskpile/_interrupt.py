@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -45,6 +46,7 @@ def terminate_as_ctrl_c():
         yield
         return
     _terminated.clear()
+    _killed_soon(False)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
@@ -59,10 +61,19 @@ def terminated() -> bool:
 
 def _on_sigterm(signum, frame) -> None:
     _terminated.set()
+    _killed_soon(True)
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
     # ignored: the command has said how it ended, as for Ctrl-C
+
+
+def _killed_soon(soon: bool) -> None:
+    """Tell ``_compute`` that the process is to be killed shortly, so that it waits less for running tasks.  Not
+    imported here (it imports Dask, and a signal handler should not import): not imported yet, it runs no task."""
+    compute = sys.modules.get("daskpile._compute")
+    if compute is not None:
+        (compute.KILLED_SOON.set if soon else compute.KILLED_SOON.clear)()
 
 
 def command_over() -> None:

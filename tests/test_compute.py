@@ -164,6 +164,30 @@ def test_after_a_ctrl_c_the_wait_for_running_tasks_is_said_and_lasts_until_they_
     )
 
 
+def test_after_sigterm_the_wait_for_running_tasks_ends_before_the_kill_that_follows(client, monkeypatch):
+    """SIGTERM is followed by SIGKILL 30 s later (Kubernetes' grace period, Slurm's KillWait): a wait of up to
+    120 s for running tasks was cut by the kill, which left the dest's lease (a job resubmitted on another node
+    was refused for two minutes).  After SIGTERM the wait is KILLED_SOON_WAIT_SECONDS (1 s here)."""
+    import signal
+
+    from daskpile import _compute
+    from daskpile._interrupt import terminate_as_ctrl_c
+
+    monkeypatch.setattr(_compute, "KILLED_SOON_WAIT_SECONDS", 1)
+    with terminate_as_ctrl_c(), pytest.raises(KeyboardInterrupt):  # as the command's SIGTERM handler is reached
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert _compute.KILLED_SOON.is_set()
+    future = client.submit(time.sleep, 8, key="daskpile-gather-slow", pure=False)
+    while not any("daskpile-gather-slow" in keys for keys in client.run(_compute._running_keys).values()):
+        time.sleep(0.01)
+    started = time.monotonic()
+    _compute._cancel_and_wait(client, [future], interrupted=True)
+    assert time.monotonic() - started < 4
+    with terminate_as_ctrl_c():  # the next command waits as long as before
+        assert not _compute.KILLED_SOON.is_set()
+
+
 def test_compute_reports_no_failed_task(sync_scheduler):
     done = []
     fine = dask.delayed(abs)(-1, dask_key_name="fine")
