@@ -415,10 +415,14 @@ def _cluster_options(f):
     options = [
         click.option(
             "--scheduler",
+            "--scheduler-file",
+            "scheduler",
             envvar="DASK_SCHEDULER_ADDRESS",
-            metavar="ADDRESS",
-            help="An existing cluster's scheduler (tcp://...; $DASK_SCHEDULER_ADDRESS, as the dask-kubernetes "
-            "operator sets it), or 'threads' / 'sync' for Dask's local schedulers. Default: a new LocalCluster.",
+            metavar="ADDRESS|FILE",
+            help="An existing cluster's scheduler: its address (tcp://...; $DASK_SCHEDULER_ADDRESS, as the "
+            "dask-kubernetes operator sets it) or its scheduler file (as dask scheduler --scheduler-file writes, "
+            "dask-jobqueue and dask-mpi too); or 'threads' / 'sync' for Dask's local schedulers. Default: a new "
+            "LocalCluster.",
         ),
         click.option(
             "--kubernetes",
@@ -466,10 +470,10 @@ def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, thr
     """Refuse options that would do nothing: where the tasks run decides which apply."""
     if (image or namespace) and not kubernetes:
         raise click.UsageError("--image and --namespace apply to --kubernetes")
-    if scheduler and scheduler not in ("threads", "sync") and ":" not in scheduler:  # not an address either
+    if scheduler and scheduler not in ("threads", "sync") and ":" not in scheduler and not _is_file_name(scheduler):
         raise click.UsageError(
-            f"--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not {scheduler!r}; "
-            "without it, the command starts a LocalCluster of worker processes"
+            f"--scheduler takes a scheduler's address (tcp://host:8786), its scheduler file, threads or sync, not "
+            f"{scheduler!r}; without it, the command starts a LocalCluster of worker processes"
         )
     _check_memory_limit(memory_limit)
     given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
@@ -482,7 +486,7 @@ def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, thr
         named = f"$DASK_SCHEDULER_ADDRESS ({scheduler})" if from_environment else f"--scheduler {scheduler}"
         raise click.UsageError(
             f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
-            f"{named} {'names an existing one' if ':' in scheduler else 'runs in this process'}"
+            f"{named} {'runs in this process' if scheduler in ('threads', 'sync') else 'names an existing one'}"
             + (": unset it to start one" if from_environment else "")
         )
 
@@ -523,6 +527,7 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
     with ctrl_c_ignorable() as ignore_ctrl_c, contextlib.ExitStack() as stack:
         hint = ""  # what to look at if no worker comes
         if scheduler:
+            scheduler = _address_of(scheduler)
             description = f"cluster {scheduler}"
             try:
                 client = stack.enter_context(Client(scheduler))
@@ -557,6 +562,51 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
         stack.callback(ignore_ctrl_c)  # while the client and cluster close, the command is over
         with quiet_on_ctrl_c(None if scheduler else client):
             yield
+
+
+def _is_file_name(scheduler: str) -> bool:
+    return os.path.isfile(scheduler) or os.sep in scheduler or scheduler.endswith(".json")
+
+
+# Said when a scheduler file is still missing after this long (a job script starts the scheduler beside us)
+SCHEDULER_FILE_SAID_AFTER = 2.0
+
+
+def _address_of(scheduler: str) -> str:
+    """The scheduler's address: ``scheduler`` itself, or the one its scheduler file holds.  A scheduler writes
+    its file once it listens: as ``Client(scheduler_file=...)`` does, the file is waited for up to Dask's connect
+    timeout (a job script starts the scheduler, its workers and the command at once)."""
+    if ":" in scheduler and not os.path.isfile(scheduler):
+        return scheduler
+    import dask
+    from dask.utils import parse_timedelta
+
+    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="s")
+    start, said = time.monotonic(), False
+    while True:
+        try:
+            with open(scheduler) as f:
+                address = json.load(f)["address"]
+            break
+        except FileNotFoundError as e:
+            if time.monotonic() > start + timeout:
+                raise SchedulerUnreachable(f"no scheduler file at {scheduler} after {timeout:.0f} s") from e
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            if time.monotonic() > start + min(timeout, SCHEDULER_FILE_SAID_AFTER):  # (or being written)
+                why = f"not JSON ({e})" if isinstance(e, ValueError) else "no 'address' in it"
+                if isinstance(e, OSError):
+                    why = e.strerror or str(e)
+                raise click.UsageError(
+                    f"--scheduler {scheduler}: not a scheduler file (JSON holding the scheduler's address, as dask "
+                    f"scheduler --scheduler-file writes): {why}"
+                ) from e
+        if not said and time.monotonic() > start + SCHEDULER_FILE_SAID_AFTER:
+            click.echo(f"daskpile: waiting up to {timeout:.0f} s for the scheduler file {scheduler}", err=True)
+            said = True
+        time.sleep(0.1)
+    if not isinstance(address, str):
+        raise click.UsageError(f"--scheduler {scheduler}: its 'address' is not a scheduler's address: {address!r}")
+    return address
 
 
 def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limit):

@@ -350,7 +350,8 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     assert "'--seed'" in done.stderr and "-1 is not in the range x>=0" in done.stderr
     # Dask's third local scheduler is not one of the command's (it was "missing port number in address")
     done = run("shuffle", sorted_source, str(tmp_path / "o4"), "--scheduler", "processes", check_status=2)
-    assert "--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not 'processes'" in done.stderr
+    said = "--scheduler takes a scheduler's address (tcp://host:8786), its scheduler file, threads or sync, not "
+    assert said + "'processes'" in done.stderr
     # options that shape a cluster the command does not start (they were ignored)
     done = run("shuffle", sorted_source, str(tmp_path / "o5"), "--scheduler", "threads", "--workers", "7",
                check_status=2)  # fmt: skip
@@ -476,3 +477,52 @@ def test_retry_for_counts_from_the_error_and_anew_after_a_try_that_got_going(mon
     with pytest.raises(SchedulerUnreachable):  # out of reach from the start, for longer than the window
         command_line._tried_again(run_for(*[1] * 100), retry_for=60)
     assert clock[0] - tries[0] < 60 + 60 and 3 <= len(tries) < 10
+
+
+def test_a_cluster_started_with_a_scheduler_file_is_named_by_it(sorted_source, tmp_path):
+    """HPC clusters (dask-jobqueue, dask-mpi, a Slurm script running dask scheduler and dask worker) hand out a
+    scheduler file, not an address: --scheduler-file (or --scheduler) takes it, as dask worker does.  The same
+    bytes as on Dask's local scheduler; a file that is not one, or is missing, is one line and exit status 2."""
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    scheduler_file = tmp_path / "scheduler.json"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    processes = [  # started beside the command, as a job script does: the file is not there yet
+        subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                          "--scheduler-file", str(scheduler_file)], **quiet),
+        subprocess.Popen([dask, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
+                          "--no-dashboard", "--memory-limit", "1GiB"], **quiet),
+    ]  # fmt: skip
+    try:
+        shuffle = ["shuffle", sorted_source, "--piles", "4", "--seed", "3"]
+        by_file = run(*shuffle[:2], str(tmp_path / "by-file"), *shuffle[2:], "--scheduler-file", str(scheduler_file))
+        assert by_file.returncode == 0, by_file.stderr
+        address = json.loads(scheduler_file.read_text())["address"]
+        assert by_file.stdout.startswith(f"cluster {address}: 1 worker, ") and "verified" in by_file.stdout
+        as_scheduler = run(
+            *shuffle[:2], str(tmp_path / "as-scheduler"), *shuffle[2:], "--scheduler", str(scheduler_file)
+        )
+        assert as_scheduler.returncode == 0, as_scheduler.stderr
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=60)
+    run(*shuffle[:2], str(tmp_path / "sync"), *shuffle[2:], "--scheduler", "sync", check_status=0)
+    assert file_bytes(tmp_path / "by-file") == file_bytes(tmp_path / "as-scheduler") == file_bytes(tmp_path / "sync")
+    (tmp_path / "not-one.json").write_text('{"id": "Scheduler-1"}')
+    refused = run(*shuffle[:2], str(tmp_path / "refused"), "--scheduler-file", str(tmp_path / "not-one.json"))
+    assert refused.returncode == 2, refused.stderr
+    said = f"Error: --scheduler {tmp_path / 'not-one.json'}: not a scheduler file (JSON holding the scheduler's "
+    assert refused.stderr.endswith(said + "address, as dask scheduler --scheduler-file writes): no 'address' in it\n")
+    missing = str(tmp_path / "missing" / "scheduler.json")
+    connect_in_3s = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
+    never_written = subprocess.run(
+        [DASKPILE, *shuffle[:2], str(tmp_path / "refused"), "--scheduler-file", missing],
+        capture_output=True, text=True, timeout=60, env=connect_in_3s,
+    )  # fmt: skip
+    assert never_written.returncode == 75, never_written.stderr  # as a scheduler out of reach: --retry-for retries
+    assert never_written.stderr == (
+        f"daskpile: waiting up to 3 s for the scheduler file {missing}\n"
+        f"daskpile: error: no scheduler file at {missing} after 3 s\n"
+    )
+    assert not (tmp_path / "refused").exists()
