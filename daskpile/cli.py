@@ -47,6 +47,7 @@ from daskpile._storage import StoreUnreachable, check_url, redact, store_out_of_
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
+from daskpile.engine._sizing import NotEnoughSpace
 from daskpile.sources.text.formats import FORMATS
 from daskpile.window.snapshot import WindowBusyError, WindowChangedError
 
@@ -63,7 +64,7 @@ class ClusterNotStarted(RuntimeError):
 _REQUEST_ERRORS = (
     ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError,
     IsADirectoryError, ImportError, RunMismatchError, PileTooLargeError, WindowBusyError, StoreUnreachable,
-    ClusterNotStarted,
+    ClusterNotStarted, NotEnoughSpace,
 )  # fmt: skip
 
 

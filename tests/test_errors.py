@@ -1,5 +1,6 @@
 """Bad input gets an error naming the problem, and nothing is written to dest."""
 
+import errno
 import os
 import re
 import shutil
@@ -10,7 +11,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
-from _util import write_parts
+from _util import daskpile_command, write_parts
 
 import daskpile
 from daskpile.datasets import reference_table
@@ -83,10 +84,20 @@ def test_no_permission_to_write_scratch(sync_scheduler, source, immutable_dir, t
 
 
 def test_not_enough_space_is_found_before_anything_is_written(client, source, tiny_filesystem, tmp_path):
-    with pytest.raises(OSError, match=r"not enough space for scratch .*tiny.*: the run needs about .* are free"):
+    with pytest.raises(OSError, match=r"not enough space for scratch .*tiny.*: the run needs about .* are free") as e:
         daskpile.shuffle_parquet(source, str(tmp_path / "out"), piles=4, scratch=str(tiny_filesystem))
+    assert e.value.errno == errno.ENOSPC
     assert os.listdir(tiny_filesystem) == []
     assert not (tmp_path / "out").exists()
+    # the command: a request that cannot run as given (2), as a scratch without permission is; it exited 1,
+    # "[Errno 28] ...", which says the run failed
+    args = ["shuffle", source, str(tmp_path / "out"), "--piles", "4", "--scratch", str(tiny_filesystem)]
+    done = daskpile_command(*args, "--scheduler", "sync")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"daskpile: error: not enough space for scratch '{tiny_filesystem}") and (
+        done.stderr.endswith("Free some space or give scratch (--scratch) on a larger disk or an object store\n")
+    )
+    assert os.listdir(tiny_filesystem) == [] and not (tmp_path / "out").exists()
 
 
 def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_path):

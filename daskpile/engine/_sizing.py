@@ -74,6 +74,14 @@ def row_memory(row_bytes: float) -> float:
 FAST_PILE_BYTES = 32 * 2**20
 
 
+class NotEnoughSpace(OSError):
+    """Scratch or dest lacks the space the run needs, found before anything is written (``errno`` ENOSPC)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
 class PileTooLargeError(RuntimeError):
     """A pile is over its memory budget and ``on_oversize="error"`` was asked for, or, in
     ``shuffle(ddf, piles="auto")``, over twice the budget its plan was made for.
@@ -436,11 +444,10 @@ def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_
             need[1].append(f"{role} {full_url(fs, path)!r}")
     for (_, free), (nbytes, where) in needs.items():
         if nbytes > free:
-            raise OSError(
-                errno.ENOSPC,
+            raise NotEnoughSpace(
                 f"not enough space for {' and '.join(where)}: the run needs about {human_size(nbytes)} "
                 f"({nbytes:,} bytes) there, {human_size(free)} ({free:,} bytes) are free. "
-                "Free some space or pass scratch= (--scratch) on a larger disk or an object store",
+                "Free some space or give scratch (--scratch) on a larger disk or an object store",
             )
 
 
