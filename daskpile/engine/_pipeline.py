@@ -1331,8 +1331,8 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
         j = max(over, key=over.get)
         raise PileTooLargeError(
             f"{len(over)} of {len(counts)} piles are over memory_per_pile={budget:,} bytes, the largest pile {j} "
-            f"with {int(counts[j]):,} rows, {over[j]:,} bytes: pass more piles, a larger memory_per_pile, or "
-            "on_oversize='split'"
+            f"with {int(counts[j]):,} rows, {over[j]:,} bytes: pass more piles (--piles), a larger memory_per_pile "
+            "(--memory-per-pile), or on_oversize='split' (--on-oversize split)"
         )
     return {j: _sizing.sub_piles(int(counts[j]), nbytes, 0 if largest is None else int(largest[j]), budget)
             for j, nbytes in over.items()}  # fmt: skip
