@@ -911,16 +911,23 @@ def epochs(dest, batch_size, mix, world_size, seed, storage_options, as_json, qu
 
 
 @cli.command()
-@click.option("--scratch", metavar="URL", help="Where runs kept their scratch [the system's temporary directory].")
+@click.argument("scratch_given", metavar="[SCRATCH]", required=False)
+@click.option("--scratch", metavar="URL", help="Where runs kept their scratch, as SCRATCH [the system's temporary "
+              "directory].")  # fmt: skip
 @click.option("--older-than", metavar="AGE", help="Keep anything newer (1d, 12h); remove unknown scratch older.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE", help="As for shuffle.")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 @_command
-def clean(scratch, older_than, dry_run, storage_options, as_json, quiet):
+def clean(scratch_given, scratch, older_than, dry_run, storage_options, as_json, quiet):
     """Remove the scratch of interrupted runs that can no longer be resumed (finished, replaced, or their source
-    changed); a run that can, its dest deleted or not, stays until --older-than says it is stale."""
+    changed); a run that can, its dest deleted or not, stays until --older-than says it is stale.  SCRATCH is
+    where runs kept it, as --scratch gave it to them."""
     from daskpile.engine._clean import clean as find_and_remove
+
+    if scratch_given and scratch and scratch_given != scratch:
+        raise click.UsageError(f"SCRATCH {scratch_given} and --scratch {scratch} differ: give one")
+    scratch = scratch_given or scratch
 
     found = find_and_remove(
         scratch, older_than=older_than, dry_run=dry_run, storage_options=parse_storage_options(storage_options)

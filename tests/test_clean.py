@@ -102,9 +102,11 @@ def test_the_command(scratch_root):
     done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--dry-run"])
     assert done.exit_code == 0, done.output
     assert "would remove 3 scratch directories" in done.output and "kept 4" in done.output
-    done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--json"])
+    done = CliRunner().invoke(cli, ["clean", str(scratch_root), "--json"])  # (SCRATCH as the other commands' paths)
     assert sum(f["removable"] for f in json.loads(done.output)) == 3
     assert len(os.listdir(scratch_root)) == 5
+    done = CliRunner().invoke(cli, ["clean", str(scratch_root), "--scratch", str(scratch_root / "other")])
+    assert done.exit_code == 2 and "differ: give one" in done.output
 
 
 def test_a_scratch_that_is_no_directory_and_an_age_dask_cannot_read_are_said_plainly(tmp_path):
