@@ -52,6 +52,7 @@ def terminate_as_ctrl_c():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _killed_soon(False)  # (an API call after the command, in the same process, waits as long as before)
 
 
 def terminated() -> bool:

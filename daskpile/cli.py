@@ -416,14 +416,16 @@ def _cluster_options(f):
     options = [
         click.option(
             "--scheduler",
-            "--scheduler-file",
-            "scheduler",
             envvar="DASK_SCHEDULER_ADDRESS",
-            metavar="ADDRESS|FILE",
-            help="An existing cluster's scheduler: its address (tcp://...; $DASK_SCHEDULER_ADDRESS, as the "
-            "dask-kubernetes operator sets it) or its scheduler file (as dask scheduler --scheduler-file writes, "
-            "dask-jobqueue and dask-mpi too); or 'threads' / 'sync' for Dask's local schedulers. Default: a new "
-            "LocalCluster.",
+            metavar="ADDRESS",
+            help="An existing cluster's scheduler (tcp://...; $DASK_SCHEDULER_ADDRESS, as the dask-kubernetes "
+            "operator sets it), or 'threads' / 'sync' for Dask's local schedulers. Default: a new LocalCluster.",
+        ),
+        click.option(
+            "--scheduler-file",
+            metavar="FILE",
+            help="An existing cluster's scheduler, by the file dask scheduler --scheduler-file writes (dask-jobqueue "
+            "and dask-mpi too); waited for up to Dask's connect timeout [30 s].",
         ),
         click.option(
             "--kubernetes",
@@ -467,18 +469,29 @@ def kubernetes_shape(workers, threads_per_worker, memory_limit) -> dict:
 FIRST_WORKER_TIMEOUT = 600
 
 
-def _check_cluster_options(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit):
+def _check_cluster_options(
+    scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit
+):
     """Refuse options that would do nothing: where the tasks run decides which apply."""
     if (image or namespace) and not kubernetes:
         raise click.UsageError("--image and --namespace apply to --kubernetes")
-    if scheduler and scheduler not in ("threads", "sync") and ":" not in scheduler and not _is_file_name(scheduler):
+    if scheduler and scheduler_file:
+        raise click.UsageError(f"--scheduler {scheduler} and --scheduler-file {scheduler_file}: give one")
+    a_file = bool(scheduler) and os.path.isfile(scheduler)
+    if scheduler and scheduler not in ("threads", "sync") and (":" not in scheduler or a_file):  # no address
+        file = " (a scheduler file is --scheduler-file's)" if a_file else ""
         raise click.UsageError(
-            f"--scheduler takes a scheduler's address (tcp://host:8786), its scheduler file, threads or sync, not "
-            f"{scheduler!r}; without it, the command starts a LocalCluster of worker processes"
+            f"--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not {scheduler!r}{file}; "
+            "without it, the command starts a LocalCluster of worker processes"
         )
     _check_memory_limit(memory_limit)
     given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
     shaping = [name for name, value in given if value] + (["--memory-limit"] if memory_limit != "auto" else [])
+    if scheduler_file and shaping:
+        raise click.UsageError(
+            f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
+            f"--scheduler-file {scheduler_file} names an existing one"
+        )
     if scheduler and shaping:
         context = click.get_current_context(silent=True)
         from_environment = (
@@ -514,11 +527,17 @@ def _check_memory_limit(memory_limit: str) -> None:
 
 
 @contextlib.contextmanager
-def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool):
+def _cluster(
+    scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool
+):
     """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
     import dask
 
-    _check_cluster_options(scheduler, kubernetes, namespace, image, workers, threads_per_worker, memory_limit)
+    _check_cluster_options(
+        scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit
+    )
+    if scheduler_file:
+        scheduler = _address_in(scheduler_file)
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             yield
@@ -528,7 +547,6 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
     with ctrl_c_ignorable() as ignore_ctrl_c, contextlib.ExitStack() as stack:
         hint = ""  # what to look at if no worker comes
         if scheduler:
-            scheduler = _address_of(scheduler)
             description = f"cluster {scheduler}"
             try:
                 client = stack.enter_context(Client(scheduler))
@@ -565,49 +583,41 @@ def _cluster(scheduler, kubernetes, namespace, image, workers, threads_per_worke
             yield
 
 
-def _is_file_name(scheduler: str) -> bool:
-    return os.path.isfile(scheduler) or os.sep in scheduler or scheduler.endswith(".json")
-
-
 # Said when a scheduler file is still missing after this long (a job script starts the scheduler beside us)
 SCHEDULER_FILE_SAID_AFTER = 2.0
 
 
-def _address_of(scheduler: str) -> str:
-    """The scheduler's address: ``scheduler`` itself, or the one its scheduler file holds.  A scheduler writes
-    its file once it listens: as ``Client(scheduler_file=...)`` does, the file is waited for up to Dask's connect
-    timeout (a job script starts the scheduler, its workers and the command at once)."""
-    if ":" in scheduler and not os.path.isfile(scheduler):
-        return scheduler
+def _address_in(scheduler_file: str) -> str:
+    """The address a scheduler file holds.  A scheduler writes its file once it listens, in place: as ``dask
+    worker --scheduler-file`` does, the file is waited for, and read again while it is not yet whole, here up to
+    Dask's connect timeout (a job script starts the scheduler, its workers and the command at once)."""
     import dask
+    import distributed  # noqa: F401 (its configuration, the connect timeout)
     from dask.utils import parse_timedelta
 
     timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="s")
-    start, said = time.monotonic(), False
-    while True:
+    start, said, why = time.monotonic(), False, None
+    while time.monotonic() < start + timeout:
         try:
-            with open(scheduler) as f:
-                address = json.load(f)["address"]
-            break
-        except FileNotFoundError as e:
-            if time.monotonic() > start + timeout:
-                raise SchedulerUnreachable(f"no scheduler file at {scheduler} after {timeout:.0f} s") from e
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            if time.monotonic() > start + min(timeout, SCHEDULER_FILE_SAID_AFTER):  # (or being written)
-                why = f"not JSON ({e})" if isinstance(e, ValueError) else "no 'address' in it"
-                if isinstance(e, OSError):
-                    why = e.strerror or str(e)
-                raise click.UsageError(
-                    f"--scheduler {scheduler}: not a scheduler file (JSON holding the scheduler's address, as dask "
-                    f"scheduler --scheduler-file writes): {why}"
-                ) from e
+            with open(scheduler_file) as f:
+                address = json.load(f).get("address")
+            if isinstance(address, str) and address:
+                return address
+            why = "no 'address' in it"
+        except FileNotFoundError:
+            why = None
+        except (OSError, ValueError, AttributeError) as e:  # (being written, or no JSON object)
+            why = e.strerror if isinstance(e, OSError) else "not a JSON object with an address"
         if not said and time.monotonic() > start + SCHEDULER_FILE_SAID_AFTER:
-            click.echo(f"daskpile: waiting up to {timeout:.0f} s for the scheduler file {scheduler}", err=True)
+            click.echo(f"daskpile: waiting up to {timeout:.0f} s for the scheduler file {scheduler_file}", err=True)
             said = True
         time.sleep(0.1)
-    if not isinstance(address, str):
-        raise click.UsageError(f"--scheduler {scheduler}: its 'address' is not a scheduler's address: {address!r}")
-    return address
+    if why is None:
+        raise SchedulerUnreachable(f"no scheduler file at {scheduler_file} after {timeout:.0f} s")
+    raise click.UsageError(
+        f"--scheduler-file {scheduler_file}: not a scheduler file (JSON holding the scheduler's address, as dask "
+        f"scheduler --scheduler-file writes): {why}"
+    )
 
 
 def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limit):
@@ -754,7 +764,7 @@ def shuffle(
         compression=compression,
     )  # fmt: skip
     report = None
-    if cluster["scheduler"] is None and not overwrite:  # a cluster to start (a Kubernetes job's retry)
+    if cluster["scheduler"] is None and cluster["scheduler_file"] is None and not overwrite:  # a cluster to start
         _check_cluster_options(**cluster)
         report = finished_result(dest, storage_options, functools.partial(call, progress=False))
     if report is None:
@@ -925,7 +935,7 @@ def clean(scratch_given, scratch, older_than, dry_run, storage_options, as_json,
     where runs kept it, as --scratch gave it to them."""
     from daskpile.engine._clean import clean as find_and_remove
 
-    if scratch_given and scratch and scratch_given != scratch:
+    if scratch_given and scratch and scratch_given.rstrip("/") != scratch.rstrip("/"):
         raise click.UsageError(f"SCRATCH {scratch_given} and --scratch {scratch} differ: give one")
     scratch = scratch_given or scratch
 

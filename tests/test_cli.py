@@ -350,8 +350,7 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     assert "'--seed'" in done.stderr and "-1 is not in the range x>=0" in done.stderr
     # Dask's third local scheduler is not one of the command's (it was "missing port number in address")
     done = run("shuffle", sorted_source, str(tmp_path / "o4"), "--scheduler", "processes", check_status=2)
-    said = "--scheduler takes a scheduler's address (tcp://host:8786), its scheduler file, threads or sync, not "
-    assert said + "'processes'" in done.stderr
+    assert "--scheduler takes a scheduler's address (tcp://host:8786), threads or sync, not 'processes'" in done.stderr
     # options that shape a cluster the command does not start (they were ignored)
     done = run("shuffle", sorted_source, str(tmp_path / "o5"), "--scheduler", "threads", "--workers", "7",
                check_status=2)  # fmt: skip
@@ -481,10 +480,12 @@ def test_retry_for_counts_from_the_error_and_anew_after_a_try_that_got_going(mon
 
 def test_a_cluster_started_with_a_scheduler_file_is_named_by_it(sorted_source, tmp_path):
     """HPC clusters (dask-jobqueue, dask-mpi, a Slurm script running dask scheduler and dask worker) hand out a
-    scheduler file, not an address: --scheduler-file (or --scheduler) takes it, as dask worker does.  The same
-    bytes as on Dask's local scheduler; a file that is not one, or is missing, is one line and exit status 2."""
+    scheduler file, not an address: --scheduler-file takes it, as dask worker does, waiting for it.  The same bytes
+    as on Dask's local scheduler; a file that is not one is exit status 2, one never written 75 (a later try may
+    find it), and --scheduler given a file says which option takes it."""
     dask = os.path.join(os.path.dirname(sys.executable), "dask")
-    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file = tmp_path / "job:1" / "scheduler.json"  # (a ':' in a path names no address)
+    scheduler_file.parent.mkdir()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     processes = [  # started beside the command, as a job script does: the file is not there yet
         subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
@@ -492,37 +493,34 @@ def test_a_cluster_started_with_a_scheduler_file_is_named_by_it(sorted_source, t
         subprocess.Popen([dask, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
                           "--no-dashboard", "--memory-limit", "1GiB"], **quiet),
     ]  # fmt: skip
+    shuffle = ["shuffle", sorted_source, "--piles", "4", "--seed", "3"]
     try:
-        shuffle = ["shuffle", sorted_source, "--piles", "4", "--seed", "3"]
         by_file = run(*shuffle[:2], str(tmp_path / "by-file"), *shuffle[2:], "--scheduler-file", str(scheduler_file))
         assert by_file.returncode == 0, by_file.stderr
         address = json.loads(scheduler_file.read_text())["address"]
+        (tmp_path / "job:1" / "kept.json").write_text(scheduler_file.read_text())  # (the scheduler removes its own)
         assert by_file.stdout.startswith(f"cluster {address}: 1 worker, ") and "verified" in by_file.stdout
-        as_scheduler = run(
-            *shuffle[:2], str(tmp_path / "as-scheduler"), *shuffle[2:], "--scheduler", str(scheduler_file)
-        )
-        assert as_scheduler.returncode == 0, as_scheduler.stderr
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=60)
     run(*shuffle[:2], str(tmp_path / "sync"), *shuffle[2:], "--scheduler", "sync", check_status=0)
-    assert file_bytes(tmp_path / "by-file") == file_bytes(tmp_path / "as-scheduler") == file_bytes(tmp_path / "sync")
-    (tmp_path / "not-one.json").write_text('{"id": "Scheduler-1"}')
-    refused = run(*shuffle[:2], str(tmp_path / "refused"), "--scheduler-file", str(tmp_path / "not-one.json"))
-    assert refused.returncode == 2, refused.stderr
-    said = f"Error: --scheduler {tmp_path / 'not-one.json'}: not a scheduler file (JSON holding the scheduler's "
-    assert refused.stderr.endswith(said + "address, as dask scheduler --scheduler-file writes): no 'address' in it\n")
-    missing = str(tmp_path / "missing" / "scheduler.json")
+    assert file_bytes(tmp_path / "by-file") == file_bytes(tmp_path / "sync")
+    refused = run(*shuffle[:2], str(tmp_path / "refused"), "--scheduler", str(tmp_path / "job:1" / "kept.json"))
+    assert refused.returncode == 2 and "(a scheduler file is --scheduler-file's)" in refused.stderr, refused.stderr
     connect_in_3s = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
-    never_written = subprocess.run(
-        [DASKPILE, *shuffle[:2], str(tmp_path / "refused"), "--scheduler-file", missing],
-        capture_output=True, text=True, timeout=60, env=connect_in_3s,
-    )  # fmt: skip
-    assert never_written.returncode == 75, never_written.stderr  # as a scheduler out of reach: --retry-for retries
-    assert never_written.stderr == (
-        f"daskpile: waiting up to 3 s for the scheduler file {missing}\n"
-        f"daskpile: error: no scheduler file at {missing} after 3 s\n"
-    )
-    assert not (tmp_path / "refused").exists()
+    (tmp_path / "not-one.json").write_text('{"id": "Scheduler-1"}')
+    missing = str(tmp_path / "missing" / "scheduler.json")
+    for named, status, said in [
+        (str(tmp_path / "not-one.json"), 2, f"Error: --scheduler-file {tmp_path / 'not-one.json'}: not a scheduler "
+         "file (JSON holding the scheduler's address, as dask scheduler --scheduler-file writes): no 'address' in it"),
+        (missing, 75, f"daskpile: error: no scheduler file at {missing} after 3 s"),
+    ]:  # fmt: skip
+        done = subprocess.run(
+            [DASKPILE, *shuffle[:2], str(tmp_path / "refused"), "--scheduler-file", named],
+            capture_output=True, text=True, timeout=60, env=connect_in_3s,
+        )  # fmt: skip
+        assert done.returncode == status and done.stderr.endswith(said + "\n"), done.stderr
+        assert done.stderr.startswith(f"daskpile: waiting up to 3 s for the scheduler file {named}\n")
+        assert not (tmp_path / "refused").exists()

@@ -174,18 +174,17 @@ def test_after_sigterm_the_wait_for_running_tasks_ends_before_the_kill_that_foll
     from daskpile._interrupt import terminate_as_ctrl_c
 
     monkeypatch.setattr(_compute, "KILLED_SOON_WAIT_SECONDS", 1)
-    with terminate_as_ctrl_c(), pytest.raises(KeyboardInterrupt):  # as the command's SIGTERM handler is reached
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-    assert _compute.KILLED_SOON.is_set()
-    future = client.submit(time.sleep, 8, key="daskpile-gather-slow", pure=False)
-    while not any("daskpile-gather-slow" in keys for keys in client.run(_compute._running_keys).values()):
-        time.sleep(0.01)
-    started = time.monotonic()
-    _compute._cancel_and_wait(client, [future], interrupted=True)
-    assert time.monotonic() - started < 4
-    with terminate_as_ctrl_c():  # the next command waits as long as before
-        assert not _compute.KILLED_SOON.is_set()
+    with terminate_as_ctrl_c():
+        with pytest.raises(KeyboardInterrupt):  # as the command's SIGTERM handler is reached
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        future = client.submit(time.sleep, 8, key="daskpile-gather-slow", pure=False)
+        while not any("daskpile-gather-slow" in keys for keys in client.run(_compute._running_keys).values()):
+            time.sleep(0.01)
+        started = time.monotonic()
+        _compute._cancel_and_wait(client, [future], interrupted=True)
+        assert time.monotonic() - started < 4
+    assert not _compute.KILLED_SOON.is_set()  # an API call after the command, in its process, waits as before
 
 
 def test_compute_reports_no_failed_task(sync_scheduler):

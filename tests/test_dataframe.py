@@ -532,7 +532,7 @@ CHANGED_BY_THE_META = {
     "ints under date32": (np.array([1]), pd.ArrowDtype(pa.date32())),
     # became '3' and '1.5' without a word
     "ints under string": (np.array([3, 4]), "string[pyarrow]"),
-    **({"floats under str": (np.array([1.50]), str_dtype())} if str_dtype() else {}),
+    "floats under str": (np.array([1.50]), str_dtype()),  # (None: pandas before 2.3, which has no "str")
     "datetimes under string": (pd.to_datetime(["2020-01-01"]).values, "string[pyarrow]"),
 }
 
@@ -540,6 +540,8 @@ CHANGED_BY_THE_META = {
 @pytest.mark.parametrize("case", CHANGED_BY_THE_META)
 def test_a_partition_whose_values_its_meta_cannot_hold_is_refused_by_name_never_changed(case, sync_scheduler):
     values, meta_dtype = CHANGED_BY_THE_META[case]
+    if meta_dtype is None:
+        pytest.skip("pandas before 2.3 has no 'str' dtype")
     meta = pd.DataFrame({"v": pd.Series([], dtype=meta_dtype)})
     ddf = dd.from_pandas(pd.DataFrame({"v": [0]}), npartitions=1).map_partitions(
         lambda _: pd.DataFrame({"v": values}), meta=meta, enforce_metadata=False

@@ -98,20 +98,30 @@ def test_a_run_interrupted_as_its_lease_appears_leaves_none_and_the_same_call_ru
 ):
     """The lease was created empty, then written: a Ctrl-C in between (as it appears, which is when a test sending
     SIGINT once the lease exists sends it) left one "being written", alive for two minutes to the same command
-    run again.  It now appears whole (a link to a file written first); a kill -9 may leave that file, which is
-    daskpile's, not a foreign file in dest."""
+    run again.  Now it is removed.  A renewal's temporary a kill -9 leaves is daskpile's, not a foreign file."""
     dest = tmp_path / "out"
+    real_fdopen = os.fdopen
 
-    def interrupted(*_):
-        raise KeyboardInterrupt
+    class InterruptedWrite:
+        def __init__(self, fd, mode):
+            self.file = real_fdopen(fd, mode)
 
-    monkeypatch.setattr(os, "link", interrupted)  # Ctrl-C as the lease would appear
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, data):
+            raise KeyboardInterrupt  # Ctrl-C once the lease exists, before its record is in it
+
+    monkeypatch.setattr(os, "fdopen", InterruptedWrite)
     with pytest.raises(KeyboardInterrupt):
         daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
     monkeypatch.undo()
-    assert not dest.exists()  # nothing left: no lease, no temporary, no dest the run made
+    assert not dest.exists()  # nothing left: no lease, no dest the run made
     dest.mkdir()
-    (dest / f".{_lease.LEASE_FILE}.5f0c.tmp").write_bytes(b'{"owner": "ab')  # a taker killed -9 before the link
+    (dest / f".{_lease.LEASE_FILE}.5f0c.tmp").write_bytes(b'{"owner": "ab')  # a renewal killed before its rename
     assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
 
 

@@ -151,7 +151,8 @@ def _is_window_state(name: str, manifest: dict | None) -> bool:
 
 
 def _is_our_temporary(name: str) -> bool:
-    """The temporary of a part file or of the lease: left behind only by a writer killed before it could commit."""
+    """The temporary of a part file or of the lease (a renewal): left behind only by a writer killed before it
+    could commit."""
     return _is_part_temporary(name) or (name.startswith(f".{_lease.LEASE_FILE}.") and is_temporary(name))
 
 
@@ -176,7 +177,7 @@ def discard_unfinished(fs, dest_path: str) -> None:
             name in (run_state.RUN_FILE, _outputs.STAMPS_DIR)
             or name.startswith(STAGING_PREFIX)
             or (not finished and _PART_NAME.match(name))
-            or _is_our_temporary(name)
+            or _is_part_temporary(name)  # (not the lease's: a renewal of the run discarding may be writing it)
         ):
             fs.rm(path, recursive=True)
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import fsspec
 
-from daskpile._storage import TEMPORARY_SUFFIX, full_url, is_local, reaching, write_bytes
+from daskpile._storage import full_url, is_local, reaching, write_bytes
 
 LEASE_FILE = "_daskpile.lease.json"
 LEASE_SECONDS = 120.0  # a lease not renewed for this long is a dead run's
@@ -248,20 +248,20 @@ def _process_lives(pid: int) -> bool:
 def _create_new(path: str, data: bytes) -> bool:
     """Create the local file ``path`` holding ``data``, unless it exists (then False): one run wins.
 
-    It appears whole, a hard link to a file written first: created empty and then written, a run interrupted in
-    between (Ctrl-C as soon as the lease appeared) left a lease "being written", which counts as alive, so
-    the same command run again at once was refused for two minutes."""
-    directory, name = posixpath.split(path)
-    temporary = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
+    Interrupted before ``data`` is in it (Ctrl-C as the lease appears), the file is removed: left empty, it
+    counted as a run writing its lease, alive for ``LEASE_SECONDS``, and the same command run again at once was
+    refused.  (Not a hard link of a file written first: many mounts have none.)"""
     try:
-        with open(temporary, "xb") as f:
-            f.write(data)
-        os.link(temporary, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    finally:
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
+            os.remove(path)
+        raise
     return True
 
 
