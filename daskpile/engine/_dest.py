@@ -157,12 +157,14 @@ def _is_our_temporary(name: str) -> bool:
 
 
 def _is_part_temporary(name: str) -> bool:
+    """The temporary of a part file: swept once pass 2's tasks are done (a killed writer's, of this run or an
+    interrupted one)."""
     return name.startswith(".part-") and is_temporary(name)
 
 
 def remove_temporaries(fs, directory: str) -> None:
     for name, path in _entries_of(fs, directory).items():
-        if _is_part_temporary(name):  # (not the lease's: another run may be taking it)
+        if _is_part_temporary(name):  # (not the lease's: the running command's renewal may be writing it)
             fs.rm(path)
 
 
@@ -177,7 +179,7 @@ def discard_unfinished(fs, dest_path: str) -> None:
             name in (run_state.RUN_FILE, _outputs.STAMPS_DIR)
             or name.startswith(STAGING_PREFIX)
             or (not finished and _PART_NAME.match(name))
-            or _is_part_temporary(name)  # (not the lease's: a renewal of the run discarding may be writing it)
+            or _is_part_temporary(name)  # (not the lease's: the running command's renewal may be writing it)
         ):
             fs.rm(path, recursive=True)
 
