@@ -478,6 +478,7 @@ def test_retry_for_counts_from_the_error_and_anew_after_a_try_that_got_going(mon
     assert clock[0] - tries[0] < 60 + 60 and 3 <= len(tries) < 10
 
 
+@pytest.mark.slow
 def test_a_cluster_started_with_a_scheduler_file_is_named_by_it(sorted_source, tmp_path):
     """HPC clusters (dask-jobqueue, dask-mpi, a Slurm script running dask scheduler and dask worker) hand out a
     scheduler file, not an address: --scheduler-file takes it, as dask worker does, waiting for it.  The same bytes
