@@ -487,17 +487,15 @@ def _check_cluster_options(
     _check_memory_limit(memory_limit)
     given = [("--workers", workers), ("--threads-per-worker", threads_per_worker), ("--kubernetes", kubernetes)]
     shaping = [name for name, value in given if value] + (["--memory-limit"] if memory_limit != "auto" else [])
-    if scheduler_file and shaping:
-        raise click.UsageError(
-            f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
-            f"--scheduler-file {scheduler_file} names an existing one"
-        )
-    if scheduler and shaping:
+    if (scheduler or scheduler_file) and shaping:
         context = click.get_current_context(silent=True)
-        from_environment = (
+        from_environment = bool(scheduler) and (
             context is not None and context.get_parameter_source("scheduler") is ParameterSource.ENVIRONMENT
         )
-        named = f"$DASK_SCHEDULER_ADDRESS ({scheduler})" if from_environment else f"--scheduler {scheduler}"
+        if scheduler_file:
+            named = f"--scheduler-file {scheduler_file}"
+        else:
+            named = f"$DASK_SCHEDULER_ADDRESS ({scheduler})" if from_environment else f"--scheduler {scheduler}"
         raise click.UsageError(
             f"{', '.join(shaping)} {'shape' if len(shaping) > 1 else 'shapes'} a cluster the command starts, and "
             f"{named} {'runs in this process' if scheduler in ('threads', 'sync') else 'names an existing one'}"
@@ -583,10 +581,6 @@ def _cluster(
             yield
 
 
-# Said when a scheduler file is still missing after this long (a job script starts the scheduler beside us)
-SCHEDULER_FILE_SAID_AFTER = 2.0
-
-
 def _address_in(scheduler_file: str) -> str:
     """The address a scheduler file holds.  A scheduler writes its file once it listens, in place: as ``dask
     worker --scheduler-file`` does, the file is waited for, and read again while it is not yet whole, here up to
@@ -608,7 +602,7 @@ def _address_in(scheduler_file: str) -> str:
             why = None
         except (OSError, ValueError, AttributeError) as e:  # (being written, or no JSON object)
             why = e.strerror if isinstance(e, OSError) else "not a JSON object with an address"
-        if not said and time.monotonic() > start + SCHEDULER_FILE_SAID_AFTER:
+        if not said and time.monotonic() > start + WAIT_SAID_AFTER:  # (the scheduler starting beside us)
             click.echo(f"daskpile: waiting up to {timeout:.0f} s for the scheduler file {scheduler_file}", err=True)
             said = True
         time.sleep(0.1)
