@@ -35,7 +35,7 @@ demo: $(STAMP)  ## make a sorted dataset, shuffle it on a LocalCluster, verify i
 	$(BIN)/daskpile demo demo-data
 
 test: $(STAMP) lint  ## lint, then the whole test suite (doctests included)
-	$(BIN)/python -m pytest --doctest-modules daskpile tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --doctest-modules daskpile tests
 
 # The suite on the oldest versions pyproject.toml allows (tests/oldest.txt), in a venv of its own; the deploy
 # checks are the image's, whose versions are the newest.
@@ -47,7 +47,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml tests/oldest.txt
 	touch $@
 
 test-oldest: $(OLDEST_VENV)/.installed  ## the whole test suite on the oldest dependencies daskpile allows
-	$(OLDEST_VENV)/bin/python -m pytest --doctest-modules daskpile tests --deselect tests/test_deploy_scan.py
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 --dist loadfile --doctest-modules daskpile tests --deselect tests/test_deploy_scan.py
 
 test-torch: $(STAMP)  ## install PyTorch into the venv, then test daskpile.torch under a real DataLoader
 	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" "torchdata==$(TORCHDATA_VERSION)"
