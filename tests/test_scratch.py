@@ -148,6 +148,63 @@ def test_a_file_per_band_of_piles_each_read_for_its_own_piles(tmp_path):
     run.remove_band(0)  # already gone: nothing to do
 
 
+def test_a_band_s_file_indexes_its_own_piles_and_band_0_s_every_pile(tmp_path):
+    """Every band's file held the rows, bytes and largest row of every pile, uncompressed: 3,600 pieces of
+    16 KiB into 1,000 piles wrote 125 MB of scratch for 5.7 MB of rows.  Band 0's file, which a resumed run
+    reads, holds them all; the others only their piles' rows."""
+    fs, _ = filesystem(str(tmp_path))
+    table = pa.table({"x": np.arange(1_000)})
+    bounds = _scratch.band_bounds(1_000, 4)
+    run = _scratch.Scratch(fs, str(tmp_path), 1, bands=bounds)
+    scattered = _passes.scatter_table(table, 0, 1_000, 0, run)
+    footers = [_scratch.read_footer(fs, run.path(0, 0, band)) for band in range(4)]
+    assert len(_scratch.decode_integers(footers[0][_scratch.COUNTS_KEY])) == 1_000
+    assert {_passes.PILE_BYTES_KEY, _passes.LARGEST_ROWS_KEY, _passes.NULLS_KEY} <= set(footers[0])
+    for band, footer in enumerate(footers[1:], 1):
+        own = scattered.counts[bounds[band] : bounds[band + 1]]
+        assert _scratch.decode_integers(footer[_scratch.COUNTS_KEY]).tolist() == own.tolist()
+        assert not {_passes.PILE_BYTES_KEY, _passes.LARGEST_ROWS_KEY, _passes.NULLS_KEY} & set(footer)
+    with _scratch.PileReader(run) as reader:
+        rows = [pa.Table.from_batches(reader.pile(j), table.schema)["x"].to_pylist() for j in range(1_000)]
+    assert sorted(x for pile in rows for x in pile) == list(range(1_000))
+    assert [len(pile) for pile in rows] == scattered.counts.tolist()
+    assert scattered.scratch_bytes < 4 * table.nbytes  # (every pile's numbers in every band, uncompressed: 16x)
+
+
+def test_footers_written_before_their_arrays_were_compressed_read_as_they_did():
+    """A run resumed by a newer daskpile reads the scratch an older one wrote: every pile's rows in a band's
+    footer, in base64 of int64 alone."""
+    import base64
+
+    def old(values):
+        return base64.b64encode(np.array(values, "<i8").tobytes())
+
+    index = _scratch.PileIndex.from_footer(
+        {b"daskpile.counts": old([3, 0, 2, 4]), b"daskpile.batch_lengths": old([6]), b"daskpile.first_pile": b"1"}
+    )
+    assert (index.pile_start[1:4], index.batch_start) == ([0, 0, 2], [0, 6])
+    assert _scratch.decode_integers(old([5, 0]).decode()).tolist() == [5, 0]
+
+
+@pytest.mark.parametrize(
+    "rows, piles, pieces", [(500, 1_000, 20), (200_000, 64, 2), (20_000, 8_192, 4)],
+    ids=["small pieces, many piles", "large pieces", "many piles"],
+)  # fmt: skip
+def test_the_scratch_estimate_covers_what_pieces_write(tmp_path, rows, piles, pieces):
+    """The free-space check's estimate: no less than what is written, nor twice as much."""
+    fs, _ = filesystem(str(tmp_path))
+    rng = np.random.default_rng(0)
+    tables = [
+        pa.table({"x": rng.integers(0, 2**40, rows), "y": rng.random(rows), "s": [f"s{i}" for i in range(rows)]})
+        for _ in range(pieces)
+    ]
+    bands = _scratch.bands_for(tables[0].nbytes, tables[0].schema)
+    run = _scratch.Scratch(fs, str(tmp_path), pieces, bands=_scratch.band_bounds(piles, bands))
+    written = sum(_passes.scatter_table(t, k, piles, 0, run).scratch_bytes for k, t in enumerate(tables))
+    estimate = _scratch.scratch_bytes(sum(t.nbytes for t in tables), pieces, bands, piles, tables[0].schema)
+    assert written <= estimate <= 2 * written, (written, estimate)
+
+
 def test_a_partition_is_finished_once_its_band_0_written_last_is_there_whatever_pass_2_removed(tmp_path):
     fs, _ = filesystem(str(tmp_path))
     table = pa.table({"x": np.arange(100)})

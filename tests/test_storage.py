@@ -212,7 +212,6 @@ def test_credentials_in_a_url_are_never_printed_or_recorded(http_files, tmp_path
 def test_credentials_in_a_url_are_not_in_shuffle_ddf_s_errors_or_warnings(http_files, sync_scheduler):
     """``shuffle(ddf)`` with a scratch URL holding a password: its warning that the scratch could not be removed
     (once the result is dropped, in a thread; and called directly) printed the password and the signature."""
-    import gc
     import traceback
     import warnings
 
@@ -220,28 +219,30 @@ def test_credentials_in_a_url_are_not_in_shuffle_ddf_s_errors_or_warnings(http_f
     import pandas as pd
 
     import daskpile
-    from daskpile.dataframe._expr import _REMOVALS, _remove_quietly
+    from daskpile.dataframe._expr import _REMOVALS, ScratchRun, _remove_quietly
     from daskpile.engine._scratch import Scratch
 
     served, base = http_files
     (served / "scratch").mkdir()  # (the server reads the path before the query: the scratch is there)
     secret = base.replace("://", "://bob:hunter2@") + "/scratch?X-Amz-Signature=deadbeef0123"
     ddf = dd.from_pandas(pd.DataFrame({"a": range(10)}), npartitions=2)
+    results = [daskpile.shuffle(ddf, piles=2, scratch=secret), daskpile.shuffle(ddf, piles=2, seed=1)]
     for call in [
-        lambda: daskpile.shuffle(ddf, piles=2, scratch=secret).compute(),  # (an HTTP store cannot be written)
-        lambda: daskpile.shuffle(ddf, piles=2, seed=1).to_parquet(secret),
+        lambda: results[0].compute(),  # (an HTTP store cannot be written)
+        lambda: results[1].to_parquet(secret),
     ]:
         with pytest.raises(Exception) as raised:
             call()
         shown = "".join(traceback.format_exception(raised.value)) + every_error_in(raised.value)
         assert "hunter2" not in shown and "deadbeef0123" not in shown, shown
+    runs = {o for r in results for e in r.expr.walk() for o in e.operands if isinstance(o, ScratchRun)}
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
-        del raised, call  # the results dropped: their scratch's removal warns here, not in a later test
-        gc.collect()
+        for run in runs:  # what dropping the results does, when the garbage collector gets to them: here, not later
+            run._removal()
         for thread in list(_REMOVALS):
             thread.join(30)
         _remove_quietly(Scratch.create(secret, None, 0, make=False))  # there (below), and HTTP removes nothing
     said = " ".join(str(w.message) for w in warned)
-    assert said.count("could not remove its scratch") >= 2 and "***" in said, said
+    assert len(runs) == 2 and said.count("could not remove its scratch") == 2 and "***" in said, said
     assert "hunter2" not in said and "deadbeef0123" not in said, said

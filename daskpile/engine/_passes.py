@@ -206,8 +206,8 @@ def _finished_scatter(
     if kept is not None and posixpath.basename(path) not in kept:
         return None  # (on an object store, a request saved a piece: 1,569 of them took as long as pass 1)
     footer = _scratch.read_footer(scratch.fs, path)
-    bands = _scratch.encode_integers(scratch.bands or (0, piles))
-    if not footer or footer.get(_scratch.BANDS_KEY) != bands or _scratch.BATCH_ROWS_KEY not in footer:
+    bands = list(scratch.bands or (0, piles))
+    if not footer or _scratch.BATCH_ROWS_KEY not in footer or _bands_in(footer) != bands:
         return None  # none, or written by a version of daskpile with another scratch layout
     found = footer.get(FINGERPRINT_KEY)
     input_fingerprint = Fingerprint.from_json(json.loads(found)) if found else None
@@ -224,6 +224,10 @@ def _finished_scatter(
         partition, int(counts.sum()), size, counts, input_fingerprint, reused=True, nulls=nulls,
         pile_bytes=pile_bytes, largest_rows=largest,
     )  # fmt: skip
+
+
+def _bands_in(footer: dict[str, str]) -> list[int] | None:
+    return _scratch.decode_integers(footer[_scratch.BANDS_KEY]).tolist() if _scratch.BANDS_KEY in footer else None
 
 
 def gather_table(

@@ -728,9 +728,7 @@ class _Run:
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
         bands = (
-            self.previous.bands
-            if self.previous is not None
-            else _scratch.bands_for(self.estimated_bytes / max(len(self.partitions), 1), self.plan.schema)
+            self.previous.bands if self.previous is not None else _scratch.bands_for(self.piece_bytes, self.plan.schema)
         )
         self.scratch = dataclasses.replace(self.scratch, bands=_scratch.band_bounds(self.piles, bands))
         self.spec = run_state.RunSpec(
@@ -738,6 +736,12 @@ class _Run:
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
             cut_row_groups,
         )  # fmt: skip
+
+    @property
+    def piece_bytes(self) -> float:
+        """The bytes in memory of what a pass-1 task scatters, on average: a partition, or a piece of a file
+        larger than ``blocksize``."""
+        return min(self.estimated_bytes / max(len(self.partitions), 1), self.blocksize)
 
     def refuse_rows_no_task_holds(self) -> None:
         """Parquet rows a task cannot hold (``_sizing.ROW_COPIES`` times over, more than a worker's memory over
@@ -775,8 +779,12 @@ class _Run:
             self.scratch.remove()  # pass 2 consumed bands whose piles are no longer in dest
             self.previous = None
         if self.previous is None:  # a resumed run has part of its scratch already
+            pieces = max(len(self.partitions), self.estimated_bytes / max(self.piece_bytes, 1))
+            scratch_bytes = _scratch.scratch_bytes(
+                self.estimated_bytes, pieces, self.scratch.band_count, self.piles, self.plan.schema
+            )
             _sizing.check_space(
-                self.scratch.fs, self.scratch.directory, self.estimated_bytes, self.dest_fs, self.dest_path,
+                self.scratch.fs, self.scratch.directory, scratch_bytes, self.dest_fs, self.dest_path,
                 sum(self.plan.sizes),
             )  # fmt: skip
         make_private_directory(self.scratch.fs, self.scratch.directory)
