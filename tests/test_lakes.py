@@ -700,6 +700,36 @@ def test_strict_refuses_structs_of_other_fields_naming_the_file(sync_scheduler, 
     assert not (tmp_path / "out").exists()
 
 
+def test_polars_enums_of_other_categories_are_refused_strict_and_unified_as_categoricals(sync_scheduler, tmp_path):
+    """Polars keeps an Enum's categories in the column's metadata: every output file took the first file's, so
+    Polars read another file's values as null ('z' in Enum(['x', 'y'])), and verify, which reads Arrow, said
+    match.  Strict refuses files whose column metadata differ, as Polars does; unify keeps only the metadata
+    every file shares (Polars reads a Categorical); an Enum the same in every file stays one."""
+    polars = pytest.importorskip("polars")  # in the bench extra, which the test venv installs
+
+    def lake(name, *categories):
+        os.makedirs(tmp_path / name)
+        for file, ids, values, kinds in zip("ab", [[1, 2], [3, 4]], [["x", "y"], ["z", "x"]], categories, strict=True):
+            frame = polars.DataFrame({"id": ids, "e": polars.Series(values, dtype=polars.Enum(kinds))})
+            frame.write_parquet(tmp_path / name / f"{file}.parquet")
+        return str(tmp_path / name)
+
+    def read(out):
+        return polars.read_parquet(str(tmp_path / out / "*.parquet")).sort("id")
+
+    evolved = lake("evolved", ["x", "y"], ["x", "y", "z"])
+    with pytest.raises(ValueError, match=r"b\.parquet' differs .*: e: metadata _PL_ENUM_VALUES2='1;x1;y1;z' "):
+        shuffle(evolved, tmp_path / "strict")
+    assert not (tmp_path / "strict").exists()
+    shuffle(evolved, tmp_path / "unified", schema="unify")
+    assert read("unified")["e"].to_list() == ["x", "y", "z", "x"] and read("unified")["e"].dtype == polars.Categorical
+    assert daskpile.verify(evolved, str(tmp_path / "unified")).ok
+    same = lake("same", ["x", "y", "z"], ["x", "y", "z"])
+    for schema in ["strict", "unify"]:
+        shuffle(same, tmp_path / schema, schema=schema)
+        assert read(schema).equals(polars.read_parquet(same).sort("id")), schema
+
+
 def test_unify_keeps_pandas_metadata_written_by_other_versions_of_pandas(sync_scheduler, tmp_path):
     import json
 

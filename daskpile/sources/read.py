@@ -93,7 +93,7 @@ def read_pieces(
             schema, footer = parquet.schema_arrow, parquet.metadata
             if footer_rows is not None:
                 footer_rows.append(footer.num_rows)
-            conform = next((c for s, k, c in known if k == f.keys and s.equals(schema)), None)
+            conform = next((c for s, k, c in known if k == f.keys and s.equals(schema, check_metadata=True)), None)
             if conform is None:
                 conform = conformer(
                     schema,
@@ -247,7 +247,10 @@ def _concat(tables: list[pa.Table], reading: Reading) -> pa.Table:
         table = pa.Table.from_batches([], schema=schema)  # (schema.empty_table() imports pandas)
     else:
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        table = table.replace_schema_metadata(schema.metadata)
+        # the plan's metadata, its columns' too: a file's own (a Polars Enum's categories) would describe the
+        # rows of other files in the piles its rows reach first
+        if not table.schema.equals(schema, check_metadata=True):
+            table = pa.Table.from_arrays(table.columns, schema=schema)
     return table if reading.stored is None else _as_stored(table, reading.stored)
 
 

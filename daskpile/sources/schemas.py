@@ -117,6 +117,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     first_seen: dict[str, str] = {}
     everywhere: dict[str, int] = {}
     int96: dict[str, bool] = {}  # whether the column's type so far is only files' INT96
+    agreed: dict[str, dict] = {}  # the field metadata every file holding the column has
     for schema, url in zip(schemas, urls, strict=True):
         for field in schema:
             everywhere[field.name] = everywhere.get(field.name, 0) + 1
@@ -124,7 +125,9 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
             if field.name not in types:
                 types[field.name], first_seen[field.name] = field.type, url
                 int96[field.name] = stored_int96
+                agreed[field.name] = reading_metadata(field)
                 continue
+            agreed[field.name] = {k: v for k, v in agreed[field.name].items() if reading_metadata(field).get(k) == v}
             merged = _merge(types[field.name], field.type, int96[field.name], stored_int96)
             int96[field.name] = int96[field.name] and stored_int96
             if merged is None:
@@ -143,7 +146,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     nullable = {
         n: n in {f.name for s in schemas for f in s if f.nullable} or everywhere[n] < len(schemas) for n in types
     }
-    fields = [pa.field(n, t, nullable=nullable[n]) for n, t in types.items()]
+    fields = [pa.field(n, t, nullable=nullable[n], metadata=agreed[n] or None) for n, t in types.items()]
     metadata = dict(schemas[0].metadata or {}) if schemas else {}
     if any(_pandas_layout(s) != _pandas_layout(schemas[0]) for s in schemas):
         metadata.pop(b"pandas", None)  # it describes some files' columns, not the union's (an index in one alone)
@@ -207,6 +210,16 @@ _SAME_VALUES = [
     (pa.types.is_binary, pa.types.is_large_binary),
     (pa.types.is_list, pa.types.is_large_list),
 ]
+
+
+def reading_metadata(field: pa.Field) -> dict[bytes, bytes]:
+    """A column's metadata that tells readers how to read its values (Polars: an Enum's categories), without
+    what identifies it (Parquet field ids) or daskpile's own marks.
+
+    >>> reading_metadata(pa.field("e", pa.string(), metadata={"_PL_ENUM_VALUES2": "1;x", "PARQUET:field_id": "3"}))
+    {b'_PL_ENUM_VALUES2': b'1;x'}
+    """
+    return {k: v for k, v in (field.metadata or {}).items() if k not in (FIELD_ID, INT96)}
 
 
 def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -347,6 +360,8 @@ def conformer(
                     f"{field.name}: {found.type} instead of {field.type}{_codes_hint(found.type, field.type)}"
                 )
             casts.add(field.name)
+        elif policy in STRICT and reading_metadata(found) != reading_metadata(field):
+            problems.append(f"{field.name}: {_metadata_said(found)} instead of {_metadata_said(field)}")
         if found.nullable and not field.nullable:
             check_nulls.add(field.name)
     if policy in STRICT:
@@ -362,6 +377,13 @@ def conformer(
     return Conformer(
         plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed, echoed
     )
+
+
+def _metadata_said(field: pa.Field) -> str:
+    said = ", ".join(f"{k.decode(errors='replace')}={v.decode(errors='replace')[:60]!r}" for k, v in
+                     sorted(reading_metadata(field).items()))  # fmt: skip
+    polars = " (Polars' Enum categories)" if any(k.startswith(b"_PL_ENUM") for k in reading_metadata(field)) else ""
+    return f"metadata {said}{polars}" if said else "no metadata"
 
 
 def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
