@@ -137,13 +137,22 @@ def as_urls(source, role: str = "source"):
         raise ValueError(f"{role} is empty ({source!r}): give a directory, a file, a glob or a URL")
     if source is None or isinstance(source, str):
         return source
-    kind = type(source)
-    named = kind.__name__ if kind.__module__ == "builtins" else f"a {kind.__module__.split('.')[0]} {kind.__name__}"
-    frame = " (a DataFrame: daskpile.shuffle shuffles one; this takes the files it was read from or written to)"
     raise TypeError(
-        f"{role} must be a path or URL (a str or pathlib.Path) or a list of them, got {named}"
-        + (frame if hasattr(source, "columns") else "")
-    )
+        f"{role} must be a path or URL (a str or pathlib.Path) or a list of them, got {type_named(source)}"
+        + (" (a DataFrame: daskpile.shuffle shuffles a dask one; this takes the files it was read from or written "
+           "to)" if hasattr(source, "columns") else "")
+    )  # fmt: skip
+
+
+def type_named(value) -> str:
+    """What ``value`` is, for messages: its library too, as a pandas and a Polars DataFrame are both "DataFrame".
+
+    >>> import fractions
+    >>> type_named(3), type_named(fractions.Fraction(1, 3))
+    ('int', 'a fractions Fraction')
+    """
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"a {kind.__module__.split('.')[0]} {kind.__name__}"
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -137,8 +137,12 @@ def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
 
 
 def test_not_a_dataframe():
-    with pytest.raises(TypeError, match="dask DataFrame"):
+    """A Polars user's trial: "got DataFrame" named no library, and shuffle_parquet's message sent a frame in
+    memory to daskpile.shuffle, which refused it."""
+    with pytest.raises(TypeError, match=r"got a pandas DataFrame: one in memory shuffles there .*shuffle_parquet$"):
         daskpile.shuffle(pd.DataFrame({"x": [1]}), piles=2)
+    with pytest.raises(TypeError, match=r"dask DataFrame, got int$"):
+        daskpile.shuffle(3, piles=2)
     with pytest.raises(ValueError, match="piles"):
         daskpile.shuffle(dd.from_pandas(frame(4), npartitions=1), piles=0)
 

@@ -265,6 +265,23 @@ def test_a_load_queued_as_the_interpreter_exits_is_cancelled_quietly():
     assert pool.submit(0, lambda: 1).cancelled()
 
 
+def test_arrow_batches_keep_the_columns_metadata_polars_reads_types_from(tmp_path):
+    """A Polars Enum came out of the loader a Categorical: batches held the columns without their metadata,
+    where Polars keeps the Enum's categories."""
+    polars = pytest.importorskip("polars")  # in the bench extra, which the test venv installs
+
+    frame = polars.DataFrame({"id": range(100), "e": polars.Series(["lo", "hi"] * 50, dtype=polars.Enum(["lo", "hi"]))})
+    (tmp_path / "src").mkdir()
+    frame.write_parquet(tmp_path / "src" / "a.parquet")
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1)
+    for columns in [None, ["e"]]:
+        batches = [polars.from_arrow(b) for b in daskpile.PileLoader(str(tmp_path / "out"), batch_size=30, seed=0,
+                                                                    columns=columns)]  # fmt: skip
+        assert {b.schema["e"] for b in batches} == {polars.Enum(["lo", "hi"])}
+        assert polars.concat(batches)["e"].value_counts().sort("e")["count"].to_list() == [50, 50]
+
+
 def test_numpy_output_refuses_to_round_integers_past_2_53(tmp_path):
     """pyarrow gives an integer column with nulls as float64: exact up to 2**53, then rounded. Refused, named."""
     big = 2**53 + 1

@@ -69,7 +69,7 @@ def test_path_likes_name_a_source_and_a_result_as_their_strings_do(sync_schedule
 def test_a_dataframe_given_for_files_is_a_type_error_naming_the_argument(source, tmp_path):
     """``verify(ddf, "out/")`` said the frame's seven-line repr "does not exist"."""
     ddf = dd.read_parquet(source)
-    wanted = r"^{} must be a path or URL .* got a dask DataFrame \(a DataFrame: daskpile.shuffle shuffles one"
+    wanted = r"^{} must be a path or URL .* got a dask DataFrame \(a DataFrame: daskpile.shuffle shuffles a dask one"
     for call, role in [
         (lambda: daskpile.verify(ddf, str(tmp_path)), "source"),
         (lambda: daskpile.verify(source, ddf), "dest"),

@@ -66,7 +66,7 @@ from daskpile._compute import (
     workers_blind_to,
 )
 from daskpile._random import resolve_seed
-from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, write_bytes
+from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, type_named, write_bytes
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
@@ -225,7 +225,12 @@ def shuffle(
     >>> shuffle(dd.read_parquet("data/"), piles=8).to_parquet("shuffled-ddf/")
     """
     if not isinstance(ddf, dd.DataFrame):
-        raise TypeError(f"shuffle takes a dask DataFrame, got {type(ddf).__name__}")
+        in_memory = hasattr(ddf, "columns") and not hasattr(ddf, "npartitions")
+        raise TypeError(
+            f"shuffle takes a dask DataFrame, got {type_named(ddf)}"
+            + (": one in memory shuffles there (pandas: df.sample(frac=1); Polars: df.sample(fraction=1, "
+               "shuffle=True)), or give the files it was written to to shuffle_parquet" if in_memory else "")
+        )  # fmt: skip
     if isinstance(ddf._meta.index, pd.MultiIndex):  # (a groupby of several keys): refused now, not at compute
         raise TypeError(
             f"daskpile cannot shuffle a DataFrame with a MultiIndex ({list(ddf._meta.index.names)}): "

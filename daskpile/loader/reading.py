@@ -77,13 +77,18 @@ class GroupLoad:
     of equal rows (the last one the rest).
     """
 
-    def __init__(self, names: list[str], taken: list[list[Future]], stopped: threading.Event):
-        self.names, self._taken, self._stopped = names, taken, stopped
+    def __init__(self, fields: list[pa.Field], taken: list[list[Future]], stopped: threading.Event):
+        self.fields, self._taken, self._stopped = fields, taken, stopped
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller
         columns = [[part for future in futures for part in future.result()] for futures in taken]
-        return [pa.Table.from_arrays(list(arrays), names=self.names) for arrays in zip(*columns, strict=True)]
+        return [self._table(arrays) for arrays in zip(*columns, strict=True)]
+
+    def _table(self, arrays) -> pa.Table:
+        # the files' fields' metadata, which some readers take as part of the type (Polars: an Enum's categories)
+        fields = [f.with_type(a.type) for f, a in zip(self.fields, arrays, strict=True)]
+        return pa.Table.from_arrays(list(arrays), schema=pa.schema(fields))
 
     def cancel(self) -> None:
         """Its tasks not yet started do nothing."""
@@ -190,7 +195,7 @@ def load_group(
     else:
         sources = [after(reads.pop(name), _take_source) for name in names]
         taken = [[after([source, order], _take_parts, [part]) for part in parts] for source in sources]
-    return GroupLoad(names, taken, stopped)
+    return GroupLoad([units.schema.field(name) for name in names], taken, stopped)
 
 
 def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
