@@ -134,6 +134,49 @@ def test_a_key_that_is_also_a_column_is_read_from_the_folders_where_they_agree(s
     assert sorted(read_output(tmp_path / "out")["year"].to_pylist()) == [2023, 2024]
 
 
+def test_keys_polars_writes_in_the_files_too_keep_the_files_types_and_places(sync_scheduler, tmp_path):
+    """Polars' partition_by keeps the keys in the files: they came out typed as their folders spell them (a
+    Date, a Boolean and an Enum as strings, an Int16 as int32) and moved to the end.  Polars reads the source
+    with the files' types, in their places; so does the result now.  Declared types still win."""
+    import datetime
+
+    polars = pytest.importorskip("polars")  # in the bench extra, which the test venv installs
+
+    frame = polars.DataFrame({
+        "v": range(12),
+        "day": [datetime.date(2024, 1, 1 + i % 2) for i in range(12)],
+        "flag": [i % 3 == 0 for i in range(12)],
+        "tier": polars.Series(["lo", "hi", "mid"] * 4, dtype=polars.Enum(["lo", "mid", "hi", "unused"])),
+        "year": polars.Series([2023, 2024] * 6, dtype=polars.Int16),
+        "w": [f"w{i}" for i in range(12)],
+    })  # fmt: skip
+    frame.write_parquet(tmp_path / "lake", partition_by=["day", "flag", "tier", "year"])
+    source = polars.read_parquet(tmp_path / "lake")
+    assert source.schema == frame.schema  # (what Polars reads: the files' types, in their order)
+    shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    out = polars.read_parquet(str(tmp_path / "out" / "*.parquet"))
+    assert out.schema == frame.schema and out.sort("v").equals(frame)
+    assert daskpile.verify(str(tmp_path / "lake"), str(tmp_path / "out")).ok
+    shuffle(str(tmp_path / "lake"), tmp_path / "declared", partitioning="day:string,flag:string,tier:string,year:int32")
+    declared = polars.read_parquet(str(tmp_path / "declared" / "*.parquet"))
+    assert declared.columns == frame.columns
+    assert declared.schema["day"] == polars.String and declared.schema["year"] == polars.Int32
+    assert daskpile.verify(str(tmp_path / "lake"), str(tmp_path / "declared")).ok
+
+
+def test_verify_reads_a_source_in_the_order_of_its_results_columns(sync_scheduler, tmp_path):
+    """A result made before keys the files hold kept their place holds them last: verify reads the source so."""
+    from daskpile.sources import read_pieces
+
+    os.makedirs(tmp_path / "lake" / "k=a")
+    pq.write_table(pa.table({"id": [1, 2], "k": ["a", "a"], "w": [0.5, 1.5]}), tmp_path / "lake" / "k=a" / "f.parquet")
+    plan = plan_sources(str(tmp_path / "lake"))
+    assert plan.schema.names == ["id", "k", "w"] and plan.in_order(["id", "w", "k"]).schema.names == ["id", "w", "k"]
+    [(_, table)] = read_pieces(plan.fs, list(plan.files), plan.in_order(["id", "w", "k"]).reading, 2**20)
+    assert table.column_names == ["id", "w", "k"] and table.to_pylist()[0] == {"id": 1, "w": 0.5, "k": "a"}
+    assert plan.in_order(["id", "k"]) is plan  # (not its columns: as it is)
+
+
 def test_partition_folders_at_different_depths_are_refused(sync_scheduler, tmp_path):
     for sub in ["year=2024/month=1", "year=2024"]:
         os.makedirs(tmp_path / "lake" / sub, exist_ok=True)

@@ -357,6 +357,8 @@ def verify(
         ) from None
     written_as = (_outputs.of_manifest(manifest), _manifest.arrow_schema(manifest)) if manifest else None
     plan = (written_as[0] if written_as else _outputs.Output()).stored_plan(plan)  # the source as the result holds it
+    if written_as:
+        plan = plan.in_order(written_as[1].names)
     if plan.reading.text is None:  # pieces of blocksize in memory, as the shuffle cuts them (a piece is a task's)
         _, _, row_bytes = _sizing.estimate_parquet(plan.fs, [f.path for f in plan.files], plan.sizes, plan.metadata)
         plan = plan.with_pieces(row_bytes)

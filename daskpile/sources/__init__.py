@@ -98,6 +98,21 @@ class SourcePlan:
                 cut.append(f)
         return cut
 
+    def in_order(self, names: list[str]) -> SourcePlan:
+        """This plan with its columns in the order of ``names``, where those are its columns (``verify`` reads a
+        source in the order its result holds it: keys the files hold went to the end before they kept their
+        place)."""
+        if list(names) == self.reading.schema.names or sorted(names) != sorted(self.reading.schema.names):
+            return self
+
+        def ordered(schema: pa.Schema | None) -> pa.Schema | None:
+            return None if schema is None else pa.schema([schema.field(n) for n in names], metadata=schema.metadata)
+
+        reading = dataclasses.replace(
+            self.reading, schema=ordered(self.reading.schema), stored=ordered(self.reading.stored)
+        )
+        return dataclasses.replace(self, reading=reading)
+
     def describe(self) -> dict:
         """How the source was read, for the manifest and the run's report."""
         keys = [f for f in self.schema if f.name in dict(self.files[0].keys)] if self.files else []
@@ -227,7 +242,13 @@ def _plan_sources(
         reading = _text_reading(fs, source_files, key_fields, options)
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
-    reading = _reading(fs, source_files, key_fields, schema, metadata)
+    reading = _reading(fs, source_files, key_fields, schema, metadata, inferred=isinstance(declared, str))
+    typed = pa.schema([reading.schema.field(n) for n in key_fields.names])
+    if typed != key_fields:  # keys the files hold, typed as they do: their folders' values again, so typed
+        source_files = [
+            dataclasses.replace(f, keys=_key_tuple(pairs, typed, full_url(fs, f.path)))
+            for f, (_, pairs) in zip(source_files, files, strict=True)
+        ]
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
 
 
@@ -406,8 +427,15 @@ def _sidecar_metadata(fs, sidecars: dict[str, str]) -> pq.FileMetaData | None:
     return read_parquet(fs, path, pq.read_metadata) if path else None
 
 
-def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, metadata) -> Reading:
-    """The plan's schema: the reference file's (strict) or the union of all (unify), then the partition keys."""
+def _reading(
+    fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, metadata, inferred: bool = False
+) -> Reading:
+    """The plan's schema: the reference file's (strict) or the union of all (unify), then the partition keys.
+
+    A key the files hold as a column too (Polars' ``partition_by`` writes
+    both) keeps its place in them, and, unless declared, their type: a date,
+    a boolean or an Enum, not the string its folders spell.
+    """
     if policy == "unify":
         footers = _schemas(fs, [f.path for f in files])
         data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
@@ -420,8 +448,11 @@ def _reading(fs, files: list[SourceFile], key_fields: pa.Schema, policy: str, me
     data = schemas.nullable(schemas.without_range_index(data))
     # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
     # checked to hold their value as it is read (``schemas.Conformer``)
-    data = pa.schema([f for f in data if f.name not in key_fields.names], metadata=data.metadata)
-    schema = pa.schema([*data, *key_fields], metadata=data.metadata)
+    held = {n: data.field(n) if inferred else key_fields.field(n) for n in key_fields.names if n in data.names}
+    data = pa.schema(
+        [held.get(f.name, f) for f in data if f.name not in key_fields.names or f.name in held], metadata=data.metadata
+    )
+    schema = pa.schema([*data, *(f for f in key_fields if f.name not in held)], metadata=data.metadata)
     schema = schemas.without_stale_spark_schema(schema, unified=policy == "unify")
     return Reading(schema, policy, reference)
 

@@ -276,8 +276,11 @@ class Conformer:
         columns = []
         for field in self.schema:
             if field.name in self.keys:
-                if field.name in self.echoed:
-                    _check_echo(table.column(field.name), self.keys[field.name], field.name, url)
+                if field.name in self.echoed:  # the file's own values, once they are seen to be the folder's
+                    column = table.column(field.name)
+                    _check_echo(column, self.keys[field.name], field.name, url)
+                    columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+                    continue
                 columns.append(pa.repeat(self.keys[field.name], n))
                 continue
             if field.name in self.missing:
