@@ -265,8 +265,10 @@ def gather_to_parquet(
     as_arrow: bool = False,
     permute: bool = True,
     output: Output = PARQUET,
+    on_pile=None,
 ) -> list[GatherResult]:
-    """Pass 2 for a few piles, each written as one file of ``output``'s format (atomically).
+    """Pass 2 for a few piles, each written as one file of ``output``'s format (atomically); ``on_pile(n)``
+    after each, ``n`` the piles done (``_compute.Units``).
 
     The piles are handled one after the other, so memory holds one pile; a
     task takes several so that each scratch file is opened once per task
@@ -292,6 +294,7 @@ def gather_to_parquet(
             finished = _finished_pile(fs, path, stamp, fingerprint) if path in existing_paths else None
             if finished is not None:
                 results.append(finished)
+                _said(on_pile, len(results))
                 continue
             table = gather_table(reader.pile(index), pile, seed, sub, permute)
             if table.num_rows != rows:
@@ -302,7 +305,13 @@ def gather_to_parquet(
                 size, output_fingerprint = _write_stamped(table, fs, path, schema, stamp, fingerprint, output)
             results.append(GatherResult(pile, rows, path, size, output_fingerprint, sub=sub))
             del table  # before the next pile is read, so that memory holds one pile
+            _said(on_pile, len(results))
     return results
+
+
+def _said(on_pile, done: int) -> None:
+    if on_pile is not None:
+        on_pile(done)
 
 
 RECHUNK_BATCH_ROWS = 65_536  # permuted piles are stored in batches this long, so a range reads little more

@@ -25,6 +25,7 @@ import numpy as np
 
 from daskpile._compute import (
     Timer,
+    Units,
     WorkerKilled,
     compute,
     counting_worker_deaths,
@@ -1201,7 +1202,7 @@ def _pass_2(
     if rows_per_file is None:
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
         names = [_manifest.part_name(j, piles, sub, output.suffix) for j in range(piles) for sub in subs[j]]
-        tasks, groups = _gather_tasks(
+        tasks, groups, units = _gather_tasks(
             scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute, output
         )
         with _saying_piles_of_a_killed_task(groups, key):
@@ -1209,11 +1210,13 @@ def _pass_2(
                 return names, _in_order(compute(tasks, progress=progress))
             bands_read = [sorted({scratch_dir.band_of(j) for j in g}) for g in groups]
             with _scratch.BandRemover(scratch_dir, bands_read) as bands:
-                return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done))
+                return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done, units=units))
     # pass 2 writes the permuted piles to scratch, pass 3 cuts their sequence into equal files
-    tasks, groups = _gather_tasks(scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key)
+    tasks, groups, units = _gather_tasks(
+        scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key
+    )
     with _saying_piles_of_a_killed_task(groups, key):
-        permuted = _in_order(compute(tasks, progress=progress))
+        permuted = _in_order(compute(tasks, progress=progress, units=units))
     ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
     names = [_manifest.part_name(f, len(ranges), suffix=output.suffix) for f in range(len(ranges))]
     rechunk = [
@@ -1245,8 +1248,9 @@ def _gather_tasks(
     """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
 
     Into Parquet files in ``target``, or with ``target=None`` into permuted
-    Arrow files in scratch (for ``rows_per_file``).  Returns the tasks, and
-    the piles of each of the first tasks (those of piles that are not split).
+    Arrow files in scratch (for ``rows_per_file``).  Returns the tasks, the
+    piles of each of the first tasks (those of piles that are not split), and
+    the piles as units of progress where none is split.
     """
     piles = len(counts)
     as_arrow = target is None
@@ -1260,13 +1264,14 @@ def _gather_tasks(
     # Dask starts independent tasks in descending order of their keys (dask.order's tie-break), so with
     # zero-padded pile numbers the tasks of band 0 run last: the band that stays until the end anyway.
     groups = _pile_groups([j for j in range(piles) if j not in split], threads)
+    units = None if split else Units.new("pile", [len(group) for group in groups])
     tasks = [
         task(
             _passes.gather_to_parquet, scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs,
             [path(j) for j in group], schema, verify, as_arrow=as_arrow, permute=permute, output=output,
-            key=f"daskpile-gather-{group[0]:06d}-{key}",
+            on_pile=None if units is None else units.report(i), key=f"daskpile-gather-{group[0]:06d}-{key}",
         )
-        for group in groups
+        for i, group in enumerate(groups)
     ]  # fmt: skip
     for j, subs in split.items():
         split_result = task(
@@ -1279,7 +1284,7 @@ def _gather_tasks(
             )
             for group in _pile_groups(list(range(subs)), threads)
         ]  # fmt: skip
-    return tasks, groups
+    return tasks, groups, units
 
 
 def _in_order(groups) -> list:
