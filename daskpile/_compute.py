@@ -262,40 +262,47 @@ class Units:
     [None, None]
     """
 
-    topic: str
+    run: str
     name: str
     counts: tuple[int, ...]
 
     @classmethod
     def new(cls, name: str, counts) -> Units:
-        return cls(f"daskpile-progress-{uuid.uuid4().hex}", name, tuple(int(n) for n in counts))
+        return cls(uuid.uuid4().hex, name, tuple(int(n) for n in counts))
 
     def report(self, i: int) -> UnitsDone:
-        return UnitsDone(self.topic, i)
+        return UnitsDone(self.run, i)
 
 
 @dataclasses.dataclass(frozen=True)
 class UnitsDone:
     """Called by task ``task`` with how many of its units it has done: from a worker of another process,
-    through the scheduler (distributed's events); in this process, directly.  Best effort: never an error."""
+    through the scheduler (distributed's events, one topic for every run: the scheduler keeps the last events
+    of each topic); in this process, directly.  Best effort: never an error."""
 
-    topic: str
+    run: str
     task: int
 
     def __call__(self, done: int) -> None:
-        counting = _COUNTING.get(self.topic)
+        counting = _COUNTING.get(self.run)
         if counting is not None:
             counting((self.task, done))
             return
         try:
             from distributed import get_worker
 
-            get_worker().log_event(self.topic, (self.task, done))
+            get_worker().log_event(UNITS_TOPIC, (self.run, self.task, done))
         except (ImportError, ValueError):  # not on a worker (a local scheduler's task, nobody counting)
             pass
 
 
-_COUNTING: dict[str, object] = {}  # topic: what counts its units in this process
+UNITS_TOPIC = "daskpile-progress"
+_COUNTING: dict[str, object] = {}  # run: what counts its units in this process
+
+
+def shows_progress_lines(progress: bool) -> bool:
+    """Whether ``compute(..., progress=progress)`` prints progress lines (a log), where ``Units`` count."""
+    return progress and not _shows_bars()
 
 
 def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None = None) -> list:
@@ -320,25 +327,33 @@ def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None 
             lines = ProgressLines(len(tasks), on_done, units)
             on_done = callbacks.enter_context(lines)
             if units is not None:
-                callbacks.enter_context(_counting(units.topic, lines.units_done))
+                callbacks.enter_context(_counting(units.run, lines.units_done))
         return _compute(tasks, bars, on_done, callbacks)
 
 
 @contextlib.contextmanager
-def _counting(topic: str, count):
-    """``count((task, done))`` for each report of ``topic``: from this process, and from the current client's
+def _counting(run: str, count):
+    """``count((task, done))`` for each report of ``run``: from this process, and from the current client's
     workers."""
-    _COUNTING[topic] = count
+    _COUNTING[run] = count
     client = current_client()
     if client is not None:
-        client.subscribe_topic(topic, lambda event: count(event[1]))
+        client.subscribe_topic(UNITS_TOPIC, _count_reported)
     try:
         yield
     finally:
-        _COUNTING.pop(topic, None)
-        if client is not None:
+        _COUNTING.pop(run, None)
+        if client is not None and not _COUNTING:
             with contextlib.suppress(Exception):  # (a client closing: nothing more to count)
-                client.unsubscribe_topic(topic)
+                client.unsubscribe_topic(UNITS_TOPIC)
+
+
+def _count_reported(event) -> None:
+    with contextlib.suppress(TypeError, ValueError):  # (not a report of ours: ignored)
+        run, task, done = event[1]
+        counting = _COUNTING.get(run)
+        if counting is not None:
+            counting((task, done))
 
 
 class ProgressLines:

@@ -31,6 +31,7 @@ from daskpile._compute import (
     counting_worker_deaths,
     exception_chain,
     giving_memory_back,
+    shows_progress_lines,
     task,
     total_threads,
     worker_memory_per_thread,
@@ -1203,8 +1204,9 @@ def _pass_2(
         subs = [range(split[j]) if j in split else [None] for j in range(piles)]
         names = [_manifest.part_name(j, piles, sub, output.suffix) for j in range(piles) for sub in subs[j]]
         tasks, groups, units = _gather_tasks(
-            scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute, output
-        )
+            scratch_dir, counts, split, seed, dest_fs, target, schema, verify, budget, key, permute, output,
+            counted=shows_progress_lines(progress),
+        )  # fmt: skip
         with _saying_piles_of_a_killed_task(groups, key):
             if split:  # the tasks splitting a pile read its band too, and are not counted: remove at the end
                 return names, _in_order(compute(tasks, progress=progress))
@@ -1213,8 +1215,9 @@ def _pass_2(
                 return names, _in_order(compute(tasks, progress=progress, on_done=bands.task_done, units=units))
     # pass 2 writes the permuted piles to scratch, pass 3 cuts their sequence into equal files
     tasks, groups, units = _gather_tasks(
-        scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key
-    )
+        scratch_dir, counts, split, seed, scratch_dir.fs, None, schema, False, budget, key,
+        counted=shows_progress_lines(progress),
+    )  # fmt: skip
     with _saying_piles_of_a_killed_task(groups, key):
         permuted = _in_order(compute(tasks, progress=progress, units=units))
     ranges = _file_ranges([(r.path, r.rows) for r in permuted], rows_per_file)
@@ -1243,14 +1246,26 @@ def _saying_piles_of_a_killed_task(groups: list[list[int]], key: str):
 
 
 def _gather_tasks(
-    scratch_dir, counts, split, seed, fs, target, schema, verify, budget, key, permute=True, output=_passes.PARQUET
-) -> tuple[list, list]:
+    scratch_dir,
+    counts,
+    split,
+    seed,
+    fs,
+    target,
+    schema,
+    verify,
+    budget,
+    key,
+    permute=True,
+    output=_passes.PARQUET,
+    counted=False,
+) -> tuple[list, list, Units | None]:
     """Pass 2 as Dask tasks: groups of piles, and for each split pile its split then groups of sub-piles.
 
     Into Parquet files in ``target``, or with ``target=None`` into permuted
     Arrow files in scratch (for ``rows_per_file``).  Returns the tasks, the
     piles of each of the first tasks (those of piles that are not split), and
-    the piles as units of progress where none is split.
+    the piles as units of progress where they are ``counted`` and none is split.
     """
     piles = len(counts)
     as_arrow = target is None
@@ -1264,7 +1279,7 @@ def _gather_tasks(
     # Dask starts independent tasks in descending order of their keys (dask.order's tie-break), so with
     # zero-padded pile numbers the tasks of band 0 run last: the band that stays until the end anyway.
     groups = _pile_groups([j for j in range(piles) if j not in split], threads)
-    units = None if split else Units.new("pile", [len(group) for group in groups])
+    units = Units.new("pile", [len(group) for group in groups]) if counted and not split else None
     tasks = [
         task(
             _passes.gather_to_parquet, scratch_dir, piles, group, [int(counts[j]) for j in group], seed, fs,
