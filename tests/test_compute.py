@@ -297,6 +297,10 @@ def _pause(dask_worker) -> None:
     dask_worker.status = Status.paused  # as its memory monitor pauses it, above 80 % of its limit
 
 
+def _statuses(dask_scheduler) -> list[str]:
+    return [worker.status.name for worker in dask_scheduler.workers.values()]
+
+
 @pytest.mark.parametrize("tasks", [1, 40])  # one waits unassigned (NoValidWorkerError); many, queued (NoWorkerError)
 def test_tasks_waiting_while_every_worker_is_paused_fail_with_what_to_do(tasks):
     """A worker paused for memory it could not give back (trimming returns no fragmented heap) hung the run:
@@ -310,6 +314,11 @@ def test_tasks_waiting_while_every_worker_is_paused_fail_with_what_to_do(tasks):
         cluster = LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0")
     with cluster, Client(cluster) as client:
         client.run(_pause)
+        # the worker tells the scheduler in a message of its own: a task sent before that lands waits on the
+        # paused worker, not unassigned, and no timeout ends it (the suite hung once so, under load)
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_statuses) != ["paused"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         started = time.monotonic()
         with pytest.raises(NoWorkerRunning) as stopped:
             compute([dask.delayed(abs)(-i, dask_key_name=f"daskpile-gather-{i:06d}-abc") for i in range(1, tasks + 1)])
