@@ -687,6 +687,23 @@ def test_a_duckdb_interval_which_the_output_cannot_hold_is_refused(tmp_path, sch
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("where", ["the first file", "a later file"])
+def test_a_duckdb_time_with_time_zone_which_the_output_cannot_hold_is_refused(sync_scheduler, tmp_path, where):
+    """A DuckDB trial: TIMETZ (a Parquet TIME adjusted to UTC) came back a plain TIME, pyarrow having no time
+    with a time zone, and verify, comparing the times, said match.  Refused in the first file before the run;
+    in a later one (the same Arrow type, strict lets it through) by the task reading it."""
+    duckdb = pytest.importorskip("duckdb")
+    (tmp_path / "lake").mkdir()
+    plain = "SELECT range AS id, TIME '12:34:56' AS t FROM range(10)"
+    zoned = "SELECT range AS id, TIMETZ '12:34:56+05:30' AS t FROM range(10)"
+    for name, query in zip("ab", [zoned, plain] if where == "the first file" else [plain, zoned], strict=True):
+        duckdb.sql(f"COPY ({query}) TO '{tmp_path / 'lake' / name}.parquet' (FORMAT PARQUET)")
+    named = "a" if where == "the first file" else "b"
+    with pytest.raises(ValueError, match=rf"column 't' of '.*{named}\.parquet' is a Parquet TIME adjusted to UTC"):
+        shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_unify_keeps_pandas_metadata_only_where_every_file_shares_it(sync_scheduler, tmp_path):
     """The first file's was kept: its index, absent from the other file, came back as an index of floats and
     NaNs in pandas, or a column, depending on which file sorted first."""

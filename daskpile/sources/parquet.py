@@ -47,6 +47,13 @@ def refuse_unwritable(schema: pq.ParquetSchema, url: str) -> None:
                 "cannot write back: the result would hold bytes where its readers saw intervals; convert it first "
                 "(DuckDB: to a number of seconds, or a string)"
             )
+        if str(column.logical_type).startswith("Time(isAdjustedToUTC=true"):
+            raise ValueError(
+                f"column {column.path!r} of {url!r} is a Parquet TIME adjusted to UTC (DuckDB's TIME WITH TIME "
+                "ZONE), which pyarrow reads as a plain time and writes back without its time zone: the result's "
+                "readers would see TIME where they saw TIMETZ; convert it first (DuckDB: CAST(... AS TIME) for the "
+                "time in UTC, or to a string)"
+            )
 
 
 def arrow_schema(footer: pq.FileMetaData) -> pa.Schema:

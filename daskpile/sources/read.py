@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from daskpile._storage import full_url
 from daskpile.sources import arrowfiles, text
-from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.sources.parquet import open_parquet, parquet_errors, refuse_unwritable
 from daskpile.sources.schemas import conformer
 from daskpile.sources.text import TextOptions
 
@@ -87,6 +87,7 @@ def read_pieces(
     piece, size, tables, filled = 0, 0, [], False  # filled: the current piece has row groups
     skipped = skip(0)
     known: list = []  # (schema, keys, conformer): in a lake most files share both (schemas may not hash)
+    checked: list = []  # Parquet schemas whose types were checked: an Arrow type may stand for two of them
     for f in files:
         url = full_url(fs, f.path)
         with open_parquet(fs, f.path) as parquet:
@@ -94,6 +95,9 @@ def read_pieces(
             if footer_rows is not None:
                 footer_rows.append(footer.num_rows)
             conform = next((c for s, k, c in known if k == f.keys and s.equals(schema, check_metadata=True)), None)
+            if not any(parquet.schema.equals(s) for s in checked):  # (before the run, only the first file's was)
+                refuse_unwritable(parquet.schema, url)
+                checked.append(parquet.schema)
             if conform is None:
                 conform = conformer(
                     schema,
