@@ -88,6 +88,23 @@ def test_duckdb_uuid_columns_are_verified(sync_scheduler, tmp_path):
     assert sorted(read_output(tmp_path / "out")["u"].to_pylist(), key=str) == sorted(source["u"].to_pylist(), key=str)
 
 
+@pytest.mark.parametrize("output_format", ["csv", "jsonl"])
+def test_extension_columns_are_refused_as_text_before_the_run(tmp_path, output_format):
+    """A DuckDB trial: UUID and JSON columns into CSV or JSON lines failed with Arrow's "Unsupported Type"
+    naming no column, or mid-run leaving its state behind.  Refused before the run, naming the column."""
+    duckdb = pytest.importorskip("duckdb")
+    (tmp_path / "src").mkdir()
+    query = "SELECT range AS id, uuid() AS u, '{\"a\": 1}'::JSON AS j FROM range(10)"
+    duckdb.sql(f"COPY ({query}) TO '{tmp_path / 'src' / 'x.parquet'}' (FORMAT PARQUET)")
+    with pytest.raises(
+        ValueError,
+        match=rf"output_format='{output_format}' writes values as text, and Arrow cannot "
+        r"write column 'u' \(extension<arrow\.uuid>\) so: cast it to a string",
+    ):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, output_format=output_format)
+    assert not (tmp_path / "out").exists()
+
+
 def test_views_are_fingerprinted_as_their_plain_layouts():
     for view, plain in [
         (pa.array(["a", None, "ccc"], pa.string_view()), pa.array(["a", None, "ccc"], pa.large_string())),

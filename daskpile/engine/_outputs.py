@@ -104,6 +104,12 @@ class Output:
                     "write parquet or arrow"
                 )
             for field in decoded:  # (found in pass 2 otherwise, after pass 1's work)
+                if isinstance(field.type, pa.BaseExtensionType):  # (an empty one casts; its values do not)
+                    raise ValueError(
+                        f"output_format={self.format!r} writes values as text, and Arrow cannot write column "
+                        f"{field.name!r} ({field.type}) so: cast it to a string first (DuckDB: CAST(... AS "
+                        "VARCHAR)), or write another format (parquet, arrow)"
+                    )
                 try:
                     pc.cast(pa.array([], field.type), pa.string())
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
