@@ -102,6 +102,8 @@ def test_declared_partition_types_and_none(sync_scheduler, hive_lake, tmp_path):
     assert file_bytes(tmp_path / "cli") == file_bytes(tmp_path / "typed")
     shuffle(hive_lake, tmp_path / "none", partitioning="none")
     assert read_output(tmp_path / "none").column_names == ["id", "v"]
+    with pytest.raises(ValueError, match=r"'date' \(for key 'day'\) is not an Arrow type \(string, int32, .*date32"):
+        shuffle(hive_lake, tmp_path / "sql", partitioning="day:date")  # (a DuckDB user's name: Arrow's is date32)
 
 
 def test_a_value_too_large_for_int32_makes_the_key_a_string(sync_scheduler, tmp_path):

@@ -39,7 +39,8 @@ def parse_partitioning(value) -> pa.Schema | str | None:
                 fields.append(pa.field(name.strip(), pa.type_for_alias(type_name.strip())))
             except ValueError:
                 raise ValueError(
-                    f"partitioning: {type_name.strip()!r} (for key {name.strip()!r}) is not an Arrow type"
+                    f"partitioning: {type_name.strip()!r} (for key {name.strip()!r}) is not an Arrow type "
+                    "(string, int32, int64, date32, timestamp[us], ...)"
                 ) from None
         return pa.schema(fields)
     raise ValueError(f"partitioning must be 'hive', 'none', a pyarrow schema or 'key:type,...', got {value!r}")
