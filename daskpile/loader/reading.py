@@ -486,11 +486,13 @@ class Prefetcher:
 
     def __iter__(self) -> Iterator[pa.Table]:
         """The rows of each take, in order."""
+        begun = time.perf_counter()  # (before the thread starts: the first wait includes its first reads)
         self._thread.start()
         groups: dict[int, _HeldGroup] = {}
         try:
             while True:
-                started = time.perf_counter()
+                started = begun if begun is not None else time.perf_counter()
+                begun = None
                 kind, item, payload = self._events.get()
                 parts = payload.parts() if kind == "group" else None  # a group's load: waited for here
                 waited = time.perf_counter() - started
