@@ -334,18 +334,29 @@ def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None 
 @contextlib.contextmanager
 def _counting(run: str, count):
     """``count((task, done))`` for each report of ``run``: from this process, and from the current client's
-    workers."""
-    _COUNTING[run] = count
+    workers.  A client is subscribed while any run counts through it (runs in several threads, or clients)."""
     client = current_client()
-    if client is not None:
-        client.subscribe_topic(UNITS_TOPIC, _count_reported)
+    with _SUBSCRIBING:
+        _COUNTING[run] = count
+        if client is not None:
+            if not _SUBSCRIBED.get(client.id):
+                client.subscribe_topic(UNITS_TOPIC, _count_reported)
+            _SUBSCRIBED[client.id] = _SUBSCRIBED.get(client.id, 0) + 1
     try:
         yield
     finally:
-        _COUNTING.pop(run, None)
-        if client is not None and not _COUNTING:
-            with contextlib.suppress(Exception):  # (a client closing: nothing more to count)
-                client.unsubscribe_topic(UNITS_TOPIC)
+        with _SUBSCRIBING:
+            _COUNTING.pop(run, None)
+            if client is not None:
+                _SUBSCRIBED[client.id] -= 1
+                if not _SUBSCRIBED[client.id]:
+                    del _SUBSCRIBED[client.id]
+                    with contextlib.suppress(Exception):  # (a client closing: nothing more to count)
+                        client.unsubscribe_topic(UNITS_TOPIC)
+
+
+_SUBSCRIBING = threading.Lock()
+_SUBSCRIBED: dict[str, int] = {}  # client id: the runs counting through it
 
 
 def _count_reported(event) -> None:

@@ -693,7 +693,10 @@ def test_a_duckdb_interval_which_the_output_cannot_hold_is_refused(tmp_path, sch
 def test_a_duckdb_time_with_time_zone_which_the_output_cannot_hold_is_refused(sync_scheduler, tmp_path, where):
     """A DuckDB trial: TIMETZ (a Parquet TIME adjusted to UTC) came back a plain TIME, pyarrow having no time
     with a time zone, and verify, comparing the times, said match.  Refused in the first file before the run;
-    in a later one (the same Arrow type, strict lets it through) by the task reading it."""
+    in a later one (the same Arrow type, strict lets it through) by the task reading it.  pyarrow up to 21
+    marked every time adjusted to UTC: its files are read as before."""
+    import datetime
+
     duckdb = pytest.importorskip("duckdb")
     (tmp_path / "lake").mkdir()
     plain = "SELECT range AS id, TIME '12:34:56' AS t FROM range(10)"
@@ -701,9 +704,16 @@ def test_a_duckdb_time_with_time_zone_which_the_output_cannot_hold_is_refused(sy
     for name, query in zip("ab", [zoned, plain] if where == "the first file" else [plain, zoned], strict=True):
         duckdb.sql(f"COPY ({query}) TO '{tmp_path / 'lake' / name}.parquet' (FORMAT PARQUET)")
     named = "a" if where == "the first file" else "b"
-    with pytest.raises(ValueError, match=rf"column 't' of '.*{named}\.parquet' is a Parquet TIME adjusted to UTC"):
+    with pytest.raises(ValueError, match=rf"column 't' of '.*{named}\.parquet' is DuckDB's TIME WITH TIME ZONE"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    (tmp_path / "pyarrow").mkdir()
+    times = pa.table({"id": [1, 2], "t": [datetime.time(1), datetime.time(2)]})
+    as_21 = {"write_time_adjusted_to_utc": True} if int(pa.__version__.split(".")[0]) >= 22 else {}  # (21's way)
+    pq.write_table(times, tmp_path / "pyarrow" / "a.parquet", **as_21)
+    assert "isAdjustedToUTC=true" in str(pq.ParquetFile(tmp_path / "pyarrow" / "a.parquet").schema)
+    shuffle(str(tmp_path / "pyarrow"), tmp_path / "pyarrow-out")
+    assert sorted(read_output(tmp_path / "pyarrow-out")["t"].to_pylist()) == [datetime.time(1), datetime.time(2)]
 
 
 def test_unify_keeps_pandas_metadata_only_where_every_file_shares_it(sync_scheduler, tmp_path):
@@ -790,6 +800,30 @@ def test_polars_enums_of_other_categories_are_refused_strict_and_unified_as_cate
     for schema in ["strict", "unify"]:
         shuffle(same, tmp_path / schema, schema=schema)
         assert read(schema).equals(polars.read_parquet(same).sort("id")), schema
+    # An Enum inside a list keeps its categories on the list's field; a Polars Categorical (tagged) beside a
+    # pyarrow file's dictionary column (not) is the same type to every reader, and passes strict
+    os.makedirs(tmp_path / "nested")
+    for file, ids, values, kinds in [("a", [1], [["x"]], ["x", "y"]), ("b", [2], [["z"]], ["x", "y", "z"])]:
+        frame = polars.DataFrame({"id": ids, "l": polars.Series(values, dtype=polars.List(polars.Enum(kinds)))})
+        frame.write_parquet(tmp_path / "nested" / f"{file}.parquet")
+    with pytest.raises(ValueError, match=r"b\.parquet' differs .*: l: metadata element _PL_ENUM_VALUES2='1;x1;y1;z' "):
+        shuffle(str(tmp_path / "nested"), tmp_path / "nested-strict")
+    shuffle(str(tmp_path / "nested"), tmp_path / "nested-unified", schema="unify")
+    assert read("nested-unified")["l"].to_list() == [["x"], ["z"]]
+    os.makedirs(tmp_path / "tagged")
+    polars.DataFrame({"c": polars.Series(["x"], dtype=polars.Categorical)}).write_parquet(
+        tmp_path / "tagged" / "a.parquet"
+    )
+    tag = pq.read_schema(tmp_path / "tagged" / "a.parquet").field("c")
+    assert tag.metadata  # (Polars' tag, which a pyarrow file's column lacks)
+    pq.write_table(
+        pa.table({"c": pa.array(["y"]).dictionary_encode().cast(tag.type)}), tmp_path / "tagged" / "b.parquet"
+    )
+    shuffle(str(tmp_path / "tagged"), tmp_path / "tagged-out")
+    assert sorted(polars.read_parquet(str(tmp_path / "tagged-out" / "*.parquet"))["c"].cast(str).to_list()) == [
+        "x",
+        "y",
+    ]
 
 
 def test_unify_keeps_pandas_metadata_written_by_other_versions_of_pandas(sync_scheduler, tmp_path):

@@ -441,7 +441,7 @@ def _reading(
         data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
         reference = "the union of the files' schemas"
     elif metadata is not None:
-        refuse_unwritable(metadata.schema, "_metadata")
+        refuse_unwritable(metadata, "_metadata")
         data, reference = arrow_schema(metadata), "_metadata"
     else:
         data, reference = _reference_schema(fs, files)
@@ -463,7 +463,7 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
     fallback = None
     for f in files:
         with open_parquet(fs, f.path) as parquet:  # its schema_arrow maps Parquet's logical types (UUID) as reads do
-            refuse_unwritable(parquet.schema, full_url(fs, f.path))
+            refuse_unwritable(parquet.metadata, full_url(fs, f.path))
             found = parquet.schema_arrow, full_url(fs, f.path)
             if parquet.metadata.num_rows:
                 return found
@@ -482,5 +482,5 @@ def _checked_schema(fs, path: str) -> pa.Schema:
     """A file's Arrow schema, as its rows are read, or ValueError naming a column the output could not hold;
     its columns stored as INT96 marked (``schemas.INT96``), for ``schemas.unify``."""
     with open_parquet(fs, path) as parquet:
-        refuse_unwritable(parquet.schema, full_url(fs, path))
+        refuse_unwritable(parquet.metadata, full_url(fs, path))
         return schemas.marked_int96(parquet.schema_arrow, parquet.schema)

@@ -29,16 +29,17 @@ def _read_table_single_threaded(source) -> pa.Table:
     )
 
 
-def refuse_unwritable(schema: pq.ParquetSchema, url: str) -> None:
+def refuse_unwritable(footer: pq.FileMetaData, url: str) -> None:
     """ValueError naming a column whose Parquet type pyarrow reads but cannot write back: DuckDB's INTERVAL,
     read as 12 bytes and written as such, was a BLOB to DuckDB in the result, and verification (comparing the
-    bytes) agreed.
+    bytes) agreed; DuckDB's TIME WITH TIME ZONE came back a plain TIME.
 
     >>> import io
     >>> sink = io.BytesIO()
     >>> pq.write_table(pa.table({"i": [1]}), sink)
-    >>> refuse_unwritable(pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema, "a.parquet")  # nothing to refuse
+    >>> refuse_unwritable(pq.read_metadata(pa.BufferReader(sink.getvalue())), "a.parquet")  # nothing to refuse
     """
+    schema = footer.schema
     for i in range(len(schema)):
         column = schema.column(i)
         if column.converted_type == "INTERVAL" or str(column.logical_type) == "Interval":
@@ -47,13 +48,18 @@ def refuse_unwritable(schema: pq.ParquetSchema, url: str) -> None:
                 "cannot write back: the result would hold bytes where its readers saw intervals; convert it first "
                 "(DuckDB: to a number of seconds, or a string)"
             )
-        if str(column.logical_type).startswith("Time(isAdjustedToUTC=true"):
+        # A TIME adjusted to UTC is DuckDB's TIMETZ where DuckDB wrote it; pyarrow up to 21 marked every time so
+        # (and writes it so, where daskpile runs on it), so only DuckDB's files are refused
+        if str(column.logical_type).startswith("Time(isAdjustedToUTC=true") and _by_duckdb(footer):
             raise ValueError(
-                f"column {column.path!r} of {url!r} is a Parquet TIME adjusted to UTC (DuckDB's TIME WITH TIME "
-                "ZONE), which pyarrow reads as a plain time and writes back without its time zone: the result's "
-                "readers would see TIME where they saw TIMETZ; convert it first (DuckDB: CAST(... AS TIME) for the "
-                "time in UTC, or to a string)"
+                f"column {column.path!r} of {url!r} is DuckDB's TIME WITH TIME ZONE (a Parquet TIME adjusted to "
+                "UTC), which pyarrow reads as a plain time: the result's readers would see TIME where they saw "
+                "TIMETZ; convert it first (DuckDB: CAST(... AS TIME) for the time in UTC, or to a string)"
             )
+
+
+def _by_duckdb(footer: pq.FileMetaData) -> bool:
+    return (footer.created_by or "").lower().startswith("duckdb")
 
 
 def arrow_schema(footer: pq.FileMetaData) -> pa.Schema:

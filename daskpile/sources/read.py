@@ -87,17 +87,20 @@ def read_pieces(
     piece, size, tables, filled = 0, 0, [], False  # filled: the current piece has row groups
     skipped = skip(0)
     known: list = []  # (schema, keys, conformer): in a lake most files share both (schemas may not hash)
-    checked: list = []  # Parquet schemas whose types were checked: an Arrow type may stand for two of them
+    checked: list = []  # (Parquet schema, writer) checked: an Arrow type may stand for two Parquet types
     for f in files:
         url = full_url(fs, f.path)
         with open_parquet(fs, f.path) as parquet:
             schema, footer = parquet.schema_arrow, parquet.metadata
             if footer_rows is not None:
                 footer_rows.append(footer.num_rows)
-            conform = next((c for s, k, c in known if k == f.keys and s.equals(schema, check_metadata=True)), None)
-            if not any(parquet.schema.equals(s) for s in checked):  # (before the run, only the first file's was)
-                refuse_unwritable(parquet.schema, url)
-                checked.append(parquet.schema)
+            # (the columns' metadata, not the schema's: pandas' differs from file to file, by its RangeIndex)
+            bare = schema.remove_metadata()
+            conform = next((c for s, k, c in known if k == f.keys and s.equals(bare, check_metadata=True)), None)
+            writer = footer.created_by  # (before the run, only the first file's types were checked)
+            if not any(parquet.schema.equals(s) and writer == w for s, w in checked):
+                refuse_unwritable(footer, url)
+                checked.append((parquet.schema, writer))
             if conform is None:
                 conform = conformer(
                     schema,
@@ -109,7 +112,7 @@ def read_pieces(
                     dict(reading.field_ids),
                     dict(reading.name_ids),
                 )
-                known.append((schema, f.keys, conform))
+                known.append((bare, f.keys, conform))
             groups: list[int] = []  # of this file, in the current piece
             for g in range(footer.num_row_groups):
                 group = footer.row_group(g)

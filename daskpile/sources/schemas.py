@@ -118,6 +118,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     everywhere: dict[str, int] = {}
     int96: dict[str, bool] = {}  # whether the column's type so far is only files' INT96
     agreed: dict[str, dict] = {}  # the field metadata every file holding the column has
+    nested: dict[str, dict | None] = {}  # its nested fields' typing metadata, None where files disagree
     for schema, url in zip(schemas, urls, strict=True):
         for field in schema:
             everywhere[field.name] = everywhere.get(field.name, 0) + 1
@@ -126,8 +127,11 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
                 types[field.name], first_seen[field.name] = field.type, url
                 int96[field.name] = stored_int96
                 agreed[field.name] = reading_metadata(field)
+                nested[field.name] = typing_metadata(field, nested_only=True)
                 continue
             agreed[field.name] = {k: v for k, v in agreed[field.name].items() if reading_metadata(field).get(k) == v}
+            if typing_metadata(field, nested_only=True) != nested[field.name]:
+                nested[field.name] = None  # (files disagree: the unified column keeps none of its fields')
             merged = _merge(types[field.name], field.type, int96[field.name], stored_int96)
             int96[field.name] = int96[field.name] and stored_int96
             if merged is None:
@@ -146,6 +150,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     nullable = {
         n: n in {f.name for s in schemas for f in s if f.nullable} or everywhere[n] < len(schemas) for n in types
     }
+    types = {n: t if nested[n] is not None else _without_nested_metadata(t) for n, t in types.items()}
     fields = [pa.field(n, t, nullable=nullable[n], metadata=agreed[n] or None) for n, t in types.items()]
     metadata = dict(schemas[0].metadata or {}) if schemas else {}
     if any(_pandas_layout(s) != _pandas_layout(schemas[0]) for s in schemas):
@@ -220,6 +225,60 @@ def reading_metadata(field: pa.Field) -> dict[bytes, bytes]:
     {b'_PL_ENUM_VALUES2': b'1;x'}
     """
     return {k: v for k, v in (field.metadata or {}).items() if k not in (FIELD_ID, INT96)}
+
+
+# Metadata keys a reader takes as part of a column's type: Polars' Enum categories, an extension type pyarrow
+# does not know (a CRS).  Other keys (Polars' Categorical tag, a description) may differ from file to file.
+TYPING_KEYS = (b"_PL_ENUM_VALUES", b"ARROW:extension:")
+
+
+def typing_metadata(field: pa.Field, nested_only: bool = False) -> dict[tuple[str, ...], dict[bytes, bytes]]:
+    """The metadata of ``field`` and of its nested fields that readers take as part of the type, by path.
+
+    >>> enum = pa.field("e", pa.string(), metadata={"_PL_ENUM_VALUES2": "1;x", "_PL_CATEGORICAL2": "0"})
+    >>> typing_metadata(pa.field("l", pa.list_(enum)))
+    {('l', 'e'): {b'_PL_ENUM_VALUES2': b'1;x'}}
+    """
+    found = {}
+
+    def walk(f: pa.Field, path: tuple[str, ...]) -> None:
+        typing = {k: v for k, v in (f.metadata or {}).items() if k.startswith(TYPING_KEYS)}
+        if typing and (len(path) > 1 or not nested_only):
+            found[path] = typing
+        for child in _children(f.type):
+            walk(child, (*path, child.name))
+
+    walk(field, (field.name,))
+    return found
+
+
+def _children(kind: pa.DataType) -> list[pa.Field]:
+    if pa.types.is_struct(kind):
+        return [kind.field(i) for i in range(kind.num_fields)]
+    if pa.types.is_map(kind):
+        return [kind.key_field, kind.item_field]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return [kind.value_field]
+    return []
+
+
+def _without_nested_metadata(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with no metadata on its nested fields (a List(Enum) of other categories in other files)."""
+
+    def bare(f: pa.Field) -> pa.Field:
+        return f.remove_metadata().with_type(_without_nested_metadata(f.type))
+
+    if pa.types.is_struct(kind):
+        return pa.struct([bare(kind.field(i)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        return pa.map_(bare(kind.key_field), bare(kind.item_field), kind.keys_sorted)
+    if pa.types.is_list(kind):
+        return pa.list_(bare(kind.value_field))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(bare(kind.value_field))
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(bare(kind.value_field), kind.list_size)
+    return kind
 
 
 def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -363,7 +422,7 @@ def conformer(
                     f"{field.name}: {found.type} instead of {field.type}{_codes_hint(found.type, field.type)}"
                 )
             casts.add(field.name)
-        elif policy in STRICT and reading_metadata(found) != reading_metadata(field):
+        elif policy in STRICT and typing_metadata(found) != typing_metadata(field):
             problems.append(f"{field.name}: {_metadata_said(found)} instead of {_metadata_said(field)}")
         if found.nullable and not field.nullable:
             check_nulls.add(field.name)
@@ -383,10 +442,13 @@ def conformer(
 
 
 def _metadata_said(field: pa.Field) -> str:
-    said = ", ".join(f"{k.decode(errors='replace')}={v.decode(errors='replace')[:60]!r}" for k, v in
-                     sorted(reading_metadata(field).items()))  # fmt: skip
-    polars = " (Polars' Enum categories)" if any(k.startswith(b"_PL_ENUM") for k in reading_metadata(field)) else ""
-    return f"metadata {said}{polars}" if said else "no metadata"
+    said = "; ".join(
+        f"{'.'.join(path[1:]) + ' ' if len(path) > 1 else ''}{k.decode(errors='replace')}="
+        f"{v.decode(errors='replace')[:60]!r}"
+        for path, typing in sorted(typing_metadata(field).items()) for k, v in sorted(typing.items())
+    )  # fmt: skip
+    polars = " (Polars' Enum categories)" if "_PL_ENUM" in said else ""
+    return f"metadata {said}{polars}" if said else "no such metadata"
 
 
 def _codes_hint(actual: pa.DataType, expected: pa.DataType) -> str:
