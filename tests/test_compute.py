@@ -86,6 +86,21 @@ except Exception as e:
         assert intrude(plain.scheduler_address, tls=False) == "ran 3"  # the test can fail
 
 
+def test_a_foreign_connection_refused_by_the_commands_cluster_is_not_logged_beside_its_line():
+    """A port probe from another process reset the TLS handshake of the command's scheduler, and distributed's
+    WARNING line reached the command's stderr before its one-line error (seen in a parallel CI run)."""
+    import logging
+
+    from daskpile._compute import _not_reported_elsewhere
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("distributed.comm.tcp", logging.WARNING, __file__, 1, message, None, None)
+
+    probe = "Listener on 'tls://127.0.0.1:37575': TLS handshake failed with remote 'tls://127.0.0.1:40168': reset"
+    assert not _not_reported_elsewhere(record(probe))
+    assert _not_reported_elsewhere(record("Worker is at 85% memory usage. Pausing worker."))
+
+
 def test_a_run_without_a_cluster_imports_neither_distributed_nor_dask_dataframe(tmp_path):
     script = f"""
 import sys
