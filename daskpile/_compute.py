@@ -101,6 +101,7 @@ def quiet_workers(client) -> None:
             _filter_worker_logs()
 
     client.register_plugin(QuietWorker())
+    _filter_worker_logs()  # and this process, which runs the LocalCluster's scheduler
 
 
 _REPORTED_ELSEWHERE = (
@@ -123,12 +124,6 @@ def _not_reported_elsewhere(record) -> bool:
     # A connection that is not the cluster's own (a port probe) fails the TLS handshake of daskpile's LocalCluster,
     # which admits no other process: refused as it should be, and logged on the command's stderr beside its line
     return not message.startswith(_REPORTED_ELSEWHERE) and "TLS handshake failed" not in message
-
-
-def quiet_command_cluster() -> None:
-    """In the process that runs a LocalCluster's scheduler (the command's), what ``quiet_workers`` keeps its
-    workers from logging."""
-    _filter_worker_logs()
 
 
 def in_a_worker() -> bool:

@@ -33,7 +33,7 @@ import traceback
 import click
 from click.core import ParameterSource
 
-from daskpile._compute import WAIT_SAID_AFTER, exception_chain, local_cluster, quiet_command_cluster, quiet_workers
+from daskpile._compute import WAIT_SAID_AFTER, exception_chain, local_cluster, quiet_workers
 from daskpile._interrupt import (
     command_over,
     ctrl_c_ignorable,
@@ -574,7 +574,6 @@ def _cluster(
             logging.getLogger(name).setLevel(logging.CRITICAL)
         if description == "LocalCluster":
             quiet_workers(client)
-            quiet_command_cluster()
         if not quiet:
             click.echo(f"{description}: {count(len(client.nthreads()), 'worker')}, dashboard {client.dashboard_link}")
         stack.callback(ignore_ctrl_c)  # while the client and cluster close, the command is over

@@ -740,10 +740,15 @@ class _Run:
         )  # fmt: skip
 
     @property
+    def pieces(self) -> float:
+        """About how many pieces pass 1 scatters: a partition each, more where files are larger than
+        ``blocksize`` (in memory)."""
+        return max(len(self.partitions), self.estimated_bytes / self.blocksize, 1)
+
+    @property
     def piece_bytes(self) -> float:
-        """The bytes in memory of what a pass-1 task scatters, on average: a partition, or a piece of a file
-        larger than ``blocksize``."""
-        return min(self.estimated_bytes / max(len(self.partitions), 1), self.blocksize)
+        """The bytes in memory of what a pass-1 task scatters, on average."""
+        return self.estimated_bytes / self.pieces
 
     def refuse_rows_no_task_holds(self) -> None:
         """Parquet rows a task cannot hold (``_sizing.ROW_COPIES`` times over, more than a worker's memory over
@@ -781,9 +786,8 @@ class _Run:
             self.scratch.remove()  # pass 2 consumed bands whose piles are no longer in dest
             self.previous = None
         if self.previous is None:  # a resumed run has part of its scratch already
-            pieces = max(len(self.partitions), self.estimated_bytes / max(self.piece_bytes, 1))
             scratch_bytes = _scratch.scratch_bytes(
-                self.estimated_bytes, pieces, self.scratch.band_count, self.piles, self.plan.schema
+                self.estimated_bytes, self.pieces, self.scratch.band_count, self.piles, self.plan.schema
             )
             _sizing.check_space(
                 self.scratch.fs, self.scratch.directory, scratch_bytes, self.dest_fs, self.dest_path,

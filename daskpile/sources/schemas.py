@@ -129,7 +129,8 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
                 agreed[field.name] = reading_metadata(field)
                 nested[field.name] = typing_metadata(field, nested_only=True)
                 continue
-            agreed[field.name] = {k: v for k, v in agreed[field.name].items() if reading_metadata(field).get(k) == v}
+            metadata = reading_metadata(field)
+            agreed[field.name] = {k: v for k, v in agreed[field.name].items() if metadata.get(k) == v}
             if typing_metadata(field, nested_only=True) != nested[field.name]:
                 nested[field.name] = None  # (files disagree: the unified column keeps none of its fields')
             merged = _merge(types[field.name], field.type, int96[field.name], stored_int96)
@@ -237,7 +238,7 @@ def typing_metadata(field: pa.Field, nested_only: bool = False) -> dict[tuple[st
 
     >>> enum = pa.field("e", pa.string(), metadata={"_PL_ENUM_VALUES2": "1;x", "_PL_CATEGORICAL2": "0"})
     >>> typing_metadata(pa.field("l", pa.list_(enum)))
-    {('l', 'e'): {b'_PL_ENUM_VALUES2': b'1;x'}}
+    {('l', 'element'): {b'_PL_ENUM_VALUES2': b'1;x'}}
     """
     found = {}
 
@@ -245,20 +246,21 @@ def typing_metadata(field: pa.Field, nested_only: bool = False) -> dict[tuple[st
         typing = {k: v for k, v in (f.metadata or {}).items() if k.startswith(TYPING_KEYS)}
         if typing and (len(path) > 1 or not nested_only):
             found[path] = typing
-        for child in _children(f.type):
-            walk(child, (*path, child.name))
+        for child, name in _children(f.type):
+            walk(child, (*path, name))
 
     walk(field, (field.name,))
     return found
 
 
-def _children(kind: pa.DataType) -> list[pa.Field]:
+def _children(kind: pa.DataType) -> list[tuple[pa.Field, str]]:
+    """The nested fields of ``kind``, each with its name in a path (Iceberg's, where Arrow's vary by writer)."""
     if pa.types.is_struct(kind):
-        return [kind.field(i) for i in range(kind.num_fields)]
-    if pa.types.is_map(kind):
-        return [kind.key_field, kind.item_field]
+        return [(f, f.name) for f in kind.fields]
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return [kind.value_field]
+        return [(kind.value_field, LIST_ELEMENT)]
+    if pa.types.is_map(kind):
+        return [(kind.key_field, MAP_KEY), (kind.item_field, MAP_VALUE)]
     return []
 
 
@@ -490,15 +492,7 @@ def _nested_fields_misread(
     problems = []
 
     def walk(kind: pa.DataType, path: tuple[str, ...]) -> None:
-        if pa.types.is_struct(kind):
-            children = [(f, f.name) for f in kind.fields]
-        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-            children = [(kind.value_field, LIST_ELEMENT)]
-        elif pa.types.is_map(kind):
-            children = [(kind.key_field, MAP_KEY), (kind.item_field, MAP_VALUE)]
-        else:
-            return
-        for child, name in children:
+        for child, name in _children(kind):
             found, where = (child.metadata or {}).get(FIELD_ID), (*path, name)
             now = None if found is None else field_ids.get(int(found))
             if found is not None and now is not None and now != where:
