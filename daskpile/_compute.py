@@ -139,8 +139,46 @@ def in_a_worker() -> bool:
     return True
 
 
+# The command's cluster while not yet started (``started_when_needed``), with the stack it is entered into.
+_WAITING_CLUSTERS: list[tuple[contextlib.AbstractContextManager, contextlib.ExitStack]] = []
+_STARTING = threading.Lock()
+
+
+@contextlib.contextmanager
+def started_when_needed(cluster: contextlib.AbstractContextManager):
+    """Run the block with ``cluster`` (a context making a client current) entered only once the block first
+    asks for the cluster (``current_client``, which every path to the cluster goes through), if it does.
+
+    A command's source is planned, its bad file refused or its nothing-to-do
+    said before a cluster starts, not after a LocalCluster's seconds or a
+    Kubernetes cluster's pods.  An error in the block reaches ``cluster`` as
+    it would in a ``with`` around the block.
+
+    >>> with started_when_needed(contextlib.nullcontext()):
+    ...     pass  # nothing asked for the cluster: it was never started
+    """
+    with contextlib.ExitStack() as stack:
+        waiting = (cluster, stack)
+        _WAITING_CLUSTERS.append(waiting)
+        try:
+            yield
+        finally:
+            with _STARTING:
+                if waiting in _WAITING_CLUSTERS:
+                    _WAITING_CLUSTERS.remove(waiting)
+
+
+def _start_waiting_cluster() -> None:
+    with _STARTING:
+        while _WAITING_CLUSTERS:
+            cluster, stack = _WAITING_CLUSTERS.pop()
+            stack.enter_context(cluster)
+
+
 def current_client():
-    """The running ``distributed`` client, or None."""
+    """The running ``distributed`` client, or None.  A command's cluster not yet started is started now."""
+    if _WAITING_CLUSTERS:
+        _start_waiting_cluster()
     if "distributed" not in sys.modules:  # no client can exist, and importing distributed takes half a second
         return None
     try:

@@ -33,7 +33,7 @@ import traceback
 import click
 from click.core import ParameterSource
 
-from daskpile._compute import WAIT_SAID_AFTER, exception_chain, local_cluster, quiet_workers
+from daskpile._compute import WAIT_SAID_AFTER, exception_chain, local_cluster, quiet_workers, started_when_needed
 from daskpile._interrupt import (
     command_over,
     ctrl_c_ignorable,
@@ -526,22 +526,41 @@ def _check_memory_limit(memory_limit: str) -> None:
 
 @contextlib.contextmanager
 def _cluster(
-    scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool
-):
-    """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster."""
+    scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool,
+    when_needed: bool = False,
+):  # fmt: skip
+    """Where the tasks run: an existing cluster, Dask's local scheduler, a Kubernetes cluster or a new LocalCluster.
+
+    ``when_needed``: the cluster is started (or connected to) when the block
+    first asks for it (``_compute.current_client``), so that what needs none
+    (the source planned, a file refused, nothing to append) is said without
+    waiting for one: on Kubernetes, without pods started for nothing.
+    """
     import dask
 
     _check_cluster_options(
         scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit
     )
-    if scheduler_file:
-        scheduler = _address_in(scheduler_file)
     if scheduler in ("threads", "sync"):
         with dask.config.set(scheduler=scheduler):
             yield
         return
+    cluster = _distributed_cluster(
+        scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet
+    )
+    with started_when_needed(cluster) if when_needed else cluster:
+        yield
+
+
+@contextlib.contextmanager
+def _distributed_cluster(
+    scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool
+):
+    """A client of an existing cluster, or of one started here, current while the block runs."""
     from distributed import Client
 
+    if scheduler_file:
+        scheduler = _address_in(scheduler_file)
     with ctrl_c_ignorable() as ignore_ctrl_c, contextlib.ExitStack() as stack:
         hint = ""  # what to look at if no worker comes
         if scheduler:
@@ -762,7 +781,7 @@ def shuffle(
         _check_cluster_options(**cluster)
         report = finished_result(dest, storage_options, functools.partial(call, progress=False))
     if report is None:
-        with _cluster(**cluster, quiet=quiet):
+        with _cluster(**cluster, quiet=quiet, when_needed=True):
             report = call(progress=not quiet)
     _result(json.dumps(_report_json(report), indent=1) if as_json else str(report))
 
@@ -798,7 +817,7 @@ def verify(source, dest, partitioning, schema, table_version, source_format, rea
     storage_options = parse_storage_options(cluster.pop("storage_options"))
     if not source and (source_format or read_options):
         raise click.UsageError("--format and --read-option say how SOURCE is read: give SOURCE")
-    with _cluster(**cluster, quiet=quiet):
+    with _cluster(**cluster, quiet=quiet, when_needed=True):
         if not source:
             result = verify_result(dest, storage_options=storage_options, progress=not quiet)
         else:
@@ -985,11 +1004,9 @@ def append(source, dest, seed, blocksize, scratch, no_verify, partitioning, agai
     to finish it; appending the same files again does nothing.
     """
     from daskpile import append as append_to
-    from daskpile.window.append import load_window
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
-    load_window(dest, list(source), storage_options)  # (arguments swapped: said before a cluster starts)
-    with _cluster(**cluster, quiet=quiet):
+    with _cluster(**cluster, quiet=quiet, when_needed=True):
         report = append_to(
             dest, list(source) if len(source) > 1 else source[0], seed=seed, scratch=scratch,
             storage_options=storage_options, verify=not no_verify, progress=not quiet, retain=retain,
@@ -1044,7 +1061,7 @@ def compact(dest, retain, as_json, quiet, **cluster):
     from daskpile import compact as compact_window
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
-    with _cluster(**cluster, quiet=quiet):
+    with _cluster(**cluster, quiet=quiet, when_needed=True):
         report = compact_window(dest, storage_options=storage_options, progress=not quiet, retain=retain)
     _result(json.dumps(report.to_json(), indent=1) if as_json else str(report))
 

@@ -333,6 +333,33 @@ def test_a_missing_extra_is_named_with_exit_status_2_before_a_cluster_starts(sor
     assert torch.returncode and "pip install 'daskpile[torch]'" in torch.stderr, torch
 
 
+def test_what_needs_no_cluster_is_said_without_one(sorted_source, tmp_path):
+    """The cluster is started (here: reached) when the run first needs it: a source refused, a verify of a
+    source that is not there and an append with nothing to do are said with the scheduler out of reach (they
+    waited for a LocalCluster's seconds first, a Kubernetes cluster's pods)."""
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+
+    def run_on_no_cluster(*args):
+        return subprocess.run([DASKPILE, *args, "--scheduler", "tcp://127.0.0.1:9"], capture_output=True, text=True,
+                              timeout=120, env=env)  # fmt: skip
+
+    os.makedirs(tmp_path / "bad")
+    (tmp_path / "bad" / "x.parquet").write_bytes(b"PAR1 not parquet")
+    done = run_on_no_cluster("shuffle", str(tmp_path / "bad"), str(tmp_path / "o1"))
+    assert done.returncode == 2 and "cannot read" in done.stderr and "x.parquet" in done.stderr, done.stderr
+    window = str(tmp_path / "window")
+    run("shuffle", sorted_source, window, "--piles", "4", "--seed", "1", "--scheduler", "sync", check_status=0)
+    done = run_on_no_cluster("verify", str(tmp_path / "nowhere"), window)
+    assert done.returncode == 2 and "nowhere' does not exist" in done.stderr, done.stderr
+    done = run_on_no_cluster("append", sorted_source, window)
+    assert done.returncode == 0 and "nothing to do" in done.stdout, done.stderr
+    done = run_on_no_cluster("compact", window)
+    assert done.returncode == 0 and "nothing to compact" in done.stdout, done.stderr
+    # what needs the cluster still says it is out of reach
+    done = run_on_no_cluster("verify", sorted_source, window)
+    assert done.returncode == 75 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
+
+
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
