@@ -183,6 +183,23 @@ def test_corrupt_file_is_named(sync_scheduler, tmp_path, damage):
         assert list((tmp_path / "scratch").iterdir()) == []
 
 
+def test_a_column_that_cannot_be_decoded_is_named_with_its_file(sync_scheduler, tmp_path):
+    """Arrow's decoding errors name no column (a DuckDB ARRAY with null rows: "Length spanned by list offsets
+    (26) larger than values array"): the column is found by reading each on its own.  Here a string's length
+    prefix is damaged, in a file Arrow opens."""
+    os.makedirs(tmp_path / "src")
+    table = pa.table({"id": range(10), "name": [f"abcdefgh{i}" for i in range(10)], "z": pa.array(range(10), pa.int32())})
+    pq.write_table(table, tmp_path / "src" / "a.parquet")
+    pq.write_table(table, tmp_path / "bad.parquet", compression="none", use_dictionary=False, write_statistics=False)
+    damaged = bytearray((tmp_path / "bad.parquet").read_bytes())
+    at = damaged.index(b"abcdefgh0")
+    damaged[at - 4 : at] = (1000).to_bytes(4, "little")  # the first string's length, past the page's end
+    (tmp_path / "src" / "bad.parquet").write_bytes(damaged)
+    with pytest.raises(ValueError, match=r"bad\.parquet' as Parquet: Invalid or truncated .* \(column 'name'\)$"):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2)
+    assert not (tmp_path / "out").exists()
+
+
 def test_dest_inside_source_is_refused(source):
     with pytest.raises(ValueError, match="overlaps"):
         daskpile.shuffle_parquet(source, os.path.join(source, "shuffled"), piles=2)

@@ -144,8 +144,12 @@ def open_parquet(
 
 
 @contextlib.contextmanager
-def parquet_errors(url: str):
-    """Any failure to read or parse a file becomes an error that names it: ValueError, or FileNotFoundError."""
+def parquet_errors(url: str, parquet: pq.ParquetFile | None = None, row_groups: list[int] | None = None):
+    """Any failure to read or parse a file becomes an error that names it: ValueError, or FileNotFoundError.
+
+    ``parquet`` and ``row_groups``: what the block reads, whose column a decoding error is in (Arrow's message
+    names none) is then found, reading them one at a time: on that error only.
+    """
     try:
         yield
     except FileNotFoundError as e:
@@ -168,4 +172,25 @@ def parquet_errors(url: str):
                 )
         elif "more than 64 bits" in str(e):  # Arrow has no such type, so names no column: say what it is
             hint = " (a column of 128-bit integers, such as Polars' Int128: cast it to Int64 or a Decimal first)"
+        elif isinstance(e, pa.ArrowInvalid) and parquet is not None:
+            hint = _column_failing(parquet, row_groups, e)
         raise ValueError(f"cannot read {url!r} as Parquet: {e}{hint}") from e
+
+
+def _column_failing(parquet: pq.ParquetFile, row_groups: list[int], error: pa.ArrowInvalid) -> str:
+    """`` (column 'x')``, the first column whose reading on its own fails as the whole did, or ``""``."""
+    for name in parquet.schema_arrow.names:
+        try:
+            parquet.read_row_groups(row_groups, columns=[name], use_threads=False)
+        except pa.ArrowInvalid as e:
+            if str(e) != str(error):
+                continue
+            if "list offsets" in str(e):  # (DuckDB's, reproduced with pq.read_table; see the lakes guide)
+                return (
+                    f" (column {name!r}: if DuckDB wrote it, an ARRAY holding null rows, which pyarrow cannot read: "
+                    "write it as a list, its_column::INTEGER[])"
+                )
+            return f" (column {name!r})"
+        except Exception:  # noqa: S112 (another error: not this one's column)
+            continue
+    return ""

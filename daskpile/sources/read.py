@@ -243,7 +243,7 @@ def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksiz
 
 
 def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
-    with parquet_errors(url):
+    with parquet_errors(url, parquet, groups):
         table = parquet.read_row_groups(groups, use_threads=False)
     return conform(table, url)
 
