@@ -487,7 +487,7 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["append", "DAY", "s3://lake/w"], "dest 's3://lake/w'"),
+        (["append", "DAY", "s3://lake/w"], "window 's3://lake/w'"),
         (["expire", "s3://lake/w", "--keep=1"], "window 's3://lake/w'"),
         (["compact", "s3://lake/w", "--scheduler=sync"], "window 's3://lake/w'"),
         (["verify", "s3://lake/w", "--scheduler=sync"], "result 's3://lake/w'"),
