@@ -29,6 +29,7 @@ from daskpile._compute import (
     WorkerKilled,
     compute,
     counting_worker_deaths,
+    current_client,
     exception_chain,
     giving_memory_back,
     shows_progress_lines,
@@ -542,6 +543,7 @@ def shuffle_plan(
         rows_per_file, second_pass, output,
     )  # fmt: skip
     run.check_places(dest, scratch, inside_a_window=window_generation)
+    current_client()  # the command's cluster, if it waits to be started: before dest's lease and any write
     said = _complete_if_interrupted(run) if not window_generation else contextlib.nullcontext()
     with said, _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
         run.read_dest()
