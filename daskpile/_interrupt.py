@@ -66,7 +66,11 @@ def _on_sigterm(signum, frame) -> None:
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
-    # ignored: the command has said how it ended, as for Ctrl-C
+    elif not _over.is_set():
+        # SIGINT ignored since the process started (`daskpile ... &` in a script, a batch job): Ctrl-C is not
+        # the command's, SIGTERM still is (it was ignored, and Slurm then killed the run at its grace's end)
+        signal.default_int_handler(signal.SIGINT, frame)
+    # else ignored: the command has said how it ended, as for Ctrl-C
 
 
 def _killed_soon(soon: bool) -> None:

@@ -43,12 +43,14 @@ def shuffle_args(source, tmp_path, *options):
     ]  # fmt: skip
 
 
-def interrupted_when(args, stage, timeout=120, sigterm=False):
+def interrupted_when(args, stage, timeout=120, sigterm=False, sigint=signal.SIG_DFL):
     """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr).
-    With ``sigterm``, SIGTERM the command's process alone, as Kubernetes (tini, its PID 1) or ``kill`` do."""
+    With ``sigterm``, SIGTERM the command's process alone, as Kubernetes (tini, its PID 1) or ``kill`` do.
+    ``sigint``: SIGINT's disposition the command starts with (``SIG_IGN``: started in the background by a
+    shell without job control)."""
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )  # fmt: skip
     deadline = time.monotonic() + timeout
     while not stage(process):
@@ -61,12 +63,6 @@ def interrupted_when(args, stage, timeout=120, sigterm=False):
         os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=timeout)
     return process.returncode, stdout, stderr
-
-
-def _default_sigint() -> None:
-    # A suite started in the background by a shell without job control (`make test &` in a script) runs
-    # with SIGINT ignored, which its children inherit: the command would never see the Ctrl-C it is sent
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def the_one_line(stderr: str) -> str:
@@ -148,10 +144,16 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     assert file_bytes(tmp_path / "out") == reference
 
 
-@pytest.mark.parametrize("scheduler", ["LocalCluster", "threads"])
-def test_sigterm_in_pass_2_stops_as_ctrl_c_does_letting_go_of_the_lease(source, tmp_path, scheduler):
+@pytest.mark.parametrize(
+    ("scheduler", "sigint"),
+    [("LocalCluster", signal.SIG_DFL), ("threads", signal.SIG_DFL), ("threads", signal.SIG_IGN)],
+    ids=["LocalCluster", "threads", "threads-started-in-the-background"],
+)
+def test_sigterm_in_pass_2_stops_as_ctrl_c_does_letting_go_of_the_lease(source, tmp_path, scheduler, sigint):
     """What Kubernetes sends a pod it deletes or drains: the command ended silently (exit 143, nothing in the
-    job's log) and left the dest's lease, which refused a retry from another pod for two minutes."""
+    job's log) and left the dest's lease, which refused a retry from another pod for two minutes.  Started by
+    a script in the background (SIGINT ignored from the start), the threads scheduler's run went on to the
+    end (a trial's Slurm job would have been killed at its grace's end)."""
     options = ["--output-format", "jsonl"] + ([] if scheduler == "LocalCluster" else ["--scheduler", scheduler])
     args = shuffle_args(source, tmp_path, *options)
     seen = []
@@ -160,7 +162,7 @@ def test_sigterm_in_pass_2_stops_as_ctrl_c_does_letting_go_of_the_lease(source, 
         seen[:] = descendants(process)
         return process.stdout.readline().startswith("pass 1:")
 
-    status, _, stderr = interrupted_when(args, in_pass_2, sigterm=True)
+    status, _, stderr = interrupted_when(args, in_pass_2, sigterm=True, sigint=sigint)
     assert status == 143
     assert the_one_line(stderr).startswith("daskpile: terminated (SIGTERM); run the same command again to resume; ")
     assert not (tmp_path / "out" / LEASE_FILE).exists()

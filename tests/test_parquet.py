@@ -188,7 +188,8 @@ def test_a_column_that_cannot_be_decoded_is_named_with_its_file(sync_scheduler, 
     (26) larger than values array"): the column is found by reading each on its own.  Here a string's length
     prefix is damaged, in a file Arrow opens."""
     os.makedirs(tmp_path / "src")
-    table = pa.table({"id": range(10), "name": [f"abcdefgh{i}" for i in range(10)], "z": pa.array(range(10), pa.int32())})
+    names = [f"abcdefgh{i}" for i in range(10)]
+    table = pa.table({"id": range(10), "name": names, "z": pa.array(range(10), pa.int32())})
     pq.write_table(table, tmp_path / "src" / "a.parquet")
     pq.write_table(table, tmp_path / "bad.parquet", compression="none", use_dictionary=False, write_statistics=False)
     damaged = bytearray((tmp_path / "bad.parquet").read_bytes())

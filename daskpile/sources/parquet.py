@@ -191,6 +191,6 @@ def _column_failing(parquet: pq.ParquetFile, row_groups: list[int], error: pa.Ar
                     "write it as a list, its_column::INTEGER[])"
                 )
             return f" (column {name!r})"
-        except Exception:  # noqa: S112 (another error: not this one's column)
+        except Exception:  # another error: not this one's column
             continue
     return ""
