@@ -285,6 +285,9 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
     if any(text.detect(name)[0] == "parquet" for name in names):
         _refuse_data_beside_parquet(listed, urls)
         return "parquet"
+    named = {text.detect(name)[0] for name in names} - {None}
+    if len(named) == 1 and named != {"parquet"}:  # data by its folder's layout (save_to_disk's Arrow files)
+        return named.pop()
     if names and (_starts_as_parquet(listed[0].fs, names[0]) or not any(item.strays for item in listed)):
         return "parquet"
     said = sorted({text.detect(name)[0] for item in listed for name in item.strays} - {None, "parquet"})
@@ -345,7 +348,9 @@ def _text_reading(fs, files: list[SourceFile], key_fields: pa.Schema, options: t
             f"column {clashes[0]!r} of {full_url(fs, first.path)!r} is also a partition folder key: pass "
             "partitioning='none' (--partitioning none) to read the files' column and ignore the folders"
         )
-    return Reading(pa.schema([*data, *key_fields]), "strict", full_url(fs, first.path), text=options)
+    # (the first file's schema metadata, as for Parquet: an Arrow file's, a Hugging Face dataset's features)
+    schema = pa.schema([*data, *key_fields], metadata=data.metadata)
+    return Reading(schema, "strict", full_url(fs, first.path), text=options)
 
 
 def _single_table(urls, storage_options, version) -> tables.TableFiles | None:

@@ -11,6 +11,7 @@ is a stray: skipped and listed in the report, or an error with
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import posixpath
 import re
@@ -62,7 +63,11 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     elif fs.isdir(path):
         found = _with_linked_folders(fs, fs.find(path, detail=True), path)
         root = path.rstrip("/")
+        saved = _hugging_face_saved(fs, root, found, url)
+        if saved is not None:
+            return saved
         above = tables.table_around(fs, posixpath.dirname(root))
+        _refuse_splits(found, url)
     else:
         try:
             info = fs.info(path)
@@ -91,6 +96,49 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
 
 
 _NAMED_SUFFIX = re.compile(r"\.[^.*?\[\]]+$")  # a glob's last part ending in a literal suffix
+
+
+def _hugging_face_saved(fs: fsspec.AbstractFileSystem, root: str, found: dict, url: str) -> Listed | None:
+    """A folder ``datasets``' ``save_to_disk`` wrote: the Arrow files its ``state.json`` lists, the others
+    (the ``cache-*.arrow`` of a ``map`` or ``filter``, which ``load_from_disk`` does not read) skipped; a
+    ``DatasetDict``'s folder refused, since reading it whole would mix its splits.  None for another folder."""
+    if posixpath.join(root, "dataset_dict.json") in found:
+        splits = sorted({n[len(root) + 1 :].split("/")[0] for n in found if n.count("/") > root.count("/") + 1})
+        raise ValueError(
+            f"source {url!r} is a Hugging Face DatasetDict (splits {', '.join(splits)}): give the folder of the "
+            f"split to shuffle ({url.rstrip('/')}/{splits[0] if splits else 'train'}); reading it whole would mix "
+            "the splits"
+        )
+    state = posixpath.join(root, "state.json")
+    if state not in found:
+        return None
+    try:
+        with fs.open(state, "rb") as f:
+            listed = [posixpath.join(root, entry["filename"]) for entry in json.load(f)["_data_files"]]
+    except (ValueError, KeyError, TypeError):
+        return None  # (another program's state.json)
+    missing = [name for name in listed if name not in found]
+    if missing:
+        raise FileNotFoundError(f"{full_url(fs, missing[0])!r}, listed in {url}'s state.json, does not exist")
+    taken = {*listed, state, posixpath.join(root, "dataset_info.json")}
+    strays = [full_url(fs, n) for n in sorted(found) if n not in taken and found[n].get("type") != "directory"]
+    return Listed(fs, root, [found[name] for name in listed], {}, strays)
+
+
+# The files Hugging Face names by split (data/train-00000-of-00004.parquet, as the Hub and push_to_hub do)
+_SPLIT_FILE = re.compile(r"(?P<split>[A-Za-z][\w.]*?)-\d{5}-of-\d{5}(\.|$)")
+
+
+def _refuse_splits(found: dict, url: str) -> None:
+    """A folder holding files of more than one Hugging Face split (train-..., test-...): read whole, its test
+    rows would be shuffled into its training rows."""
+    splits = sorted({m["split"] for m in (_SPLIT_FILE.match(posixpath.basename(n)) for n in found) if m})
+    if len(splits) > 1:
+        raise ValueError(
+            f"source {url!r} holds the files of the splits {', '.join(splits)} (named SPLIT-00000-of-00004): name "
+            f"the split to shuffle with a glob ('{url.rstrip('/')}/**/{splits[-1]}-*'), or give each split's glob "
+            "to shuffle them together"
+        )
 
 
 def _is_folder_marker(name: str, info: dict) -> bool:

@@ -13,6 +13,7 @@ that file alone always was.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pyarrow as pa
 from daskpile._storage import full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors, refuse_unwritable
-from daskpile.sources.schemas import conformer
+from daskpile.sources.schemas import HUGGING_FACE, conformer, hugging_face_features
 from daskpile.sources.text import TextOptions
 
 
@@ -94,8 +95,12 @@ def read_pieces(
             schema, footer = parquet.schema_arrow, parquet.metadata
             if footer_rows is not None:
                 footer_rows.append(footer.num_rows)
-            # (the columns' metadata, not the schema's: pandas' differs from file to file, by its RangeIndex)
+            # (the columns' metadata, not the schema's: pandas' differs from file to file, by its RangeIndex;
+            # but Hugging Face's features, which the conformer compares)
             bare = schema.remove_metadata()
+            features = hugging_face_features(schema)
+            if features is not None:
+                bare = bare.with_metadata({HUGGING_FACE: json.dumps(features, sort_keys=True)})
             conform = next((c for s, k, c in known if k == f.keys and s.equals(bare, check_metadata=True)), None)
             writer = footer.created_by  # (before the run, only the first file's types were checked)
             if not any(parquet.schema.equals(s) and writer == w for s, w in checked):

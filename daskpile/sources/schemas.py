@@ -156,7 +156,33 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     metadata = dict(schemas[0].metadata or {}) if schemas else {}
     if any(_pandas_layout(s) != _pandas_layout(schemas[0]) for s in schemas):
         metadata.pop(b"pandas", None)  # it describes some files' columns, not the union's (an index in one alone)
+    features = hugging_face_features(schemas[0]) if schemas else None
+    if any(hugging_face_features(s) != features for s in schemas) or set(features or types) != set(types):
+        metadata.pop(HUGGING_FACE, None)  # (as pandas': some files' features, or other columns than the union's)
     return pa.schema(fields, metadata=metadata or None)
+
+
+HUGGING_FACE = b"huggingface"
+
+
+def hugging_face_features(schema: pa.Schema) -> dict | None:
+    """The Hugging Face ``datasets`` features a file's schema metadata records, by column, or None.
+
+    ``datasets`` keeps there what Arrow's types do not say: a ``ClassLabel``'s
+    names, that a struct of bytes and a path is an ``Image``.
+
+    >>> hugging_face_features(pa.schema([("label", pa.int64())], metadata={
+    ...     "huggingface": '{"info": {"features": {"label": {"names": ["neg", "pos"], "_type": "ClassLabel"}}}}'}))
+    {'label': {'names': ['neg', 'pos'], '_type': 'ClassLabel'}}
+    """
+    found = (schema.metadata or {}).get(HUGGING_FACE)
+    if found is None:
+        return None
+    try:
+        features = json.loads(found)["info"]["features"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return features if isinstance(features, dict) else None
 
 
 def _widened_past_38_digits(merged: pa.DataType, a: pa.DataType, b: pa.DataType) -> bool:
@@ -413,6 +439,8 @@ def conformer(
     if field_ids:
         problems += _nested_fields_misread(actual, names, field_ids)
     missing = frozenset(f.name for f in data_fields if f.name not in actual_fields)
+    if policy in STRICT:
+        problems += _features_differing(actual, plan_schema, data_names)
     casts, check_nulls = set(), set()
     for field in data_fields:
         found = actual_fields.get(field.name)
@@ -441,6 +469,19 @@ def conformer(
     return Conformer(
         plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed, echoed
     )
+
+
+def _features_differing(actual: pa.Schema, plan_schema: pa.Schema, names: set[str]) -> list[str]:
+    """The columns whose Hugging Face features differ between a file and the plan (a ``ClassLabel``'s names in
+    another order: its codes then mean other labels), where both record them."""
+    theirs, ours = hugging_face_features(actual), hugging_face_features(plan_schema)
+    if theirs is None or ours is None:
+        return []
+    return [
+        f"{n}: Hugging Face feature {json.dumps(theirs[n])[:120]} instead of {json.dumps(ours[n])[:120]}"
+        for n in sorted(names)
+        if n in theirs and n in ours and theirs[n] != ours[n]
+    ]
 
 
 def _metadata_said(field: pa.Field) -> str:
