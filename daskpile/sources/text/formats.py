@@ -255,13 +255,22 @@ _DECIMAL = re.compile(r"decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 _TIMESTAMP = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+?)\s*)?\]")
 
 
+_NESTED = re.compile(r"(large_list|list|struct|map)\s*<(.*)>", re.DOTALL)
+
+
 def arrow_type(name: str, column: str = "") -> pa.DataType:
     """An Arrow type from its name as Arrow prints it (``int64``, ``string``, ``bool``, ``timestamp[ms]``,
-    ``timestamp[ms, tz=UTC]``, ``decimal128(10, 2)``).
+    ``timestamp[ms, tz=UTC]``, ``decimal128(10, 2)``, ``list<string>``, ``struct<a: int64, b: list<double>>``,
+    ``map<string, int64>``).
 
     >>> arrow_type("timestamp[us, tz=Europe/Paris]"), arrow_type("decimal128(10, 2)")
     (TimestampType(timestamp[us, tz=Europe/Paris]), Decimal128Type(decimal128(10, 2)))
+    >>> arrow_type("struct<a: list<item: string>, b: map<string, int64>>")
+    StructType(struct<a: list<item: string>, b: map<string, int64>>)
     """
+    nested = _NESTED.fullmatch(name.strip())
+    if nested:
+        return _nested_type(nested[1], _top_level_parts(nested[2]), name, column)
     decimal, timestamp = _DECIMAL.fullmatch(name.strip()), _TIMESTAMP.fullmatch(name.strip())
     try:
         if decimal:
@@ -269,12 +278,48 @@ def arrow_type(name: str, column: str = "") -> pa.DataType:
             return make(int(decimal[2]), int(decimal[3]))
         if timestamp:
             return pa.timestamp(timestamp[1], tz=timestamp[2])
-        return pa.type_for_alias(name)
+        return pa.type_for_alias(name.strip())
     except (ValueError, pa.ArrowInvalid) as e:
         raise ValueError(
             f"column {column!r}: {name!r} is not an Arrow type name such as int64, string, timestamp[ms, tz=UTC] or "
             f"decimal128(10, 2) ({error_line(e)})"
         ) from None
+
+
+def _nested_type(kind: str, parts: list[str], name: str, column: str) -> pa.DataType:
+    fields = [_named(part) for part in parts]
+    if kind in ("list", "large_list") and len(parts) == 1:
+        return (pa.list_ if kind == "list" else pa.large_list)(arrow_type(fields[0][1], column))
+    if kind == "map" and len(parts) == 2:
+        return pa.map_(arrow_type(parts[0], column), arrow_type(parts[1], column))
+    if kind == "struct" and all(field_name for field_name, _ in fields):
+        return pa.struct([pa.field(field_name, arrow_type(type_name, column)) for field_name, type_name in fields])
+    raise ValueError(
+        f"column {column!r}: {name!r} is not an Arrow type name: list<T> and large_list<T> take one type, map<K, V> "
+        "two, struct<a: T, b: U> named fields"
+    )
+
+
+def _named(part: str) -> tuple[str | None, str]:
+    """(``a``, ``T``) of ``a: T`` (a field: a list's item, a struct's), (None, ``T``) of a type alone."""
+    name, colon, kind = part.partition(":")
+    if colon and re.fullmatch(r"\s*[\w.-]+\s*", name):
+        return name.strip(), kind.strip()
+    return None, part.strip()
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` cut at its commas outside brackets: ``a: int64, b: map<string, int64>`` in two."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<[(":
+            depth += 1
+        elif ch in ">])":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 # Parquet files are named *.parquet (Spark: *.snappy.parquet), *.parq, *.pq or *.pqt, or have no extension at

@@ -259,13 +259,19 @@ def _null_typed_fix(path: str, kind: str) -> str:
     """What to do about a field typed null (Arrow's path to it, ``tags/[]``, ``meta/a``) that later holds ``kind``.
 
     >>> _null_typed_fix("opt", "string")
-    'declare its type: --read-option column_types.opt=string'
+    "declare its type: --read-option 'column_types.opt=string'"
+    >>> _null_typed_fix("tags/[]", "string")
+    "declare its type: --read-option 'column_types.tags=list<string>'"
     >>> _null_typed_fix("meta/a", "number")[:70]
     "'meta/a' is in a list or an object, whose type has no name to declare:"
     """
-    if "/" not in path and kind in _DECLARED_FOR_KIND:
+    column, *inside = path.split("/")
+    if kind in _DECLARED_FOR_KIND and all(step == "[]" for step in inside):  # (a list's items: a type of lists)
+        declared = _DECLARED_FOR_KIND[kind]
+        for _ in inside:
+            declared = f"list<{declared}>"
         whole = " (int64 for whole numbers)" if kind == "number" else ""
-        return f"declare its type: --read-option column_types.{path}={_DECLARED_FOR_KIND[kind]}{whole}"
+        return f"declare its type: --read-option 'column_types.{column}={declared}'{whole}"
     what = f"{path!r} is in a list or an object" if "/" in path else f"{path!r} holds an {kind}"
     return f"{what}, whose type has no name to declare: keep the lines as written ({AS_WRITTEN})"
 
