@@ -104,6 +104,9 @@ def test_empty_input_gives_empty_piles_with_the_schema(client, tmp_path):
     out = read_output(tmp_path / "out")
     assert out.num_rows == 0 and out.schema.remove_metadata() == empty.schema
     assert daskpile.read_manifest(str(tmp_path / "out"))["rows_per_pile"] == [0, 0, 0]
+    # no row group, not an empty one: Hugging Face datasets cannot read that ("BatchSize must be greater than 0")
+    assert all(pq.ParquetFile(f).metadata.num_row_groups == 0 for f in report.files)
+    assert daskpile.verify(str(tmp_path / "src"), str(tmp_path / "out")).ok
 
 
 def test_empty_files_among_others(client, tmp_path):

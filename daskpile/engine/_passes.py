@@ -538,6 +538,11 @@ def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, cod
     dictionary_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     counted = [f.name for f in table.schema if _kernels.integer_or_boolean(f.type)]
     with atomic_sink(fs, path) as sink:
+        if not table.num_rows:
+            # No row group, where pyarrow writes an empty one: Hugging Face datasets cannot read that file
+            # ("BatchSize must be greater than 0"), and reads one without
+            pq.ParquetWriter(sink, table.schema).close()
+            return sink.tell()
         pq.write_table(
             table,
             sink,
