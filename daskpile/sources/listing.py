@@ -125,19 +125,28 @@ def _hugging_face_saved(fs: fsspec.AbstractFileSystem, root: str, found: dict, u
     return Listed(fs, root, [found[name] for name in listed], {}, strays)
 
 
-# The files Hugging Face names by split (data/train-00000-of-00004.parquet, as the Hub and push_to_hub do)
-_SPLIT_FILE = re.compile(r"(?P<split>[A-Za-z][\w.]*?)-\d{5}-of-\d{5}(\.|$)")
+# The files of a split named by shard (data/train-00000-of-00004.parquet, as the Hub and push_to_hub name
+# them; c4-validation.00000-of-00008.json.gz, as C4 does)
+_SPLIT_FILE = re.compile(r"(?P<split>[A-Za-z][\w.-]*?)(?P<cut>[-.])\d{5}-of-\d{5}(\.|$)")
 
 
 def _refuse_splits(found: dict, url: str) -> None:
-    """A folder holding files of more than one Hugging Face split (train-..., test-...): read whole, its test
-    rows would be shuffled into its training rows."""
-    splits = sorted({m["split"] for m in (_SPLIT_FILE.match(posixpath.basename(n)) for n in found) if m})
+    """A folder holding the files of more than one split (train-..., test-...): read whole, its test rows
+    would be shuffled into its training rows.
+
+    >>> c4 = {"d/c4-train.00000-of-01024.json.gz": {}, "d/c4-validation.00000-of-00008.json.gz": {}}
+    >>> _refuse_splits(c4, "d")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: source 'd' holds the files of the splits c4-train, c4-validation ... ('d/**/c4-validation.*'), ...
+    """
+    named = [m for m in (_SPLIT_FILE.match(posixpath.basename(n)) for n in found) if m]
+    splits = sorted({m["split"] for m in named})
     if len(splits) > 1:
+        cut = next(m["cut"] for m in named if m["split"] == splits[-1])
         raise ValueError(
             f"source {url!r} holds the files of the splits {', '.join(splits)} (named SPLIT-00000-of-00004): name "
-            f"the split to shuffle with a glob ('{url.rstrip('/')}/**/{splits[-1]}-*'), or give each split's glob "
-            "to shuffle them together"
+            f"the split to shuffle with a glob ('{url.rstrip('/')}/**/{splits[-1]}{cut}*'), or give each split's "
+            "glob to shuffle them together"
         )
 
 
