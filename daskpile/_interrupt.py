@@ -36,6 +36,12 @@ _over = threading.Event()  # the command has printed its result: Ctrl-C stays ig
 _terminated = threading.Event()  # SIGTERM came: the command stops as on Ctrl-C, and says it was terminated
 
 
+# SIGINT was ignored when the command began (`daskpile ... &` in a script, a batch job), not by daskpile: SIGTERM,
+# handed to the SIGINT handler, must still stop the run then
+_ignored_from_the_start = threading.Event()
+_ignored_by_us = threading.Event()  # daskpile ignores Ctrl-C for a while (its cluster closing, the fork server)
+
+
 @contextlib.contextmanager
 def terminate_as_ctrl_c():
     """Within the block, SIGTERM (what Kubernetes, a node's drain and ``kill`` send) does what Ctrl-C would do
@@ -47,6 +53,11 @@ def terminate_as_ctrl_c():
         return
     _terminated.clear()
     _killed_soon(False)
+    (
+        _ignored_from_the_start.set
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        else _ignored_from_the_start.clear
+    )()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield
@@ -66,11 +77,10 @@ def _on_sigterm(signum, frame) -> None:
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
-    elif not _over.is_set():
-        # SIGINT ignored since the process started (`daskpile ... &` in a script, a batch job): Ctrl-C is not
-        # the command's, SIGTERM still is (it was ignored, and Slurm then killed the run at its grace's end)
+    elif _ignored_from_the_start.is_set() and not (_over.is_set() or _ignored_by_us.is_set()):
+        # Ctrl-C is not the command's, SIGTERM still is (it was ignored, and Slurm killed the run at its grace's end)
         signal.default_int_handler(signal.SIGINT, frame)
-    # else ignored: the command has said how it ended, as for Ctrl-C
+    # else ignored: the command has said how it ended, or its cluster closes, as for Ctrl-C
 
 
 def _killed_soon(soon: bool) -> None:
@@ -115,11 +125,13 @@ def start_fork_server_ignoring_ctrl_c() -> None:
     environ.setdefault("PYTHONHASHSEED", "6640")  # distributed's value
     added = {k: v for k, v in environ.items() if k not in os.environ}
     os.environ.update(added)
+    _ignored_by_us.set()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
     try:
         with _short_temporary_directory():
             forkserver.ensure_running()
     finally:
+        _ignored_by_us.clear()
         if previous is not None:
             _restore(previous)
         for key in added:  # only what was added here: other threads may change the environment meanwhile
@@ -198,9 +210,15 @@ def ctrl_c_ignorable():
         yield lambda: None
         return
     previous = signal.getsignal(signal.SIGINT)
+
+    def ignore() -> None:
+        _ignored_by_us.set()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     try:
-        yield lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+        yield ignore
     finally:
+        _ignored_by_us.clear()
         _restore(previous)
 
 

@@ -90,6 +90,13 @@ def test_a_folder_of_several_splits_is_refused_and_a_glob_takes_one(sync_schedul
     assert not (tmp_path / "out").exists()
     report = daskpile.shuffle_parquet(str(tmp_path / "repo" / "**" / "train-*"), str(tmp_path / "out"), piles=2)
     assert report.rows == 200
+    # shards of other names are data, as before: a day's (Apache Beam's default names), a language's
+    for i, name in enumerate(["events-2024-01-01", "events-2024-01-02", "en", "fr"]):
+        folder = tmp_path / ("beam" if i < 2 else "lang")
+        folder.mkdir(exist_ok=True)
+        pq.write_table(hf_table(100 * i, 100), folder / f"{name}-00000-of-00001.parquet")
+    for folder in ("beam", "lang"):
+        assert daskpile.shuffle_parquet(str(tmp_path / folder), str(tmp_path / f"out-{folder}"), piles=2).rows == 200
 
 
 def test_class_labels_named_otherwise_are_refused_strict_and_dropped_unified(sync_scheduler, tmp_path):

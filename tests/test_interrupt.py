@@ -8,6 +8,7 @@ process started, a line printed, a scratch file written), so none depends on tim
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -290,3 +291,31 @@ def test_a_window_command_says_what_its_interruption_left(tmp_path):
     discard = f" (or daskpile discard {window} to drop the change to the window)"
     committed = f"{INTERRUPTED} once the window at {window} was at its new version: the same command again reports it"
     assert status == 130 and ((resumable and line.endswith(discard)) or line == committed or line in said), line
+
+
+CLOSING_TERMINATED = """
+import os, signal, sys, time
+import distributed
+close = distributed.LocalCluster.close
+def close_terminated(self, *args, **kwargs):  # SIGTERM as the command's cluster closes, the result complete
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+    return close(self, *args, **kwargs)
+distributed.LocalCluster.close = close_terminated
+from daskpile.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["foreground", "started-in-the-background"])
+def test_sigterm_while_the_cluster_closes_after_the_result_is_ignored(tmp_path, sigint):
+    """The run is complete: its report is said and the status is 0, as for Ctrl-C then (the review found the
+    change for a command started with SIGINT ignored stopped it as terminated, its report unsaid)."""
+    from daskpile.datasets import write_reference_dataset
+
+    write_reference_dataset(tmp_path / "src", rows=3_000, files=3)
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSING_TERMINATED, "shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "-q"],
+        capture_output=True, text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith("shuffled 3,000 rows"), done.stderr

@@ -544,6 +544,7 @@ def shuffle_plan(
     )  # fmt: skip
     run.check_places(dest, scratch, inside_a_window=window_generation)
     current_client()  # the command's cluster, if it waits to be started: before dest's lease and any write
+    # (an append's generation is run here inside the window's lease, taken first to say "nothing to do")
     said = _complete_if_interrupted(run) if not window_generation else contextlib.nullcontext()
     with said, _lease.held(run.dest_fs, run.dest_path) as lease:  # one run at a time in a dest
         run.read_dest()

@@ -126,27 +126,33 @@ def _hugging_face_saved(fs: fsspec.AbstractFileSystem, root: str, found: dict, u
 
 
 # The files of a split named by shard (data/train-00000-of-00004.parquet, as the Hub and push_to_hub name
-# them; c4-validation.00000-of-00008.json.gz, as C4 does)
-_SPLIT_FILE = re.compile(r"(?P<split>[A-Za-z][\w.-]*?)(?P<cut>[-.])\d{5}-of-\d{5}(\.|$)")
+# them; c4-validation.00000-of-00008.json.gz, as C4 does): a split's name, after a prefix of the dataset's
+_SPLIT_FILE = re.compile(
+    r"(?P<split>(?:[\w.-]*[-_.])?(?:train|test|validation|valid|val|dev|eval))(?P<cut>[-.])\d{5}-of-(?P<of>\d{5})"
+    r"(\.|$)",
+    re.IGNORECASE,
+)
 
 
 def _refuse_splits(found: dict, url: str) -> None:
     """A folder holding the files of more than one split (train-..., test-...): read whole, its test rows
-    would be shuffled into its training rows.
+    would be shuffled into its training rows.  Shards of other names (a day's, a language's) are data.
 
     >>> c4 = {"d/c4-train.00000-of-01024.json.gz": {}, "d/c4-validation.00000-of-00008.json.gz": {}}
     >>> _refuse_splits(c4, "d")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ValueError: source 'd' holds the files of the splits c4-train, c4-validation ... ('d/**/c4-validation.*'), ...
+    ValueError: source 'd' holds the files of the splits c4-train, c4-validation ... ('d/**/c4-train.*'), ...
+    >>> _refuse_splits({"d/en-00000-of-00002.parquet": {}, "d/fr-00000-of-00002.parquet": {}}, "d")
     """
     named = [m for m in (_SPLIT_FILE.match(posixpath.basename(n)) for n in found) if m]
     splits = sorted({m["split"] for m in named})
     if len(splits) > 1:
-        cut = next(m["cut"] for m in named if m["split"] == splits[-1])
+        shown = next((s for s in splits if "train" in s.lower()), splits[0])
+        example = next(m for m in named if m["split"] == shown)
         raise ValueError(
-            f"source {url!r} holds the files of the splits {', '.join(splits)} (named SPLIT-00000-of-00004): name "
-            f"the split to shuffle with a glob ('{url.rstrip('/')}/**/{splits[-1]}{cut}*'), or give each split's "
-            "glob to shuffle them together"
+            f"source {url!r} holds the files of the splits {', '.join(splits)} (named as "
+            f"{example['split']}{example['cut']}00000-of-{example['of']}): name the split to shuffle with a glob "
+            f"('{url.rstrip('/')}/**/{shown}{example['cut']}*'), or give each split's glob to shuffle them together"
         )
 
 

@@ -188,7 +188,7 @@ def _column_failing(parquet: pq.ParquetFile, row_groups: list[int], error: pa.Ar
             if "list offsets" in str(e):  # (DuckDB's, reproduced with pq.read_table; see the lakes guide)
                 return (
                     f" (column {name!r}: if DuckDB wrote it, an ARRAY holding null rows, which pyarrow cannot read: "
-                    "write it as a list, its_column::INTEGER[])"
+                    f"write it as a list, {name}::INTEGER[] for one of integers)"
                 )
             return f" (column {name!r})"
         except Exception:  # another error: not this one's column
