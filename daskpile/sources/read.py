@@ -13,7 +13,6 @@ that file alone always was.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -21,7 +20,7 @@ import pyarrow as pa
 from daskpile._storage import full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors, refuse_unwritable
-from daskpile.sources.schemas import HUGGING_FACE, conformer, hugging_face_features
+from daskpile.sources.schemas import HUGGING_FACE, conformer
 from daskpile.sources.text import TextOptions
 
 
@@ -97,10 +96,8 @@ def read_pieces(
                 footer_rows.append(footer.num_rows)
             # (the columns' metadata, not the schema's: pandas' differs from file to file, by its RangeIndex;
             # but Hugging Face's features, which the conformer compares)
-            bare = schema.remove_metadata()
-            features = hugging_face_features(schema)
-            if features is not None:
-                bare = bare.with_metadata({HUGGING_FACE: json.dumps(features, sort_keys=True)})
+            features = (schema.metadata or {}).get(HUGGING_FACE)
+            bare = schema.remove_metadata() if features is None else schema.with_metadata({HUGGING_FACE: features})
             conform = next((c for s, k, c in known if k == f.keys and s.equals(bare, check_metadata=True)), None)
             writer = footer.created_by  # (before the run, only the first file's types were checked)
             if not any(parquet.schema.equals(s) and writer == w for s, w in checked):
