@@ -286,6 +286,41 @@ def test_a_mismatch_after_the_source_changed_says_so(sync_scheduler, source, tmp
     assert result.to_json()["source_changed"] == list(result.source_changed)
 
 
+@pytest.mark.parametrize("happened", ["written again", "removed"])
+def test_a_source_changed_while_pass_1_reads_it_is_refused_never_verified(sync_scheduler, tmp_path, happened):
+    """Files replaced (mv, as a writer commits) after pass 1 began: the first task read the old rows, the others
+    the new, and the run said "verified" (its checks compare the result with what pass 1 read)."""
+    from dask.callbacks import Callback
+
+    source = tmp_path / "src"
+    write_parts(reference_table(0, 3_000, 3_000), source, parts=3)
+    files = sorted(source.glob("*.parquet"))
+
+    def replace_the_files(key, *_):
+        if key.startswith("daskpile-scatter-0-") and files[1].exists():  # the first task read its file
+            if happened == "removed":
+                files[1].unlink()
+                return
+            for f in files:
+                table = pq.read_table(f)
+                pq.write_table(table.set_column(0, "id", pa.compute.add(table["id"], 10_000)), f"{f}.new")
+                os.replace(f"{f}.new", f)
+
+    dest = tmp_path / "out"
+    call = dict(piles=3, seed=0, blocksize=2**14)  # a task a file
+    with Callback(posttask=replace_the_files), pytest.raises(ValueError) as refused:
+        daskpile.shuffle_parquet(str(source), str(dest), **call)
+    named = files[1] if happened == "removed" else files[0]
+    assert str(refused.value) == (
+        f"source file {str(named)!r} was {happened} while the shuffle read the source, so the rows read are of "
+        "no one version of it: nothing was written to dest; run the same command again once the source is no "
+        "longer being written"
+    )
+    assert not dest.exists() or not os.listdir(dest)
+    again = daskpile.shuffle_parquet(str(source), str(dest), **call)
+    assert again.rows == 3_000 - 1_000 * (happened == "removed") and daskpile.verify(str(source), str(dest)).ok
+
+
 @pytest.mark.parametrize("write_index", [True, False])
 def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, write_index):
     """shuffle(dd.read_parquet(src)).to_parquet(out): Dask's own index column is recognised, and named."""

@@ -39,6 +39,7 @@ from daskpile._compute import (
 )
 from daskpile._random import resolve_seed
 from daskpile._storage import (
+    FileChangedError,
     as_urls,
     check_private_directory,
     check_writable,
@@ -813,11 +814,13 @@ class _Run:
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip
             self.seconds_scatter = timer.seconds
+            self.plan.refuse_files_written_again()
             self.refuse_what_the_output_cannot_hold(scattered)
         except WorkerKilled as e:
             raise e.saying(self._large_row_group_said(e.key)) from None
         except (ValueError, TypeError, OSError) as e:
             self.scratch.remove()  # bad input, or scratch full: nothing worth resuming
+            self.refuse_sources_changed_under(e)
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 where = full_url(self.scratch.fs, self.scratch.directory)
                 raise OSError(e.errno, f"scratch {where!r} is full: {e}") from e
@@ -830,6 +833,16 @@ class _Run:
             f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), {self._scratch_written_said(scattered)}"
         )
         return scattered
+
+    def refuse_sources_changed_under(self, failure: BaseException) -> None:
+        """Where pass 1 failed on a source file written again or removed while it ran (a file gone, one cut
+        short as it was written), that is said: not the error it caused."""
+        if isinstance(failure, FileChangedError):
+            return
+        try:
+            self.plan.refuse_files_written_again()
+        except OSError:  # the store cannot be listed now: the failure is said as it is
+            return
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""

@@ -22,7 +22,17 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from daskpile._storage import as_urls, file_stamps, filesystem, full_url, listed_infos, reaching, redact
+from daskpile._storage import (
+    FileChangedError,
+    FileVersion,
+    as_urls,
+    file_stamps,
+    filesystem,
+    full_url,
+    listed_infos,
+    reaching,
+    redact,
+)
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, refuse_unwritable
 from daskpile.sources.read import Reading, SourceFile, read_pieces
@@ -80,6 +90,26 @@ class SourcePlan:
     @property
     def sizes(self) -> list[int]:
         return [f.size for f in self.files]
+
+    def refuse_files_written_again(self) -> None:
+        """``FileChangedError`` naming the first file written again, or removed, since the plan listed it.
+
+        Asked once pass 1 has read every file: a run whose tasks read some files before they were replaced and
+        some after holds rows of no version of the source, and its checks, of what pass 1 read, would pass.
+        A table's files are not looked at: its format never writes a file again (and a vacuum that removes
+        one fails its read).
+        """
+        if self.table is not None:
+            return
+        now = listed_infos(self.fs, [f.path for f in self.files])
+        for f, info in zip(self.files, now, strict=True):
+            if info is None or not (f.listed or FileVersion(f.size, None)).same_as(FileVersion.of(info)):
+                happened = "removed" if info is None else "written again"
+                raise FileChangedError(
+                    f"source file {redact(full_url(self.fs, f.path))!r} was {happened} while the shuffle read "
+                    "the source, so the rows read are of no one version of it: nothing was written to dest; run "
+                    "the same command again once the source is no longer being written"
+                )
 
     def __str__(self) -> str:
         where = self.table or f"{len(self.files):,} file{'' if len(self.files) == 1 else 's'}"
@@ -233,7 +263,11 @@ def _plan_sources(
     stamps = file_stamps(infos)
     source_files = [
         SourceFile(
-            name := info["name"], int(info.get("size") or 0), stamp, _key_tuple(pairs, key_fields, full_url(fs, name))
+            name := info["name"],
+            int(info.get("size") or 0),
+            stamp,
+            _key_tuple(pairs, key_fields, full_url(fs, name)),
+            listed=FileVersion.of(info),
         )
         for (info, pairs), stamp in zip(files, stamps, strict=True)
     ]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from daskpile._storage import full_url
+from daskpile._storage import FileVersion, full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors, refuse_unwritable
 from daskpile.sources.schemas import HUGGING_FACE, conformer
@@ -31,6 +31,7 @@ class SourceFile:
     stamp: str  # size and modification stamp, to tell a rerun whether the file changed
     keys: tuple[tuple[str, pa.Scalar], ...] = ()  # its partition values
     byte_range: tuple[int, int] | None = None  # of a text file cut into ranges: [start, end) of it
+    listed: FileVersion | None = None  # as listed when the run was planned (None: its size only is known)
 
 
 @dataclasses.dataclass(frozen=True)
