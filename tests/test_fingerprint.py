@@ -115,6 +115,16 @@ def test_blocks_do_not_change_the_result(monkeypatch):
     assert (_fingerprint.of(table), _fingerprint.of_columns(table)) == whole
 
 
+def test_each_column_s_fingerprint_cuts_the_table_in_blocks_once(monkeypatch):
+    """Cut again for each column, by a look at every column's bytes: a table's columns were looked at as many
+    times as it has columns (verify of 2,001 columns took 80 s, against 12 s)."""
+    table = pa.table({f"s{i}": [f"value-{j}" for j in range(1000)] for i in range(50)})
+    looks = []
+    measure = _fingerprint._value_bytes
+    monkeypatch.setattr(_fingerprint, "_value_bytes", lambda data: looks.append(1) or measure(data))
+    assert len(_fingerprint.of_columns(table)) == 50 and len(looks) == 1
+
+
 def test_a_block_of_large_values_is_cut_by_their_bytes():
     """Blocks of 32,768 rows whatever they held: a block of 1 MB images padded a copy of all of them."""
     table = pa.table({"id": range(40), "image": pa.array([b"x" * 2**20] * 40, pa.binary())})
