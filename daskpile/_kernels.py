@@ -10,9 +10,16 @@ a pile sorts on the remaining digits).
 
 from __future__ import annotations
 
+import copyreg
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+# pyarrow pickles a fixed_size_list type as its value type and size, without its field: a plan's schema sent
+# to a worker named the vectors' values ``item``, not ``element`` as Parquet does, and lost their ``not null``
+# (the worker's rows then differed from the plan, or took another name than a run on threads gave them)
+copyreg.pickle(pa.FixedSizeListType, lambda kind: (pa.list_, (kind.value_field, kind.list_size)))
 
 
 def scatter(table: pa.Table, piles: int, rng: np.random.Generator) -> tuple[pa.RecordBatch, np.ndarray]:

@@ -42,6 +42,26 @@ def test_byte_identical_whatever_the_scheduler_or_worker_count(cluster, source, 
             assert run(source, tmp_path / f"{workers}-{processes}") == reference, (workers, processes)
 
 
+def test_byte_identical_whatever_the_scheduler_with_fixed_size_lists(cluster, tmp_path):
+    """Embeddings: pyarrow pickles a fixed_size_list type without its field's name and nullability, so the
+    plan's schema, sent to the workers, named the vectors' values ``item`` where the files and a run on threads
+    said ``element``: the bytes of a result hung on the scheduler."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    vector = pa.list_(pa.field("element", pa.float32(), nullable=False), 4)
+    values = pa.array(np.arange(4_000, dtype=np.float32))
+    table = pa.table({"id": range(1_000), "v": pa.FixedSizeListArray.from_arrays(values, type=vector)})
+    (tmp_path / "src").mkdir()
+    pq.write_table(table, tmp_path / "src" / "part-0.parquet")
+    with Client(cluster):
+        reference = run(str(tmp_path / "src"), tmp_path / "cluster")
+    with dask.config.set(scheduler="threads"):
+        assert run(str(tmp_path / "src"), tmp_path / "threads") == reference
+    assert pq.read_schema(tmp_path / "threads" / "part-00000.parquet").field("v").type == vector
+
+
 def test_another_seed_gives_another_permutation(sync_scheduler, source, tmp_path):
     run(source, tmp_path / "a", seed=1)
     run(source, tmp_path / "b", seed=2)
