@@ -96,6 +96,17 @@ def test_take_is_arrows_take(column, view_take_min_rows, monkeypatch):
     assert _kernels.take(table.slice(0, 0), indices[:0]).num_rows == 0
 
 
+def test_take_of_a_sliced_grid_of_vectors_takes_its_rows():
+    """pyarrow's take of a sliced fixed-size list of fixed-size lists read the wrong rows."""
+    grid = pa.array([[[i, -i]] * 3 for i in range(40)], pa.list_(pa.list_(pa.int16(), 2), 3))
+    inner = pa.FixedSizeListArray.from_arrays(grid.values.slice(6, 60), 3)  # a slice of its values only
+    for column in (grid.slice(7, 20), inner, pa.chunked_array([grid.slice(3, 5), grid.slice(30)])):
+        indices = np.random.default_rng(0).permutation(len(column))
+        expected = [column[int(i)].as_py() for i in indices]
+        assert _kernels.take(pa.table({"g": column}), indices)["g"].to_pylist() == expected
+        assert _kernels.TakeSource(column).take(_kernels.as_arrow_indices(indices)).to_pylist() == expected
+
+
 def test_a_slice_of_a_list_column_measures_the_items_of_its_rows_only(monkeypatch):
     """A slice's ``values`` are the whole child's: each block of a fingerprint measured every item of the
     column again (lists of strings, 1 M rows: 3.5 s, quadratic, against 0.08)."""

@@ -300,6 +300,25 @@ def test_numpy_output_refuses_to_round_integers_past_2_53(tmp_path):
     assert sorted(v for v in batch["uid"].to_pylist() if v is not None) == [7, 8, big]  # arrow keeps them exact
 
 
+def test_numpy_output_of_vectors_is_an_array_of_rows_by_size(tmp_path):
+    """Embeddings (fixed-size lists) came as an object array of arrays, which torch cannot make a tensor of."""
+    source = tmp_path / "src"
+    source.mkdir()
+    ids = np.arange(200)
+    floats = pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(ids, 4).astype(np.float32)), 4)
+    floats = pa.array([None if i == 7 else v for i, v in enumerate(floats.to_pylist())], floats.type)
+    grid = pa.list_(pa.list_(pa.int16(), 2), 3)  # (images are lists of lists)
+    grids = pa.array([[[int(i)] * 2] * 3 for i in ids], grid)
+    pq.write_table(pa.table({"id": ids, "v": floats, "g": grids}), source / "a.parquet")
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "piles"), piles=3, seed=0)
+    batches = list(daskpile.PileLoader(str(tmp_path / "piles"), batch_size=64, seed=0, output="numpy"))
+    assert {(b["v"].dtype, b["v"].shape[1:], b["g"].dtype, b["g"].shape[1:]) for b in batches} == {
+        (np.dtype(np.float32), (4,), np.dtype(np.int16), (3, 2))
+    }
+    v, g, i = (np.concatenate([b[c] for b in batches]) for c in ("v", "g", "id"))
+    assert np.isnan(v[i == 7]).all() and (v[i != 7] == i[i != 7, None]).all() and (g == i[:, None, None]).all()
+
+
 def test_numpy_output_of_an_integer_column_null_in_a_whole_batch(tmp_path):
     source = tmp_path / "src"
     source.mkdir()

@@ -698,6 +698,10 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     kind = column.type
+    if pa.types.is_fixed_size_list(kind):
+        vectors = _vectors(column)
+        if vectors is not None:
+            return vectors
     if (nulls or column.null_count) and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
         if pa.types.is_integer(kind) and kind.bit_width == 64:
             import pyarrow.compute as pc
@@ -713,6 +717,36 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
                 )
         column = column.cast(pa.float64())
     return column.to_numpy()
+
+
+def _vectors(column: pa.ChunkedArray) -> np.ndarray | None:
+    """A column of fixed-size lists of numbers (embeddings; lists of lists too) as one array of shape (rows,
+    size, ...), where pyarrow gives an object array of arrays (which torch cannot take): floats with a null
+    vector or value as NaN; integers and booleans without a null.  None for others.
+
+    >>> _vectors(pa.chunked_array([pa.array([[1.5, 2], None], pa.list_(pa.float32(), 2))])).tolist()
+    [[1.5, 2.0], [nan, nan]]
+    >>> _vectors(pa.chunked_array([pa.array([[1, None]], pa.list_(pa.int8(), 2))])) is None
+    True
+    """
+    array = pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
+    shape, missing = [len(array)], np.asarray(array.is_null()) if array.null_count else None
+    while pa.types.is_fixed_size_list(array.type):
+        if len(shape) > 1 and array.null_count:  # (a null inner list: not worth an array of its own)
+            return None
+        size = array.type.list_size
+        array = array.values.slice(array.offset * size, len(array) * size)  # (a null list's values included)
+        shape.append(size)
+    kind = array.type
+    if pa.types.is_floating(kind):
+        values = array.to_numpy(zero_copy_only=False).reshape(shape)
+        if missing is not None:
+            values = values.copy()
+            values[missing] = np.nan
+        return values
+    if (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and missing is None and not array.null_count:
+        return array.to_numpy(zero_copy_only=False).reshape(shape)
+    return None
 
 
 def _pandas_with_nulls(frame, nulls: frozenset[str]):

@@ -160,7 +160,7 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
                     "manifest is unchanged"
                 )
             if rules:
-                keep = _kept(table, rules)
+                table, keep = _kernels.selectable(table), _kept(table, rules)
                 cut = cut + _fingerprint.of(table.filter(pc.invert(keep)))
                 table = table.filter(keep)
             kept.append(table.cast(schema) if not table.schema.equals(schema) else table)
