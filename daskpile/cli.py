@@ -677,7 +677,7 @@ def cli():
 @click.argument("dest")
 @click.option(
     "--piles", type=_Piles(), default="auto", show_default=True,
-    help="Output files; auto fits memory, with at least 10,000 rows a pile, as estimated from the files' first "
+    help="Output files; auto fits memory, with at least 10,000 rows or 32 MiB a pile, as estimated from the files' first "
     "bytes or footers (small data: one pile).",
 )  # fmt: skip
 @click.option(

@@ -51,13 +51,15 @@ def test_auto_keeps_piles_small_enough_to_permute_fast():
     assert fewest < 8 and chosen.piles == 160
     assert chosen.bytes / chosen.piles <= _sizing.FAST_PILE_BYTES
     assert "32 MiB a pile on average, each planned to fit a budget of 4,096 MiB" in str(chosen)
-    # a budget smaller than that still decides, and data too small for it keeps piles of 10,000 rows
+    # a budget smaller than that still decides, and data too small for it keeps piles of 10,000 rows or 32 MiB,
+    # whichever is more piles: rows of 53 KB (images) made 2 piles of 512 MiB, which a loader holds a few of
     assert (
         _sizing.plan_for_cluster(10**8, 5 * 2**30, memory_per_pile=2**24).piles
         == (_sizing.plan(10**8, 5 * 2**30, 2**24).piles)
         > 320
     )
-    assert _sizing.plan_for_cluster(20_000, 2**30, memory_per_pile=2**32).piles == 2
+    assert _sizing.plan_for_cluster(20_000, 2**26, memory_per_pile=2**32).piles == 2
+    assert _sizing.plan_for_cluster(20_000, 2**30, memory_per_pile=2**32).piles == 32
     # and the most piles daskpile supports are enough for any data that fits the memory
     assert _sizing.plan_for_cluster(10**12, 3 * 2**40, memory_per_pile=2**36).piles == _sizing.MAX_PILES
 

@@ -278,7 +278,7 @@ def shuffle_parquet(
         The number of piles (at least 1), or ``"auto"`` (the default, as on
         the command line): the fewest piles, at least 4 per thread and of
         32 MiB in memory or less on average (larger piles permute slower),
-        but not piles of fewer than 10,000 rows on average, such that a pile
+        but not piles of fewer than 10,000 rows and 32 MiB on average, such that a pile
         of mean size plus 6 standard deviations fits ``memory_per_pile``.
         The size comes from the Parquet footers of up to 8 evenly spaced files, scaled
         by file size (or from ``_metadata``); dictionary-encoded columns, which

@@ -338,6 +338,8 @@ def plan_for_cluster(rows: int, data_bytes: int, memory_per_pile: int | None = N
 
     >>> plan_for_cluster(rows=100_000_000, data_bytes=5 * 2**30, memory_per_pile=2**30).piles
     160
+    >>> plan_for_cluster(rows=100_000, data_bytes=12 * 2**30, memory_per_pile=3 * 2**30).piles  # images
+    384
     """
     budget = memory_per_pile or int(memory_per_thread() * MEMORY_PER_PILE_FRACTION)
     fast = min(math.ceil(data_bytes / FAST_PILE_BYTES), MAX_PILES)
@@ -370,8 +372,9 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
             "over memory_per_pile is then split into files that fit"
         )
     # at least min_piles (for parallelism), but never so many that piles get fewer than
-    # MIN_ROWS_PER_PILE rows on average: 200 rows make one pile, not 4 per thread
-    parallel = min(min_piles, max(1, rows // MIN_ROWS_PER_PILE))
+    # MIN_ROWS_PER_PILE rows and FAST_PILE_BYTES on average: 200 rows make one pile, not 4 per thread; rows of
+    # 120 KB (images) are not held to piles of 10,000 rows, 1.2 GB (a loader holds a few of them at once)
+    parallel = min(min_piles, max(1, rows // MIN_ROWS_PER_PILE, data_bytes // FAST_PILE_BYTES))
     piles = max(parallel, math.ceil(rows / mean_rows), 1)
     if piles > MAX_PILES:
         raise ValueError(
