@@ -88,6 +88,8 @@ def _exit_status(e: BaseException) -> int:
 def _error_line(e: BaseException) -> str:
     """The one line that says ``e``, and where its run's state is if it left one."""
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    if isinstance(e, OSError) and e.strerror and e.filename is None:  # not "[Errno 28] scratch ... is full"
+        message = e.strerror
     line = message.splitlines()[0] if message else type(e).__name__
     # (Dask names a task: "daskpile-gather-... cancelled for reason: ...")
     return f"{_cancelled_by_the_scheduler(e) or line}{_where(e)}"
@@ -278,7 +280,10 @@ def _cancelled_by_the_scheduler(e: BaseException) -> str | None:
     )
     if cancelled is not None or to_scheduler or any(isinstance(c, CommClosedError) for c in chain):
         where = f" at {_SCHEDULER[-1]}" if _SCHEDULER else ""
-        return f"lost the scheduler{where}: the connection to it closed, and it did not come back"
+        return (
+            f"lost the scheduler{where}: the connection to it closed, and it did not come back; run the same "
+            "command again once it is up"
+        )
     return None
 
 
@@ -677,8 +682,8 @@ def cli():
 @click.argument("dest")
 @click.option(
     "--piles", type=_Piles(), default="auto", show_default=True,
-    help="Output files; auto fits memory, with at least 10,000 rows or 32 MiB a pile, as estimated from the files' first "
-    "bytes or footers (small data: one pile).",
+    help="Output files; auto fits memory, with at least 10,000 rows or 32 MiB a pile, as estimated from the files' "
+    "first bytes or footers (small data: one pile).",
 )  # fmt: skip
 @click.option(
     "--memory-per-pile",

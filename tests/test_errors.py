@@ -98,6 +98,11 @@ def test_not_enough_space_is_found_before_anything_is_written(client, source, ti
         done.stderr.endswith("Free some space or give scratch (--scratch) on a larger disk or an object store\n")
     )
     assert os.listdir(tiny_filesystem) == [] and not (tmp_path / "out").exists()
+    # dest short of space is not helped by another scratch: it was advised all the same
+    with pytest.raises(
+        OSError, match=r"not enough space for dest .* are free\. Free some space or write the result on a "
+    ):
+        daskpile.shuffle_parquet(source, str(tiny_filesystem / "out"), piles=4, scratch=str(tmp_path / "scratch"))
 
 
 def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_path):
@@ -105,8 +110,11 @@ def test_scratch_full_midway_says_so_and_cleans_up(client, tiny_filesystem, tmp_
     # decodes and long in the others: the estimate promises 200 KB, scratch takes 3 MB, the disk fills.
     table = pa.table({"s": ["x"] * 10_000 + ["x" * 100] * 30_000})
     write_parts(table, tmp_path / "src", parts=4)
-    with pytest.raises(OSError, match=r"scratch .*tiny.* is full"):
+    full = r"scratch .*tiny.* is full: .*No space left on device\. Free space there, or give scratch \(--scratch\) on "
+    again = r"a larger disk or an object store, and run the same command again \(nothing was written to dest\)$"
+    with pytest.raises(OSError, match=full + again) as e:
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=4, scratch=str(tiny_filesystem))
+    assert str(e.value).count("Errno") == 1  # (it was said three times)
     assert os.listdir(tiny_filesystem) == []
     assert not (tmp_path / "out").exists()
 

@@ -180,4 +180,5 @@ def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
         _, stderr = process.communicate(timeout=120)
     assert process.returncode == 75, stderr  # EX_TEMPFAIL: run again once the scheduler is back, it resumes
     assert stderr.startswith(f"daskpile: error: lost the scheduler at {cluster.address}: the connection to it closed")
+    assert "did not come back; run the same command again once it is up" in stderr, stderr
     assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr

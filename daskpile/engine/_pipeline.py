@@ -823,7 +823,11 @@ class _Run:
             self.refuse_sources_changed_under(e)
             if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 where = full_url(self.scratch.fs, self.scratch.directory)
-                raise OSError(e.errno, f"scratch {where!r} is full: {e}") from e
+                raise OSError(
+                    e.errno,
+                    f"scratch {where!r} is full: {e.strerror or e}. Free space there, or give scratch (--scratch) on "
+                    "a larger disk or an object store, and run the same command again (nothing was written to dest)",
+                ) from e
             raise
         self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))

@@ -447,10 +447,11 @@ def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_
             need[1].append(f"{role} {full_url(fs, path)!r}")
     for (_, free), (nbytes, where) in needs.items():
         if nbytes > free:
+            elsewhere = "give scratch (--scratch)" if where[0].startswith("scratch") else "write the result"
             raise NotEnoughSpace(
                 f"not enough space for {' and '.join(where)}: the run needs about {human_size(nbytes)} "
                 f"({nbytes:,} bytes) there, {human_size(free)} ({free:,} bytes) are free. "
-                "Free some space or give scratch (--scratch) on a larger disk or an object store",
+                f"Free some space or {elsewhere} on a larger disk or an object store",
             )
 
 
