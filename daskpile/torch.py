@@ -35,7 +35,8 @@ class PileDataset(IterableDataset):
     ``r`` of ``R`` reads as rank ``r * W + w`` of ``R * W``, so every row is
     read once per epoch over all ranks and workers, and all of them yield the
     same number of batches.  Batches are dicts of column name to tensor:
-    numbers and booleans as tensors, dates, timestamps and durations as
+    numbers and booleans as tensors (vectors, fixed-size lists of numbers,
+    as tensors of shape (batch, size)), dates, timestamps and durations as
     int64 tensors in their column's unit (days for a date; a null as
     ``-2**63``, numpy's NaT),
     strings and other values as NumPy arrays.  Give the DataLoader

@@ -139,7 +139,9 @@ class PileLoader:
         integer or boolean column with a null in any file (as the manifest
         records, or the files' footers count) is float64 with NaN, refused
         when it holds integers float64 would round; times with a time zone
-        are ``datetime64`` in UTC).
+        are ``datetime64`` in UTC; fixed-size lists of numbers, such as
+        embeddings, are one array of shape (rows, size), a null vector of
+        floats NaN).
     storage_options
         Passed to fsspec.
     version
