@@ -1,4 +1,4 @@
-"""Counts in words, for messages: "1 file", "2,000 files"."""
+"""Counts and sizes in words, for messages: "1 file", "2,000 files", "4.2 MiB"."""
 
 from __future__ import annotations
 
@@ -12,3 +12,16 @@ def count(n: int, noun: str) -> str:
     ('1 file', '2,000 rows', '0 piles')
     """
     return f"{n:,} {noun if n == 1 else _IRREGULAR.get(noun, noun + 's')}"
+
+
+def size(nbytes: float) -> str:
+    """``nbytes`` in MiB, with a decimal under 10 MiB, in KiB under 1 MiB: a small run's "0 MiB" said nothing.
+
+    >>> size(5_000 * 2**20), size(4.24 * 2**20), size(18_000), size(0)
+    ('5,000 MiB', '4.2 MiB', '18 KiB', '0 KiB')
+    """
+    if nbytes >= 10 * 2**20:
+        return f"{nbytes / 2**20:,.0f} MiB"
+    if nbytes >= 2**20:
+        return f"{nbytes / 2**20:.1f} MiB"
+    return f"{nbytes / 2**10:,.0f} KiB"

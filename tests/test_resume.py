@@ -102,8 +102,11 @@ def test_resume_after_the_driver_is_killed(source, uninterrupted, tmp_path, poin
     assert report.resumed_partitions >= 10
     assert not point.startswith("pass 2") or report.resumed_piles >= 7
     # pass 1 says what it wrote, apart from the scratch it kept
-    said = re.search(r"([\d,]+) MiB to scratch, ([\d,]+) MiB kept from the interrupted run", capsys.readouterr().out)
-    assert said and (int(said[1]) > 0) == (point == "pass 1") and int(said[2]) > 0
+    said = re.search(
+        r"([\d,.]+) [KM]iB to scratch, ([\d,.]+) [KM]iB kept from the interrupted run", capsys.readouterr().out
+    )
+    written, kept = (float(said[i].replace(",", "")) for i in (1, 2)) if said else (None, None)
+    assert said and (written > 0) == (point == "pass 1") and kept > 0
     assert file_bytes(dest) == uninterrupted
     assert daskpile.verify(source, str(dest)).ok
     assert sorted(os.listdir(dest))[:2] == ["_daskpile.json", "part-00000.parquet"]

@@ -51,7 +51,7 @@ from daskpile._storage import (
     redacting_errors,
 )
 from daskpile._validate import check_bytes, check_piles
-from daskpile._words import count
+from daskpile._words import count, size
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch, _sizing
@@ -193,7 +193,7 @@ class ShuffleReport:
             return (
                 f"already done: {self.dest} holds this run's finished result, {count(self.rows, 'row')} from "
                 f"{count(len(self.source_files), 'file')} in {count(self.piles, 'pile')} (seed {self.seed}), "
-                f"{self.output_bytes / 2**20:,.0f} MiB{verified}; nothing to do"
+                f"{size(self.output_bytes)}{verified}; nothing to do"
             )
         resumed = ""
         if self.resumed_partitions or self.resumed_piles:
@@ -210,7 +210,7 @@ class ShuffleReport:
             f"shuffled {count(self.rows, 'row')} from {count(len(self.source_files), 'file')} into "
             f"{count(self.piles, 'pile')} "
             f"(seed {self.seed}) at {self.dest}: pass 1 {self.seconds_scatter:.1f} s, "
-            f"pass 2 {self.seconds_gather:.1f} s, {self.output_bytes / 2**20:,.0f} MiB written{verified}{resumed}"
+            f"pass 2 {self.seconds_gather:.1f} s, {size(self.output_bytes)} written{verified}{resumed}"
         )
 
 
@@ -834,7 +834,7 @@ class _Run:
         timer.say(
             f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
             f"{count(len(self.partitions), 'task')}{self._pieces_said(scattered)} "
-            f"({sum(self.plan.sizes) / 2**20:,.0f} MiB), {self._scratch_written_said(scattered)}"
+            f"({size(sum(self.plan.sizes))}), {self._scratch_written_said(scattered)}"
         )
         return scattered
 
@@ -850,11 +850,11 @@ class _Run:
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""
-        written = sum(r.scratch_bytes for r in scattered if not r.reused) / 2**20
-        kept = sum(r.scratch_bytes for r in scattered if r.reused) / 2**20
+        written = sum(r.scratch_bytes for r in scattered if not r.reused)
+        kept = sum(r.scratch_bytes for r in scattered if r.reused)
         if self.previous is None or not kept:
-            return f"{written + kept:,.0f} MiB to scratch"
-        return f"{written:,.0f} MiB to scratch, {kept:,.0f} MiB kept from the interrupted run"
+            return f"{size(written + kept)} to scratch"
+        return f"{size(written)} to scratch, {size(kept)} kept from the interrupted run"
 
     def _large_row_group_said(self, key: str) -> str:
         """Where a killed pass-1 task read a Parquet column chunk larger than ``blocksize``: a smaller blocksize
@@ -959,7 +959,7 @@ class _Run:
         split_note += f", {empty:,} of them empty" if empty else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
-            f"({sum(r.bytes for r in gathered) / 2**20:,.0f} MiB){split_note}"
+            f"({size(sum(r.bytes for r in gathered))}){split_note}"
         )
         return names, gathered
 
