@@ -323,3 +323,10 @@ def test_a_list_typed_null_in_the_first_mib_is_read_as_the_type_declared(tmp_pat
         map(tuple, out.filter(pc.greater(pc.list_value_length(out["tags"]), 0))["tags"].to_pylist())
     ) == sorted((str(i), "x") for i in range(80_000, 80_010))
     assert daskpile.verify(str(tmp_path / "a.jsonl"), str(tmp_path / "out")).ok
+    # as Arrow prints it: fields named with spaces, values not null (which a Parquet file's schema shows)
+    lines = [json.dumps({"id": i, "meta": {"user id": i, "tags": [] if i < 80_000 else ["x"]}}) for i in range(80_010)]
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    declared = "struct<user id: int64, tags: list<element: string not null>>"
+    options = {"column_types": {"meta": declared}}
+    daskpile.shuffle_parquet(str(tmp_path / "b.jsonl"), str(tmp_path / "out-b"), piles=2, read_options=options)
+    assert str(read_output(tmp_path / "out-b").schema.field("meta").type) == declared

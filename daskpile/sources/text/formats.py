@@ -289,21 +289,31 @@ def arrow_type(name: str, column: str = "") -> pa.DataType:
 def _nested_type(kind: str, parts: list[str], name: str, column: str) -> pa.DataType:
     fields = [_named(part) for part in parts]
     if kind in ("list", "large_list") and len(parts) == 1:
-        return (pa.list_ if kind == "list" else pa.large_list)(arrow_type(fields[0][1], column))
+        return (pa.list_ if kind == "list" else pa.large_list)(_field(*fields[0], column))
     if kind == "map" and len(parts) == 2:
-        return pa.map_(arrow_type(parts[0], column), arrow_type(parts[1], column))
+        return pa.map_(arrow_type(parts[0], column), _field("value", fields[1][1], column))
     if kind == "struct" and all(field_name for field_name, _ in fields):
-        return pa.struct([pa.field(field_name, arrow_type(type_name, column)) for field_name, type_name in fields])
+        return pa.struct([_field(field_name, type_name, column) for field_name, type_name in fields])
     raise ValueError(
         f"column {column!r}: {name!r} is not an Arrow type name: list<T> and large_list<T> take one type, map<K, V> "
         "two, struct<a: T, b: U> named fields"
     )
 
 
+def _field(name: str | None, type_name: str, column: str) -> pa.Field:
+    """A nested field of ``type_name``, not nullable where it ends in ``not null`` (as Arrow prints it).
+
+    >>> arrow_type("struct<user id: int64 not null, tags: list<element: string not null>>")
+    StructType(struct<user id: int64 not null, tags: list<element: string not null>>)
+    """
+    kind, not_null = re.subn(r"\s+not\s+null\s*$", "", type_name)
+    return pa.field(name or "item", arrow_type(kind, column), nullable=not not_null)
+
+
 def _named(part: str) -> tuple[str | None, str]:
     """(``a``, ``T``) of ``a: T`` (a field: a list's item, a struct's), (None, ``T``) of a type alone."""
     name, colon, kind = part.partition(":")
-    if colon and re.fullmatch(r"\s*[\w.-]+\s*", name):
+    if colon and re.fullmatch(r"[^<>\[\](),=]*\w[^<>\[\](),=]*", name):  # (a name may hold spaces, not brackets)
         return name.strip(), kind.strip()
     return None, part.strip()
 
