@@ -294,14 +294,25 @@ def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, out
         ),
         (
             [json.dumps({"id": i, "meta": {"a": None if i < 80_000 else i}}) for i in range(80_001)],
-            r"Column\(/meta/a\) changed from null to number \(.* so typed null: 'meta/a' is in a list or an "
+            r"Column\(/meta/a\) changed from null to number \(.* so typed null: declare its type: --read-option "
+            r"'column_types.meta=struct<a: double>' \(int64 for whole numbers\)\)",
+        ),
+        (
+            [json.dumps({"id": i, "meta": {"a": None if i < 80_000 else {"x": i}}}) for i in range(80_001)],
+            r"Column\(/meta/a\) changed from null to object \(.* so typed null: 'meta/a' is in a list or an "
             r"object, whose type has no name to declare: keep the lines as written \(--output-format jsonl, with "
             r"--partitioning none where key=value folders are above the files; into Parquet, --read-option "
             r"as_written=true\)",
         ),
         (['{"a": 1, "s": "abc'], r"Invalid encoding in string \(a string not closed on its line, or a raw control"),
     ],
-    ids=["null-then-number", "empty-list-then-numbers", "null-in-an-object-then-number", "string-not-closed"],
+    ids=[
+        "null-then-number",
+        "empty-list-then-numbers",
+        "null-in-an-object-then-number",
+        "null-in-an-object-then-object",
+        "string-not-closed",
+    ],
 )
 def test_arrows_json_errors_come_with_what_they_mean(tmp_path, sync_scheduler, lines, said):
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")

@@ -175,8 +175,9 @@ class BlockReader:
 
         named = self._unexpected_field if format == "jsonl" else None
         return refused_line(
-            block, start, error, self.url, format, read, skip=int(header), named=named, names=self.schema.names
-        )
+            block, start, error, self.url, format, read, skip=int(header), named=named, names=self.schema.names,
+            schema=self.schema,
+        )  # fmt: skip
 
     def _unexpected_field(self, line: bytes) -> str | None:
         """Which field of ``line`` is not a column (or not a field of a struct column), for Arrow's "unexpected

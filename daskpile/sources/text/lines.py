@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
-from daskpile.sources.text.formats import JSON_TEXT, LINE, UTF8_BOM, error_line, with_column_names
+from daskpile.sources.text.formats import JSON_TEXT, LINE, UTF8_BOM, arrow_type, error_line, with_column_names
 
 
 def newline_ended(text: bytes) -> bytes:
@@ -187,6 +187,7 @@ def refused_line(
     prefixes: bool = False,
     named=None,
     names: list[str] | None = None,
+    schema: pa.Schema | None = None,
 ) -> str:
     """What is wrong with ``block`` (from byte ``start`` of ``url``), naming the first line ``read`` refuses by
     its byte in the file; Arrow's own message if no line is to blame.
@@ -194,8 +195,8 @@ def refused_line(
     Arrow counts rows from a block's start, from 0 in JSON and from 1 with the header in CSV; a line's byte is
     what every format's errors name.  Found by halves (a rare error's path): each line on its own when rows are
     read in a declared schema, or the first refused prefix when types are inferred from every row before.
-    ``skip`` lines (a header) are never blamed; ``named(line)`` may say more of the line found, and ``names``
-    name the columns Arrow numbers.
+    ``skip`` lines (a header) are never blamed; ``named(line)`` may say more of the line found, ``names``
+    name the columns Arrow numbers, and ``schema`` (the rows') gives the type to declare for a field typed null.
     """
     data, offsets = ended_lines(block)
 
@@ -231,7 +232,7 @@ def refused_line(
     if changed := re.search(r"Column\(/([^)]*)\) changed from null to (\w+)", message):
         message += (
             " (the field was null or absent in every line of the first file's first MiB, so typed null: "
-            f"{_null_typed_fix(changed[1], changed[2])})"
+            f"{_null_typed_fix(changed[1], changed[2], schema)})"
         )
     elif "Invalid encoding in string" in message and format == "jsonl":
         message += " (a string not closed on its line, or a raw control character in it)"
@@ -255,25 +256,50 @@ AS_WRITTEN = (
 _DECLARED_FOR_KIND = {"string": "string", "number": "double", "boolean": "bool"}
 
 
-def _null_typed_fix(path: str, kind: str) -> str:
-    """What to do about a field typed null (Arrow's path to it, ``tags/[]``, ``meta/a``) that later holds ``kind``.
+def _null_typed_fix(path: str, kind: str, schema: pa.Schema | None = None) -> str:
+    """What to do about a field typed null (Arrow's path to it, ``tags/[]``, ``meta/a``) that later holds ``kind``:
+    the column's type to declare, the null in it replaced, where ``schema`` (the rows') has the column.
 
     >>> _null_typed_fix("opt", "string")
     "declare its type: --read-option 'column_types.opt=string'"
     >>> _null_typed_fix("tags/[]", "string")
     "declare its type: --read-option 'column_types.tags=list<string>'"
-    >>> _null_typed_fix("meta/a", "number")[:70]
+    >>> meta = pa.schema([("meta", pa.struct([("a", pa.null()), ("b", pa.list_(pa.int64()))]))])
+    >>> _null_typed_fix("meta/a", "string", meta)
+    "declare its type: --read-option 'column_types.meta=struct<a: string, b: list<item: int64>>'"
+    >>> _null_typed_fix("meta/a", "object", meta)[:70]
     "'meta/a' is in a list or an object, whose type has no name to declare:"
     """
     column, *inside = path.split("/")
+    whole = " (int64 for whole numbers)" if kind == "number" else ""
     if kind in _DECLARED_FOR_KIND and all(step == "[]" for step in inside):  # (a list's items: a type of lists)
         declared = _DECLARED_FOR_KIND[kind]
         for _ in inside:
             declared = f"list<{declared}>"
-        whole = " (int64 for whole numbers)" if kind == "number" else ""
         return f"declare its type: --read-option 'column_types.{column}={declared}'{whole}"
+    if kind in _DECLARED_FOR_KIND and schema is not None and column in schema.names:
+        declared = _with_null_typed(schema.field(column).type, inside, arrow_type(_DECLARED_FOR_KIND[kind]))
+        if declared is not None and arrow_type(str(declared)) == declared:  # (a name its printing would not give)
+            return f"declare its type: --read-option 'column_types.{column}={declared}'{whole}"
     what = f"{path!r} is in a list or an object" if "/" in path else f"{path!r} holds an {kind}"
     return f"{what}, whose type has no name to declare: keep the lines as written ({AS_WRITTEN})"
+
+
+def _with_null_typed(kind: pa.DataType, steps: list[str], typed: pa.DataType) -> pa.DataType | None:
+    """``kind`` with the null type at ``steps`` (Arrow's path: ``[]`` a list's items, a name a struct's field)
+    made ``typed``; None where the path leads to no null."""
+    if not steps:
+        return typed if pa.types.is_null(kind) else None
+    step, rest = steps[0], steps[1:]
+    if step == "[]" and pa.types.is_list(kind):
+        inner = _with_null_typed(kind.value_type, rest, typed)
+        return None if inner is None else pa.list_(kind.value_field.with_type(inner))
+    if pa.types.is_struct(kind) and kind.get_field_index(step) >= 0:
+        i = kind.get_field_index(step)
+        inner = _with_null_typed(kind.field(i).type, rest, typed)
+        fields = [kind.field(j) for j in range(kind.num_fields)]
+        return None if inner is None else pa.struct([*fields[:i], fields[i].with_type(inner), *fields[i + 1 :]])
+    return None
 
 
 def new_field(record: dict, fields, prefix: str = "") -> str | None:
