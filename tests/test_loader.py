@@ -319,6 +319,20 @@ def test_numpy_output_of_vectors_is_an_array_of_rows_by_size(tmp_path):
     assert np.isnan(v[i == 7]).all() and (v[i != 7] == i[i != 7, None]).all() and (g == i[:, None, None]).all()
 
 
+def test_batches_keep_the_files_schema_metadata(tmp_path):
+    """A Hugging Face dataset's features (its labels' names) are in the schema's metadata: batches had none."""
+    source = tmp_path / "src"
+    source.mkdir()
+    features = b'{"info": {"features": {"label": {"names": ["cat", "dog"], "_type": "ClassLabel"}}}}'
+    table = pa.table({"id": range(100), "label": [i % 2 for i in range(100)]})
+    pq.write_table(table.replace_schema_metadata({b"huggingface": features}), source / "a.parquet")
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "piles"), piles=2, seed=0)
+    batches = list(daskpile.PileLoader(str(tmp_path / "piles"), batch_size=30, seed=0))
+    assert len(batches) == 4  # (a pile's stamp, of its file, is not a batch's)
+    assert {tuple(sorted(b.schema.metadata)) for b in batches} == {(b"huggingface",)}
+    assert batches[0].schema.metadata[b"huggingface"] == features
+
+
 def test_numpy_output_of_an_integer_column_null_in_a_whole_batch(tmp_path):
     source = tmp_path / "src"
     source.mkdir()

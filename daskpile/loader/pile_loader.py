@@ -352,8 +352,9 @@ class PileLoader:
 
         def load(group, reserve):
             return load_group(
-                units, group, self.seed, epoch, self.columns, pool, reserve, self._threads, tail=self.batch_size
-            )
+                units, group, self.seed, epoch, self.columns, pool, reserve, self._threads, tail=self.batch_size,
+                metadata=self._batch_metadata,
+            )  # fmt: skip
 
         loaded = Prefetcher(takes, load, self._budget())
         try:
@@ -576,7 +577,7 @@ class PileLoader:
 
     def _convert(self, batch: pa.Table):
         if self.output == "pandas":  # the files' pandas metadata says which dtypes and which index
-            frame = batch.replace_schema_metadata(self._batch_metadata).to_pandas(types_mapper=self._pandas_dtype)
+            frame = batch.to_pandas(types_mapper=self._pandas_dtype)
             return _pandas_with_nulls(frame, self.units.nulls)
         if self.output == "numpy":
             return {
@@ -847,12 +848,14 @@ def _columns_to_read(columns: list[str] | str | None, schema: pa.Schema, path) -
 
 
 def _batch_metadata(schema: pa.Schema, index: bool, names: list[str]) -> tuple[dict | None, set[pa.DataType]]:
-    """The files' schema metadata, with pandas' as it holds for a batch of the columns ``names``: the index a
+    """The files' schema metadata (a batch's, each output's: a Hugging Face dataset's features among them), with
+    pandas' as it holds for a batch of the columns ``names``: the index a
     range of a file has is not a batch's, and the columns asked for by name (``index=False``) stay columns;
     and the Arrow types of its ``pd.ArrowDtype`` columns whose names pandas cannot parse back (lists,
     structs: pandas' own reader fails on the file, whatever columns it reads), given as ``pd.ArrowDtype`` by
     ``to_pandas``'s types_mapper instead."""
-    metadata = schema.metadata
+    # (a pile's stamp, daskpile's, describes its file: not a batch)
+    metadata = {k: v for k, v in (schema.metadata or {}).items() if not k.startswith(b"daskpile.")} or None
     if not metadata or b"pandas" not in metadata:
         return metadata, set()
     pandas = json.loads(metadata[b"pandas"])

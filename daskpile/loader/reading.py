@@ -78,8 +78,8 @@ class GroupLoad:
     of equal rows (the last one the rest).
     """
 
-    def __init__(self, fields: list[pa.Field], taken: list[list[Future]], stopped: threading.Event):
-        self.fields, self._taken, self._stopped = fields, taken, stopped
+    def __init__(self, fields: list[pa.Field], taken: list[list[Future]], stopped: threading.Event, metadata=None):
+        self.fields, self._taken, self._stopped, self.metadata = fields, taken, stopped, metadata
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller
@@ -89,7 +89,7 @@ class GroupLoad:
     def _table(self, arrays) -> pa.Table:
         # the files' fields' metadata, which some readers take as part of the type (Polars: an Enum's categories)
         fields = [f.with_type(a.type) for f, a in zip(self.fields, arrays, strict=True)]
-        return pa.Table.from_arrays(list(arrays), schema=pa.schema(fields))
+        return pa.Table.from_arrays(list(arrays), schema=pa.schema(fields, metadata=self.metadata))
 
     def cancel(self) -> None:
         """Its tasks not yet started do nothing."""
@@ -145,6 +145,7 @@ def load_group(
     reserve: Callable[[int], None] | None = None,
     threads: int = 1,
     tail: int = 0,
+    metadata: dict | None = None,
 ) -> GroupLoad:
     """Queue the reading and permuting of a group's rows in ``pool``; returns at once.
 
@@ -165,7 +166,7 @@ def load_group(
     taken: the load never holds the group read, combined and taken at once.
     The last ``tail`` rows (a batch's) are a part of their own: the rows of a
     batch that a group ends short of are then a view of that part alone, held
-    until the next group completes the batch, without a copy.
+    until the next group completes the batch, without a copy.  The parts' schema has ``metadata``.
     """
     stopped = threading.Event()
     rank = pool.next_rank()
@@ -196,7 +197,7 @@ def load_group(
     else:
         sources = [after(reads.pop(name), _take_source) for name in names]
         taken = [[after([source, order], _take_parts, [part]) for part in parts] for source in sources]
-    return GroupLoad([units.schema.field(name) for name in names], taken, stopped)
+    return GroupLoad([units.schema.field(name) for name in names], taken, stopped, metadata)
 
 
 def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
