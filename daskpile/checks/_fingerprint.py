@@ -459,9 +459,7 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
         values = array.values.slice(first, int(offsets[-1]) - first)
         out[:] = _sequence_hashes(_mix(value_words(values)), offsets - first)
     elif pa.types.is_fixed_size_list(t):
-        size = t.list_size
-        child = array.values.slice(array.offset * size, n * size)
-        out[:] = _sequence_hashes(_mix(value_words(child)), np.arange(n + 1, dtype=np.int64) * size)
+        _fixed_size_list_words_into(array, out)
     elif pa.types.is_struct(t):
         words = np.full(n, np.uint64(t.num_fields), dtype=np.uint64)
         with np.errstate(over="ignore"):
@@ -495,6 +493,29 @@ def _wide_words(rows: np.ndarray) -> np.ndarray:
         for word in words.view("<u8").T:
             h = _mix(h * _GOLDEN + word)
     return h
+
+
+# Elements of fixed-size lists hashed at a time: a block's words and their hashes stay in the caches
+FIXED_LIST_BLOCK = 2**15
+
+
+def _fixed_size_list_words_into(array: pa.Array, out: np.ndarray) -> None:
+    """``_sequence_hashes`` of each list of a fixed-size list array (embeddings), into ``out``: the same hashes,
+    taken in blocks of rows whose elements stay in the caches, each list a row of a block and each position a
+    column (where offsets, positions and prefix sums over every element made a vector column 13 passes over
+    memory: 72 MiB/s of 768 floats a row)."""
+    size, n = array.type.list_size, len(array)
+    child = array.values.slice(array.offset * size, n * size)
+    with np.errstate(over="ignore"):
+        positions = np.arange(size, dtype=np.uint64) * _M1
+        length = np.uint64(size) * _M2
+        rows = max(1, FIXED_LIST_BLOCK // max(size, 1))
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            elements = _mix(value_words(child.slice(start * size, (stop - start) * size)).reshape(stop - start, size))
+            elements += positions
+            _mix_in_place(elements, np.empty_like(elements))
+            out[start:stop] = _mix(elements.sum(axis=1, dtype=np.uint64) + length)
 
 
 def _sequence_hashes(element_hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
