@@ -117,8 +117,8 @@ def test_blocks_do_not_change_the_result(monkeypatch):
 
 @pytest.mark.parametrize("block", [2**15, 7, 1])
 def test_fixed_size_lists_hash_as_lists_of_their_size_do(monkeypatch, block):
-    """Vectors are hashed in blocks of rows (``_fixed_size_list_words_into``), by the formula of every list: a
-    result verified before keeps its fingerprint."""
+    """Vectors, and lists all of one size, are hashed in blocks of rows (``_lists_of_a_size_into``), by the
+    formula of every list: a result verified before keeps its fingerprint."""
     monkeypatch.setattr(_fingerprint, "FIXED_LIST_BLOCK", block)
     rng = np.random.default_rng(0)
     values = rng.standard_normal(300 * 4).astype(np.float32)
@@ -127,12 +127,20 @@ def test_fixed_size_lists_hash_as_lists_of_their_size_do(monkeypatch, block):
     vectors = pa.array([None if i % 50 == 1 else v for i, v in enumerate(vectors.to_pylist())], vectors.type)
     grids = pa.array([[[i, -i]] * 3 for i in range(300)], pa.list_(pa.list_(pa.int16(), 2), 3))
     empty = pa.array([[]] * 300, pa.list_(pa.int8(), 0))
-    for array in (vectors, vectors.slice(13, 200), grids.slice(7), empty):
-        size = array.type.list_size
-        child = array.values.slice(array.offset * size, len(array) * size)
-        expected = _fingerprint._sequence_hashes(
-            _fingerprint._mix(_fingerprint.value_words(child)), np.arange(len(array) + 1, dtype=np.int64) * size
-        )
+    lists = pa.array(values.reshape(-1, 4).tolist(), pa.list_(pa.float32()))
+    nested = pa.array([[[i, -i]] * 3 for i in range(300)], pa.list_(pa.list_(pa.int16())))
+    cases = (vectors, vectors.slice(13, 200), grids.slice(7), empty, lists.slice(3), nested, pa.array([[1.5], None]))
+    for array in cases:
+        if pa.types.is_fixed_size_list(array.type):
+            size = array.type.list_size
+            child, offsets = (
+                array.values.slice(array.offset * size, len(array) * size),
+                np.arange(len(array) + 1) * size,
+            )
+        else:
+            offsets = np.asarray(array.offsets)
+            child, offsets = array.values.slice(offsets[0], offsets[-1] - offsets[0]), offsets - offsets[0]
+        expected = _fingerprint._sequence_hashes(_fingerprint._mix(_fingerprint.value_words(child)), offsets)
         expected[np.asarray(array.is_null())] = _fingerprint._NULL
         assert _fingerprint.value_words(array).tolist() == expected.tolist()
 

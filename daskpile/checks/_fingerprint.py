@@ -457,9 +457,14 @@ def value_words(array: pa.Array, ws: _Workspace | None = None) -> np.ndarray:
         offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
         first = int(offsets[0])  # ``values`` are the unsliced child's: only this slice's are hashed
         values = array.values.slice(first, int(offsets[-1]) - first)
-        out[:] = _sequence_hashes(_mix(value_words(values)), offsets - first)
+        lengths = np.diff(offsets)
+        if (lengths == lengths[0]).all():  # (embeddings written as lists: one size, hashed as vectors are)
+            _lists_of_a_size_into(values, int(lengths[0]), out)
+        else:
+            out[:] = _sequence_hashes(_mix(value_words(values)), offsets - first)
     elif pa.types.is_fixed_size_list(t):
-        _fixed_size_list_words_into(array, out)
+        size = t.list_size
+        _lists_of_a_size_into(array.values.slice(array.offset * size, n * size), size, out)
     elif pa.types.is_struct(t):
         words = np.full(n, np.uint64(t.num_fields), dtype=np.uint64)
         with np.errstate(over="ignore"):
@@ -499,20 +504,18 @@ def _wide_words(rows: np.ndarray) -> np.ndarray:
 FIXED_LIST_BLOCK = 2**15
 
 
-def _fixed_size_list_words_into(array: pa.Array, out: np.ndarray) -> None:
-    """``_sequence_hashes`` of each list of a fixed-size list array (embeddings), into ``out``: the same hashes,
-    taken in blocks of rows whose elements stay in the caches, each list a row of a block and each position a
-    column (where offsets, positions and prefix sums over every element made a vector column 13 passes over
-    memory: 72 MiB/s of 768 floats a row)."""
-    size, n = array.type.list_size, len(array)
-    child = array.values.slice(array.offset * size, n * size)
+def _lists_of_a_size_into(values: pa.Array, size: int, out: np.ndarray) -> None:
+    """``_sequence_hashes`` of lists of ``size`` elements each (vectors), of ``values`` in order, into ``out``:
+    the same hashes, taken in blocks of rows whose elements stay in the caches, each list a row of a block and
+    each position a column (where offsets, positions and prefix sums over every element made a vector column
+    13 passes over memory: 72 MiB/s of 768 floats a row)."""
     with np.errstate(over="ignore"):
         positions = np.arange(size, dtype=np.uint64) * _M1
         length = np.uint64(size) * _M2
         rows = max(1, FIXED_LIST_BLOCK // max(size, 1))
-        for start in range(0, n, rows):
-            stop = min(start + rows, n)
-            elements = _mix(value_words(child.slice(start * size, (stop - start) * size)).reshape(stop - start, size))
+        for start in range(0, len(out), rows):
+            stop = min(start + rows, len(out))
+            elements = _mix(value_words(values.slice(start * size, (stop - start) * size)).reshape(stop - start, size))
             elements += positions
             _mix_in_place(elements, np.empty_like(elements))
             out[start:stop] = _mix(elements.sum(axis=1, dtype=np.uint64) + length)
