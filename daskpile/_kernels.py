@@ -315,28 +315,39 @@ def selectable(data):
 
     pyarrow (26.0.1) takes and filters a fixed-size list of fixed-size lists (an image's rows of pixels, a
     grid of vectors) from the wrong rows where its arrays are slices (a pile of a batch, a part of a row
-    group): such columns are copied to arrays of their own first.
+    group): such arrays are copied to arrays of their own first.  Others are given back as they are.
 
     >>> grid = pa.array([[[i, i]] for i in range(4)], pa.list_(pa.list_(pa.int8(), 2), 1)).slice(2)
     >>> pc.take(selectable(grid), pa.array([1, 0])).to_pylist()
     [[[3, 3]], [[2, 2]]]
     """
     if isinstance(data, pa.Table):
-        if not any(map(_lists_of_lists, data.schema.types)):
+        if not selectable_needs_a_look(data.schema):
             return data
         return pa.Table.from_arrays([selectable(column) for column in data.columns], schema=data.schema)
     if not _lists_of_lists(data.type):
         return data
-    if isinstance(data, pa.ChunkedArray):
-        return pa.chunked_array([pa.concat_arrays([chunk]) for chunk in data.chunks], data.type)
-    return pa.concat_arrays([data])
+    chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+    if not any(map(_sliced, chunks)):
+        return data
+    chunks = [pa.concat_arrays([chunk]) if _sliced(chunk) else chunk for chunk in chunks]
+    return pa.chunked_array(chunks, data.type) if isinstance(data, pa.ChunkedArray) else chunks[0]
+
+
+def selectable_needs_a_look(schema: pa.Schema) -> bool:
+    """Whether a table of ``schema`` may be one whose rows Arrow selects wrong where it is a slice."""
+    return any(map(_lists_of_lists, schema.types))
+
+
+def _lists_of_lists(kind: pa.DataType) -> bool:
+    """Whether ``kind`` holds a fixed-size list of fixed-size lists, at any depth."""
+    if isinstance(kind, pa.BaseExtensionType):  # (a user's type may not hash: its storage does)
+        return _lists_of_lists(kind.storage_type)
+    return _holds_lists_of_lists(kind)
 
 
 @functools.cache
-def _lists_of_lists(kind: pa.DataType) -> bool:
-    """Whether ``kind`` holds a fixed-size list of fixed-size lists, at any depth."""
-    if isinstance(kind, pa.BaseExtensionType):
-        return _lists_of_lists(kind.storage_type)
+def _holds_lists_of_lists(kind: pa.DataType) -> bool:
     if pa.types.is_fixed_size_list(kind) and pa.types.is_fixed_size_list(kind.value_type):
         return True
     if pa.types.is_struct(kind):
@@ -347,6 +358,21 @@ def _lists_of_lists(kind: pa.DataType) -> bool:
         return _lists_of_lists(kind.value_type)
     value_type = getattr(kind, "value_type", None)  # lists of all kinds
     return value_type is not None and _lists_of_lists(value_type)
+
+
+def _sliced(array: pa.Array) -> bool:
+    """Whether ``array``, or an array within it, starts at an offset into its buffers."""
+    if array.offset:
+        return True
+    if isinstance(array, pa.ExtensionArray):
+        return _sliced(array.storage)
+    kind = array.type
+    if pa.types.is_struct(kind):
+        return any(_sliced(array.field(i)) for i in range(kind.num_fields))
+    if pa.types.is_dictionary(kind):
+        return _sliced(array.dictionary)
+    values = getattr(array, "values", None)  # lists of all kinds, maps: their child, unsliced
+    return values is not None and _sliced(values)
 
 
 class TakeSource:
@@ -372,7 +398,7 @@ class TakeSource:
             self.view_type, self.values = None, _combined(column.cast(self.wide_type))
             self.lengths = pc.fill_null(pc.binary_length(self.values), 0)
             return
-        combined = _combined(column)
+        combined = selectable(_combined(column))  # (once, not at each take)
         self.view_type = _VIEW_TYPES.get(column.type) if plain and len(column) >= VIEW_TAKE_MIN_ROWS else None
         if self.view_type is not None and (pc.max(pc.binary_length(combined)).as_py() or 0) <= INLINE_STRING_BYTES:
             # Strings combined, then cast: combining views instead rewrites each one (measured 7x slower).

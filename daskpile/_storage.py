@@ -7,6 +7,7 @@ is complete, so the object is written under its final key.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -533,10 +534,10 @@ def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
             fs.rm(path, recursive=True)
 
 
-# What changes when a file is written again, alike in a listing and in the details of a file opened: a local
-# file's mtime, S3's ETag, GCS's generation, Azure's etag (S3's LastModified is not: a listing and a HEAD
-# give it at other precisions)
-_VERSION_KEYS = ("mtime", "ETag", "generation", "etag")
+# What changes when a file is written again, alike in a listing and in the details of a file opened: GCS's
+# generation (its mtime, "updated", changes with the object's metadata too), S3's ETag, Azure's etag, a local
+# file's mtime (S3's LastModified is not: a listing and a HEAD give it at other precisions)
+_VERSION_KEYS = ("generation", "ETag", "etag", "mtime")
 
 
 class FileChangedError(ValueError):
@@ -561,6 +562,12 @@ class FileVersion:
     def of(cls, info: dict) -> FileVersion:
         """From ``fs.info``, a listing's entry, or an opened file's details."""
         return cls(info.get("size"), next((repr(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), None))
+
+    @classmethod
+    def listed(cls, fs: fsspec.AbstractFileSystem, info: dict) -> FileVersion:
+        """Of a file as a listing gave it (``info``); a local one's from ``os.stat``, of what a link points to, as
+        it is read (fsspec lists a link's own mtime, and gives the target's in ``info``)."""
+        return cls.local(info["name"]) if is_local(fs) else cls.of(info)
 
     @classmethod
     def local(cls, path: str) -> FileVersion:
@@ -608,15 +615,51 @@ def stamp_size(stamp: str | None) -> int | None:
     return int(size) if size.isdigit() else None
 
 
+# Folders listed, or files looked at, at once on an object store (a lake of thousands of key=value folders)
+LISTING_THREADS = 16
+
+
 def listed_infos(fs, paths: list[str]) -> list[dict | None]:
     """``fs.info`` of each file as it is now, from one listing of each directory (None for a file not there)."""
-    infos = {}
-    for directory in dict.fromkeys(posixpath.dirname(p) for p in paths):
+
+    def listing(directory: str) -> list[dict]:
         fs.invalidate_cache(directory)
         try:
-            listed = fs.ls(directory, detail=True)
+            return fs.ls(directory, detail=True)
         except FileNotFoundError:  # a folder gone, with its files (an object store says so of an empty prefix)
-            continue
+            return []
+
+    directories = list(dict.fromkeys(posixpath.dirname(p) for p in paths))
+    with concurrent.futures.ThreadPoolExecutor(min(LISTING_THREADS, max(len(directories), 1))) as pool:
+        listings = list(pool.map(listing, directories))
+    infos = {}
+    for directory, listed in zip(directories, listings, strict=True):
         for info in listed:
             infos[directory, posixpath.basename(info["name"].rstrip("/"))] = info
     return [infos.get((posixpath.dirname(p), posixpath.basename(p))) for p in paths]
+
+
+def versions_now(fs, paths: list[str]) -> list[FileVersion | None]:
+    """The version of each file as it is now (``FileVersion.listed``), None for one not there: local files'
+    from ``os.stat``; others' from one listing of each folder, or from the file's own details where the listing
+    lacks it or cannot be made (an HTTP server's, a bucket one may read but not list)."""
+    if is_local(fs):
+        return [_version_now(fs, path) for path in paths]
+    try:
+        infos = listed_infos(fs, paths)
+    except (OSError, NotImplementedError, ValueError):
+        infos = [None] * len(paths)
+    missing = [path for path, info in zip(paths, infos, strict=True) if info is None]
+    with concurrent.futures.ThreadPoolExecutor(min(LISTING_THREADS, max(len(missing), 1))) as pool:
+        looked_at = dict(zip(missing, pool.map(functools.partial(_version_now, fs), missing), strict=True))
+    return [looked_at[p] if info is None else FileVersion.of(info) for p, info in zip(paths, infos, strict=True)]
+
+
+def _version_now(fs, path: str) -> FileVersion | None:
+    try:
+        if is_local(fs):
+            return FileVersion.local(path)
+        fs.invalidate_cache(path)
+        return FileVersion.of(fs.info(path))
+    except FileNotFoundError:
+        return None

@@ -43,7 +43,14 @@ from daskpile._interrupt import (
     uninterrupted,
     workers_ignoring_ctrl_c,
 )
-from daskpile._storage import StoreUnreachable, check_url, redact, store_out_of_reach, store_unusable
+from daskpile._storage import (
+    FileChangedError,
+    StoreUnreachable,
+    check_url,
+    redact,
+    store_out_of_reach,
+    store_unusable,
+)
 from daskpile._words import count
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
@@ -71,7 +78,8 @@ _REQUEST_ERRORS = (
 # Errors the same command may not meet when run again later: exit status 75, as sysexits.h's EX_TEMPFAIL, so that
 # what runs the command (a Kubernetes Job's podFailurePolicy, Argo's or Airflow's retries, a shell loop) retries
 # these, and gives up at once on a 2, which no retry mends.
-_TRY_AGAIN_ERRORS = (SchedulerUnreachable, DestBusyError, WindowChangedError)
+# (FileChangedError: a source being written while the run read it, which a later run may read whole)
+_TRY_AGAIN_ERRORS = (SchedulerUnreachable, DestBusyError, WindowChangedError, FileChangedError)
 EXIT_TRY_AGAIN = 75
 
 
@@ -88,7 +96,7 @@ def _exit_status(e: BaseException) -> int:
 def _error_line(e: BaseException) -> str:
     """The one line that says ``e``, and where its run's state is if it left one."""
     message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-    if isinstance(e, OSError) and e.strerror and e.filename is None:  # not "[Errno 28] scratch ... is full"
+    if isinstance(e, OSError) and message == f"[Errno {e.errno}] {e.strerror}":  # not "[Errno 28] scratch ..."
         message = e.strerror
     line = message.splitlines()[0] if message else type(e).__name__
     # (Dask names a task: "daskpile-gather-... cancelled for reason: ...")

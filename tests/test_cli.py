@@ -299,6 +299,11 @@ def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
         ),
         pytest.param(lambda: ValueError("column 'x' holds objects of two types"), 2, id="bad-input"),
         pytest.param(
+            lambda: daskpile.FileChangedError("source file 'a' was written again while the shuffle read the source"),
+            75,
+            id="source-written-during-the-run",
+        ),
+        pytest.param(
             lambda: CommClosedError("in <TCP (closed) ConnectionPool.gather>: Stream is closed"),
             75,
             id="scheduler-lost",

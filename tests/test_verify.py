@@ -321,6 +321,25 @@ def test_a_source_changed_while_pass_1_reads_it_is_refused_never_verified(sync_s
     assert again.rows == 3_000 - 1_000 * (happened == "removed") and daskpile.verify(str(source), str(dest)).ok
 
 
+def test_files_that_are_links_are_not_said_written_again(sync_scheduler, tmp_path):
+    """A Hugging Face cache's files are links to its blobs: fsspec lists a link's own mtime, and gives its
+    target's in ``info``, so a link made after its file was said written again."""
+    import time
+
+    write_parts(reference_table(0, 2_000, 2_000), tmp_path / "blobs", parts=2)
+    time.sleep(0.05)
+    (tmp_path / "src").mkdir()
+    for blob in sorted((tmp_path / "blobs").iterdir()):
+        (tmp_path / "src" / blob.name).symlink_to(blob)
+    for source in (tmp_path / "src", next((tmp_path / "src").iterdir())):
+        dest = tmp_path / f"out-{source.name}"
+        assert daskpile.shuffle_parquet(str(source), str(dest), piles=2, seed=0).rows in (1_000, 2_000)
+    (tmp_path / "piles").mkdir()
+    for part in sorted((tmp_path / "out-src").glob("*.parquet")):
+        (tmp_path / "piles" / part.name).symlink_to(part)
+    assert sum(b.num_rows for b in daskpile.PileLoader(str(tmp_path / "piles"), batch_size=500, seed=0)) == 2_000
+
+
 @pytest.mark.parametrize("write_index", [True, False])
 def test_the_dask_dataframe_workflow_verifies(sync_scheduler, source, tmp_path, write_index):
     """shuffle(dd.read_parquet(src)).to_parquet(out): Dask's own index column is recognised, and named."""

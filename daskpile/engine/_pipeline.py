@@ -278,7 +278,8 @@ def shuffle_parquet(
         The number of piles (at least 1), or ``"auto"`` (the default, as on
         the command line): the fewest piles, at least 4 per thread and of
         32 MiB in memory or less on average (larger piles permute slower),
-        but not piles of fewer than 10,000 rows and 32 MiB on average, such that a pile
+        but not so many that piles hold fewer than 10,000 rows and less than
+        32 MiB on average, such that a pile
         of mean size plus 6 standard deviations fits ``memory_per_pile``.
         The size comes from the Parquet footers of up to 8 evenly spaced files, scaled
         by file size (or from ``_metadata``); dictionary-encoded columns, which
@@ -814,7 +815,6 @@ class _Run:
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip
             self.seconds_scatter = timer.seconds
-            self.plan.refuse_files_written_again()
             self.refuse_what_the_output_cannot_hold(scattered)
         except WorkerKilled as e:
             raise e.saying(self._large_row_group_said(e.key)) from None
@@ -829,6 +829,7 @@ class _Run:
                     "a larger disk or an object store, and run the same command again (nothing was written to dest)",
                 ) from e
             raise
+        self.refuse_sources_written_during_the_pass()
         self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
@@ -837,6 +838,16 @@ class _Run:
             f"({size(sum(self.plan.sizes))}), {self._scratch_written_said(scattered)}"
         )
         return scattered
+
+    def refuse_sources_written_during_the_pass(self) -> None:
+        """Once pass 1 has read every file, one written again or removed since the plan listed it is refused, and
+        scratch, of rows of no one version of the source, removed.  A store that cannot be looked at now says so,
+        and scratch is kept: the same command again resumes from it."""
+        try:
+            self.plan.refuse_files_written_again()
+        except FileChangedError:
+            self.scratch.remove()
+            raise
 
     def refuse_sources_changed_under(self, failure: BaseException) -> None:
         """Where pass 1 failed on a source file written again or removed while it ran (a file gone, one cut

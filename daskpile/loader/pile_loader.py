@@ -702,7 +702,7 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
         column = column.cast(column.type.value_type)
     kind = column.type
     if pa.types.is_fixed_size_list(kind):
-        vectors = _vectors(column)
+        vectors = _vectors(name, column)
         if vectors is not None:
             return vectors
     if (nulls or column.null_count) and (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
@@ -722,33 +722,46 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
     return column.to_numpy()
 
 
-def _vectors(column: pa.ChunkedArray) -> np.ndarray | None:
+def _vectors(name: str, column: pa.ChunkedArray) -> np.ndarray | None:
     """A column of fixed-size lists of numbers (embeddings; lists of lists too) as one array of shape (rows,
     size, ...), where pyarrow gives an object array of arrays (which torch cannot take): floats with a null
-    vector or value as NaN; integers and booleans without a null.  None for others.
+    vector or value as NaN; integers and booleans refused where they hold a null (their dtype would change
+    from a batch to the next).  None for lists of other values.
 
-    >>> _vectors(pa.chunked_array([pa.array([[1.5, 2], None], pa.list_(pa.float32(), 2))])).tolist()
+    >>> _vectors("v", pa.chunked_array([pa.array([[1.5, 2], None], pa.list_(pa.float32(), 2))])).tolist()
     [[1.5, 2.0], [nan, nan]]
-    >>> _vectors(pa.chunked_array([pa.array([[1, None]], pa.list_(pa.int8(), 2))])) is None
-    True
+    >>> _vectors("v", pa.chunked_array([pa.array([[1, None]], pa.list_(pa.int8(), 2))]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: column 'v' holds vectors of integers with a null, which output='numpy' ...
     """
     array = pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
-    shape, missing = [len(array)], np.asarray(array.is_null()) if array.null_count else None
-    while pa.types.is_fixed_size_list(array.type):
-        if len(shape) > 1 and array.null_count:  # (a null inner list: not worth an array of its own)
-            return None
-        size = array.type.list_size
-        array = array.values.slice(array.offset * size, len(array) * size)  # (a null list's values included)
-        shape.append(size)
-    kind = array.type
-    if pa.types.is_floating(kind):
-        values = array.to_numpy(zero_copy_only=False).reshape(shape)
+    levels = [array]  # the array of each level, the values last
+    while pa.types.is_fixed_size_list(levels[-1].type):
+        size = levels[-1].type.list_size
+        levels.append(levels[-1].values.slice(levels[-1].offset * size, len(levels[-1]) * size))
+    values, shape = levels[-1], [len(array), *(level.type.list_size for level in levels[:-1])]
+    missing = None  # of each value: its own null, or a null list above it (whose values are any)
+    for level in levels:
         if missing is not None:
-            values = values.copy()
-            values[missing] = np.nan
-        return values
-    if (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and missing is None and not array.null_count:
-        return array.to_numpy(zero_copy_only=False).reshape(shape)
+            missing = np.repeat(missing, len(level) // max(len(missing), 1))
+        if level.null_count:
+            nulls = np.asarray(level.is_null())
+            missing = nulls if missing is None else missing | nulls
+    kind = values.type
+    if pa.types.is_floating(kind):
+        flat = values.to_numpy(zero_copy_only=False)
+        if missing is not None:
+            flat = flat.copy()
+            flat[missing] = np.nan
+        return flat.reshape(shape)
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        if missing is not None:
+            raise ValueError(
+                f"column {name!r} holds vectors of integers with a null, which output='numpy' cannot give as "
+                "integers (an array of one dtype in every batch, as tensors need): fill its nulls before the "
+                "shuffle, or read it with PileLoader(output='arrow')"
+            )
+        return values.to_numpy(zero_copy_only=False).reshape(shape)
     return None
 
 

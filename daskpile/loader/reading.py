@@ -7,6 +7,7 @@ import itertools
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
@@ -14,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from daskpile import _kernels
-from daskpile._storage import FileVersion, full_url, is_local
+from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
@@ -78,8 +79,9 @@ class GroupLoad:
     of equal rows (the last one the rest).
     """
 
-    def __init__(self, fields: list[pa.Field], taken: list[list[Future]], stopped: threading.Event, metadata=None):
+    def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata=None, readers=()):
         self.fields, self._taken, self._stopped, self.metadata = fields, taken, stopped, metadata
+        self._readers = readers  # its pieces' (_PieceReader), weakly: a file they hold is let go if it is stopped
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller
@@ -92,8 +94,10 @@ class GroupLoad:
         return pa.Table.from_arrays(list(arrays), schema=pa.schema(fields, metadata=self.metadata))
 
     def cancel(self) -> None:
-        """Its tasks not yet started do nothing."""
+        """Its tasks not yet started do nothing, and its files are let go."""
         self._stopped.set()
+        for reader in list(self._readers):
+            reader.close()
 
 
 class TaskPool:
@@ -180,12 +184,23 @@ def load_group(
     names = list(columns) if columns is not None else units.schema.names
     order = submit(group_permutation, seed, epoch, group)
     reads: dict[str, list[Future]] = {name: [] for name in names}
+    # The pieces' readers, weakly (a reader's future would hold, through its callbacks, the columns read): a
+    # stopped load lets their files go
+    readers: weakref.WeakSet[_PieceReader] = weakref.WeakSet()
+
+    def read_piece(*args) -> _PieceReader:
+        reader = _PieceReader(*args)
+        readers.add(reader)
+        if stopped.is_set():
+            reader.close()
+        return reader
+
     try:
         for piece in group.pieces:
             if reserve is not None:
                 reserve(piece.rows)
             chosen, ranges = piece_order(units, piece, seed, epoch), piece_ranges(units, piece, seed, epoch)
-            reader = submit(_PieceReader, units, piece.unit, ranges, chosen, columns)
+            reader = submit(read_piece, units, piece.unit, ranges, chosen, columns)
             for name in names:
                 reads[name].append(after([reader], _PieceReader.column, name))
     except BaseException:
@@ -197,7 +212,7 @@ def load_group(
     else:
         sources = [after(reads.pop(name), _take_source) for name in names]
         taken = [[after([source, order], _take_parts, [part]) for part in parts] for source in sources]
-    return GroupLoad([units.schema.field(name) for name in names], taken, stopped, metadata)
+    return GroupLoad([units.schema.field(name) for name in names], taken, stopped, metadata, readers)
 
 
 def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
@@ -314,6 +329,8 @@ class _PieceReader:
         with self.files.one() as parquet:
             check_rows(url, parquet.metadata.num_rows, expected)
             self.footer = parquet.metadata
+        if not self.files.left:  # (key=value folders' columns only)
+            self.files.close()
         sizes = np.array([self.footer.row_group(i).num_rows for i in range(self.footer.num_row_groups)], np.int64)
         ends = np.cumsum(sizes)
         groups = set()
@@ -327,6 +344,11 @@ class _PieceReader:
         for a, b in ranges:
             group = int(np.searchsorted(ends, a, side="right"))
             self.slices.append((read_before[group] + a - int(ends[group] - sizes[group]), b - a))
+
+    def close(self) -> None:
+        """Let its file go, though columns are left to read (the load was stopped)."""
+        if self.table is None and hasattr(self, "files"):
+            self.files.close()
 
     def column(self, name: str) -> pa.ChunkedArray:
         keys = self.units.keys
@@ -356,27 +378,49 @@ class _OpenFiles:
     def __init__(self, fs, path: str, listed: FileVersion | None, url: str, reads: int):
         self.fs, self.path, self.listed, self.url, self.left = fs, path, listed, url, reads
         self.footer = None  # read when the file is first opened; given to each opening after
-        self.free: list = []
+        self.free: list[tuple[object, contextlib.ExitStack]] = []  # (a ParquetFile not in use, what closes it)
+        self.closed = False
         self.lock = threading.Lock()
-        self.opened = contextlib.ExitStack()
 
     @contextlib.contextmanager
     def one(self, read: bool = False):
-        with self.lock:  # (an ExitStack is not for threads)
-            parquet = self.free.pop() if self.free else None
-            if parquet is None:
-                parquet = self.opened.enter_context(open_parquet(self.fs, self.path, self.footer, listed=self.listed))
-                self.footer = parquet.metadata
-        with parquet_errors(self.url):
-            yield parquet
-            if self.listed is not None and is_local(self.fs):
-                self.listed.require(FileVersion.local(self.path), self.url)
+        """A ParquetFile of the file, for this thread alone while in the block; ``read``: the block reads a column
+        (the last of them closes the file)."""
         with self.lock:
-            self.free.append(parquet)
-            self.left -= read
-            if read and not self.left:
-                self.free.clear()
-                self.opened.close()
+            held = self.free.pop() if self.free else None
+        if held is None:
+            opened = contextlib.ExitStack()
+            held = opened.enter_context(open_parquet(self.fs, self.path, self.footer, listed=self.listed)), opened
+            self.footer = held[0].metadata
+        try:
+            with parquet_errors(self.url):
+                yield held[0]
+                if self.listed is not None and is_local(self.fs):
+                    self.listed.require(FileVersion.local(self.path), self.url)
+        except BaseException:  # the load fails: its file is let go
+            _close(held[1])
+            self.close()
+            raise
+        with self.lock:
+            self.left -= 1 if read else 0
+            kept = not self.closed and not (read and self.left <= 0)
+            if kept:
+                self.free.append(held)
+        if not kept:
+            _close(held[1])
+            self.close()
+
+    def close(self) -> None:
+        """Close the file: now where no thread reads it, else once its read is done."""
+        with self.lock:
+            self.closed, free, self.free = True, self.free, []
+        for _, opened in free:
+            _close(opened)
+
+
+def _close(opened: contextlib.ExitStack) -> None:
+    with contextlib.suppress(FileChangedError):  # (looked at after each read already)
+        opened.close()
 
 
 def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
@@ -389,7 +433,8 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
             if units.filter is not None or units.keys is not None:
                 # A dataset opens the file by its name: the version is looked at before and after instead
                 _check_version(fs, path, units.listed(unit, file))
-                table = parquet_dataset(fs, path, units.keys, units.schema).to_table(columns=names, filter=units.filter)
+                dataset = parquet_dataset(fs, path, units.keys, units.schema)
+                table = dataset.to_table(columns=names, filter=units.filter, **_unsliced_batches(units.schema))
                 _check_version(fs, path, units.listed(unit, file))
             else:
                 with open_parquet(fs, path, listed=units.listed(unit, file)) as parquet:
@@ -398,6 +443,13 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
     table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
     check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
     return table
+
+
+def _unsliced_batches(schema: pa.Schema) -> dict:
+    """A dataset's scan options that filter grids of vectors right: pyarrow (26.0.1) filters a fixed-size list
+    of fixed-size lists from the wrong rows where its batch is a slice of a row group (``_kernels.selectable``),
+    as a scan's batches of 131,072 rows are.  A row group in a batch of its own is not one."""
+    return {"batch_size": 2**31 - 1} if _kernels.selectable_needs_a_look(schema) else {}
 
 
 def _check_version(fs, path: str, listed: FileVersion | None) -> None:

@@ -153,7 +153,7 @@ def discover(
     nulls, uncounted = _nulls(manifest, counted, keys, schema)
     if infos is None:
         infos = [c.info for c in counted]
-    listed = {path: None if info is None else FileVersion.of(info) for path, info in zip(paths, infos, strict=True)}
+    listed = {p: None if info is None else FileVersion.listed(fs, info) for p, info in zip(paths, infos, strict=True)}
     content = content_key(manifest, infos)
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]

@@ -32,6 +32,7 @@ from daskpile._storage import (
     listed_infos,
     reaching,
     redact,
+    versions_now,
 )
 from daskpile.sources import arrowfiles, hive, listing, schemas, tables, text
 from daskpile.sources.parquet import arrow_schema, open_parquet, read_parquet, refuse_unwritable
@@ -101,10 +102,10 @@ class SourcePlan:
         """
         if self.table is not None:
             return
-        now = listed_infos(self.fs, [f.path for f in self.files])
-        for f, info in zip(self.files, now, strict=True):
-            if info is None or not (f.listed or FileVersion(f.size, None)).same_as(FileVersion.of(info)):
-                happened = "removed" if info is None else "written again"
+        now = versions_now(self.fs, [f.path for f in self.files])
+        for f, version in zip(self.files, now, strict=True):
+            if version is None or not (f.listed or FileVersion(f.size, None)).same_as(version):
+                happened = "removed" if version is None else "written again"
                 raise FileChangedError(
                     f"source file {redact(full_url(self.fs, f.path))!r} was {happened} while the shuffle read "
                     "the source, so the rows read are of no one version of it: nothing was written to dest; run "
@@ -267,7 +268,7 @@ def _plan_sources(
             int(info.get("size") or 0),
             stamp,
             _key_tuple(pairs, key_fields, full_url(fs, name)),
-            listed=FileVersion.of(info),
+            listed=FileVersion.listed(fs, info),
         )
         for (info, pairs), stamp in zip(files, stamps, strict=True)
     ]
