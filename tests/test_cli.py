@@ -18,7 +18,7 @@ from distributed.comm.core import CommClosedError
 
 import daskpile
 from daskpile._storage import StoreUnreachable
-from daskpile.cli import SchedulerUnreachable, _exit_status, cli
+from daskpile.cli import SchedulerUnreachable, _error_line, _exit_status, cli
 from daskpile.datasets import write_reference_dataset
 from daskpile.window.snapshot import WindowChangedError
 
@@ -274,6 +274,22 @@ def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
             raise error from cause
     except BaseException as e:
         return e
+
+
+def test_a_system_error_s_line_drops_its_errno_only_where_that_is_all_it_adds():
+    """ "[Errno 28] scratch '...' is full" said errno 28 before what mattered; an error whose text is more than
+    its errno and strerror (a connection's, naming its host) keeps it."""
+    assert _error_line(OSError(28, "scratch 's' is full: No space left")) == "scratch 's' is full: No space left"
+    refused = ConnectionRefusedError(111, "Connect call failed ('10.0.0.1', 9000)")
+    assert _error_line(refused) == "Connect call failed ('10.0.0.1', 9000)"
+
+    class ClientConnectorError(OSError):  # (aiohttp's: its text names the host, its strerror does not)
+        def __str__(self):
+            return "Cannot connect to host s3.example:443 ssl:default [Connect call failed]"
+
+    assert _error_line(ClientConnectorError(111, "Connect call failed")).startswith("Cannot connect to host s3.exa")
+    named = FileNotFoundError(2, "No such file or directory", "/data/x.parquet")
+    assert _error_line(named) == "[Errno 2] No such file or directory: '/data/x.parquet'"
 
 
 @pytest.mark.parametrize(
