@@ -304,8 +304,9 @@ def _as_output_keeps(options: text.TextOptions, key_fields: pa.Schema, written_a
 
 
 def _named_only(item: listing.Listed, format: str) -> listing.Listed:
-    named = [info for info in item.files if text.detect(info["name"])[0] == format]
-    others = [full_url(item.fs, info["name"]) for info in item.files if info not in named]
+    is_named = [text.detect(info["name"])[0] == format for info in item.files]  # (once each: 40,000 files)
+    named = [info for info, yes in zip(item.files, is_named, strict=True) if yes]
+    others = [full_url(item.fs, info["name"]) for info, yes in zip(item.files, is_named, strict=True) if not yes]
     return dataclasses.replace(item, files=named, strays=[*item.strays, *others])
 
 
