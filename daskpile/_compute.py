@@ -484,13 +484,31 @@ def _compute(tasks: list, bars: bool, on_done, callbacks: contextlib.ExitStack) 
     # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
     pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or dask.system.CPU_COUNT)
     interrupted = False
+    CTRL_C.clear()
     try:
         return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
     except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
         interrupted = True
+        CTRL_C.set()
         raise
     finally:
         pool.shutdown(wait=not interrupted, cancel_futures=True)
+
+
+# Set when Ctrl-C stops a run on the threads scheduler: its running tasks stop at their next pile or piece
+# (``stop_after_ctrl_c``), each written whole.  A task went on to the end of its share: one of 100,000 piles of
+# a few rows each wrote for minutes, and the process, which waits for its threads, exited then.
+CTRL_C = threading.Event()
+
+
+class StoppedByCtrlC(Exception):
+    """A task of a run Ctrl-C stopped ends here (in a thread of this process; a worker's tasks are cancelled)."""
+
+
+def stop_after_ctrl_c() -> None:
+    """Raise ``StoppedByCtrlC`` in a task of a threaded run Ctrl-C has stopped: between two of its writes."""
+    if CTRL_C.is_set():
+        raise StoppedByCtrlC
 
 
 def exception_chain(e: BaseException) -> list[BaseException]:

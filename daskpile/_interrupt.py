@@ -240,7 +240,9 @@ def quiet_on_ctrl_c(own_client=None):
     The loggers go quiet in the signal handler itself, before KeyboardInterrupt unwinds: the client's
     event loop may log an abandoned gather ("Task exception was never retrieved") while it unwinds.
     """
-    if not _in_main_thread():
+    if not _in_main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # (started with Ctrl-C ignored, in a script's background: it keeps ignoring it, as on threads, and
+        # SIGTERM stops it)
         yield
         return
 

@@ -5,6 +5,7 @@ LocalCluster get it too.  Each test waits for a stage it can see from outside (a
 process started, a line printed, a scratch file written), so none depends on timing.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -143,6 +144,27 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
     reference = uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20, output_format="jsonl")
     assert file_bytes(tmp_path / "out") == reference
+
+
+def test_in_pass_2_of_many_piles_on_threads_the_tasks_stop_at_their_next_pile(tmp_path):
+    """A task of pass 2 writes a share of the piles: of 300,000 piles of a few rows, minutes of them, which went
+    on after Ctrl-C (its thread cannot be stopped), and the command ended only then."""
+    write_reference_dataset(tmp_path / "src", rows=20_000, files=2)
+    dest = tmp_path / "out"
+    args = [DASKPILE, "shuffle", str(tmp_path / "src"), str(dest), "--piles", "20000", "--seed", "3",
+            "--scheduler", "threads", "--scratch", str(tmp_path)]  # fmt: skip
+    at_sigint = []
+
+    def written(_) -> bool:
+        with contextlib.suppress(FileNotFoundError):
+            at_sigint[:] = [sum(1 for _ in os.scandir(dest))]
+        return at_sigint and at_sigint[0] > 300
+
+    status, _, stderr = interrupted_when(args, written)
+    assert status == 130 and the_one_line(stderr).startswith(RESUMABLE)
+    assert sum(1 for _ in os.scandir(dest)) < at_sigint[0] + 100  # (a pile or so a thread; it was thousands)
+    resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daskpile import _kernels, _random
+from daskpile._compute import stop_after_ctrl_c
 from daskpile._storage import atomic_sink
 from daskpile._words import count
 from daskpile.checks import _fingerprint
@@ -146,6 +147,7 @@ def scatter_partition(
 
     pieces = read_pieces(fs, files, reading, blocksize, skip=done, footer_rows=footer_rows, check_rows=check_rows)
     for piece, table in pieces:
+        stop_after_ctrl_c()
         if table is not None and output is not None:
             _refuse_values(output, table, fs, files, reading, blocksize)
         results.append(
@@ -285,6 +287,7 @@ def gather_to_parquet(
     existing_paths = set() if as_arrow else existing(fs, paths)
     with PileReader(scratch) as reader:
         for index, rows, path in zip(piles, expected_rows, paths, strict=True):
+            stop_after_ctrl_c()
             pile, sub = (index, None) if parent is None else (parent, index)
             stamp = {"pile": int(pile), "piles": int(total_piles), "seed": int(seed), "rows": int(rows)}
             if sub is not None:
