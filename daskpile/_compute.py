@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 
 import dask
 import dask.system
@@ -648,7 +649,11 @@ def _deaths_since(client, since: float, keys: set) -> list[str]:
 def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
     died = _DEATHS.get()
     since = client.run_on_scheduler(time.time) if died is not None else 0.0
-    futures = client.compute(tasks)
+    with warnings.catch_warnings():
+        # (a plan of 50,000 files is a graph of 30 MiB: distributed's advice to load the data with Dask instead
+        # is for graphs that embed data)
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        futures = client.compute(tasks)
     # The client runs done-callbacks on a thread of its own, which may still be on the last one when
     # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
     called = threading.Semaphore(0)

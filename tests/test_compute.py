@@ -516,3 +516,21 @@ def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):
         "a task holds a row up to 8 times over, more than the 256 MiB it has: give each worker thread at least 0.7 "
         "GiB, which no pile count or memory_per_pile can spare it"
     )
+
+
+def test_a_large_plan_sent_to_a_cluster_gives_no_advice_to_load_data_with_dask(client, tmp_path):
+    """A plan of 50,000 files is a graph of 30 MiB: distributed warned in every run ("Consider loading the data
+    with Dask directly"), advice for graphs that embed data."""
+    import warnings
+
+    import daskpile
+    from daskpile.datasets import write_reference_dataset
+
+    write_reference_dataset(tmp_path / "src", rows=4_000, files=4)
+    with (
+        warnings.catch_warnings(record=True) as said,
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "1kB"}),
+    ):
+        warnings.simplefilter("always")
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=0)
+    assert not [w for w in said if "large graph" in str(w.message)], [str(w.message) for w in said]

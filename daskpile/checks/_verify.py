@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+import uuid
 
-import dask
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile._compute import compute
+from daskpile._compute import compute, task
 from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
 from daskpile._words import count
 from daskpile.checks import _fingerprint
@@ -364,12 +364,20 @@ def verify(
         plan = plan.with_pieces(row_bytes)
     partitions = plan.partitions(_passes.BLOCKSIZE)
     names = plan.schema.names
-    tasks = [dask.delayed(_fingerprint_partition)(plan.fs, files, plan.reading) for files in partitions]
+    # (``task``: not ``dask.delayed``, which looked through the files of each task: 12.9 s of 100,000 files)
+    run = uuid.uuid4().hex[:12]
+    tasks = [
+        task(_fingerprint_partition, plan.fs, files, plan.reading, key=f"daskpile-verify-source-{k}-{run}")
+        for k, files in enumerate(partitions)
+    ]
     keys = None if manifest else FolderKeys.below(dest, dest_fs, dest_files, storage_options)
     tasks += [
-        dask.delayed(_fingerprint_file)(dest_fs, p, names, written_as, _folder_columns(keys, p, plan.schema))
-        for p in dest_files
-    ]
+        task(
+            _fingerprint_file, dest_fs, p, names, written_as, _folder_columns(keys, p, plan.schema),
+            key=f"daskpile-verify-result-{i}-{run}",
+        )
+        for i, p in enumerate(dest_files)
+    ]  # fmt: skip
     results = compute(tasks, progress=progress)
     source, dest_sides = _total(results[: len(partitions)]), results[len(partitions) :]
     result = _total(dest_sides)
@@ -475,10 +483,15 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     base = filesystem(dest, storage_options)[1]
     schema = _manifest.arrow_schema(manifest)
     names, written_as = schema.names, (_outputs.of_manifest(manifest), schema)
+    run = uuid.uuid4().hex[:12]
     tasks = [
-        [dask.delayed(_fingerprint_file)(fs, posixpath.join(base, name), names, written_as) for name in names_]
-        for _, names_, _ in generations
-    ]
+        [
+            task(_fingerprint_file, fs, posixpath.join(base, name), names, written_as,
+                 key=f"daskpile-verify-result-{g}-{i}-{run}")
+            for i, name in enumerate(names_)
+        ]
+        for g, (_, names_, _) in enumerate(generations)
+    ]  # fmt: skip
     sides = compute([t for group in tasks for t in group], progress=progress)
     paths = [posixpath.join(base, name) for _, names_, _ in generations for name in names_]
     per_generation, start = [], 0
