@@ -16,7 +16,12 @@ def check_piles(piles: object, auto_allowed: bool = False) -> int:
         raise ValueError(f"piles must be {expected}, got {piles!r}")
     if piles < 1:
         raise ValueError(f"piles must be at least 1, got {piles}")
+    if piles > MAX_PILES:
+        raise ValueError(f"piles must be at most {MAX_PILES:,} (a pile's number is 32 bits), got {piles:,}")
     return int(piles)
+
+
+MAX_PILES = 2**32
 
 
 def check_bytes(name: str, value: object) -> int | None:

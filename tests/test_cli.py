@@ -145,9 +145,24 @@ def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path
     empty = sum(not pq.read_metadata(f).num_rows for f in (tmp_path / "out").glob("part-*.parquet"))
     assert empty >= 30
     said = rf"pass 2: 10 rows written to 40 files \(\d+ KiB\), {empty} of them empty"  # (it said 0 MiB)
-    assert re.search(said, capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert re.search(said, out)
+    # and said before: 1,000,000 piles for 120,916 rows began 879,084 empty files without a word
+    assert "note: 40 piles for about 10 rows: 30 or more of their files will be empty\n" in out
+    with pytest.warns(UserWarning, match="^40 piles for about 10 rows: 30 or more of their files will be empty$"):
+        daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out2"), piles=40, seed=1)
     daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "one"), piles=1, seed=1, progress=True)
     assert "empty" not in capsys.readouterr().out
+
+
+def test_more_piles_than_the_machine_holds_the_counts_of_are_refused(tmp_path, sync_scheduler):
+    """100,000,000 piles over 13 pass-1 tasks took 22 GB (their per-pile counts) before a row was written."""
+    pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "ten.parquet")
+    with pytest.raises(ValueError, match=r"^4,000,000,000 piles over 1 pass-1 task would take 89\.4 GiB of pile "):
+        daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=4 * 10**9, seed=1)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"piles must be at most 4,294,967,296 \(a pile's number is 32 bits\)"):
+        daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=2**33, seed=1)
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):

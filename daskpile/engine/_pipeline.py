@@ -19,9 +19,11 @@ import math
 import posixpath
 import re
 import tempfile
+import warnings
 
 import dask
 import numpy as np
+import psutil
 
 from daskpile._compute import (
     Timer,
@@ -58,7 +60,7 @@ from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch
 from daskpile.engine import _run as run_state
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import Scratch
-from daskpile.engine._sizing import PileTooLargeError
+from daskpile.engine._sizing import PileTooLargeError, human_size
 from daskpile.sources import arrowfiles, plan_sources, text
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import read_pieces
@@ -66,6 +68,12 @@ from daskpile.sources.read import read_pieces
 # New runs read a Parquet row group larger than a piece in parts of its rows; a run begun by a daskpile that
 # numbered its pieces otherwise resumes as it began (``RunSpec.cut_row_groups``).
 CUT_ROW_GROUPS = True
+
+
+# What the command holds for each pile of each pass-1 task (its rows, Arrow bytes and largest row), and the
+# share of the machine's memory they may take
+PILE_COUNT_BYTES = 24
+PILE_COUNTS_FRACTION = 1 / 4
 
 
 class VerificationError(RuntimeError):
@@ -655,6 +663,11 @@ class _Run:
         finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
+        empty = self._empty_piles_said()
+        if empty and self.progress:
+            print(f"note: {empty}", flush=True)
+        elif empty:
+            warnings.warn(empty, stacklevel=4)
         if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
             print(f"source: {self.plan}", flush=True)
 
@@ -734,6 +747,9 @@ class _Run:
             if self.previous is not None:  # resuming: keep the run's count even if the cluster changed
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
+        self.estimated_rows = rows
+        if self.previous is None:
+            self.refuse_piles_no_machine_counts()
         bands = (
             self.previous.bands if self.previous is not None else _scratch.bands_for(self.piece_bytes, self.plan.schema)
         )
@@ -743,6 +759,30 @@ class _Run:
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
             cut_row_groups,
         )  # fmt: skip
+
+    def refuse_piles_no_machine_counts(self) -> None:
+        """Refuse more piles than this machine holds the counts of: each pass-1 task gives the command its rows,
+        bytes and largest row for every pile (100,000,000 piles over 13 tasks took 22 GB, and 32 s, before a
+        row was written)."""
+        tasks = max(len(self.partitions), 1)
+        needed, machine = PILE_COUNT_BYTES * self.piles * tasks, psutil.virtual_memory().total
+        if needed > machine * PILE_COUNTS_FRACTION:
+            most = int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * tasks)
+            raise ValueError(
+                f"{self.piles:,} piles over {count(tasks, 'pass-1 task')} would take {human_size(needed)} of pile "
+                f"counts on this machine, more than a quarter of its {human_size(machine)}: give at most {most:,} "
+                f"piles (for about {self.estimated_rows:,} rows)"
+            )
+
+    def _empty_piles_said(self) -> str | None:
+        """A note that more piles were asked for than there are rows (most of their files empty), or None."""
+        rows = self.estimated_rows
+        if self.auto or self.piles <= rows or not rows:
+            return None
+        return (
+            f"{self.piles:,} piles for about {count(rows, 'row')}: {self.piles - rows:,} or more of their files will "
+            "be empty"
+        )
 
     @property
     def pieces(self) -> float:
