@@ -786,9 +786,10 @@ class Timer:
     def seconds(self) -> float:
         return time.perf_counter() - self.start
 
-    def say(self, message: str) -> None:
+    def say(self, message: str, seconds: float | None = None) -> None:
+        """``message`` and the seconds since creation (or ``seconds``, which a report gives too)."""
         if self.progress:
-            print(f"{message}, {self.seconds:.1f} s", flush=True)
+            print(f"{message}, {self.seconds if seconds is None else seconds:.1f} s", flush=True)
 
 
 def workers_missing(path: str) -> tuple[list[str], int]:

@@ -854,7 +854,6 @@ class _Run:
                 )
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip
-            self.seconds_scatter = timer.seconds
             self.refuse_what_the_output_cannot_hold(scattered)
         except WorkerKilled as e:
             raise e.saying(self._large_row_group_said(e.key)) from None
@@ -870,12 +869,14 @@ class _Run:
                 ) from e
             raise
         self.refuse_sources_written_during_the_pass()
+        self.seconds_scatter = timer.seconds  # (the pass-1 line says the report's seconds: they differed)
         self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
             f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
             f"{count(len(self.partitions), 'task')}{self._pieces_said(scattered)} "
-            f"({size(sum(self.plan.sizes))}), {self._scratch_written_said(scattered)}"
+            f"({size(sum(self.plan.sizes))}), {self._scratch_written_said(scattered)}",
+            self.seconds_scatter,
         )
         return scattered
 
@@ -1000,8 +1001,8 @@ class _Run:
                     f"space than the input{larger}",
                 ) from e
             raise
-        self.seconds_gather = timer.seconds
         _dest.remove_temporaries(self.dest_fs, target)  # of writers killed mid-file, in this run or an interrupted one
+        self.seconds_gather = timer.seconds
         split_note = ""
         if split:
             split_note = f", {count(len(split), 'pile')} over memory_per_pile split in {sum(split.values())}"
@@ -1010,7 +1011,8 @@ class _Run:
         split_note += f", {empty:,} of them empty" if empty else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
-            f"({size(sum(r.bytes for r in gathered))}){split_note}"
+            f"({size(sum(r.bytes for r in gathered))}){split_note}",
+            self.seconds_gather,
         )
         return names, gathered
 
