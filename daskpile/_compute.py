@@ -482,24 +482,30 @@ def _compute(tasks: list, bars: bool, on_done, callbacks: contextlib.ExitStack) 
         callbacks.enter_context(ProgressBar(out=sys.stdout))
     if _configured() not in (None, "threads", "threading"):
         return list(dask.compute(*tasks, scheduler=_local_scheduler()))
-    # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running
-    pool = concurrent.futures.ThreadPoolExecutor(dask.config.get("num_workers", None) or dask.system.CPU_COUNT)
+    # Threads: a pool of our own, so that a failure can wait for the tasks it leaves running, and Ctrl-C stop them
+    ctrl_c = threading.Event()
+    threads = dask.config.get("num_workers", None) or dask.system.CPU_COUNT
+    pool = concurrent.futures.ThreadPoolExecutor(threads, initializer=_stopped_by, initargs=(ctrl_c,))
     interrupted = False
-    CTRL_C.clear()
     try:
         return list(dask.compute(*tasks, scheduler=dask.threaded.get, pool=pool))
     except KeyboardInterrupt:  # Ctrl-C: the run is resumable whatever its running tasks still write
         interrupted = True
-        CTRL_C.set()
+        ctrl_c.set()
         raise
     finally:
         pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
-# Set when Ctrl-C stops a run on the threads scheduler: its running tasks stop at their next pile or piece
+# What a thread of a threaded run's pool sees set once Ctrl-C stops that run (each pool its own: not another
+# run's, in another thread, nor a later one): its running tasks stop at their next pile or piece
 # (``stop_after_ctrl_c``), each written whole.  A task went on to the end of its share: one of 100,000 piles of
 # a few rows each wrote for minutes, and the process, which waits for its threads, exited then.
-CTRL_C = threading.Event()
+_RUN = threading.local()
+
+
+def _stopped_by(ctrl_c: threading.Event) -> None:
+    _RUN.ctrl_c = ctrl_c
 
 
 class StoppedByCtrlC(Exception):
@@ -508,7 +514,8 @@ class StoppedByCtrlC(Exception):
 
 def stop_after_ctrl_c() -> None:
     """Raise ``StoppedByCtrlC`` in a task of a threaded run Ctrl-C has stopped: between two of its writes."""
-    if CTRL_C.is_set():
+    ctrl_c = getattr(_RUN, "ctrl_c", None)
+    if ctrl_c is not None and ctrl_c.is_set():
         raise StoppedByCtrlC
 
 

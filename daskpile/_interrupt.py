@@ -185,7 +185,7 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
     >>> uninterrupted(lambda: "cluster", undo=print)
     'cluster'
     """
-    if not _in_main_thread():
+    if not _in_main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # (ignored from the start)
         return start()
     pressed = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.set())

@@ -534,3 +534,36 @@ def test_a_large_plan_sent_to_a_cluster_gives_no_advice_to_load_data_with_dask(c
         warnings.simplefilter("always")
         daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=0)
     assert not [w for w in said if "large graph" in str(w.message)], [str(w.message) for w in said]
+
+
+def test_ctrl_c_stops_the_running_tasks_of_its_threaded_run_and_of_no_later_run():
+    """Ctrl-C stops a threaded run's tasks at their next write (``stop_after_ctrl_c``); a flag of the whole process
+    stopped the next run too, on the sync scheduler or in a notebook's next cell."""
+    import signal
+    import threading
+
+    from daskpile._compute import StoppedByCtrlC, stop_after_ctrl_c, task
+
+    started, stopped = threading.Event(), threading.Event()
+
+    def writing():
+        started.set()
+        for _ in range(2_000):
+            try:
+                stop_after_ctrl_c()
+            except StoppedByCtrlC:
+                stopped.set()
+                raise
+            time.sleep(0.005)
+
+    def ctrl_c():
+        started.wait(30)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
+        compute([task(writing, key="writing")])
+    assert stopped.wait(5)  # (it would have written for 10 s)
+    for scheduler in ("sync", "threads"):
+        with dask.config.set(scheduler=scheduler):
+            assert compute([task(stop_after_ctrl_c, key=f"later-{scheduler}")]) == [None]

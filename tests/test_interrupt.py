@@ -146,6 +146,15 @@ def test_in_pass_2_the_run_resumes(source, tmp_path):
     assert file_bytes(tmp_path / "out") == reference
 
 
+def test_started_with_ctrl_c_ignored_a_run_on_a_local_cluster_ignores_it(source, tmp_path):
+    """In a script's background (``daskpile ... &``) SIGINT is ignored from the start: the command ignored it on
+    threads and stopped on a LocalCluster, whose handlers replaced the ignoring."""
+    args = shuffle_args(source, tmp_path)
+    ready = lambda _: finished_partitions(tmp_path / "scratch") >= 2  # noqa: E731
+    status, stdout, stderr = interrupted_when(args, ready, sigint=signal.SIG_IGN)
+    assert status == 0 and "verified" in stdout and INTERRUPTED not in stderr, stderr
+
+
 def test_in_pass_2_of_many_piles_on_threads_the_tasks_stop_at_their_next_pile(tmp_path):
     """A task of pass 2 writes a share of the piles: of 300,000 piles of a few rows, minutes of them, which went
     on after Ctrl-C (its thread cannot be stopped), and the command ended only then."""

@@ -643,6 +643,7 @@ class _Run:
         dest outside a moving window unless it is one of its generations, by ``append``."""
         self.dest_fs, self.dest_path = filesystem(as_urls(dest, "dest"), self.storage_options)
         self.dest_url = full_url(self.dest_fs, self.dest_path)
+        self.inside_a_window = inside_a_window  # (whose pile count is the window's)
         _places.check_dest_outside_source(
             self.plan.fs, [f.path for f in self.plan.files], self.source, self.dest_fs, self.dest_path
         )
@@ -748,7 +749,7 @@ class _Run:
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
         self.estimated_rows = rows
-        if self.previous is None:
+        if self.previous is None and not self.auto and not self.inside_a_window:  # (a count asked for)
             self.refuse_piles_no_machine_counts()
         bands = (
             self.previous.bands if self.previous is not None else _scratch.bands_for(self.piece_bytes, self.plan.schema)
@@ -777,11 +778,11 @@ class _Run:
     def _empty_piles_said(self) -> str | None:
         """A note that more piles were asked for than there are rows (most of their files empty), or None."""
         rows = self.estimated_rows
-        if self.auto or self.piles <= rows or not rows:
+        if self.auto or self.inside_a_window or self.piles <= rows or not rows:
             return None
         return (
-            f"{self.piles:,} piles for about {count(rows, 'row')}: {self.piles - rows:,} or more of their files will "
-            "be empty"
+            f"{self.piles:,} piles for about {count(rows, 'row')}: about {self.piles - rows:,} or more of their files "
+            "will be empty"
         )
 
     @property

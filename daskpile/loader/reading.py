@@ -79,9 +79,10 @@ class GroupLoad:
     of equal rows (the last one the rest).
     """
 
-    def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata=None, readers=()):
+    def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata=None, readers=None):
         self.fields, self._taken, self._stopped, self.metadata = fields, taken, stopped, metadata
-        self._readers = readers  # its pieces' (_PieceReader), weakly: a file they hold is let go if it is stopped
+        # its pieces' readers (weakly) and their lock: a file they hold is let go if the load is stopped
+        self._readers = readers or (weakref.WeakSet(), threading.Lock())
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller
@@ -96,7 +97,10 @@ class GroupLoad:
     def cancel(self) -> None:
         """Its tasks not yet started do nothing, and its files are let go."""
         self._stopped.set()
-        for reader in list(self._readers):
+        readers, lock = self._readers
+        with lock:
+            opened = list(readers)
+        for reader in opened:
             reader.close()
 
 
@@ -187,10 +191,12 @@ def load_group(
     # The pieces' readers, weakly (a reader's future would hold, through its callbacks, the columns read): a
     # stopped load lets their files go
     readers: weakref.WeakSet[_PieceReader] = weakref.WeakSet()
+    lock = threading.Lock()  # (a set is not to be changed while ``GroupLoad.cancel`` walks it)
 
     def read_piece(*args) -> _PieceReader:
         reader = _PieceReader(*args)
-        readers.add(reader)
+        with lock:
+            readers.add(reader)
         if stopped.is_set():
             reader.close()
         return reader
@@ -212,7 +218,7 @@ def load_group(
     else:
         sources = [after(reads.pop(name), _take_source) for name in names]
         taken = [[after([source, order], _take_parts, [part]) for part in parts] for source in sources]
-    return GroupLoad([units.schema.field(name) for name in names], taken, stopped, metadata, readers)
+    return GroupLoad([units.schema.field(name) for name in names], taken, stopped, metadata, (readers, lock))
 
 
 def _part_bounds(rows: int, threads: int, tail: int) -> list[tuple[int, int]]:
