@@ -149,8 +149,11 @@ def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path
     assert re.search(said, out)
     # and said before: 1,000,000 piles for 120,916 rows began 879,084 empty files without a word
     assert "note: 40 piles for about 10 rows: about 30 or more of their files will be empty\n" in out
-    with pytest.warns(UserWarning, match="^40 piles for about 10 rows: about 30 or more of their files will be empty$"):
+    with pytest.warns(
+        UserWarning, match="^40 piles for about 10 rows: about 30 or more of their files will be empty$"
+    ) as warned:
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out2"), piles=40, seed=1)
+    assert [w.filename for w in warned] == [__file__]  # (the line that called, not one of daskpile's)
     daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "one"), piles=1, seed=1, progress=True)
     assert "empty" not in capsys.readouterr().out
 

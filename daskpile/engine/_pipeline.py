@@ -668,7 +668,7 @@ class _Run:
         if empty and self.progress:
             print(f"note: {empty}", flush=True)
         elif empty:
-            warnings.warn(empty, stacklevel=4)
+            warnings.warn(empty, stacklevel=5)  # (the caller of shuffle_parquet)
         if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
             print(f"source: {self.plan}", flush=True)
 
