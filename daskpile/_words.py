@@ -25,3 +25,16 @@ def size(nbytes: float) -> str:
     if nbytes >= 2**20:
         return f"{nbytes / 2**20:.1f} MiB"
     return f"{nbytes / 2**10:,.0f} KiB"
+
+
+def human_size(nbytes: float) -> str:
+    """``nbytes`` in the largest binary unit under 1024 of it, for messages.
+
+    >>> human_size(512), human_size(80 * 2**10), human_size(3.25 * 2**20)
+    ('512.0 B', '80.0 KiB', '3.2 MiB')
+    """
+    for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:,.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes} B"  # unreachable

@@ -53,14 +53,14 @@ from daskpile._storage import (
     redacting_errors,
 )
 from daskpile._validate import check_bytes, check_piles
-from daskpile._words import count, size
+from daskpile._words import count, human_size, size
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch, _sizing
 from daskpile.engine import _run as run_state
 from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import Scratch
-from daskpile.engine._sizing import PileTooLargeError, human_size
+from daskpile.engine._sizing import PileTooLargeError
 from daskpile.sources import arrowfiles, plan_sources, text
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import read_pieces
@@ -894,12 +894,9 @@ class _Run:
     def refuse_sources_changed_under(self, failure: BaseException) -> None:
         """Where pass 1 failed on a source file written again or removed while it ran (a file gone, one cut
         short as it was written), that is said: not the error it caused."""
-        if isinstance(failure, FileChangedError):
-            return
-        try:
-            self.plan.refuse_files_written_again()
-        except OSError:  # the store cannot be listed now: the failure is said as it is
-            return
+        if not isinstance(failure, FileChangedError):
+            with contextlib.suppress(OSError):  # (the store cannot be looked at now: the failure is said as it is)
+                self.plan.refuse_files_written_again()
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""

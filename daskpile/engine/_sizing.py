@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from daskpile import _kernels
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
-from daskpile._words import count
+from daskpile._words import count, human_size
 from daskpile.sources.parquet import open_parquet, parquet_errors, read_parquet
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
@@ -453,16 +453,3 @@ def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_
                 f"({nbytes:,} bytes) there, {human_size(free)} ({free:,} bytes) are free. "
                 f"Free some space or {elsewhere} on a larger disk or an object store",
             )
-
-
-def human_size(nbytes: float) -> str:
-    """``nbytes`` in the largest binary unit under 1024 of it, for messages.
-
-    >>> human_size(512), human_size(80 * 2**10), human_size(3.25 * 2**20)
-    ('512.0 B', '80.0 KiB', '3.2 MiB')
-    """
-    for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
-        if nbytes < 1024 or unit == "TiB":
-            return f"{nbytes:,.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes} B"  # unreachable

@@ -79,10 +79,10 @@ class GroupLoad:
     of equal rows (the last one the rest).
     """
 
-    def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata=None, readers=None):
+    def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata, readers):
         self.fields, self._taken, self._stopped, self.metadata = fields, taken, stopped, metadata
         # its pieces' readers (weakly) and their lock: a file they hold is let go if the load is stopped
-        self._readers = readers or (weakref.WeakSet(), threading.Lock())
+        self._readers = readers
 
     def parts(self) -> list[pa.Table]:
         taken, self._taken = self._taken, []  # the parts' only owner is then the caller

@@ -104,7 +104,7 @@ class SourcePlan:
             return
         now = versions_now(self.fs, [f.path for f in self.files])
         for f, version in zip(self.files, now, strict=True):
-            if version is None or not (f.listed or FileVersion(f.size, None)).same_as(version):
+            if version is None or not f.listed.same_as(version):
                 happened = "removed" if version is None else "written again"
                 raise FileChangedError(
                     f"source file {redact(full_url(self.fs, f.path))!r} was {happened} while the shuffle read "

@@ -31,7 +31,7 @@ class SourceFile:
     stamp: str  # size and modification stamp, to tell a rerun whether the file changed
     keys: tuple[tuple[str, pa.Scalar], ...] = ()  # its partition values
     byte_range: tuple[int, int] | None = None  # of a text file cut into ranges: [start, end) of it
-    listed: FileVersion | None = None  # as listed when the run was planned (None: its size only is known)
+    listed: FileVersion | None = None  # as listed when the run was planned (None: a table's, never written again)
 
 
 @dataclasses.dataclass(frozen=True)
