@@ -6,6 +6,7 @@ lines, pyarrow's whole-file CSV and JSON readers for the others.
 
 import bz2
 import collections
+import functools
 import gzip
 import io
 import json
@@ -20,7 +21,14 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import pytest
-from _util import daskpile_command, daskpile_in_process, interrupted_after, read_output, run_in_fresh_process
+from _util import (
+    daskpile_command,
+    daskpile_in_process,
+    file_bytes,
+    interrupted_after,
+    read_output,
+    run_in_fresh_process,
+)
 
 import daskpile
 from daskpile.sources import plan_sources, read_pieces
@@ -154,6 +162,67 @@ def test_a_compressed_file_is_read_by_one_task_a_block_at_a_time(tmp_path, sync_
     assert len(blocks) > 5 and max(t.nbytes for _, t in blocks) < 2**15  # streamed, a block at a time
     daskpile.shuffle_parquet(str(tmp_path / f"data.jsonl{suffix}"), str(tmp_path / "out"), piles=3, blocksize=2**14)
     assert read_output(tmp_path / "out").sort_by("id").equals(pa_json.read_json(tmp_path / "plain.jsonl"))
+
+
+def _gzipped_parts(folder, parts: int, rows: int = 400) -> None:
+    folder.mkdir()
+    for k in range(parts):
+        write_jsonl(pa.table({"id": range(k * rows, (k + 1) * rows), "text": ["the same words again"] * rows}),
+                    folder / f"part-{k:03d}.jsonl.gz", gzip.open)  # fmt: skip
+
+
+def test_compressed_text_files_are_grouped_into_tasks_by_the_text_they_hold(tmp_path):
+    """By their size on disk, 20,000 JSON lines files of a few kB gzipped made 3 pass-1 tasks, for a
+    cluster of any size; each now weighs COMPRESSED_RATIO times its size, the same plain file its own."""
+    from daskpile.sources.text import COMPRESSED_RATIO
+
+    _gzipped_parts(tmp_path / "gz", 40)
+    (tmp_path / "plain").mkdir()
+    for f in sorted((tmp_path / "gz").iterdir()):
+        (tmp_path / "plain" / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
+    on_disk = max(f.stat().st_size for f in (tmp_path / "gz").iterdir())
+    blocksize = 16 * 10 * on_disk  # room for 10 files on disk, for 2 of 5 times that
+    gz, plain = (plan_sources(str(tmp_path / name)) for name in ("gz", "plain"))
+    assert len(gz.partitions(blocksize, weigh_compressed=False)) == 4  # as before
+    assert len(gz.partitions(blocksize)) == 20 and COMPRESSED_RATIO == 5
+    assert len(plain.partitions(blocksize)) == len(plain.partitions(blocksize, weigh_compressed=False))
+
+
+def test_a_run_begun_grouping_compressed_files_by_their_size_resumes_in_its_own_tasks(
+    tmp_path, sync_scheduler, monkeypatch
+):
+    """Its scratch is of its tasks: resumed in tasks grouped otherwise, pass 1 would reuse scratch files of other
+    files' rows.  It resumes to the bytes it would have written, and a new run groups the files anew."""
+    from daskpile.engine import _passes, _pipeline, _run
+
+    spec = _run.RunSpec(("a.jsonl.gz",), ("1",), piles=8, seed=1, dest="/d", blocksize=2**20)
+    assert spec.weigh_compressed and _run.RunSpec.from_json(spec.to_json()) == spec
+    before = {k: v for k, v in spec.to_json().items() if k != "weigh_compressed"}  # as such runs wrote it
+    assert not _run.RunSpec.from_json(before).weigh_compressed and "weigh_compressed" not in spec.call_json()
+
+    _gzipped_parts(tmp_path / "in", 12)
+    on_disk = max(f.stat().st_size for f in (tmp_path / "in").iterdir())
+    shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "in"), piles=4, seed=2,
+                                blocksize=16 * 4 * on_disk)  # fmt: skip
+    monkeypatch.setattr(_pipeline, "WEIGH_COMPRESSED", False)  # as daskpile was before
+    shuffle(str(tmp_path / "before"))
+    scattered, scatter = [], _passes.scatter_table
+
+    def interrupted_after_two(*args, **kwargs):
+        if len(scattered) == 2:
+            raise RuntimeError("interrupted")
+        scattered.append(args[1])
+        return scatter(*args, **kwargs)
+
+    monkeypatch.setattr(_passes, "scatter_table", interrupted_after_two)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    monkeypatch.undo()  # the daskpile of now, weighing compressed files in new runs, resumes it
+    report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    assert report.resumed_partitions == 2 and report.rows == 12 * 400
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "before")
+    new = shuffle(str(tmp_path / "new"))  # in 12 tasks, not 3: other piles drawn
+    assert new.rows == 12 * 400 and file_bytes(tmp_path / "new") != file_bytes(tmp_path / "before")
 
 
 def test_read_options_with_pyarrow_names(tmp_path, sync_scheduler):

@@ -68,6 +68,9 @@ from daskpile.sources.read import read_pieces
 # New runs read a Parquet row group larger than a piece in parts of its rows; a run begun by a daskpile that
 # numbered its pieces otherwise resumes as it began (``RunSpec.cut_row_groups``).
 CUT_ROW_GROUPS = True
+# New runs weigh a compressed text file as the text it holds when grouping files into tasks; a run begun by a
+# daskpile that grouped them by their size on disk resumes in its own tasks (``RunSpec.weigh_compressed``).
+WEIGH_COMPRESSED = True
 
 
 # What the command holds for each pile of each pass-1 task (its rows, Arrow bytes and largest row), and the
@@ -676,7 +679,7 @@ class _Run:
         """What dest holds (a finished result, or refused: files daskpile did not write), and the scratch that
         goes with dest.  Under the dest's lease: an interrupted commit found there is finished."""
         self.old_result = _dest.check(self.dest_fs, self.dest_path)
-        self.partitions = self.plan.partitions(self.blocksize)
+        self.partitions = self.plan.partitions(self.blocksize, WEIGH_COMPRESSED)
         name = run_state.scratch_name(self.dest_url)
         self.scratch = Scratch.create(
             self.scratch_url, self.storage_options, len(self.partitions), name=name, make=False
@@ -725,6 +728,9 @@ class _Run:
             self.scratch.remove()
             _dest.discard_unfinished(self.dest_fs, self.dest_path)
             self.previous = None
+        elif self.previous.weigh_compressed != WEIGH_COMPRESSED:  # its scratch is of its tasks: resumed as it began
+            self.partitions = self.plan.partitions(self.blocksize, self.previous.weigh_compressed)
+            self.scratch = dataclasses.replace(self.scratch, partitions=len(self.partitions))
 
     def size_piles(self) -> None:
         """The seed, the pile count (``auto``: from the source's estimated size) and the run's identity."""
@@ -758,7 +764,7 @@ class _Run:
         self.spec = run_state.RunSpec(
             tuple(self.plan.urls), tuple(self.plan.stamps), self.piles, self.seed, self.dest_url, self.blocksize,
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(), bands, row_bytes,
-            cut_row_groups,
+            cut_row_groups, self.previous.weigh_compressed if self.previous is not None else WEIGH_COMPRESSED,
         )  # fmt: skip
 
     def refuse_piles_no_machine_counts(self) -> None:

@@ -24,7 +24,7 @@ RUN_FILE = "_daskpile.run.json"
 STAGING_PREFIX = ".daskpile-staging-"
 
 
-_SCRATCH_ONLY = ("bands", "row_bytes", "cut_row_groups")  # how pass 1 cut and laid out its scratch
+_SCRATCH_ONLY = ("bands", "row_bytes", "cut_row_groups", "weigh_compressed")  # how pass 1 cut and laid out scratch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,8 @@ class RunSpec:
     bands: int = BANDS  # of scratch (``_scratch.bands_for``): decided from the source, kept when resumed
     row_bytes: int = 0  # ``Reading.row_bytes``, which cuts the pieces: decided from the source, kept when resumed
     cut_row_groups: bool = True  # ``Reading.cut_row_groups``: False in runs begun before it, kept when resumed
+    # ``SourcePlan.partitions``' weigh_compressed, which groups the files into tasks: False in runs begun before it
+    weigh_compressed: bool = True
 
     def to_json(self) -> dict:
         return {
@@ -58,6 +60,7 @@ class RunSpec:
             **({"bands": self.bands} if self.bands != BANDS else {}),  # (and of runs in 8 bands)
             **({"row_bytes": self.row_bytes} if self.row_bytes else {}),
             **({"cut_row_groups": True} if self.cut_row_groups else {}),
+            **({"weigh_compressed": True} if self.weigh_compressed else {}),
         }
 
     def call_json(self) -> dict:
@@ -82,6 +85,7 @@ class RunSpec:
             int(data.get("bands", BANDS)),
             int(data.get("row_bytes", 0)),
             bool(data.get("cut_row_groups", False)),
+            bool(data.get("weigh_compressed", False)),
         )
 
     def key(self) -> str:
