@@ -799,6 +799,41 @@ class Timer:
             print(f"{message}, {self.seconds if seconds is None else seconds:.1f} s", flush=True)
 
 
+@contextlib.contextmanager
+def said_while_slow(doing: str, progress: bool, first: float | None = None):
+    """With ``progress``, a line ``  doing, 10 s`` once a step that says nothing until it ends has taken
+    ``first`` seconds (``SLOW_STEP_SECONDS``), and one every ``PROGRESS_LINE_SECONDS`` after.
+
+    Planning a source (listing it, reading its footers, reaching its store) said nothing: 50,000 small files
+    took 18 s before the first line, and gcsfs two minutes to give up on a store out of reach.
+
+    >>> with said_while_slow("still planning", progress=True, first=0.01):
+    ...     time.sleep(0.1)
+      still planning, 0 s
+    """
+    if not progress:
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def say_while_not_done() -> None:
+        wait = SLOW_STEP_SECONDS if first is None else first
+        while not done.wait(wait):
+            print(f"  {doing}, {time.monotonic() - start:,.0f} s", flush=True)
+            wait = PROGRESS_LINE_SECONDS
+
+    thread = threading.Thread(target=say_while_not_done, daemon=True, name="daskpile-slow-step")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+SLOW_STEP_SECONDS = 10.0
+
+
 def workers_missing(path: str) -> tuple[list[str], int]:
     """(workers on which the local file ``path``, which this process sees, does not exist, all workers) of the
     current client; ([], 0) without one.  For a source, which may be read-only: nothing is written."""

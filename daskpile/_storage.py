@@ -191,6 +191,18 @@ def redact(text: str) -> str:
     return _URL_SECRET.sub(rf"\g<head>{REDACTED}", _URL_PASSWORD.sub(rf"\g<head>{REDACTED}", text))
 
 
+def urls_said(source) -> str:
+    """A source (or dest) as a progress line names it: a URL (redacted), or the first of a list and how many more.
+
+    >>> urls_said("s3://b/lake/"), urls_said(["a.parquet", "b.parquet", "c.parquet"])
+    ("'s3://b/lake/'", "'a.parquet' and 2 more")
+    """
+    urls = as_urls(source)
+    if isinstance(urls, str):
+        return repr(redact(urls))
+    return f"{redact(urls[0])!r} and {len(urls) - 1:,} more" if urls else "no source"
+
+
 def redacting_errors(function):
     """``function``, the messages of its errors (and of the errors they came from) with the credentials of
     their URLs shown as ``***``, as ``redact`` shows them: a notebook prints the whole chain.

@@ -10,8 +10,8 @@ import uuid
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daskpile._compute import compute, task
-from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
+from daskpile._compute import compute, said_while_slow, task
+from daskpile._storage import as_urls, filesystem, full_url, redacting_errors, urls_said
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -343,10 +343,11 @@ def verify(
     if read_options is None and format in (None, recorded_format):  # (the manifest's, for the format it records)
         read_options = read_as.get("read_options")
     try:
-        plan = plan_sources(
-            source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
-            format=format or recorded_format, read_options=read_options,
-        )  # fmt: skip
+        with said_while_slow(f"still planning: listing and opening {urls_said(source)}", progress):
+            plan = plan_sources(
+                source, storage_options, partitioning=partitioning, schema=schema, version=table_version,
+                format=format or recorded_format, read_options=read_options,
+            )  # fmt: skip
     except UndeclaredKeysError as e:
         if not recorded_keys:  # (keys the user declared)
             raise

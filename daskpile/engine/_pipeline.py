@@ -34,6 +34,7 @@ from daskpile._compute import (
     current_client,
     exception_chain,
     giving_memory_back,
+    said_while_slow,
     shows_progress_lines,
     task,
     total_threads,
@@ -51,6 +52,7 @@ from daskpile._storage import (
     listed_infos,
     make_private_directory,
     redacting_errors,
+    urls_said,
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count, human_size, size
@@ -511,10 +513,11 @@ def shuffle_parquet(
             f"second_pass='lazy' (--lazy) leaves the permuting to PileLoader, which reads Parquet piles: "
             f"not with output_format={output.format!r} (--output-format {output.format})"
         )
-    plan = plan_sources(
-        source, storage_options, partitioning=partitioning, schema=schema, version=version, stray_files=stray_files,
-        format=format, read_options=read_options, written_as=output.format,
-    )  # fmt: skip
+    with said_while_slow(f"still planning: listing and opening {urls_said(source)}", progress):
+        plan = plan_sources(
+            source, storage_options, partitioning=partitioning, schema=schema, version=version,
+            stray_files=stray_files, format=format, read_options=read_options, written_as=output.format,
+        )  # fmt: skip
     output.check(plan.schema)
     return shuffle_plan(
         plan, source, dest, piles, seed=seed, scratch=scratch, storage_options=storage_options, overwrite=overwrite,
