@@ -856,11 +856,12 @@ class _Run:
         try:
             timer = Timer(self.progress)
             kept = self.scratch.kept() if self.previous is not None else {}  # a new run has none to reuse
+            run_key = self.spec.key()  # (once: it hashes every file's URL, 22 ms for 30,000)
             scattered = compute((
                 task(
                     _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
                     self.plan.reading, self.verify, self.blocksize, self.task_memory, kept.get(k, {}), self.output,
-                    key=f"daskpile-scatter-{k}-{self.spec.key()}",
+                    key=f"daskpile-scatter-{k}-{run_key}",
                 )
                 for k, files in enumerate(self.partitions)
             ), progress=self.progress)  # fmt: skip

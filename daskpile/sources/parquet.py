@@ -6,6 +6,7 @@ import contextlib
 
 import fsspec
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
@@ -134,6 +135,7 @@ def open_parquet(
                 metadata=footer,
                 pre_buffer=not local,
                 coerce_int96_timestamp_unit=INT96_UNIT,
+                filesystem=_LOCAL if local else None,
                 **buffered,
                 **options,
             )
@@ -141,6 +143,11 @@ def open_parquet(
         yield parquet
         if check:
             listed.require(FileVersion.local(path), full_url(fs, path))
+
+
+# Given a path alone, Arrow makes a filesystem and looks the file up before opening it: 12 % of the time to
+# open and read a file of 200 rows (30,000 such files, a lake of small ones)
+_LOCAL = pafs.LocalFileSystem()
 
 
 def _uncached(fs) -> dict:
