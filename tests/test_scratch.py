@@ -372,8 +372,9 @@ def test_a_partition_s_finished_scratch_is_reused_only_where_the_run_s_listing_h
     assert not first.reused
 
     kept = scratch.kept()
-    name = "scatter-000000.arrow"
-    assert kept == {0: {name: (tmp_path / "scratch" / scratch.directory.rsplit("/", 1)[1] / name).stat().st_size}}
+    run = tmp_path / "scratch" / scratch.directory.rsplit("/", 1)[1]
+    names = ["scatter-000000.arrow", "scatter-000000.done.json"]  # (the partition's record: every piece written)
+    assert kept == {0: {name: (run / name).stat().st_size for name in names}}
     again = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept=kept[0])
     assert again.reused and again.scratch_bytes == first.scratch_bytes and again.fingerprint == first.fingerprint
     unlisted = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept={})

@@ -132,6 +132,11 @@ def scatter_partition(
     is looked for.  ``output``: the result's format, whose values it cannot
     hold are refused as they are read (``Output.refuse_values``).
     """
+    reused = _finished_partition(scratch, partition, piles, fingerprint, kept)
+    if reused is not None:
+        pieces, footer_rows = reused
+        _check_rows_scattered(files, reading, footer_rows, sum(r.rows for r in pieces))
+        return _partition_result(partition, pieces, fingerprint)
     results = []
     finished: dict[int, ScatterResult | None] = {}
 
@@ -156,20 +161,37 @@ def scatter_partition(
             else scatter_table(table, partition, piles, seed, scratch, fingerprint, piece)
         )
     _check_rows_scattered(files, reading, sum(footer_rows), sum(r.rows for r in results))
+    scratch.write_done(partition, len(results), sum(footer_rows))
+    return _partition_result(partition, results, fingerprint)
+
+
+def _partition_result(partition: int, pieces: list[ScatterResult], fingerprint: bool) -> ScatterResult:
+    """The result of a partition's task, from its pieces'."""
+    largest = None if any(r.largest_rows is None for r in pieces) else np.max([r.largest_rows for r in pieces], 0)
     return ScatterResult(
         partition,
-        sum(r.rows for r in results),
-        sum(r.scratch_bytes for r in results),
-        np.sum([r.counts for r in results], axis=0),
-        _fingerprint.total(r.fingerprint for r in results) if fingerprint else None,
-        reused=all(r.reused for r in results),
-        pieces=len(results),
-        nulls=_manifest.union_of_nulls(r.nulls for r in results),
-        pile_bytes=None if any(r.pile_bytes is None for r in results) else np.sum([r.pile_bytes for r in results], 0),
-        largest_rows=None
-        if any(r.largest_rows is None for r in results)
-        else np.max([r.largest_rows for r in results], 0),
+        sum(r.rows for r in pieces),
+        sum(r.scratch_bytes for r in pieces),
+        np.sum([r.counts for r in pieces], axis=0),
+        _fingerprint.total(r.fingerprint for r in pieces) if fingerprint else None,
+        reused=all(r.reused for r in pieces),
+        pieces=len(pieces),
+        nulls=_manifest.union_of_nulls(r.nulls for r in pieces),
+        pile_bytes=None if any(r.pile_bytes is None for r in pieces) else np.sum([r.pile_bytes for r in pieces], 0),
+        largest_rows=largest,
     )
+
+
+def _finished_partition(
+    scratch: Scratch, partition: int, piles: int, fingerprint: bool, kept: dict[str, int] | None
+) -> tuple[list[ScatterResult], int] | None:
+    """(the results of every piece, its files' footer rows) of a partition an interrupted run of the same spec
+    finished (``Scratch.write_done``), its source not read again; None where any piece is not there whole."""
+    record = scratch.read_done(partition, kept)
+    if record is None or record["pieces"] < 1:
+        return None
+    pieces = [_finished_scatter(scratch, partition, p, piles, fingerprint, kept) for p in range(record["pieces"])]
+    return None if any(p is None for p in pieces) else (pieces, record["footer_rows"])
 
 
 def _check_rows_scattered(files: list[SourceFile], reading: Reading, footers: int, scattered: int) -> None:
