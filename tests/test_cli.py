@@ -1,6 +1,7 @@
 """The ``daskpile`` command: the installed console script end to end on a
 LocalCluster, and its exit statuses and error lines in-process."""
 
+import functools
 import json
 import os
 import pty
@@ -8,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import dask
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -180,6 +182,28 @@ def test_more_piles_than_the_machine_holds_the_counts_of_are_refused(tmp_path, s
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"piles must be at most 4,294,967,296 \(a pile's number is 32 bits\)"):
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=2**33, seed=1)
+
+
+def test_piles_auto_plans_no_more_piles_than_the_machine_holds_the_counts_of(tmp_path, monkeypatch):
+    """Auto plans piles of 32 MiB: 1 TiB of files of 16 MiB would be 32,768 piles over 65,536 pass-1 tasks, 48 GiB
+    of counts.  It plans fewer, larger piles, or refuses where memory_per_pile needs that many."""
+    import psutil
+
+    from daskpile.engine import _pipeline
+
+    (tmp_path / "src").mkdir()
+    for k in range(20):  # 20 pass-1 tasks at this blocksize
+        pq.write_table(pa.table({"x": range(k * 10_000, (k + 1) * 10_000)}), tmp_path / "src" / f"{k:02d}.parquet")
+    shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "src"), seed=1, blocksize=2**14)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        assert shuffle(str(tmp_path / "a")).piles > 3  # 4 a thread
+        three = 3 * _pipeline.PILE_COUNT_BYTES * 20 / psutil.virtual_memory().total
+        monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", three)  # the counts of 3 piles, at most
+        report = shuffle(str(tmp_path / "b"))
+        assert report.piles == report.pile_plan.piles == 3 and report.rows == 200_000
+        with pytest.raises(ValueError, match=r"^33 piles over 20 pass-1 tasks would take .* needs at least that"):
+            shuffle(str(tmp_path / "c"), memory_per_pile=2**16)
+    assert not (tmp_path / "c").exists()
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):

@@ -756,6 +756,8 @@ class _Run:
             self.pile_plan = _sizing.plan_for_cluster(rows, self.estimated_bytes, self.memory_per_pile)
             if self.previous is not None:  # resuming: keep the run's count even if the cluster changed
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
+            elif not self.inside_a_window:
+                self.pile_plan = self.auto_piles_the_machine_counts(self.pile_plan)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
         self.estimated_rows = rows
         if self.previous is None and not self.auto and not self.inside_a_window:  # (a count asked for)
@@ -770,19 +772,41 @@ class _Run:
             cut_row_groups, self.previous.weigh_compressed if self.previous is not None else WEIGH_COMPRESSED,
         )  # fmt: skip
 
-    def refuse_piles_no_machine_counts(self) -> None:
+    def refuse_piles_no_machine_counts(self, piles: int | None = None, advice: str | None = None) -> None:
         """Refuse more piles than this machine holds the counts of: each pass-1 task gives the command its rows,
         bytes and largest row for every pile (100,000,000 piles over 13 tasks took 22 GB, and 32 s, before a
         row was written)."""
+        piles = self.piles if piles is None else piles
         tasks = max(len(self.partitions), 1)
-        needed, machine = PILE_COUNT_BYTES * self.piles * tasks, psutil.virtual_memory().total
+        needed, machine = PILE_COUNT_BYTES * piles * tasks, psutil.virtual_memory().total
         if needed > machine * PILE_COUNTS_FRACTION:
-            most = int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * tasks)
+            most = self.most_piles_counted()
             raise ValueError(
-                f"{self.piles:,} piles over {count(tasks, 'pass-1 task')} would take {human_size(needed)} of pile "
-                f"counts on this machine, more than a quarter of its {human_size(machine)}: give at most {most:,} "
-                f"piles (for about {self.estimated_rows:,} rows)"
+                f"{piles:,} piles over {count(tasks, 'pass-1 task')} would take {human_size(needed)} of pile "
+                f"counts on this machine, more than a quarter of its {human_size(machine)}: "
+                + (advice or f"give at most {most:,} piles (for about {self.estimated_rows:,} rows)")
             )
+
+    def most_piles_counted(self) -> int:
+        """The most piles whose per-task counts this machine holds (``refuse_piles_no_machine_counts``)."""
+        machine = psutil.virtual_memory().total
+        return max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * max(len(self.partitions), 1)))
+
+    def auto_piles_the_machine_counts(self, plan: _sizing.PilePlan) -> _sizing.PilePlan:
+        """``piles="auto"``'s plan in fewer, larger piles where this machine cannot hold the per-task counts of
+        its piles of ``FAST_PILE_BYTES`` (1 TiB of files of 16 MiB: 32,768 piles over 65,536 tasks, 48 GiB of
+        counts); refused where even the fewest piles that fit ``memory_per_pile`` are too many."""
+        most = self.most_piles_counted()
+        if plan.piles <= most:
+            return plan
+        fewest = _sizing.plan(plan.rows, plan.bytes, plan.memory_per_pile).piles
+        self.refuse_piles_no_machine_counts(
+            fewest,
+            f"piles='auto' needs at least that many to fit memory_per_pile={plan.memory_per_pile:,} bytes: give "
+            "the workers more memory, run the command where there is more, or make fewer pass-1 tasks (a larger "
+            "blocksize reads more small files a task)",
+        )
+        return dataclasses.replace(plan, piles=most)
 
     def _empty_piles_said(self) -> str | None:
         """A note that more piles were asked for than there are rows (most of their files empty), or None."""
