@@ -189,7 +189,7 @@ def test_piles_auto_plans_no_more_piles_than_the_machine_holds_the_counts_of(tmp
     of counts.  It plans fewer, larger piles, or refuses where memory_per_pile needs that many."""
     import psutil
 
-    from daskpile.engine import _pipeline
+    from daskpile.engine import _pipeline, _sizing
 
     (tmp_path / "src").mkdir()
     for k in range(20):  # 20 pass-1 tasks at this blocksize
@@ -201,9 +201,12 @@ def test_piles_auto_plans_no_more_piles_than_the_machine_holds_the_counts_of(tmp
         monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", three)  # the counts of 3 piles, at most
         report = shuffle(str(tmp_path / "b"))
         assert report.piles == report.pile_plan.piles == 3 and report.rows == 200_000
+        with pytest.raises(ValueError, match=r"^33 piles over 20 pass-1 tasks would take .* from the data alone"):
+            shuffle(str(tmp_path / "c"), memory_per_pile=2**16)  # not cut: the count depends on the data alone
+        monkeypatch.setattr(_sizing, "memory_per_thread", lambda: 2**18)  # a budget of 64 KiB a pile
         with pytest.raises(ValueError, match=r"^33 piles over 20 pass-1 tasks would take .* needs at least that"):
-            shuffle(str(tmp_path / "c"), memory_per_pile=2**16)
-    assert not (tmp_path / "c").exists()
+            shuffle(str(tmp_path / "d"))
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):

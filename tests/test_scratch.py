@@ -1,4 +1,5 @@
 import dataclasses
+import posixpath
 
 import numpy as np
 import pyarrow as pa
@@ -379,6 +380,19 @@ def test_a_partition_s_finished_scratch_is_reused_only_where_the_run_s_listing_h
     assert again.reused and again.scratch_bytes == first.scratch_bytes and again.fingerprint == first.fingerprint
     unlisted = _passes.scatter_partition(plan.fs, list(plan.files), 0, 4, 1, scratch, plan.reading, True, kept={})
     assert not unlisted.reused and unlisted.fingerprint == first.fingerprint  # written again, the same rows
+
+
+def test_a_partition_s_done_record_serves_only_the_files_it_was_written_for(tmp_path):
+    """A record reused for a partition grouped otherwise (another version, a grouping the run's spec does not
+    hold) would stand for pieces of other rows: it names its files, and serves those alone."""
+    scratch = _scratch.Scratch.create(str(tmp_path / "scratch"), None, 2)
+    scratch.write_done(1, "files-a", pieces=3, footer_rows=600)
+    kept = scratch.kept()
+    assert list(kept) == [1] and scratch.read_done(1, "files-a", kept[1]) == {"pieces": 3, "footer_rows": 600}
+    assert scratch.read_done(1, "files-b", kept[1]) is None and scratch.read_done(0, "files-a") is None
+    assert scratch.read_done(1, "files-a", kept={}) is None  # not in the run's listing: not looked for
+    (tmp_path / "scratch" / posixpath.basename(scratch.directory) / "scatter-000001.done.json").write_text("{")
+    assert scratch.read_done(1, "files-a") is None  # unreadable: the partition is read again
 
 
 @pytest.mark.parametrize("mapped", [True, False])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import posixpath
 
@@ -132,7 +133,8 @@ def scatter_partition(
     is looked for.  ``output``: the result's format, whose values it cannot
     hold are refused as they are read (``Output.refuse_values``).
     """
-    reused = _finished_partition(scratch, partition, piles, fingerprint, kept)
+    files_key = _files_key(files)
+    reused = _finished_partition(scratch, partition, files_key, piles, fingerprint, kept)
     if reused is not None:
         pieces, footer_rows = reused
         _check_rows_scattered(files, reading, footer_rows, sum(r.rows for r in pieces))
@@ -161,7 +163,7 @@ def scatter_partition(
             else scatter_table(table, partition, piles, seed, scratch, fingerprint, piece)
         )
     _check_rows_scattered(files, reading, sum(footer_rows), sum(r.rows for r in results))
-    scratch.write_done(partition, len(results), sum(footer_rows))
+    scratch.write_done(partition, files_key, len(results), sum(footer_rows))
     return _partition_result(partition, results, fingerprint)
 
 
@@ -182,12 +184,19 @@ def _partition_result(partition: int, pieces: list[ScatterResult], fingerprint: 
     )
 
 
+def _files_key(files: list[SourceFile]) -> str:
+    """What a partition reads, as its done record names it: its files (byte ranges, versions) in order."""
+    described = [(f.path, f.byte_range, f.stamp) for f in files]
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+
 def _finished_partition(
-    scratch: Scratch, partition: int, piles: int, fingerprint: bool, kept: dict[str, int] | None
+    scratch: Scratch, partition: int, files: str, piles: int, fingerprint: bool, kept: dict[str, int] | None
 ) -> tuple[list[ScatterResult], int] | None:
-    """(the results of every piece, its files' footer rows) of a partition an interrupted run of the same spec
-    finished (``Scratch.write_done``), its source not read again; None where any piece is not there whole."""
-    record = scratch.read_done(partition, kept)
+    """(the results of every piece, its files' footer rows) of a partition of ``files`` (``_files_key``) an
+    interrupted run of the same spec finished (``Scratch.write_done``), its source not read again; None where any
+    piece is not there whole."""
+    record = scratch.read_done(partition, files, kept)
     if record is None or record["pieces"] < 1:
         return None
     pieces = [_finished_scatter(scratch, partition, p, piles, fingerprint, kept) for p in range(record["pieces"])]

@@ -350,8 +350,9 @@ def shuffle_parquet(
         of whole row groups, and a larger row group in pieces of its rows,
         each scattered on its own, so a multi-GB file never sits whole in a
         worker (on an object store, a cut row group's compressed bytes do).  Consecutive smaller files are read by
-        one task up to a sixteenth of ``blocksize`` on disk, so tasks and
-        scratch files follow the bytes, not the file count.  Like ``piles``
+        one task up to a sixteenth of ``blocksize`` on disk (a compressed text
+        file weighed as 5 times its size), so tasks and scratch files follow
+        the bytes, not the file count.  Like ``piles``
         and ``seed``, it decides the output.
     on_oversize
         What to do with a pile over its memory budget: ``"split"`` (the
@@ -795,10 +796,17 @@ class _Run:
     def auto_piles_the_machine_counts(self, plan: _sizing.PilePlan) -> _sizing.PilePlan:
         """``piles="auto"``'s plan in fewer, larger piles where this machine cannot hold the per-task counts of
         its piles of ``FAST_PILE_BYTES`` (1 TiB of files of 16 MiB: 32,768 piles over 65,536 tasks, 48 GiB of
-        counts); refused where even the fewest piles that fit ``memory_per_pile`` are too many."""
+        counts); refused where even the fewest piles that fit ``memory_per_pile`` are too many, and where
+        ``memory_per_pile`` was given (the count then depends on the data alone, as the docs promise)."""
         most = self.most_piles_counted()
         if plan.piles <= most:
             return plan
+        if self.memory_per_pile is not None:  # its plan is of the data alone, the same result anywhere: not cut
+            self.refuse_piles_no_machine_counts(
+                plan.piles,
+                f"piles='auto' with memory_per_pile plans from the data alone, whatever the machine: pass a pile "
+                f"count of at most {most:,} instead, or run the command where there is more memory",
+            )
         fewest = _sizing.plan(plan.rows, plan.bytes, plan.memory_per_pile).piles
         self.refuse_piles_no_machine_counts(
             fewest,

@@ -146,24 +146,26 @@ class Scratch:
         """The record a partition's task writes once all its pieces are in scratch (``write_done``)."""
         return posixpath.join(self.directory, f"scatter-{partition:06d}{DONE_SUFFIX}")
 
-    def write_done(self, partition: int, pieces: int, footer_rows: int) -> None:
-        """Record that every piece of ``partition`` is written: a resumed run reuses them without reading the
-        source's files again (30,000 small files took 2-4 s locally to number their pieces, a request each on
-        an object store; a compressed text file was decompressed again)."""
-        record = {"pieces": pieces, "footer_rows": footer_rows}
+    def write_done(self, partition: int, files: str, pieces: int, footer_rows: int) -> None:
+        """Record that every piece of ``partition``, of ``files`` (``files_key``), is written: a resumed run
+        reuses them without reading the source's files again (30,000 small files took 2-4 s locally to number
+        their pieces, a request each on an object store; a compressed text file was decompressed again)."""
+        record = {"files": files, "pieces": pieces, "footer_rows": footer_rows}
         write_bytes(self.fs, self.done_path(partition), json.dumps(record).encode())
 
-    def read_done(self, partition: int, kept: dict[str, int] | None = None) -> dict | None:
-        """What ``write_done`` recorded of ``partition``; None if nothing (or, with ``kept``, if not listed)."""
+    def read_done(self, partition: int, files: str, kept: dict[str, int] | None = None) -> dict | None:
+        """What ``write_done`` recorded of ``partition``; None if nothing, if of other ``files`` (grouped
+        otherwise than when it was written) or, with ``kept``, if not listed."""
         path = self.done_path(partition)
         if kept is not None and posixpath.basename(path) not in kept:
             return None
         try:
             with self.fs.open(path, "rb") as f:
                 record = json.loads(f.read())
-            return {"pieces": int(record["pieces"]), "footer_rows": int(record["footer_rows"])}
+            found = {"pieces": int(record["pieces"]), "footer_rows": int(record["footer_rows"])}
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None
+        return found if record.get("files") == files else None
 
     def size(self, partition: int, piece: int = 0, kept: dict[str, int] | None = None) -> int:
         """Bytes of the files of a partition (or piece) still there (pass 2 may have removed bands), or of

@@ -80,11 +80,15 @@ class SourcePlan:
         reading = dataclasses.replace(self.reading, row_bytes=row_bytes, cut_row_groups=cut_row_groups)
         return dataclasses.replace(self, reading=reading)
 
-    @functools.cached_property
+    @property
     def urls(self) -> list[str]:
-        """Each file's URL as recorded and shown (a run's identity): credentials in it as ``***``.  Made once: a run
-        asks for them several times, and 30,000 took 0.19 s each time."""
-        return [redact(full_url(self.fs, f.path)) for f in self.files]
+        """Each file's URL as recorded and shown (a run's identity): credentials in it as ``***``."""
+        return list(self._urls)
+
+    @functools.cached_property
+    def _urls(self) -> tuple[str, ...]:
+        # made once a plan: a run asks for them several times, and 30,000 took 0.19 s each time
+        return tuple(redact(full_url(self.fs, f.path)) for f in self.files)
 
     @property
     def stamps(self) -> list[str]:
