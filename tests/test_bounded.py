@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import file_bytes, over_processes, read_output, run_in_fresh_process
+from _util import file_bytes, interrupted_after, over_processes, read_output, run_in_fresh_process
 from scipy import stats
 
 import daskpile
@@ -127,16 +127,7 @@ def test_an_interrupted_run_begun_before_row_groups_were_cut_resumes_to_the_same
     shuffle = functools.partial(daskpile.shuffle_parquet, str(source), piles=4, seed=2, blocksize=blocksize)
     monkeypatch.setattr(_pipeline, "CUT_ROW_GROUPS", False)  # as daskpile was before
     shuffle(str(tmp_path / "before"))
-    scattered, scatter = [], _passes.scatter_table
-
-    def interrupted_after_two(*args, **kwargs):
-        if len(scattered) == 2:
-            raise RuntimeError("interrupted")
-        scattered.append(args[1])
-        return scatter(*args, **kwargs)
-
-    monkeypatch.setattr(_passes, "scatter_table", interrupted_after_two)
-    with pytest.raises(RuntimeError, match="interrupted"):
+    with interrupted_after(_passes, "scatter_table", 2):  # (Ctrl-C as the third piece is scattered)
         shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
     monkeypatch.undo()  # the daskpile of now, cutting row groups in new runs, resumes it
     report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
