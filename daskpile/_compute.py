@@ -422,17 +422,15 @@ class ProgressLines:
     def __init__(self, total: int, on_done=None, units: Units | None = None):
         self.total, self.done, self._on_done, self.units = total, 0, on_done, units
         self._units_done = [0] * len(units.counts) if units is not None else []
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._start = time.monotonic()
-        self._thread = threading.Thread(target=self._say_every_while, daemon=True, name="daskpile-progress")
+        self._lock, self._start = threading.Lock(), time.monotonic()
+        self._saying = _saying_every(self.line, PROGRESS_LINE_SECONDS)
 
     def __enter__(self):
-        self._thread.start()
+        self._saying.__enter__()
         return self.task_done
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._saying.__exit__(*exc)
 
     def task_done(self, i: int) -> None:
         with self._lock:
@@ -457,12 +455,28 @@ class ProgressLines:
             done = sum(self._units_done)
         return f"  {done:,} of {sum(self.units.counts):,} {self.units.name}s done, {minutes:,.0f} min"
 
-    def _say_every_while(self) -> None:
-        while not self._stop.wait(PROGRESS_LINE_SECONDS):
-            print(self.line(), flush=True)
-
 
 PROGRESS_LINE_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def _saying_every(line, first: float):
+    """While the block runs, ``line()`` printed after ``first`` seconds, then every ``PROGRESS_LINE_SECONDS``."""
+    done = threading.Event()
+
+    def say_until_done() -> None:
+        wait = first
+        while not done.wait(wait):
+            print(line(), flush=True)
+            wait = PROGRESS_LINE_SECONDS
+
+    thread = threading.Thread(target=say_until_done, daemon=True, name="daskpile-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _compute(tasks: list, bars: bool, on_done, callbacks: contextlib.ExitStack) -> list:
@@ -814,21 +828,11 @@ def said_while_slow(doing: str, progress: bool, first: float | None = None):
     if not progress:
         yield
         return
-    done, start = threading.Event(), time.monotonic()
-
-    def say_while_not_done() -> None:
-        wait = SLOW_STEP_SECONDS if first is None else first
-        while not done.wait(wait):
-            print(f"  {doing}, {time.monotonic() - start:,.0f} s", flush=True)
-            wait = PROGRESS_LINE_SECONDS
-
-    thread = threading.Thread(target=say_while_not_done, daemon=True, name="daskpile-slow-step")
-    thread.start()
-    try:
+    start = time.monotonic()
+    with _saying_every(
+        lambda: f"  {doing}, {time.monotonic() - start:,.0f} s", SLOW_STEP_SECONDS if first is None else first
+    ):
         yield
-    finally:
-        done.set()
-        thread.join()
 
 
 SLOW_STEP_SECONDS = 10.0
