@@ -33,8 +33,8 @@ def human_size(nbytes: float) -> str:
     >>> human_size(512), human_size(80 * 2**10), human_size(3.25 * 2**20)
     ('512.0 B', '80.0 KiB', '3.2 MiB')
     """
-    for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
-        if nbytes < 1024 or unit == "TiB":
+    for unit in ["B", "KiB", "MiB", "GiB"]:
+        if nbytes < 1024:
             return f"{nbytes:,.1f} {unit}"
         nbytes /= 1024
-    return f"{nbytes} B"  # unreachable
+    return f"{nbytes:,.1f} TiB"
