@@ -13,6 +13,7 @@ that file alone always was.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pyarrow as pa
 from daskpile._storage import FileVersion, full_url
 from daskpile.sources import arrowfiles, text
 from daskpile.sources.parquet import open_parquet, parquet_errors, refuse_unwritable
-from daskpile.sources.schemas import HUGGING_FACE, conformer
+from daskpile.sources.schemas import HUGGING_FACE, Conformer, conformer
 from daskpile.sources.text import TextOptions
 
 
@@ -99,7 +100,10 @@ def read_pieces(
             # but Hugging Face's features, which the conformer compares)
             features = (schema.metadata or {}).get(HUGGING_FACE)
             bare = schema.remove_metadata() if features is None else schema.with_metadata({HUGGING_FACE: features})
-            conform = next((c for s, k, c in known if k == f.keys and s.equals(bare, check_metadata=True)), None)
+            # (newest first: a folder's files come one after the other, and its key tuple is shared)
+            conform = next(
+                (c for s, k, c in reversed(known) if (k is f.keys or k == f.keys) and s.equals(bare, True)), None
+            )
             writer = footer.created_by  # (before the run, only the first file's types were checked)
             if not any(parquet.schema.equals(s) and writer == w for s, w in checked):
                 refuse_unwritable(footer, url)
@@ -127,8 +131,8 @@ def read_pieces(
                 parts = row_group_parts(group.num_rows, nbytes, blocksize) if reading.cut_row_groups else 1
                 if filled and (parts > 1 or size + nbytes > blocksize):
                     if groups and not skipped:
-                        tables.append(_read(parquet, groups, conform, url))
-                    yield piece, None if skipped else _concat(tables, reading)
+                        tables.append((_read(parquet, groups, url), conform, url))
+                    yield piece, None if skipped else _concat(_conformed(tables), reading)
                     piece, size, tables, groups, filled = piece + 1, 0, [], [], False
                     skipped = skip(piece)
                 if skipped is None:
@@ -144,9 +148,9 @@ def read_pieces(
                 size += nbytes
                 filled = True
             if groups and not skipped:
-                tables.append(_read(parquet, groups, conform, url))
+                tables.append((_read(parquet, groups, url), conform, url))
     if filled or piece == 0:
-        yield piece, None if skipped else _concat(tables, reading)
+        yield piece, None if skipped else _concat(_conformed(tables), reading)
 
 
 MIN_PART_BYTES = 2**14  # the command's least --blocksize
@@ -245,10 +249,30 @@ def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksiz
         yield len(block), lambda block=block, start=start: reader.parse(block, start), data_schema
 
 
-def _read(parquet, groups: list[int], conform, url: str) -> pa.Table:
+def _read(parquet, groups: list[int], url: str) -> pa.Table:
     with parquet_errors(url, parquet, groups):
-        table = parquet.read_row_groups(groups, use_threads=False)
-    return conform(table, url)
+        return parquet.read_row_groups(groups, use_threads=False)
+
+
+def _conformed(read: list[tuple[pa.Table, Conformer, str]]) -> list[pa.Table]:
+    """Tables as read, each with its file's conformer and URL, in the plan's schema.
+
+    Consecutive tables of one conformer (the files of one folder that share a schema) are turned at once:
+    in a lake of files of 200 rows, turning each (its folder's keys repeated, its columns cast) cost half as
+    much as reading it.  Where that fails, each is turned alone, so that the error names its file.
+    """
+    tables = []
+    for _, run in itertools.groupby(read, key=lambda entry: id(entry[1])):
+        run = list(run)
+        _, conform, url = run[0]
+        if len(run) == 1:
+            tables.append(conform(run[0][0], url))
+            continue
+        try:
+            tables.append(conform(pa.concat_tables([table for table, _, _ in run]), url))
+        except ValueError:
+            tables.extend(conform(table, url) for table, _, url in run)
+    return tables
 
 
 def _concat(tables: list[pa.Table], reading: Reading) -> pa.Table:
