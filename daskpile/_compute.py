@@ -294,6 +294,15 @@ def task(fn, *args, key: str, **kwargs) -> dask.delayed:
     return dask.delayed(run, name=key, traverse=False)(dask_key_name=key)
 
 
+def task_of(fn, *tasks, key: str) -> dask.delayed:
+    """A Delayed of ``fn`` of the results of ``tasks`` (Delayeds), named ``key``.
+
+    >>> compute([task_of(max, task(abs, -1, key="a"), task(abs, -2, key="b"), key="max")])
+    [2]
+    """
+    return dask.delayed(fn, name=key, traverse=False)(*tasks, dask_key_name=key)
+
+
 @dataclasses.dataclass(frozen=True)
 class Units:
     """What the tasks of a ``compute`` do in parts (a pass-2 task's piles): ``counts[i]`` of task ``i``, named
@@ -348,7 +357,7 @@ def shows_progress_lines(progress: bool) -> bool:
     return progress and not _shows_bars()
 
 
-def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None = None) -> list:
+def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None = None, along=None) -> list:
     """Compute Dask delayed ``tasks`` and return their results, in order.
 
     ``on_done(i)``, if given, is called as soon as task ``i`` has succeeded,
@@ -356,7 +365,8 @@ def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None 
     (see ``Units``) makes a job's progress line count the tasks' parts.  When a task
     fails, the tasks still running are waited for (those not started are
     cancelled) before the error is raised: a caller that then removes what
-    the run wrote finds every file a task will write already there.
+    the run wrote finds every file a task will write already there.  ``along``: a task computed with them
+    and not counted in their progress (one made of their results, such as their sum), its result last.
 
     >>> compute([dask.delayed(abs)(-1), dask.delayed(abs)(-2)], on_done=print)  # doctest: +SKIP
     0
@@ -364,14 +374,15 @@ def compute(tasks, *, progress: bool = False, on_done=None, units: Units | None 
     [1, 2]
     """
     tasks = list(tasks)
+    counted = len(tasks)
     bars = progress and _shows_bars()
     with contextlib.ExitStack() as callbacks:
         if progress and not bars and tasks:  # a log (a job's, a file): a line now and then, not a bar redrawn
-            lines = ProgressLines(len(tasks), on_done, units)
+            lines = ProgressLines(counted, on_done, units)
             on_done = callbacks.enter_context(lines)
             if units is not None:
                 callbacks.enter_context(_counting(units.run, lines.units_done))
-        return _compute(tasks, bars, on_done, callbacks)
+        return _compute(tasks + ([along] if along is not None else []), counted, bars, on_done, callbacks)
 
 
 @contextlib.contextmanager
@@ -479,16 +490,16 @@ def _saying_every(line, first: float):
         thread.join()
 
 
-def _compute(tasks: list, bars: bool, on_done, callbacks: contextlib.ExitStack) -> list:
+def _compute(tasks: list, counted: int, bars: bool, on_done, callbacks: contextlib.ExitStack) -> list:
     """``compute`` on the current client's cluster, else on Dask's local scheduler (``callbacks`` holds its
-    callbacks for the call)."""
+    callbacks for the call); the first ``counted`` tasks are those ``on_done`` and the bars count."""
     client = current_client()
     if client is not None:
-        return _compute_on_cluster(client, tasks, bars, on_done)
+        return _compute_on_cluster(client, tasks, counted, bars, on_done)
     if on_done is not None:
         from dask.callbacks import Callback
 
-        index = {task.key: i for i, task in enumerate(tasks)}
+        index = {task.key: i for i, task in enumerate(tasks[:counted])}
         callbacks.enter_context(Callback(posttask=lambda key, *_: on_done(index[key]) if key in index else None))
     if bars:
         from dask.diagnostics import ProgressBar
@@ -667,7 +678,7 @@ def _deaths_since(client, since: float, keys: set) -> list[str]:
     return died
 
 
-def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
+def _compute_on_cluster(client, tasks: list, counted: int, bars: bool, on_done) -> list:
     died = _DEATHS.get()
     since = client.run_on_scheduler(time.time) if died is not None else 0.0
     with warnings.catch_warnings():
@@ -686,12 +697,12 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
         finally:
             called.release()
 
-    for i, future in enumerate(futures if on_done is not None else []):
+    for i, future in enumerate(futures[:counted] if on_done is not None else []):
         future.add_done_callback(functools.partial(done, i=i))
     if bars:
         from distributed import progress as show_progress
 
-        show_progress(futures)
+        show_progress(futures[:counted])
     from distributed import KilledWorker
     from distributed.scheduler import NoValidWorkerError, NoWorkerError
 
@@ -706,7 +717,7 @@ def _compute_on_cluster(client, tasks: list, bars: bool, on_done) -> list:
     except BaseException as e:
         _cancel_and_wait(client, futures, interrupted=isinstance(e, KeyboardInterrupt))
         raise
-    for _ in futures if on_done is not None else []:
+    for _ in futures[:counted] if on_done is not None else []:
         called.acquire()
     if died is not None:
         died.extend(_deaths_since(client, since, {key for task in tasks for key in task.__dask_graph__()}))

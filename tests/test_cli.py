@@ -177,36 +177,38 @@ def test_more_piles_than_the_machine_holds_the_counts_of_are_refused(tmp_path, s
 
     monkeypatch.setattr(_pipeline.psutil, "virtual_memory", lambda: types.SimpleNamespace(total=64 * 2**30))
     pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "ten.parquet")
-    with pytest.raises(ValueError, match=r"^4,000,000,000 piles over 1 pass-1 task would take 89\.4 GiB of pile "):
+    with pytest.raises(ValueError, match=r"^4,000,000,000 piles would take 178\.8 GiB of pile counts to sum pass 1"):
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=4 * 10**9, seed=1)
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"piles must be at most 4,294,967,296 \(a pile's number is 32 bits\)"):
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=2**33, seed=1)
 
 
-def test_piles_auto_plans_no_more_piles_than_the_machine_holds_the_counts_of(tmp_path, monkeypatch):
-    """Auto plans piles of 32 MiB: 1 TiB of files of 16 MiB would be 32,768 piles over 65,536 pass-1 tasks, 48 GiB
-    of counts.  It plans fewer, larger piles, or refuses where memory_per_pile needs that many."""
+def test_pass_1_s_pile_counts_are_summed_on_the_workers_not_held_a_task_at_a_time(tmp_path, monkeypatch):
+    """Each pass-1 task counts its rows, bytes and largest row for every pile (24 bytes a pile), and the
+    command held every task's: piles of 32 MiB over 1 TiB of files of 16 MiB, 32,768 piles over 65,536 tasks,
+    would have been 48 GiB.  They are summed 16 tasks' at a time on the workers: here 40 tasks and as many
+    piles as 17 results' counts fit, where 40 results' did not, and the sums are the piles' rows."""
     import psutil
 
-    from daskpile.engine import _pipeline, _sizing
+    from daskpile.engine import _pipeline
 
     (tmp_path / "src").mkdir()
-    for k in range(20):  # 20 pass-1 tasks at this blocksize
-        pq.write_table(pa.table({"x": range(k * 10_000, (k + 1) * 10_000)}), tmp_path / "src" / f"{k:02d}.parquet")
+    for k in range(40):  # 40 pass-1 tasks at this blocksize
+        pq.write_table(pa.table({"x": range(k * 5_000, (k + 1) * 5_000)}), tmp_path / "src" / f"{k:02d}.parquet")
+    piles = 50
+    fits = (_pipeline.SUM_FAN_IN + 1) * piles * _pipeline.PILE_COUNT_BYTES / psutil.virtual_memory().total
+    monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", fits)  # 17 results' counts of 50 piles, not 40
     shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "src"), seed=1, blocksize=2**14)
-    with dask.config.set(scheduler="threads", num_workers=4):
-        assert shuffle(str(tmp_path / "a")).piles > 3  # 4 a thread
-        three = 3 * _pipeline.PILE_COUNT_BYTES * 20 / psutil.virtual_memory().total
-        monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", three)  # the counts of 3 piles, at most
-        report = shuffle(str(tmp_path / "b"))
-        assert report.piles == report.pile_plan.piles == 3 and report.rows == 200_000
-        with pytest.raises(ValueError, match=r"^33 piles over 20 pass-1 tasks would take .* from the data alone"):
-            shuffle(str(tmp_path / "c"), memory_per_pile=2**16)  # not cut: the count depends on the data alone
-        monkeypatch.setattr(_sizing, "memory_per_thread", lambda: 2**18)  # a budget of 64 KiB a pile
-        with pytest.raises(ValueError, match=r"^33 piles over 20 pass-1 tasks would take .* needs at least that"):
-            shuffle(str(tmp_path / "d"))
-    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+    with dask.config.set(scheduler="threads", num_workers=2):
+        report = shuffle(str(tmp_path / "out"), piles=piles)
+        assert report.rows == 200_000 and len(report.files) == piles
+        manifest = json.loads((tmp_path / "out" / "_daskpile.json").read_text())
+        written = [pq.read_metadata(tmp_path / "out" / name).num_rows for name in manifest["files"]]
+        assert manifest["rows_per_pile"] == written and sum(written) == 200_000
+        with pytest.raises(ValueError, match=r"^51 piles would take .* \(16 tasks' at a time\).* at most 50 piles"):
+            shuffle(str(tmp_path / "more"), piles=piles + 1)
+    assert not (tmp_path / "more").exists()
 
 
 def test_usage_errors_exit_2(sorted_source, tmp_path):

@@ -487,6 +487,7 @@ def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):
     from distributed import Client, LocalCluster
 
     import daskpile
+    from daskpile.engine._passes import PileTotals
     from daskpile.engine._pipeline import _Run
 
     source = tmp_path / "src"
@@ -506,11 +507,10 @@ def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):
     assert killed.value.piles == (0,), killed.value.key
 
     # a row no task holds: no pile count helps, only memory (the figures are pass 1's, as a killed task's)
-    scattered = [
-        types.SimpleNamespace(pile_bytes=np.array([9, 300, 50]) * 2**20, largest_rows=np.array([1, 60, 2]) * 2**20)
-    ]
-    run = types.SimpleNamespace(counts=np.array([10, 12, 30]), task_memory=256 * 2**20)
-    said = _Run._large_pile_said(run, (0, 1, 2), scattered)
+    counts = np.array([10, 12, 30])
+    totals = PileTotals(counts, np.array([9, 300, 50]) * 2**20, np.array([1, 60, 2]) * 2**20)
+    run = types.SimpleNamespace(counts=counts, totals=totals, task_memory=256 * 2**20)
+    said = _Run._large_pile_said(run, (0, 1, 2), [])
     assert said == (
         ". The task held piles 0 to 2, the largest pile 1: 12 rows, 300 MiB in memory, its largest row 60.0 MiB; "
         "a task holds a row up to 8 times over, more than the 256 MiB it has: give each worker thread at least 0.7 "

@@ -43,13 +43,51 @@ class ScatterResult:
     partition: int
     rows: int
     scratch_bytes: int
-    counts: np.ndarray
+    counts: np.ndarray | None  # the rows sent to each pile; None once summed apart (``PileTotals``), as below
     fingerprint: Fingerprint | None
     reused: bool = False
     pieces: int = 1
     nulls: frozenset[str] | None = frozenset()  # the columns holding a null; None: not recorded (reused)
     pile_bytes: np.ndarray | None = None  # the Arrow bytes sent to each pile; None: not recorded (reused)
     largest_rows: np.ndarray | None = None  # the bytes of each pile's largest row (as pile_bytes)
+
+    def without_piles(self) -> ScatterResult:
+        """This result as the command keeps it: without its arrays of one number a pile, which are summed on the
+        workers (``pile_totals``)."""
+        return dataclasses.replace(self, counts=None, pile_bytes=None, largest_rows=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class PileTotals:
+    """What pass 1 sent to each pile, over all its tasks: rows, Arrow bytes, the largest row's bytes.
+
+    Summed on the workers, a few tasks at a time, so that the command holds
+    one array of each, not every task's (a task's are 24 bytes a pile: piles
+    of 32 MiB over 1 TiB of files of 16 MiB, 32,768 piles over 65,536 tasks,
+    would have been 48 GiB).
+    """
+
+    counts: np.ndarray
+    pile_bytes: np.ndarray | None  # None: some piece is scratch of a daskpile that did not record them
+    largest_rows: np.ndarray | None
+
+
+def pile_totals(*results: ScatterResult | PileTotals) -> PileTotals:
+    """The ``PileTotals`` of pass-1 results, or of totals of some of them.
+
+    >>> one = ScatterResult(0, 3, 0, np.array([1, 2]), None, pile_bytes=np.array([8, 16]))
+    >>> one = dataclasses.replace(one, largest_rows=np.array([8, 4]))
+    >>> totals = pile_totals(one, pile_totals(one, one))
+    >>> totals.counts.tolist(), totals.pile_bytes.tolist(), totals.largest_rows.tolist()
+    ([3, 6], [24, 48], [8, 4])
+    """
+    pile_bytes = [r.pile_bytes for r in results]
+    largest = [r.largest_rows for r in results]
+    return PileTotals(
+        np.sum([r.counts for r in results], axis=0),
+        None if any(b is None for b in pile_bytes) else np.sum(pile_bytes, axis=0),
+        None if any(b is None for b in largest) else np.max(largest, axis=0),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,18 +207,18 @@ def scatter_partition(
 
 def _partition_result(partition: int, pieces: list[ScatterResult], fingerprint: bool) -> ScatterResult:
     """The result of a partition's task, from its pieces'."""
-    largest = None if any(r.largest_rows is None for r in pieces) else np.max([r.largest_rows for r in pieces], 0)
+    totals = pile_totals(*pieces)
     return ScatterResult(
         partition,
         sum(r.rows for r in pieces),
         sum(r.scratch_bytes for r in pieces),
-        np.sum([r.counts for r in pieces], axis=0),
+        totals.counts,
         _fingerprint.total(r.fingerprint for r in pieces) if fingerprint else None,
         reused=all(r.reused for r in pieces),
         pieces=len(pieces),
         nulls=_manifest.union_of_nulls(r.nulls for r in pieces),
-        pile_bytes=None if any(r.pile_bytes is None for r in pieces) else np.sum([r.pile_bytes for r in pieces], 0),
-        largest_rows=largest,
+        pile_bytes=totals.pile_bytes,
+        largest_rows=totals.largest_rows,
     )
 
 

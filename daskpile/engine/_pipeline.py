@@ -37,6 +37,7 @@ from daskpile._compute import (
     said_while_slow,
     shows_progress_lines,
     task,
+    task_of,
     total_threads,
     worker_memory_per_thread,
 )
@@ -75,8 +76,8 @@ CUT_ROW_GROUPS = True
 WEIGH_COMPRESSED = True
 
 
-# What the command holds for each pile of each pass-1 task (its rows, Arrow bytes and largest row), and the
-# share of the machine's memory they may take
+# What a pass-1 task's result holds for each pile (its rows, Arrow bytes and largest row), and the share of the
+# machine's memory that the results a summing task holds may take
 PILE_COUNT_BYTES = 24
 PILE_COUNTS_FRACTION = 1 / 4
 
@@ -757,11 +758,9 @@ class _Run:
             self.pile_plan = _sizing.plan_for_cluster(rows, self.estimated_bytes, self.memory_per_pile)
             if self.previous is not None:  # resuming: keep the run's count even if the cluster changed
                 self.pile_plan = dataclasses.replace(self.pile_plan, piles=self.previous.piles)
-            elif not self.inside_a_window:
-                self.pile_plan = self.auto_piles_the_machine_counts(self.pile_plan)
         self.piles = self.pile_plan.piles if self.auto else self.requested_piles
         self.estimated_rows = rows
-        if self.previous is None and not self.auto and not self.inside_a_window:  # (a count asked for)
+        if self.previous is None and not self.inside_a_window:
             self.refuse_piles_no_machine_counts()
         bands = (
             self.previous.bands if self.previous is not None else _scratch.bands_for(self.piece_bytes, self.plan.schema)
@@ -773,48 +772,19 @@ class _Run:
             cut_row_groups, self.previous.weigh_compressed if self.previous is not None else WEIGH_COMPRESSED,
         )  # fmt: skip
 
-    def refuse_piles_no_machine_counts(self, piles: int | None = None, advice: str | None = None) -> None:
-        """Refuse more piles than this machine holds the counts of: each pass-1 task gives the command its rows,
-        bytes and largest row for every pile (100,000,000 piles over 13 tasks took 22 GB, and 32 s, before a
+    def refuse_piles_no_machine_counts(self) -> None:
+        """Refuse more piles than this machine holds the counts of: pass 1's per-pile counts are summed
+        ``SUM_FAN_IN`` tasks' at a time (100,000,000 piles over 13 tasks, each held, took 22 GB, and 32 s, before a
         row was written)."""
-        piles = self.piles if piles is None else piles
-        tasks = max(len(self.partitions), 1)
-        needed, machine = PILE_COUNT_BYTES * piles * tasks, psutil.virtual_memory().total
+        held = min(max(len(self.partitions), 1), SUM_FAN_IN) + 1  # the results a summing task holds, and their sum
+        needed, machine = PILE_COUNT_BYTES * self.piles * held, psutil.virtual_memory().total
         if needed > machine * PILE_COUNTS_FRACTION:
-            most = self.most_piles_counted()
+            most = max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * held))
             raise ValueError(
-                f"{piles:,} piles over {count(tasks, 'pass-1 task')} would take {human_size(needed)} of pile "
-                f"counts on this machine, more than a quarter of its {human_size(machine)}: "
-                + (advice or f"give at most {most:,} piles (for about {self.estimated_rows:,} rows)")
+                f"{self.piles:,} piles would take {human_size(needed)} of pile counts to sum pass 1's ({held - 1} "
+                f"tasks' at a time), more than a quarter of this machine's {human_size(machine)}: give at most "
+                f"{most:,} piles (for about {self.estimated_rows:,} rows)"
             )
-
-    def most_piles_counted(self) -> int:
-        """The most piles whose per-task counts this machine holds (``refuse_piles_no_machine_counts``)."""
-        machine = psutil.virtual_memory().total
-        return max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * max(len(self.partitions), 1)))
-
-    def auto_piles_the_machine_counts(self, plan: _sizing.PilePlan) -> _sizing.PilePlan:
-        """``piles="auto"``'s plan in fewer, larger piles where this machine cannot hold the per-task counts of
-        its piles of ``FAST_PILE_BYTES`` (1 TiB of files of 16 MiB: 32,768 piles over 65,536 tasks, 48 GiB of
-        counts); refused where even the fewest piles that fit ``memory_per_pile`` are too many, and where
-        ``memory_per_pile`` was given (the count then depends on the data alone, as the docs promise)."""
-        most = self.most_piles_counted()
-        if plan.piles <= most:
-            return plan
-        if self.memory_per_pile is not None:  # its plan is of the data alone, the same result anywhere: not cut
-            self.refuse_piles_no_machine_counts(
-                plan.piles,
-                f"piles='auto' with memory_per_pile plans from the data alone, whatever the machine: pass a pile "
-                f"count of at most {most:,} instead, or run the command where there is more memory",
-            )
-        fewest = _sizing.plan(plan.rows, plan.bytes, plan.memory_per_pile).piles
-        self.refuse_piles_no_machine_counts(
-            fewest,
-            f"piles='auto' needs at least that many to fit memory_per_pile={plan.memory_per_pile:,} bytes: give "
-            "the workers more memory, run the command where there is more, or make fewer pass-1 tasks (a larger "
-            "blocksize reads more small files a task)",
-        )
-        return dataclasses.replace(plan, piles=most)
 
     def _empty_piles_said(self) -> str | None:
         """A note that more piles were asked for than there are rows (most of their files empty), or None."""
@@ -889,14 +859,19 @@ class _Run:
             timer = Timer(self.progress)
             kept = self.scratch.kept() if self.previous is not None else {}  # a new run has none to reuse
             run_key = self.spec.key()  # (once: it hashes every file's URL, 22 ms for 30,000)
-            scattered = compute((
+            tasks = [
                 task(
                     _passes.scatter_partition, self.plan.fs, files, k, self.piles, self.seed, self.scratch,
                     self.plan.reading, self.verify, self.blocksize, self.task_memory, kept.get(k, {}), self.output,
                     key=f"daskpile-scatter-{k}-{run_key}",
                 )
                 for k, files in enumerate(self.partitions)
-            ), progress=self.progress)  # fmt: skip
+            ]  # fmt: skip
+            *scattered, self.totals = compute(
+                [task_of(_passes.ScatterResult.without_piles, t, key=f"daskpile-scattered-{t.key}") for t in tasks],
+                along=_summed(tasks, self.piles, f"daskpile-pile-totals-{run_key}"),
+                progress=self.progress,
+            )
             self.refuse_what_the_output_cannot_hold(scattered)
         except WorkerKilled as e:
             raise e.saying(self._large_row_group_said(e.key)) from None
@@ -913,7 +888,7 @@ class _Run:
             raise
         self.refuse_sources_written_during_the_pass()
         self.seconds_scatter = timer.seconds  # (the pass-1 line says the report's seconds: they differed)
-        self.counts = np.sum([r.counts for r in scattered], axis=0) if scattered else np.zeros(self.piles, np.int64)
+        self.counts = self.totals.counts
         self.scratch = dataclasses.replace(self.scratch, pieces=tuple(r.pieces for r in scattered))
         timer.say(
             f"pass 1: {count(int(self.counts.sum()), 'row')} read from {count(len(self.plan.files), 'file')} in "
@@ -1009,7 +984,7 @@ class _Run:
     def gather(self, scattered) -> tuple[list[str], list[_passes.GatherResult]]:
         """Pass 2: every pile permuted into its file (split if over its memory budget); the files' names."""
         try:
-            split = _oversized_piles(self.counts, scattered, self.memory_per_pile, self.pile_plan, self.on_oversize)
+            split = _oversized_piles(self.totals, scattered, self.memory_per_pile, self.pile_plan, self.on_oversize)
         except PileTooLargeError:
             self.scratch.remove()  # a rerun needs other arguments, so nothing here can be resumed
             raise
@@ -1061,7 +1036,7 @@ class _Run:
         no pile count or split takes apart."""
         if not piles:
             return ""
-        pile_bytes, largest = _pile_bytes(self.counts, scattered), _largest_rows(scattered)
+        pile_bytes, largest = _pile_bytes(self.totals, scattered), self.totals.largest_rows
         j = max(piles, key=lambda p: pile_bytes[p])
         held = f"pile {j}" if len(piles) == 1 else f"piles {piles[0]} to {piles[-1]}, the largest pile {j}"
         said = f". The task held {held}: {count(int(self.counts[j]), 'row')}, {pile_bytes[j] / 2**20:,.0f} MiB"
@@ -1450,7 +1425,7 @@ def _budget(memory_per_pile: int | None, pile_plan: _sizing.PilePlan | None) -> 
     return memory_per_pile or (pile_plan.memory_per_pile if pile_plan else None)
 
 
-def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize: str) -> dict[int, int]:
+def _oversized_piles(totals, scattered, memory_per_pile, pile_plan, on_oversize: str) -> dict[int, int]:
     """{pile: sub-piles} for the piles over their memory budget, or PileTooLargeError.
 
     Sizes come from pass 1: the Arrow bytes of each pile's rows, as it counted
@@ -1458,12 +1433,12 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
     Without a budget (a pile count given, no ``memory_per_pile``) nothing is
     split, so the output never depends on the cluster's memory.
     """
-    budget = _budget(memory_per_pile, pile_plan)
+    budget, counts = _budget(memory_per_pile, pile_plan), totals.counts
     if budget is None or int(counts.sum()) == 0:
         return {}
-    pile_bytes = _pile_bytes(counts, scattered)
+    pile_bytes = _pile_bytes(totals, scattered)
     over = {j: int(nbytes) for j, nbytes in enumerate(pile_bytes) if nbytes > budget}
-    largest = _largest_rows(scattered)
+    largest = totals.largest_rows
     too_large = [j for j in over if largest is not None and largest[j] >= budget]
     if too_large:  # (whatever on_oversize says: neither more piles nor a split would help)
         j = too_large[0]
@@ -1483,19 +1458,31 @@ def _oversized_piles(counts, scattered, memory_per_pile, pile_plan, on_oversize:
             for j, nbytes in over.items()}  # fmt: skip
 
 
-def _largest_rows(scattered) -> np.ndarray | None:
-    """Each pile's largest row in bytes, as pass 1 counted it; None for scratch of a daskpile that did not."""
-    if not scattered or any(r.largest_rows is None for r in scattered):
-        return None
-    return np.max([r.largest_rows for r in scattered], axis=0)
-
-
-def _pile_bytes(counts: np.ndarray, scattered) -> np.ndarray:
+def _pile_bytes(totals: _passes.PileTotals, scattered) -> np.ndarray:
     """Each pile's Arrow bytes as pass 1 counted them; for scratch written by a daskpile that did not count
     them, its rows at the average row's scratch bytes."""
-    if scattered and all(r.pile_bytes is not None for r in scattered):
-        return np.sum([r.pile_bytes for r in scattered], axis=0)
-    return counts * (sum(r.scratch_bytes for r in scattered) / max(int(counts.sum()), 1))
+    if totals.pile_bytes is not None:
+        return totals.pile_bytes
+    return totals.counts * (sum(r.scratch_bytes for r in scattered) / max(int(totals.counts.sum()), 1))
+
+
+# Pass 1's per-pile totals are summed this many tasks' results at a time: the most a summing task holds.
+SUM_FAN_IN = 16
+
+
+def _summed(tasks: list, piles: int, key: str):
+    """One task giving the ``PileTotals`` of pass-1 ``tasks`` (of ``piles``), summed ``SUM_FAN_IN`` at a time on
+    the workers."""
+    if not tasks:
+        return task(_passes.PileTotals, np.zeros(piles, np.int64), None, None, key=f"{key}-none")
+    level, depth = list(tasks), 0
+    while len(level) > 1 or not depth:
+        level = [
+            task_of(_passes.pile_totals, *level[i : i + SUM_FAN_IN], key=f"{key}-{depth}-{i // SUM_FAN_IN}")
+            for i in range(0, len(level), SUM_FAN_IN)
+        ]
+        depth += 1
+    return level[0]
 
 
 def _estimate(plan) -> tuple[int, int, int]:
