@@ -36,8 +36,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from systems import FLOORS, PEER, SYSTEMS  # noqa: E402
 
-# A-2000 is A's rows in 2,000 files of 5,000 rows: a lake of many small files (benchmarks/small_files.py).
-SIZES = {"tiny": (100_000, 4), "A": (10_000_000, 40), "A-2000": (10_000_000, 2000), "B": (100_000_000, 200)}
+# A-2000 is A's rows in 2,000 files of 5,000 rows: a lake of many small files (benchmarks/small_files.py);
+# A-50000 in 50,000 files of 200 rows, what a stream's hourly writers leave.
+SIZES = {
+    "tiny": (100_000, 4),
+    "A": (10_000_000, 40),
+    "A-2000": (10_000_000, 2000),
+    "A-50000": (10_000_000, 50_000),
+    "B": (100_000_000, 200),
+}
 NEEDS = {"duckdb": "duckdb", "polars": "polars"}
 
 

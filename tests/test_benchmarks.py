@@ -97,3 +97,13 @@ def test_the_text_benchmark_runs(tmp_path):
     lines = results["summary"]["daskpile lines to lines, threads"]
     # the same bytes, permuted, and the manifest
     assert 0 < lines["output_mib"] - results["summary"]["shuf"]["output_mib"] < 0.1
+
+
+def test_the_object_columns_benchmark_runs():
+    """benchmarks/dataframe_objects.py end to end on 2,000 rows: both systems, both list columns."""
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "dataframe_objects.py")
+    completed = subprocess.run(
+        [sys.executable, script, "--rows", "2000", "--reps", "1"], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.count("daskpile.shuffle(ddf), ") == 2 and completed.stdout.count("to_parquet, ") == 2

@@ -14,14 +14,18 @@ numbers, lists, dicts, bytes, ``datetime.time``; what pandas makes of nested
 Parquet): Arrow would guess a type from each partition's values, differently
 from one partition to the next, and change the values (a list comes back a
 numpy array, NaN and None both come back None).  They are carried as pickles,
-one per value: exact, at the cost of one ``pickle`` call per value (about a
-microsecond).  So are the dtypes Arrow has no type for (complex, sparse), as
-Dask's own shuffle carries them.
+one per value: exact, at the cost of one ``pickle`` call per value (a few
+microseconds).  So are the dtypes Arrow has no type for (complex, sparse), as
+Dask's own shuffle carries them.  A partition's column of 1-D numpy arrays of one
+dtype, what pandas makes of a Parquet list column (embeddings), is carried as
+their bytes and dtype instead (``OBJECTS``): pickling an array took ten times as
+long as the whole shuffle of a number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
 
 import numpy as np
@@ -30,7 +34,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dask.dataframe.utils import UNKNOWN_CATEGORIES
 
-PICKLED = pa.large_binary()
+# A column of Python objects: each value's pickle; or, for a partition whose values are all 1-D numpy arrays of one
+# fixed-width dtype, each one's bytes (raw) and that dtype
+OBJECTS = pa.struct([("pickle", pa.large_binary()), ("dtype", pa.string()), ("raw", pa.large_binary())])
+RAW_KINDS = "biufcmM"  # numpy's fixed-width kinds: bools, integers, floats, complex, timedeltas, datetimes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +121,7 @@ def _known(dtype: pd.CategoricalDtype) -> bool:
 def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.ChunkedArray:
     """A column as Arrow, converted by the dtype the DataFrame says it has (``dtype``, from ``_meta``)."""
     if pickled(dtype):
-        return pa.array([pickle.dumps(v, protocol=5) for v in values], type=PICKLED)
+        return _objects_to_arrow(values)
     try:
         if values.dtype != dtype:
             values = _as_meta_says(values, dtype, name)
@@ -124,6 +131,67 @@ def _to_arrow(values: pd.Series | pd.Index, dtype, name: str) -> pa.Array | pa.C
         raise
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as e:
         raise TypeError(f"daskpile cannot convert column {name} of dtype {values.dtype} to Arrow: {e}") from e
+
+
+def _objects_to_arrow(values: pd.Series | pd.Index) -> pa.StructArray:
+    """A column of Python objects as ``OBJECTS``: their pickles, or where every value is a 1-D numpy array of
+    one fixed-width dtype, their bytes.
+
+    >>> raw = _objects_to_arrow(pd.Series([np.array([1.5, 2.0]), np.array([], float)]))
+    >>> raw.field("dtype").to_pylist(), raw.field("raw").to_pylist()[1], raw.field("pickle").null_count
+    (['<f8', '<f8'], b'', 2)
+    """
+    n = len(values)
+    arrays = _arrays_of_one_dtype(values)
+    if arrays is None:
+        pickles = pa.array([pickle.dumps(v, protocol=5) for v in values], type=pa.large_binary())
+        return pa.StructArray.from_arrays(
+            [pickles, pa.nulls(n, pa.string()), pa.nulls(n, pa.large_binary())], fields=list(OBJECTS)
+        )
+    dtype = arrays[0].dtype
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter((a.size for a in arrays), np.int64, n) * dtype.itemsize, out=offsets[1:])
+    data = np.concatenate(arrays).view(np.uint8)
+    raw = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    kinds = pa.array([dtype.str], pa.string()).take(np.zeros(n, np.int64))
+    return pa.StructArray.from_arrays([pa.nulls(n, pa.large_binary()), kinds, raw], fields=list(OBJECTS))
+
+
+def _arrays_of_one_dtype(values: pd.Series | pd.Index) -> np.ndarray | None:
+    """The values (an object array) where they are all 1-D numpy arrays of one fixed-width dtype, else None."""
+    objects = values.to_numpy(dtype=object)
+    if not len(objects) or type(objects[0]) is not np.ndarray or objects[0].dtype.kind not in RAW_KINDS:
+        return None
+    dtype = objects[0].dtype  # (a subclass of ndarray is pickled, as it is)
+    return objects if all(type(v) is np.ndarray and v.ndim == 1 and v.dtype == dtype for v in objects) else None
+
+
+def _objects_from_arrow(column: pa.ChunkedArray) -> np.ndarray:
+    """An ``OBJECTS`` column as an object array of its values: the pickled unpickled, the raw as numpy arrays,
+    each writable, as its pickle would give it."""
+    pickles, kinds, raws = (column.combine_chunks() if column.num_chunks else pa.array([], OBJECTS)).flatten()
+    values = np.empty(len(raws), dtype=object)
+    raw = raws.is_valid().to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(~raw)
+    if len(rows):
+        values[rows] = np.fromiter(
+            (pickle.loads(v) for v in pickles.take(rows).to_pylist()), dtype=object, count=len(rows)
+        )
+    for kind in pc.unique(kinds.drop_null()).to_pylist():
+        rows = np.flatnonzero(raw & pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False))
+        values[rows] = _arrays_in(raws.take(rows), np.dtype(kind))
+    return values
+
+
+def _arrays_in(raw: pa.Array, dtype: np.dtype) -> np.ndarray:
+    """The values of a large binary array of raw bytes as numpy arrays of ``dtype`` (an object array): views
+    of one writable copy of its bytes."""
+    offsets = np.frombuffer(raw.buffers()[1], np.int64, len(raw) + 1, raw.offset * 8)
+    nbytes = int(offsets[-1] - offsets[0])
+    data = np.frombuffer(raw.buffers()[2], np.uint8, nbytes, int(offsets[0])) if nbytes else np.empty(0, np.uint8)
+    flat = data.copy().view(dtype)
+    bounds = ((offsets - offsets[0]) // dtype.itemsize).tolist()
+    return np.fromiter((flat[a:b] for a, b in itertools.pairwise(bounds)), dtype=object, count=len(raw))
 
 
 class MetaMismatch(TypeError):
@@ -235,7 +303,7 @@ def _holds_the_same_values(values: pd.Series | pd.Index, cast: pd.Series | pd.In
 def _to_pandas(column: pa.ChunkedArray, dtype, index: pd.Index | None = None, note: dict | None = None):
     """A column as a pandas array (or numpy array) of ``dtype``; ``note``: its Arrow field's metadata."""
     if pickled(dtype):
-        values = np.fromiter((pickle.loads(v) for v in column.to_pylist()), dtype=object, count=len(column))
+        values = _objects_from_arrow(column)
         # A Series, not the bare array, from which pandas would infer strings.
         return pd.Series(values, index=index, dtype=object).astype(dtype)
     if isinstance(dtype, pd.ArrowDtype):
