@@ -24,7 +24,7 @@ from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile._words import count
 from daskpile.loader import PileLoader
-from daskpile.loader.pile_loader import job_world_size, warn_if_one_rank_of_many
+from daskpile.loader.pile_loader import job_world_size, warn_if_not_the_job_s_rank, warn_if_one_rank_of_many
 from daskpile.loader.plan import worker_share
 
 
@@ -105,6 +105,7 @@ class PileDataset(IterableDataset):
         path = as_urls(path, "path")
         if world_size == 1:
             warn_if_one_rank_of_many("PileDataset", _job_world_size())
+        warn_if_not_the_job_s_rank("PileDataset", rank, world_size)
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader

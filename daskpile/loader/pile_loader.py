@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import numbers
 import os
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -205,6 +207,7 @@ class PileLoader:
         path = as_urls(path, "path")
         if world_size == 1 and canonical_ranks is None:
             warn_if_one_rank_of_many("PileLoader", job_world_size())
+        warn_if_not_the_job_s_rank("PileLoader", rank, world_size)
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
@@ -227,6 +230,8 @@ class PileLoader:
         self._pools: dict[int, TaskPool] = {}
         self.stats: LoadStats | None = None
         self._iteration = 0  # which iterator is current (see __iter__)
+        self._loads: Prefetcher | None = None  # what the current iterator loads ahead
+        self._running = None  # the current iterator's generator (see _WhileCurrent)
         self._finished: dict | None = None  # the state at the end of the epoch just read to its end
         if drop_last and self._layout.batches(self._plan(epoch)) == 0:
             raise ValueError(
@@ -237,7 +242,7 @@ class PileLoader:
     def __getstate__(self) -> dict:
         # The thread pools stay with the process that made them: a copy sent to a spawned DataLoader worker,
         # or pickled after an epoch, makes its own when it first loads
-        return {**self.__dict__, "_pools": {}}
+        return {**self.__dict__, "_pools": {}, "_loads": None, "_running": None}
 
     @property
     def epoch(self) -> int:
@@ -300,7 +305,7 @@ class PileLoader:
         return _manifest.version_of(_manifest.read(path, storage_options))
 
     def _start_epoch(self, epoch: int) -> None:
-        self._iteration += 1  # a live iterator was of the position this replaces
+        self._replace_iterator()
         self._epoch, self._batches, self._finished = epoch, 0, None
         self._layout = dataclasses.replace(self._layout, starts=(0,) * self.canonical_ranks)
 
@@ -340,8 +345,9 @@ class PileLoader:
         # The loader has one position: a new iterator goes on from it, and an older one still alive
         # (a loop left with break, a peek with next(iter(loader))) stops rather than counting its
         # batches into the same position, which state_dict would then misreport.
-        self._iteration += 1
-        return redacting_iteration(self._iterate(self._iteration))
+        self._replace_iterator()
+        self._running = self._iterate(self._iteration)
+        return redacting_iteration(_WhileCurrent(self, self._iteration, self._running))
 
     def _iterate(self, iteration: int):
         self._check_current(iteration)  # before loading anything
@@ -356,10 +362,14 @@ class PileLoader:
                 metadata=self._batch_metadata,
             )  # fmt: skip
 
-        loaded = Prefetcher(takes, load, self._budget())
+        loaded = self._loads = Prefetcher(takes, load, self._budget())
+        batches = _batches(loaded, self.batch_size)
         try:
-            for batch in _batches(loaded, self.batch_size):
-                self._check_current(iteration)
+            while True:
+                self._check_current(iteration)  # (before asking for rows: a replaced iterator's loads are let go)
+                batch = next(batches, None)
+                if batch is None:
+                    break
                 converted = self._convert(batch)  # (a batch numpy refuses is not counted as read)
                 self._batches += 1
                 self._finished = None
@@ -397,6 +407,18 @@ class PileLoader:
         files = len(range(self.rank, self.canonical_ranks, self.world_size)) * self.mix + self.prefetch
         largest = int(self.units.rows.max()) if len(self.units.rows) else 0
         return Budget(rows=files * max(largest, 1), files=files)
+
+    def _replace_iterator(self) -> None:
+        """A live iterator was of the position this replaces: it stops at its next batch, and what it holds and
+        loads ahead is let go now (a loop left with ``break`` kept its piles, and went on loading)."""
+        self._iteration += 1
+        loads, self._loads = self._loads, None
+        running, self._running = self._running, None
+        if loads is not None:
+            loads.stop()
+        if running is not None:
+            with contextlib.suppress(ValueError):  # (running: ending its epoch, or in another thread)
+                running.close()  # (the batch it yielded last, and the one it was making)
 
     def _check_current(self, iteration: int) -> None:
         if iteration != self._iteration:
@@ -478,7 +500,7 @@ class PileLoader:
         old = _layout_of(state)
         plan = self._plan(state["epoch"], state["seed"])
         _check_position(state, old, plan)
-        self._iteration += 1  # a live iterator was of the position this replaces
+        self._replace_iterator()
         self._finished = None
         self.seed, self._epoch = state["seed"], state["epoch"]
         if state["batches"] >= old.batches(plan):
@@ -508,7 +530,7 @@ class PileLoader:
         differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
         if differ:
             raise ValueError(f"the state belongs to another loader: {', '.join(differ)}")
-        self._iteration += 1  # a live iterator was of the position this replaces
+        self._replace_iterator()
         self.seed, self._epoch = state["seed"], state["epoch"]
         self._start_epoch(self._epoch)
         self._batches = self._layout.batches(self._plan(self._epoch))
@@ -543,12 +565,14 @@ class PileLoader:
         batch = np.full(self.units.total, -1, dtype=np.int64)
         batches = layout.batches(plan)
         for rank in range(self.world_size):
+            # each stream's group and its row ids: a rank's streams take turns (canonical_ranks over world_size),
+            # and one group held for all of them drew each group's permutation again at every turn (40-90x)
             position, ids = 0, {}
             for take in layout.takes(plan, rank):
-                key = (take.group.stream, take.group.index)
-                if key not in ids:
-                    ids = {key: group_row_ids(self.units, take.group, self.seed, epoch)}
-                rows = ids[key][take.start : take.stop]
+                stream, index = take.group.stream, take.group.index
+                if ids.get(stream, (None,))[0] != index:
+                    ids[stream] = (index, group_row_ids(self.units, take.group, self.seed, epoch))
+                rows = ids[stream][1][take.start : take.stop]
                 numbers = rank * batches + (position + np.arange(len(rows))) // self.batch_size
                 fresh = batch[rows] < 0  # rows wrapped around to count once
                 batch[rows[fresh]] = numbers[fresh]
@@ -813,6 +837,28 @@ def _check_format(state: dict, lazy: bool, ended: bool) -> None:
     raise ValueError(f"not a PileLoader state of format {STATE_FORMAT!r}: {found!r}{why}")
 
 
+class _WhileCurrent:
+    """A loader's batches while the iterator is its current one; then RuntimeError (``_check_current``).
+
+    Not a generator, whose frame would hold the batch it yielded last: a replaced iterator's generator is
+    closed, and lets go of every row it held, while this one still says it was replaced when next asked."""
+
+    def __init__(self, loader: PileLoader, iteration: int, batches: Iterator):
+        self._loader, self._iteration, self._batches = loader, iteration, batches
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self._loader._check_current(self._iteration)
+        return next(self._batches)
+
+    def close(self) -> None:
+        """A loop left early (the iterator closed, or collected): its loads stop, its rows are let go."""
+        with contextlib.suppress(ValueError):  # (running, in another thread)
+            self._batches.close()
+
+
 def _batches(tables, batch_size: int):
     """Slices regrouped into tables of ``batch_size`` rows (the last the rest).
 
@@ -907,6 +953,27 @@ def warn_if_one_rank_of_many(who: str, ranks: int) -> None:
         warnings.warn(
             f"{who}(world_size=1) in a job of {ranks} ranks: every rank reads every row, each epoch {ranks} times "
             "over; pass rank= and world_size= (torch.distributed.get_rank(), get_world_size())",
+            stacklevel=4,
+        )
+
+
+def job_rank() -> int | None:
+    """This process's rank as its launcher says (torchrun, accelerate: RANK), or None."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
+
+
+def warn_if_not_the_job_s_rank(who: str, rank: int, world_size: int) -> None:
+    """A loader of the job's world size whose rank is not the one its launcher gave the process: most often
+    rank= forgotten, every process rank 0, reading one share as many times and leaving the others unread."""
+    launched = job_rank()
+    if world_size > 1 and world_size == job_world_size() and launched is not None and launched != rank:
+        warnings.warn(
+            f"{who}(rank={rank}, world_size={world_size}) in the process its launcher made rank {launched} (RANK): "
+            f"a share read by two ranks is read twice an epoch and another never; pass rank= "
+            "(torch.distributed.get_rank())",
             stacklevel=4,
         )
 

@@ -578,12 +578,28 @@ class Prefetcher:
         self.first_wait = 0.0
         self.loaded = 0  # groups the consumer received
         self.produced = 0  # groups the thread queued
+        self._held: dict[int, _HeldGroup] = {}  # by stream: the group the consumer is in
+
+    def stop(self) -> None:
+        """Let go of the groups held and being loaded, and load no more: the consumer will not ask again (the
+        loader's iterator it fed was replaced, as a loop left with ``break`` is, and went on loading ahead
+        while holding its piles)."""
+        self._budget.close()
+        for load in list(self._pending):
+            load.cancel()
+        self._pending.clear()
+        for group in self._held.values():
+            group.release_all()
+        self._held.clear()
+        with contextlib.suppress(queue.Empty):
+            while True:  # loads queued for the consumer hold their rows
+                self._events.get_nowait()
 
     def __iter__(self) -> Iterator[pa.Table]:
         """The rows of each take, in order."""
         begun = time.perf_counter()  # (before the thread starts: the first wait includes its first reads)
         self._thread.start()
-        groups: dict[int, _HeldGroup] = {}
+        groups = self._held
         try:
             while True:
                 started = begun if begun is not None else time.perf_counter()
