@@ -280,9 +280,23 @@ def write(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, output: Out
             return sink.tell()
         for run in serialize(table, output) if data is None else data:
             if output.compression:  # a frame a run, in memory; zstd and gzip tools read frames end to end
-                run = pa.compress(run, output.compression, asbytes=False)
+                run = codec(output.compression).compress(run, asbytes=False)
             write_in_pieces(sink, run)
         return sink.tell()
+
+
+# gzip's own default level: Arrow's is 9, which wrote a pile of 31 MiB of JSON lines in 5.4 s against 3.1 s at 6,
+# for about the same size (1: 0.45 s, larger; zstd 0.19 s)
+GZIP_LEVEL = 6
+
+
+def codec(compression: str) -> pa.Codec:
+    """The codec that compresses piles with ``compression``.
+
+    >>> codec("gzip").compression_level, codec("zstd").name
+    (6, 'zstd')
+    """
+    return pa.Codec(compression, compression_level=GZIP_LEVEL if compression == "gzip" else None)
 
 
 # The bytes of text a run of a pile is serialized and parsed in: under the 2 GiB that Arrow's string
