@@ -86,13 +86,46 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
 
 def stream_csv(f, options: TextOptions, types, block_size: int):
     return pa_csv.open_csv(
-        f,
+        NoBlockEndsInCR(f),
         read_options=options.csv_read(
             block_size=block_size, autogenerate_column_names=options.autogenerate_column_names
         ),
         parse_options=options.csv_parse(newlines_in_values=True),
         convert_options=options.csv_convert(types),
     )
+
+
+class NoBlockEndsInCR(io.RawIOBase):
+    """A file whose reads (the blocks of Arrow's streaming CSV reader) never end with a carriage return unless
+    the file does: the reader drops the newline of a quoted ``\\r\\n`` that two blocks share
+    (apache/arrow#51368), and the value comes out altered yet verified, the fingerprints being of the rows as
+    parsed (a new user's 60,000 Windows-style multi-line values at 16 KiB blocks: 6 of them).
+
+    >>> f = NoBlockEndsInCR(io.BytesIO(b"ab\\r\\r\\ncd\\r"))
+    >>> [f.read(3) for _ in range(5)]
+    [b'ab', b'\\r\\r\\n', b'cd', b'\\r', b'']
+    """
+
+    def __init__(self, f):
+        self.f, self.held = f, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = len(buffer)
+        data, self.held = self.held + self.f.read(size - len(self.held)), b""
+        kept = len(data.rstrip(b"\r"))
+        if kept:  # the carriage returns it ends with begin the next read
+            data, self.held = data[:kept], data[kept:]
+        else:  # carriage returns alone: with the byte after them
+            while data and len(data) < size:
+                more = self.f.read(1)
+                data += more
+                if more != b"\r":
+                    break
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class Tail(io.RawIOBase):
