@@ -963,6 +963,24 @@ def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path,
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_integers_past_2_53_in_a_column_of_floats_are_refused(tmp_path, sync_scheduler, fmt):
+    """From a new user's trial: ``1.0`` on one line and ``1234567890123456789`` on another made a float column,
+    and the id came out 1.2345678901234568e+18, verified.  Integers a float holds exactly (2**53) stay."""
+    ids = tmp_path / f"ids.{fmt}"
+    ids.write_text('{"u":1.0}\n{"u":1234567890123456789}\n' if fmt == "jsonl" else "u\n1.5\n9007199254740993\n")
+    rounded = "1234567890123456789" if fmt == "jsonl" else "9007199254740993"
+    with pytest.raises(
+        ValueError, match=rf"column 'u' holds integers past 2\*\*53 \({rounded}\), which Arrow .*=int64"
+    ):
+        daskpile.shuffle_parquet(str(ids), str(tmp_path / "out"), piles=1, seed=1)
+    assert not (tmp_path / "out").exists()
+    exact = tmp_path / f"exact.{fmt}"
+    exact.write_text('{"u":1.0}\n{"u":9007199254740992}\n' if fmt == "jsonl" else "u\n1.5\n9007199254740992\n")
+    daskpile.shuffle_parquet(str(exact), str(tmp_path / "exact-out"), piles=1, seed=1)
+    assert 9007199254740992.0 in pq.read_table(tmp_path / "exact-out").column("u").to_pylist()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_a_declared_type_keeps_its_column_where_the_file_has_it(tmp_path, sync_scheduler, fmt):
     """Arrow's JSON reader puts an explicit schema's fields first; the result keeps the order it has without.
 

@@ -325,17 +325,20 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
 
 
 TWO_TO_THE_63 = 2.0**63
+TWO_TO_THE_53 = 2.0**53  # the integers a float64 holds exactly, in magnitude
 
 
 def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
-    """Refuse integers past int64 in a column whose type was inferred: Arrow reads them as float64, rounded.
+    """Refuse integers a float64 rounds in a column whose type was inferred as float64: past int64 (Arrow reads
+    every value as a float), and past 2**53 in a column that also holds a fraction (``1.0``).
 
-    A uint64 hash (xxhash64, simhash) would come out changed, and verified,
-    since the fingerprints are of what Arrow read.  Floats that large are
-    left alone: only where a float column holds a value past 2**63 is the
-    text searched for integer literals past int64, and one is blamed on the
-    column only if the column holds it as read (a 19-digit id of another
-    column, or digits in a string, blamed a column of masses in kilograms).
+    A uint64 hash (xxhash64, simhash) or a 19-digit id would come out changed,
+    and verified, since the fingerprints are of what Arrow read.  Floats that
+    large are left alone: only where a float column holds a value past 2**53
+    is the text searched for integer literals that a float rounds, and one is
+    blamed on the column only if the column holds it as read (a 19-digit id
+    of another column, or digits in a string, blamed a column of masses in
+    kilograms).
     """
     declared = {name for name, _ in options.column_types}
     literals = None  # the text's integer literals past int64, found once, by the float each reads as
@@ -343,18 +346,19 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
         if name in declared or not pa.types.is_float64(column.type) or not len(column):
             continue
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
-        if low.as_py() is None or -TWO_TO_THE_63 < low.as_py() <= high.as_py() < TWO_TO_THE_63:
+        if low.as_py() is None or -TWO_TO_THE_53 < low.as_py() <= high.as_py() < TWO_TO_THE_53:
             continue
         if literals is None:
             literals = {}
             for match in _LONG_INTEGER.finditer(text):
                 if len(match.group().lstrip(b"-")) > 308:  # (past any float: Arrow reads it as inf)
                     continue
-                if abs(value := int(match.group())) >= TWO_TO_THE_63:
+                if float(value := int(match.group())) != value:  # rounded
                     literals.setdefault(float(value), match.group())
-        past = pc.greater_equal(pc.abs(column), pa.scalar(float(TWO_TO_THE_63)))
+        past = pc.greater_equal(pc.abs(column), pa.scalar(TWO_TO_THE_53))
         found = next((literals[v] for v in column.filter(past).to_pylist() if v in literals), None)
         if found is not None:
+            wide = abs(int(found)) >= TWO_TO_THE_63
             others = (
                 "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
                 "written (--output-format jsonl)"
@@ -362,11 +366,11 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
                 else "string for others"
             )
             raise ValueError(
-                f"cannot read {where} as {options.format}: column {name!r} holds integers past int64 "
-                f"({found.decode()}), "
-                "which Arrow reads as floats, rounded: declare its type (read option column_types: uint64 for "
-                f"integers from 0 to 2**64, e.g. --read-option column_types.{name}=uint64; double if they are "
-                f"floats); {others}"
+                f"cannot read {where} as {options.format}: column {name!r} holds integers past "
+                f"{'int64' if wide else '2**53'} ({found.decode()}), which Arrow reads as floats, rounded: declare "
+                "its type (read option column_types: int64, or uint64 for integers from 0 to 2**64, e.g. "
+                f"--read-option column_types.{name}={'uint64' if wide else 'int64'}; double if they are floats); "
+                f"{others}"
             )
 
 
@@ -390,4 +394,4 @@ def _refuse_inferred_binary(table: pa.Table, text: bytes, options: TextOptions, 
         )
 
 
-_LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{19,}(?![0-9.eE])")
+_LONG_INTEGER = re.compile(rb"(?<![0-9.eE])-?[0-9]{16,}(?![0-9.eE])")  # (2**53 has 16 digits)
