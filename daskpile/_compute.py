@@ -588,6 +588,7 @@ _TASKS = [
     ("daskpile-split", "pass 2 (splitting a pile over its budget)",
      ", or a smaller memory_per_pile (--memory-per-pile: the same call, it resumes)"),
     ("daskpile-compact", "compact (merging a pile's generations)", ""),
+    ("daskpile-pile-totals", "the end of pass 1 (summing its tasks' pile counts)", ", or fewer piles"),
 ]  # fmt: skip
 
 

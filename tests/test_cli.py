@@ -191,13 +191,13 @@ def test_pass_1_s_pile_counts_are_summed_on_the_workers_not_held_a_task_at_a_tim
     piles as 17 results' counts fit, where 40 results' did not, and the sums are the piles' rows."""
     import psutil
 
-    from daskpile.engine import _pipeline
+    from daskpile.engine import _passes, _pipeline
 
     (tmp_path / "src").mkdir()
     for k in range(40):  # 40 pass-1 tasks at this blocksize
         pq.write_table(pa.table({"x": range(k * 5_000, (k + 1) * 5_000)}), tmp_path / "src" / f"{k:02d}.parquet")
     piles = 50
-    fits = (_pipeline.SUM_FAN_IN + 1) * piles * _pipeline.PILE_COUNT_BYTES / psutil.virtual_memory().total
+    fits = (_passes.SUM_FAN_IN + 1) * piles * _pipeline.PILE_COUNT_BYTES / psutil.virtual_memory().total
     monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", fits)  # 17 results' counts of 50 piles, not 40
     shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "src"), seed=1, blocksize=2**14)
     with dask.config.set(scheduler="threads", num_workers=2):

@@ -87,6 +87,17 @@ def test_empty_partitions_and_empty_input(sync_scheduler):
     assert result.npartitions == 3 and len(result.compute()) == 0
 
 
+def test_many_partitions_have_their_pile_counts_summed_in_a_tree(sync_scheduler):
+    """Pass 1's counts are summed 16 partitions' at a time (one task holding 10,000 partitions' counts of 32,768
+    piles would hold 5 GiB): 300 partitions, two levels of sums, every row once, each pile its counted rows."""
+    ddf = dd.from_pandas(frame(3_000), npartitions=300)
+    shuffled = daskpile.shuffle(ddf, piles=7, seed=0)
+    graph = dict(shuffled.__dask_graph__())
+    assert sum(1 for key in graph if isinstance(key, tuple) and "-sum-" in str(key[0])) == 19 + 2
+    out = shuffled.compute()  # (pass 2 checks each pile's rows against the sums: "pass 1 sent it ...")
+    pd.testing.assert_frame_equal(out.sort_index(), ddf.compute())
+
+
 def test_single_row_and_more_piles_than_rows(sync_scheduler):
     one = dd.from_pandas(frame(1), npartitions=1)
     pd.testing.assert_frame_equal(daskpile.shuffle(one, piles=8, seed=0).compute(), one.compute())

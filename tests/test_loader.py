@@ -469,6 +469,20 @@ def test_a_loader_whose_rank_is_not_the_launcher_s_says_so(datasets, monkeypatch
         daskpile.PileLoader(datasets["eager"], batch_size=100, seed=1, world_size=2)
 
 
+def test_piles_smaller_than_a_batch_are_warned_of(datasets):
+    """A batch then holds whole piles, whose rows meet in one batch every epoch: a new user's 2,000 piles of
+    1,500 rows in batches of 4,096 had a co-batch rate 150 times the ideal, silently.  mix= that groups a batch's
+    worth of piles says nothing."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"batch_size=5,000\): its piles hold [23],\d\d\d rows .* pass mix=2 or more"):
+        daskpile.PileLoader(datasets["eager"], batch_size=5000, seed=1)  # (8 piles of 24,000 rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        daskpile.PileLoader(datasets["eager"], batch_size=5000, seed=1, mix=2)
+        daskpile.PileLoader(datasets["eager"], batch_size=2000, seed=1)
+
+
 def test_filters_that_match_no_row_are_warned_of(datasets):
     """Every epoch then yields no batch: a training loop ran no step, silently."""
     with pytest.warns(UserWarning, match=r"filters=\[\('id', '<', -1\)\] match no row of .*every epoch yields no"):

@@ -568,9 +568,20 @@ class ScatterSummary(Expr):
         return (None, None)
 
     def _layer(self) -> dict:
-        parts = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
+        """The partitions' pile counts summed ``SUM_FAN_IN`` at a time, in a tree: one task holding every
+        partition's (16 bytes a pile each) would hold 5 GiB for 10,000 partitions and 32,768 piles."""
+        level = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
+        layer, depth = {}, 0
+        while len(level) > _passes.SUM_FAN_IN:
+            sums = []
+            for i in range(0, len(level), _passes.SUM_FAN_IN):
+                key = (f"{self._name}-sum-{depth}", i // _passes.SUM_FAN_IN)
+                layer[key] = Task(key, summed_scatter, *level[i : i + _passes.SUM_FAN_IN])
+                sums.append(TaskRef(key))
+            level, depth = sums, depth + 1
         key = (self._name, 0)
-        return {key: Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, self.plan, *parts)}
+        layer[key] = Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, self.plan, *level)
+        return layer
 
 
 class GatherPiles(PartitionsFiltered, BlockwiseIO):
@@ -649,15 +660,30 @@ def scatter_partition(
     return {"partition": partition, "counts": result.counts, "pile_bytes": result.pile_bytes}
 
 
+def summed_scatter(*results: dict) -> dict:
+    """Pass-1 results (``scatter_partition``'s, or sums of them) as one: partitions counted, pile counts summed.
+
+    >>> summed_scatter({"counts": np.array([1, 2]), "pile_bytes": np.array([8, 16])}, {"partitions": 2,
+    ...     "counts": np.array([3, 0]), "pile_bytes": np.array([24, 0])})["counts"].tolist()
+    [4, 2]
+    """
+    return {
+        "partitions": sum(r.get("partitions", 1) for r in results),
+        "counts": np.sum([r["counts"] for r in results], axis=0),
+        "pile_bytes": np.sum([r["pile_bytes"] for r in results], axis=0),
+    }
+
+
 @redacting_errors
 def finish_scatter(run: ScratchRun, variant: str, piles: int, plan: _sizing.PilePlan | None, *results: dict) -> dict:
     """What pass 1 did, as the partitions it saw at run time, recorded for later computes to reuse."""
-    scratch = run.variant(variant, len(results))
-    rows = np.sum([r["counts"] for r in results], axis=0)
+    total = summed_scatter(*results)
+    scratch = run.variant(variant, total["partitions"])
+    rows = total["counts"]
     if plan is not None:
-        _refuse_piles_over_their_plan(plan, np.sum([r["pile_bytes"] for r in results], axis=0), rows)
+        _refuse_piles_over_their_plan(plan, total["pile_bytes"], rows)
     # "id": this pass 1's, so that pass 2 reads its files, not those of one before whose scratch was removed
-    scattered = {"partitions": len(results), "rows_per_pile": [int(n) for n in rows], "id": uuid.uuid4().hex}
+    scattered = {"partitions": total["partitions"], "rows_per_pile": [int(n) for n in rows], "id": uuid.uuid4().hex}
     # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
     missing = [p for p in scratch.paths() if not scratch.fs.exists(p)] if is_local(scratch.fs) else []
     if missing:

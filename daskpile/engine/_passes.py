@@ -72,6 +72,10 @@ class PileTotals:
     largest_rows: np.ndarray | None
 
 
+# Pass 1's per-pile counts are summed this many tasks' results at a time: the most a summing task holds.
+SUM_FAN_IN = 16
+
+
 def pile_totals(*results: ScatterResult | PileTotals) -> PileTotals:
     """The ``PileTotals`` of pass-1 results, or of totals of some of them.
 

@@ -776,7 +776,9 @@ class _Run:
         """Refuse more piles than this machine holds the counts of: pass 1's per-pile counts are summed
         ``SUM_FAN_IN`` tasks' at a time (100,000,000 piles over 13 tasks, each held, took 22 GB, and 32 s, before a
         row was written)."""
-        held = min(max(len(self.partitions), 1), SUM_FAN_IN) + 1  # the results a summing task holds, and their sum
+        held = (
+            min(max(len(self.partitions), 1), _passes.SUM_FAN_IN) + 1
+        )  # the results a summing task holds, and their sum
         needed, machine = PILE_COUNT_BYTES * self.piles * held, psutil.virtual_memory().total
         if needed > machine * PILE_COUNTS_FRACTION:
             most = max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * held))
@@ -868,7 +870,10 @@ class _Run:
                 for k, files in enumerate(self.partitions)
             ]  # fmt: skip
             *scattered, self.totals = compute(
-                [task_of(_passes.ScatterResult.without_piles, t, key=f"daskpile-scattered-{t.key}") for t in tasks],
+                [
+                    task_of(_passes.ScatterResult.without_piles, t, key=f"daskpile-scattered-{k}-{run_key}")
+                    for k, t in enumerate(tasks)
+                ],
                 along=_summed(tasks, self.piles, f"daskpile-pile-totals-{run_key}"),
                 progress=self.progress,
             )
@@ -1466,20 +1471,16 @@ def _pile_bytes(totals: _passes.PileTotals, scattered) -> np.ndarray:
     return totals.counts * (sum(r.scratch_bytes for r in scattered) / max(int(totals.counts.sum()), 1))
 
 
-# Pass 1's per-pile totals are summed this many tasks' results at a time: the most a summing task holds.
-SUM_FAN_IN = 16
-
-
 def _summed(tasks: list, piles: int, key: str):
     """One task giving the ``PileTotals`` of pass-1 ``tasks`` (of ``piles``), summed ``SUM_FAN_IN`` at a time on
     the workers."""
     if not tasks:
         return task(_passes.PileTotals, np.zeros(piles, np.int64), None, None, key=f"{key}-none")
-    level, depth = list(tasks), 0
+    level, depth, fan_in = list(tasks), 0, _passes.SUM_FAN_IN
     while len(level) > 1 or not depth:
         level = [
-            task_of(_passes.pile_totals, *level[i : i + SUM_FAN_IN], key=f"{key}-{depth}-{i // SUM_FAN_IN}")
-            for i in range(0, len(level), SUM_FAN_IN)
+            task_of(_passes.pile_totals, *level[i : i + fan_in], key=f"{key}-{depth}-{i // fan_in}")
+            for i in range(0, len(level), fan_in)
         ]
         depth += 1
     return level[0]

@@ -217,6 +217,7 @@ class PileLoader:
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
         self._warn_of_uncounted_nulls()
         self._warn_of_streams_too_many_to_mix(canonical)
+        self._warn_of_piles_smaller_than_a_batch()
         if self.units.total == 0 and filters is not None:  # (a training loop would run no step, silently)
             warnings.warn(f"filters={filters!r} match no row of {path!r}: every epoch yields no batch", stacklevel=3)
         if 0 < self.units.total < canonical:  # (no rows at all: an epoch of no batch)
@@ -321,8 +322,9 @@ class PileLoader:
             warnings.warn(
                 f"PileLoader(output={self.output!r}): whether {', '.join(map(repr, uncounted))} hold a null is not "
                 "recorded (a result written before daskpile recorded it, or files without null counts), so a batch "
-                "of them holding one is float64 (booleans: object) and the others keep their dtype; shuffle the "
-                "data again for one dtype in every batch, or read output='arrow'",
+                f"of them holding one is float64{' (booleans: object)' if self.output == 'pandas' else ''} and the "
+                "others keep their dtype; shuffle the data again for one dtype in every batch, or read "
+                "output='arrow'",
                 stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 
@@ -334,6 +336,17 @@ class PileLoader:
                 "(canonical_ranks; with DataLoader workers, ranks x workers), each reading about "
                 f"{files / canonical:.1f}, so few or none are mixed: co_batch_rate() is about mix=1's; for mix to "
                 f"act, shuffle into {self.mix * canonical} piles or more (piles >= streams x mix)",
+                stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
+            )
+
+    def _warn_of_piles_smaller_than_a_batch(self) -> None:
+        rows = int(np.median(self.units.rows)) if len(self.units.rows) else 0
+        if 0 < rows * self.mix < self.batch_size:
+            warnings.warn(
+                f"PileLoader(batch_size={self.batch_size:,}): its piles hold {count(rows, 'row')} (the median), "
+                f"{'a group of ' + str(self.mix) + ' of them ' if self.mix > 1 else ''}fewer than a batch, so a "
+                "batch holds whole piles, whose rows meet in one batch again every epoch (co_batch_rate()): "
+                f"pass mix={-(-self.batch_size // rows)} or more, or shuffle into fewer, larger piles",
                 stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 
@@ -850,12 +863,18 @@ class _WhileCurrent:
         return self
 
     def __next__(self):
+        if self._batches is None:  # (its epoch read to the end: that stays its answer)
+            raise StopIteration
         self._loader._check_current(self._iteration)
-        return next(self._batches)
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._batches = None
+            raise
 
     def close(self) -> None:
         """A loop left early (the iterator closed, or collected): its loads stop, its rows are let go."""
-        with contextlib.suppress(ValueError):  # (running, in another thread)
+        with contextlib.suppress(ValueError, AttributeError):  # (running, in another thread; or ended)
             self._batches.close()
 
 
