@@ -687,6 +687,8 @@ def _compute_on_cluster(client, tasks: list, counted: int, bars: bool, on_done) 
         # is for graphs that embed data)
         warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
         futures = client.compute(tasks)
+    # every task of the graphs, not the futures' alone: those may be made of tasks still running (pass 1's sums)
+    keys = {key for task in tasks for key in task.__dask_graph__()}
     # The client runs done-callbacks on a thread of its own, which may still be on the last one when
     # gather returns: every call is waited for, so the caller never sees on_done(i) after compute.
     called = threading.Semaphore(0)
@@ -710,18 +712,18 @@ def _compute_on_cluster(client, tasks: list, counted: int, bars: bool, on_done) 
     try:
         results = client.gather(futures)
     except KilledWorker as e:
-        _cancel_and_wait(client, futures)
+        _cancel_and_wait(client, futures, keys)
         raise _killed(e) from e
     except (NoWorkerError, NoValidWorkerError) as e:  # (the second: a task waiting unassigned; ours ask for none)
-        _cancel_and_wait(client, futures)
+        _cancel_and_wait(client, futures, keys)
         raise _no_worker_running(e) from e
     except BaseException as e:
-        _cancel_and_wait(client, futures, interrupted=isinstance(e, KeyboardInterrupt))
+        _cancel_and_wait(client, futures, keys, interrupted=isinstance(e, KeyboardInterrupt))
         raise
     for _ in futures[:counted] if on_done is not None else []:
         called.acquire()
     if died is not None:
-        died.extend(_deaths_since(client, since, {key for task in tasks for key in task.__dask_graph__()}))
+        died.extend(_deaths_since(client, since, keys))
     return results
 
 
@@ -736,8 +738,8 @@ KILLED_SOON = threading.Event()  # set by the command's SIGTERM handler
 WAIT_SAID_AFTER = 2.0
 
 
-def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
-    """Cancel ``futures``; return once no worker still runs one of them (or after a while).
+def _cancel_and_wait(client, futures, keys: set, interrupted: bool = False) -> None:
+    """Cancel ``futures``; return once no worker still runs a task of ``keys`` (or after a while).
 
     A cancelled task already running goes on in its worker's thread, which
     cannot be stopped: the scheduler forgets it, its worker does not.  After
@@ -745,7 +747,6 @@ def _cancel_and_wait(client, futures, interrupted: bool = False) -> None:
     writing a pile to an object store may take a minute, a pod's grace period
     is 30 s), and another Ctrl-C ends it.
     """
-    keys = {f.key for f in futures}
     said = not interrupted
     with contextlib.suppress(Exception):
         client.cancel(futures)

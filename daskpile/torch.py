@@ -24,7 +24,12 @@ from daskpile._random import seed_for_ranks
 from daskpile._storage import as_urls
 from daskpile._words import count
 from daskpile.loader import PileLoader
-from daskpile.loader.pile_loader import job_world_size, warn_if_not_the_job_s_rank, warn_if_one_rank_of_many
+from daskpile.loader.pile_loader import (
+    SHARE_OF_A_RANK,
+    job_world_size,
+    warn_if_one_rank_of_many,
+    warn_if_rank_is_not_the_launcher_s,
+)
 from daskpile.loader.plan import worker_share
 
 
@@ -105,7 +110,7 @@ class PileDataset(IterableDataset):
         path = as_urls(path, "path")
         if world_size == 1:
             warn_if_one_rank_of_many("PileDataset", _job_world_size())
-        warn_if_not_the_job_s_rank("PileDataset", rank, world_size)
+        warn_if_rank_is_not_the_launcher_s("PileDataset", rank, world_size)
         # One seed for every worker: drawn here when None, not in each worker
         self.options = dict(path=path, batch_size=batch_size, seed=seed_for_ranks(seed, world_size), **options)
         self._seed_given = seed is not None  # else a loaded state's seed replaces the one drawn, as in PileLoader
@@ -175,10 +180,14 @@ class PileDataset(IterableDataset):
         # (torchrun's LOCAL_WORLD_SIZE) unless a rank is pinned to cores of its own: a pool each worker
         ranks_here = 1 if pinned() else _local_world_size()
         options = {"threads": max(1, available_cores() // (workers * ranks_here)), **self.options}
-        return PileLoader(
-            **options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
-            canonical_ranks=self.canonical_ranks or world_size, version=self.version,
-        )  # fmt: skip
+        share = SHARE_OF_A_RANK.set(True)  # (its rank is this rank's worker's, not the launcher's)
+        try:
+            return PileLoader(
+                **options, rank=rank, world_size=world_size, epoch=self.epoch, output="numpy",
+                canonical_ranks=self.canonical_ranks or world_size, version=self.version,
+            )  # fmt: skip
+        finally:
+            SHARE_OF_A_RANK.reset(share)
 
     def batches_per_epoch(self, num_workers: int = 0) -> int:
         """The batches this rank yields in an epoch through a DataLoader with ``num_workers`` workers: steps per

@@ -193,7 +193,7 @@ def test_after_a_ctrl_c_the_wait_for_running_tasks_is_said_and_lasts_until_they_
         while not running():
             time.sleep(0.01)
         started = time.monotonic()
-        _cancel_and_wait(client, [future], interrupted=True)
+        _cancel_and_wait(client, [future], {future.key}, interrupted=True)
         assert time.monotonic() - started > seconds / 2 and not running()  # it waited for the task
         said[seconds] = capsys.readouterr().err
     assert "daskpile" not in said[1]
@@ -222,9 +222,38 @@ def test_after_sigterm_the_wait_for_running_tasks_ends_before_the_kill_that_foll
         while not any("daskpile-gather-slow" in keys for keys in client.run(_compute._running_keys).values()):
             time.sleep(0.01)
         started = time.monotonic()
-        _compute._cancel_and_wait(client, [future], interrupted=True)
+        _compute._cancel_and_wait(client, [future], {future.key}, interrupted=True)
         assert time.monotonic() - started < 2.5  # (waiting for the task, it would be 4 s)
     assert not _compute.KILLED_SOON.is_set()  # an API call after the command, in its process, waits as before
+
+
+def _fails_soon_or_writes_late(k: int, directory: str) -> int:
+    if k == 0:
+        time.sleep(0.3)
+        raise ValueError("bad input")
+    time.sleep(2)
+    with open(os.path.join(directory, str(k)), "w") as f:
+        f.write("written")
+    return k
+
+
+def _first(result):
+    return result
+
+
+def test_a_failure_waits_for_the_running_tasks_its_results_are_made_of(client, tmp_path):
+    """Pass 1's results are computed as tasks made of the scatter tasks (their counts summed apart): the wait
+    after a failure looked at those results' tasks alone, which run after the scatter, and returned while
+    scatter tasks still wrote (the caller then removes scratch: a running task's file outlived it)."""
+    from daskpile._compute import task, task_of
+
+    tasks = [task(_fails_soon_or_writes_late, k, str(tmp_path), key=f"daskpile-scatter-{k}-w") for k in range(2)]
+    with pytest.raises(ValueError, match="bad input"):
+        compute(
+            [task_of(_first, t, key=f"daskpile-scattered-{k}-w") for k, t in enumerate(tasks)],
+            along=task_of(max, *tasks, key="daskpile-pile-totals-w"),
+        )
+    assert os.listdir(tmp_path) == ["1"]  # written before compute gave up (2 workers, a thread each)
 
 
 def test_compute_reports_no_failed_task(sync_scheduler):

@@ -441,8 +441,8 @@ def test_dtype_round_trips_on_a_cluster(case, parquet_dir, client):
 
 def test_numpy_arrays_are_carried_as_their_bytes_and_come_back_writable():
     """An object column of 1-D numpy arrays of one dtype (pandas' Parquet lists: embeddings) is carried as their
-    bytes, not a pickle each (ten times the time of the rest of the shuffle); they come back as a pickle gives
-    them, arrays of their dtype that can be written to, each its own."""
+    bytes, not a pickle each (ten times the time of the rest of the shuffle); they come back as arrays of their
+    dtype (byte order too) that can be written to, each its own rows."""
     from daskpile.dataframe._pandas import OBJECTS, FrameCodec
 
     codec = FrameCodec(pd.DataFrame({"v": pd.Series([], dtype=object)}), index=False)
@@ -454,5 +454,8 @@ def test_numpy_arrays_are_carried_as_their_bytes_and_come_back_writable():
     assert np.isnan(back[2][1]) and back[2][0] == 1.5 and all(a.flags.writeable for a in back)
     back[1][0] = 7  # its own memory: the next row is not changed
     assert back[2][0] == 1.5
+    big_endian = pd.DataFrame({"v": [np.array([1.5, 2.5], ">f8"), np.array([-3.0], ">f8")]})  # (FITS, h5py)
+    back = codec.to_pandas(codec.to_arrow(big_endian))["v"].tolist()
+    assert [a.dtype.str for a in back] == [">f8", ">f8"] and [a.tolist() for a in back] == [[1.5, 2.5], [-3.0]]
     mixed = pd.DataFrame({"v": [np.array([1.5], np.float32), np.array([1], np.int64)]})
     assert codec.to_arrow(mixed).column(0).combine_chunks().field("raw").null_count == 2  # two dtypes: pickles

@@ -978,6 +978,11 @@ def test_integers_past_2_53_in_a_column_of_floats_are_refused(tmp_path, sync_sch
     exact.write_text('{"u":1.0}\n{"u":9007199254740992}\n' if fmt == "jsonl" else "u\n1.5\n9007199254740992\n")
     daskpile.shuffle_parquet(str(exact), str(tmp_path / "exact-out"), piles=1, seed=1)
     assert 9007199254740992.0 in pq.read_table(tmp_path / "exact-out").column("u").to_pylist()
+    # a float as JavaScript and Go write it below 1e21, in full: its shortest digits, then zeros (the reviewer)
+    written = tmp_path / f"js.{fmt}"
+    written.write_text('{"m":0.5}\n{"m":211138621448820900}\n' if fmt == "jsonl" else "m\n0.5\n211138621448820900\n")
+    daskpile.shuffle_parquet(str(written), str(tmp_path / "js-out"), piles=1, seed=1)
+    assert 2.111386214488209e17 in pq.read_table(tmp_path / "js-out").column("m").to_pylist()
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])

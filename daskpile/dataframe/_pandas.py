@@ -151,10 +151,10 @@ def _objects_to_arrow(values: pd.Series | pd.Index) -> pa.StructArray:
     dtype = arrays[0].dtype
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.fromiter((a.size for a in arrays), np.int64, n) * dtype.itemsize, out=offsets[1:])
-    data = np.concatenate(arrays).view(np.uint8)
+    data = np.concatenate(arrays, dtype=dtype).view(np.uint8)  # (its byte order: numpy's default is native)
     raw = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    kinds = pa.array([dtype.str], pa.string()).take(np.zeros(n, np.int64))
-    return pa.StructArray.from_arrays([pa.nulls(n, pa.large_binary()), kinds, raw], fields=list(OBJECTS))
+    dtypes = pa.array([dtype.str], pa.string()).take(np.zeros(n, np.int64))
+    return pa.StructArray.from_arrays([pa.nulls(n, pa.large_binary()), dtypes, raw], fields=list(OBJECTS))
 
 
 def _arrays_of_one_dtype(values: pd.Series | pd.Index) -> np.ndarray | None:
@@ -167,9 +167,10 @@ def _arrays_of_one_dtype(values: pd.Series | pd.Index) -> np.ndarray | None:
 
 
 def _objects_from_arrow(column: pa.ChunkedArray) -> np.ndarray:
-    """An ``OBJECTS`` column as an object array of its values: the pickled unpickled, the raw as numpy arrays,
-    each writable, as its pickle would give it."""
-    pickles, kinds, raws = (column.combine_chunks() if column.num_chunks else pa.array([], OBJECTS)).flatten()
+    """An ``OBJECTS`` column as an object array of its values: the pickled unpickled, the raw as numpy arrays of
+    their dtype, writable, each a view of its own rows of one copy of the bytes (not owning them, as a pickle's
+    would: ``resize`` refuses them)."""
+    pickles, dtypes, raws = (column.combine_chunks() if column.num_chunks else pa.array([], OBJECTS)).flatten()
     values = np.empty(len(raws), dtype=object)
     raw = raws.is_valid().to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(~raw)
@@ -177,9 +178,9 @@ def _objects_from_arrow(column: pa.ChunkedArray) -> np.ndarray:
         values[rows] = np.fromiter(
             (pickle.loads(v) for v in pickles.take(rows).to_pylist()), dtype=object, count=len(rows)
         )
-    for kind in pc.unique(kinds.drop_null()).to_pylist():
-        rows = np.flatnonzero(raw & pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False))
-        values[rows] = _arrays_in(raws.take(rows), np.dtype(kind))
+    for dtype in pc.unique(dtypes.drop_null()).to_pylist():
+        rows = np.flatnonzero(raw & pc.fill_null(pc.equal(dtypes, dtype), False).to_numpy(zero_copy_only=False))
+        values[rows] = _arrays_in(raws.take(rows), np.dtype(dtype))
     return values
 
 

@@ -51,7 +51,7 @@ class ScatterResult:
     pile_bytes: np.ndarray | None = None  # the Arrow bytes sent to each pile; None: not recorded (reused)
     largest_rows: np.ndarray | None = None  # the bytes of each pile's largest row (as pile_bytes)
 
-    def without_piles(self) -> ScatterResult:
+    def without_pile_counts(self) -> ScatterResult:
         """This result as the command keeps it: without its arrays of one number a pile, which are summed on the
         workers (``pile_totals``)."""
         return dataclasses.replace(self, counts=None, pile_bytes=None, largest_rows=None)

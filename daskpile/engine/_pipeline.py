@@ -776,16 +776,15 @@ class _Run:
         """Refuse more piles than this machine holds the counts of: pass 1's per-pile counts are summed
         ``SUM_FAN_IN`` tasks' at a time (100,000,000 piles over 13 tasks, each held, took 22 GB, and 32 s, before a
         row was written)."""
-        held = (
-            min(max(len(self.partitions), 1), _passes.SUM_FAN_IN) + 1
-        )  # the results a summing task holds, and their sum
+        summed_at_once = min(max(len(self.partitions), 1), _passes.SUM_FAN_IN)
+        held = summed_at_once + 1  # (and their sum)
         needed, machine = PILE_COUNT_BYTES * self.piles * held, psutil.virtual_memory().total
         if needed > machine * PILE_COUNTS_FRACTION:
             most = max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * held))
             raise ValueError(
-                f"{self.piles:,} piles would take {human_size(needed)} of pile counts to sum pass 1's ({held - 1} "
-                f"tasks' at a time), more than a quarter of this machine's {human_size(machine)}: give at most "
-                f"{most:,} piles (for about {self.estimated_rows:,} rows)"
+                f"{self.piles:,} piles would take {human_size(needed)} of pile counts to sum pass 1's "
+                f"({summed_at_once} tasks' at a time), more than a quarter of this machine's {human_size(machine)}: "
+                f"give at most {most:,} piles (for about {self.estimated_rows:,} rows)"
             )
 
     def _empty_piles_said(self) -> str | None:
@@ -871,7 +870,7 @@ class _Run:
             ]  # fmt: skip
             *scattered, self.totals = compute(
                 [
-                    task_of(_passes.ScatterResult.without_piles, t, key=f"daskpile-scattered-{k}-{run_key}")
+                    task_of(_passes.ScatterResult.without_pile_counts, t, key=f"daskpile-scattered-{k}-{run_key}")
                     for k, t in enumerate(tasks)
                 ],
                 along=_summed(tasks, self.piles, f"daskpile-pile-totals-{run_key}"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import numbers
@@ -18,7 +19,7 @@ from daskpile._random import seed_for_ranks
 from daskpile._storage import FileChangedError, as_urls, redacting_errors, redacting_iteration
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
-from daskpile.loader.reading import Budget, Prefetcher, TaskPool, group_row_ids, load_group
+from daskpile.loader.reading import Budget, LoadsStopped, Prefetcher, TaskPool, group_row_ids, load_group
 from daskpile.loader.units import DASK_NULL_INDEX, Units, discover
 
 STATE_FORMAT = "daskpile.loader/3"
@@ -207,7 +208,7 @@ class PileLoader:
         path = as_urls(path, "path")
         if world_size == 1 and canonical_ranks is None:
             warn_if_one_rank_of_many("PileLoader", job_world_size())
-        warn_if_not_the_job_s_rank("PileLoader", rank, world_size)
+        warn_if_rank_is_not_the_launcher_s("PileLoader", rank, world_size)
         self._source = (path, storage_options, filters, columns)
         self.units: Units = discover(path, storage_options, filters, version, columns)
         self.seed = seed_for_ranks(seed, world_size)
@@ -341,7 +342,8 @@ class PileLoader:
 
     def _warn_of_piles_smaller_than_a_batch(self) -> None:
         rows = int(np.median(self.units.rows)) if len(self.units.rows) else 0
-        if 0 < rows * self.mix < self.batch_size:
+        # (a batch of every row, as an evaluation may read them, has no other batch to share rows with)
+        if 0 < rows * self.mix < self.batch_size < self.units.total:
             warnings.warn(
                 f"PileLoader(batch_size={self.batch_size:,}): its piles hold {count(rows, 'row')} (the median), "
                 f"{'a group of ' + str(self.mix) + ' of them ' if self.mix > 1 else ''}fewer than a batch, so a "
@@ -395,6 +397,9 @@ class PileLoader:
                 "this loader reads has its files removed once their grace period, retain= or --retain, is over): "
                 "make the loader again, or move it with set_epoch(epoch, version=PileLoader.current_version(path))"
             ) from error
+        except LoadsStopped:  # (replaced while it ran, in another thread)
+            self._check_current(iteration)
+            raise
         except FileChangedError as error:
             # Rows of another shuffle would be read twice or never this epoch: refused, whatever was yielded
             raise FileChangedError(
@@ -404,6 +409,8 @@ class PileLoader:
             ) from error
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)
+            if self._loads is loaded:  # (what it loaded is let go: a loop left with break holds nothing)
+                self._loads = None
         self._check_current(iteration)
         self._finished = None  # (an epoch of no batch: this one's end, not the previous one's)
         finished = {**self.state_dict(), "ended": True}  # (resumable without its version: nothing is left to read)
@@ -984,10 +991,17 @@ def job_rank() -> int | None:
         return None
 
 
-def warn_if_not_the_job_s_rank(who: str, rank: int, world_size: int) -> None:
+# Set while PileDataset makes a DataLoader worker's loader, whose rank and world are the job's times its workers
+# (a world that may equal the launcher's, its ranks not the launcher's)
+SHARE_OF_A_RANK = contextvars.ContextVar("daskpile_share_of_a_rank", default=False)
+
+
+def warn_if_rank_is_not_the_launcher_s(who: str, rank: int, world_size: int) -> None:
     """A loader of the job's world size whose rank is not the one its launcher gave the process: most often
     rank= forgotten, every process rank 0, reading one share as many times and leaving the others unread."""
     launched = job_rank()
+    if SHARE_OF_A_RANK.get():
+        return
     if world_size > 1 and world_size == job_world_size() and launched is not None and launched != rank:
         warnings.warn(
             f"{who}(rank={rank}, world_size={world_size}) in the process its launcher made rank {launched} (RANK): "

@@ -559,6 +559,10 @@ class _HeldGroup:
         self.budget.release(rows, files)
 
 
+class LoadsStopped(Exception):
+    """The loads a consumer waited for were stopped (``Prefetcher.stop``): its iterator was replaced."""
+
+
 class Prefetcher:
     """A rank's takes with their groups' rows, each group loaded ahead of the consumer as memory allows.
 
@@ -579,11 +583,13 @@ class Prefetcher:
         self.loaded = 0  # groups the consumer received
         self.produced = 0  # groups the thread queued
         self._held: dict[int, _HeldGroup] = {}  # by stream: the group the consumer is in
+        self._stopped = False
 
     def stop(self) -> None:
         """Let go of the groups held and being loaded, and load no more: the consumer will not ask again (the
-        loader's iterator it fed was replaced, as a loop left with ``break`` is, and went on loading ahead
-        while holding its piles)."""
+        loader's iterator it fed was replaced, or left with ``break``; it held its piles, and went on loading
+        ahead).  A consumer waiting in another thread gets ``LoadsStopped``."""
+        self._stopped = True
         self._budget.close()
         for load in list(self._pending):
             load.cancel()
@@ -594,6 +600,7 @@ class Prefetcher:
         with contextlib.suppress(queue.Empty):
             while True:  # loads queued for the consumer hold their rows
                 self._events.get_nowait()
+        self._events.put(("stopped", None, None))  # (for a consumer waiting on the queue in another thread)
 
     def __iter__(self) -> Iterator[pa.Table]:
         """The rows of each take, in order."""
@@ -605,6 +612,8 @@ class Prefetcher:
                 started = begun if begun is not None else time.perf_counter()
                 begun = None
                 kind, item, payload = self._events.get()
+                if kind == "stopped":
+                    raise LoadsStopped
                 parts = payload.parts() if kind == "group" else None  # a group's load: waited for here
                 waited = time.perf_counter() - started
                 if self.loaded:
@@ -626,10 +635,12 @@ class Prefetcher:
                     yield from groups[take.group.stream].slices(take.start, take.stop)
                     if take.last:
                         groups.pop(take.group.stream).release_all()
+        except Exception:
+            if self._stopped:  # (in another thread: its loads cancelled, its groups let go under it)
+                raise LoadsStopped from None
+            raise
         finally:
-            self._budget.close()
-            for load in list(self._pending):
-                load.cancel()
+            self.stop()  # (a loop left early: what it held and loaded ahead is let go now, not when collected)
 
     def _produce(self, takes: Iterator[Take], load: StartLoad) -> None:
         current: dict[int, Group] = {}

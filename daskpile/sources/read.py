@@ -102,7 +102,12 @@ def read_pieces(
             bare = schema.remove_metadata() if features is None else schema.with_metadata({HUGGING_FACE: features})
             # (newest first: a folder's files come one after the other, and its key tuple is shared)
             conform = next(
-                (c for s, k, c in reversed(known) if (k is f.keys or k == f.keys) and s.equals(bare, True)), None
+                (
+                    c
+                    for s, k, c in reversed(known)
+                    if (k is f.keys or k == f.keys) and s.equals(bare, check_metadata=True)
+                ),
+                None,
             )
             writer = footer.created_by  # (before the run, only the first file's types were checked)
             if not any(parquet.schema.equals(s) and writer == w for s, w in checked):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import decimal
 import io
 import json
 import re
@@ -114,11 +115,12 @@ class NoBlockEndsInCR(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         size = len(buffer)
-        data, self.held = self.held + self.f.read(size - len(self.held)), b""
+        data = self.held + self.f.read(max(size - len(self.held), 0))
+        data, self.held = data[:size], data[size:]
         kept = len(data.rstrip(b"\r"))
         if kept:  # the carriage returns it ends with begin the next read
-            data, self.held = data[:kept], data[kept:]
-        else:  # carriage returns alone: with the byte after them
+            data, self.held = data[:kept], data[kept:] + self.held
+        elif not self.held:  # carriage returns alone: with the byte after them
             while data and len(data) < size:
                 more = self.f.read(1)
                 data += more
@@ -353,7 +355,9 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
             for match in _LONG_INTEGER.finditer(text):
                 if len(match.group().lstrip(b"-")) > 308:  # (past any float: Arrow reads it as inf)
                     continue
-                if float(value := int(match.group())) != value:  # rounded
+                # rounded, and not a float written in full (JavaScript and Go write 2.111386214488209e17 as
+                # 211138621448820900: its shortest digits, then zeros)
+                if float(value := int(match.group())) != value and decimal.Decimal(repr(float(value))) != value:
                     literals.setdefault(float(value), match.group())
         past = pc.greater_equal(pc.abs(column), pa.scalar(TWO_TO_THE_53))
         found = next((literals[v] for v in column.filter(past).to_pylist() if v in literals), None)
