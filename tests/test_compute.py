@@ -228,9 +228,13 @@ def test_after_sigterm_the_wait_for_running_tasks_ends_before_the_kill_that_foll
 
 
 def _fails_soon_or_writes_late(k: int, directory: str) -> int:
-    if k == 0:
-        time.sleep(0.3)
+    if k == 0:  # once the other task runs
+        for _ in range(500):
+            if os.path.exists(os.path.join(directory, "started")):
+                break
+            time.sleep(0.01)
         raise ValueError("bad input")
+    open(os.path.join(directory, "started"), "w").close()
     time.sleep(2)
     with open(os.path.join(directory, str(k)), "w") as f:
         f.write("written")
@@ -241,19 +245,25 @@ def _first(result):
     return result
 
 
-def test_a_failure_waits_for_the_running_tasks_its_results_are_made_of(client, tmp_path):
+def test_a_failure_waits_for_the_running_tasks_its_results_are_made_of(tmp_path):
     """Pass 1's results are computed as tasks made of the scatter tasks (their counts summed apart): the wait
     after a failure looked at those results' tasks alone, which run after the scatter, and returned while
     scatter tasks still wrote (the caller then removes scratch: a running task's file outlived it)."""
+    from distributed import Client, LocalCluster
+
     from daskpile._compute import task, task_of
 
     tasks = [task(_fails_soon_or_writes_late, k, str(tmp_path), key=f"daskpile-scatter-{k}-w") for k in range(2)]
-    with pytest.raises(ValueError, match="bad input"):
-        compute(
-            [task_of(_first, t, key=f"daskpile-scattered-{k}-w") for k, t in enumerate(tasks)],
-            along=task_of(max, *tasks, key="daskpile-pile-totals-w"),
-        )
-    assert os.listdir(tmp_path) == ["1"]  # written before compute gave up (2 workers, a thread each)
+    # (a cluster of its own: both tasks run at once, whatever the session's workers are busy with)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0")
+    with cluster, Client(cluster):
+        with pytest.raises(ValueError, match="bad input"):
+            compute(
+                [task_of(_first, t, key=f"daskpile-scattered-{k}-w") for k, t in enumerate(tasks)],
+                along=task_of(max, *tasks, key="daskpile-pile-totals-w"),
+            )
+        written = os.listdir(tmp_path)  # (as compute gave up: before the cluster closes)
+    assert "1" in written
 
 
 def test_compute_reports_no_failed_task(sync_scheduler):
