@@ -273,3 +273,19 @@ def interrupted_after(module, writer: str, files: int):
             yield written
     finally:
         setattr(module, writer, real)
+
+
+def resumed_as_begun(shuffle, tmp_path, monkeypatch, module, name: str, then):
+    """A run begun by an earlier daskpile (``module.name`` as it was, ``then``), interrupted as its third piece is
+    scattered, resumed by the daskpile of now: the resumed run's report, its bytes checked to be those the
+    earlier daskpile wrote uninterrupted (``tmp_path / "before"``).  ``shuffle(dest, **kwargs)`` runs the call."""
+    from daskpile.engine import _passes
+
+    monkeypatch.setattr(module, name, then)  # as daskpile was before
+    shuffle(str(tmp_path / "before"))
+    with interrupted_after(_passes, "scatter_table", 2):  # (Ctrl-C as the third piece is scattered)
+        shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    monkeypatch.undo()  # the daskpile of now resumes it
+    report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "before")
+    return report

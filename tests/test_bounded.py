@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import file_bytes, interrupted_after, over_processes, read_output, run_in_fresh_process
+from _util import file_bytes, over_processes, read_output, resumed_as_begun, run_in_fresh_process
 from scipy import stats
 
 import daskpile
@@ -125,14 +125,9 @@ def test_an_interrupted_run_begun_before_row_groups_were_cut_resumes_to_the_same
     write_row_groups(source / "b.parquet", [10_000, 10_000])
     blocksize = pq.read_metadata(source / "a.parquet").row_group(0).total_byte_size // 3
     shuffle = functools.partial(daskpile.shuffle_parquet, str(source), piles=4, seed=2, blocksize=blocksize)
-    monkeypatch.setattr(_pipeline, "CUT_ROW_GROUPS", False)  # as daskpile was before
-    shuffle(str(tmp_path / "before"))
-    with interrupted_after(_passes, "scatter_table", 2):  # (Ctrl-C as the third piece is scattered)
-        shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
-    monkeypatch.undo()  # the daskpile of now, cutting row groups in new runs, resumes it
-    report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    # (the daskpile of now cuts row groups in new runs)
+    report = resumed_as_begun(shuffle, tmp_path, monkeypatch, _pipeline, "CUT_ROW_GROUPS", False)
     assert report.resumed_partitions >= 1 and report.rows == 60_000
-    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "before")
     cut = shuffle(str(tmp_path / "new"))  # and a new run cuts them: 3 parts of each of a's row groups
     assert cut.rows == 60_000 and file_bytes(tmp_path / "new") != file_bytes(tmp_path / "before")
 

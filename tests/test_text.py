@@ -28,6 +28,7 @@ from _util import (
     file_bytes,
     interrupted_after,
     read_output,
+    resumed_as_begun,
     run_in_fresh_process,
 )
 
@@ -194,7 +195,7 @@ def test_a_run_begun_grouping_compressed_files_by_their_size_resumes_in_its_own_
 ):
     """Its scratch is of its tasks: resumed in tasks grouped otherwise, pass 1 would reuse scratch files of other
     files' rows.  It resumes to the bytes it would have written, and a new run groups the files anew."""
-    from daskpile.engine import _passes, _pipeline, _run
+    from daskpile.engine import _pipeline, _run
 
     spec = _run.RunSpec(("a.jsonl.gz",), ("1",), piles=8, seed=1, dest="/d", blocksize=2**20)
     assert spec.weigh_compressed and _run.RunSpec.from_json(spec.to_json()) == spec
@@ -205,14 +206,9 @@ def test_a_run_begun_grouping_compressed_files_by_their_size_resumes_in_its_own_
     on_disk = max(f.stat().st_size for f in (tmp_path / "in").iterdir())
     shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "in"), piles=4, seed=2,
                                 blocksize=16 * 4 * on_disk)  # fmt: skip
-    monkeypatch.setattr(_pipeline, "WEIGH_COMPRESSED", False)  # as daskpile was before
-    shuffle(str(tmp_path / "before"))
-    with interrupted_after(_passes, "scatter_table", 2):  # (Ctrl-C as the third piece is scattered)
-        shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
-    monkeypatch.undo()  # the daskpile of now, weighing compressed files in new runs, resumes it
-    report = shuffle(str(tmp_path / "out"), scratch=str(tmp_path / "scratch"))
+    # (the daskpile of now weighs compressed files in new runs)
+    report = resumed_as_begun(shuffle, tmp_path, monkeypatch, _pipeline, "WEIGH_COMPRESSED", False)
     assert report.resumed_partitions == 2 and report.rows == 12 * 400
-    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "before")
     new = shuffle(str(tmp_path / "new"))  # in 12 tasks, not 3: other piles drawn
     assert new.rows == 12 * 400 and file_bytes(tmp_path / "new") != file_bytes(tmp_path / "before")
 
