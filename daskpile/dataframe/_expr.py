@@ -570,17 +570,17 @@ class ScatterSummary(Expr):
     def _layer(self) -> dict:
         """The partitions' pile counts summed ``SUM_FAN_IN`` at a time, in a tree: one task holding every
         partition's (16 bytes a pile each) would hold 5 GiB for 10,000 partitions and 32,768 piles."""
-        level = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
-        layer, depth = {}, 0
-        while len(level) > _passes.SUM_FAN_IN:
-            sums = []
-            for i in range(0, len(level), _passes.SUM_FAN_IN):
-                key = (f"{self._name}-sum-{depth}", i // _passes.SUM_FAN_IN)
-                layer[key] = Task(key, summed_scatter, *level[i : i + _passes.SUM_FAN_IN])
-                sums.append(TaskRef(key))
-            level, depth = sums, depth + 1
+        layer = {}
+
+        def summed(depth: int, index: int, children: list) -> TaskRef:
+            key = (f"{self._name}-sum-{depth}", index)
+            layer[key] = Task(key, summed_scatter, *children)
+            return TaskRef(key)
+
+        parts = [TaskRef((self.scatter._name, k)) for k in range(self.scatter.npartitions)]
         key = (self._name, 0)
-        layer[key] = Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, self.plan, *level)
+        few = _passes.summed_to_a_few(parts, summed)
+        layer[key] = Task(key, finish_scatter, self.run.borrowed(), self.variant, self.piles, self.plan, *few)
         return layer
 
 

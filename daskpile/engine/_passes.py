@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+from collections.abc import Callable
 
 import fsspec
 import numpy as np
@@ -74,6 +75,21 @@ class PileTotals:
 
 # Pass 1's per-pile counts are summed this many tasks' results at a time: the most a summing task holds.
 SUM_FAN_IN = 16
+
+
+def summed_to_a_few(leaves: list, make_sum: Callable) -> list:
+    """Sums of ``leaves``, ``SUM_FAN_IN`` children a node, level after level, until at most ``SUM_FAN_IN``
+    remain: those (the leaves themselves where they are that few), for one last sum of the caller's.
+    ``make_sum(depth, index, children)`` makes each node, a task of the caller's kind.
+
+    >>> summed_to_a_few(list(range(40)), lambda depth, index, children: sum(children))
+    [120, 376, 284]
+    """
+    level, depth = list(leaves), 0
+    while len(level) > SUM_FAN_IN:
+        level = [make_sum(depth, i // SUM_FAN_IN, level[i : i + SUM_FAN_IN]) for i in range(0, len(level), SUM_FAN_IN)]
+        depth += 1
+    return level
 
 
 def pile_totals(*results: ScatterResult | PileTotals) -> PileTotals:

@@ -1475,14 +1475,10 @@ def _summed(tasks: list, piles: int, key: str):
     the workers."""
     if not tasks:
         return task(_passes.PileTotals, np.zeros(piles, np.int64), None, None, key=f"{key}-none")
-    level, depth, fan_in = list(tasks), 0, _passes.SUM_FAN_IN
-    while len(level) > 1 or not depth:
-        level = [
-            task_of(_passes.pile_totals, *level[i : i + fan_in], key=f"{key}-{depth}-{i // fan_in}")
-            for i in range(0, len(level), fan_in)
-        ]
-        depth += 1
-    return level[0]
+    few = _passes.summed_to_a_few(
+        tasks, lambda depth, index, children: task_of(_passes.pile_totals, *children, key=f"{key}-{depth}-{index}")
+    )
+    return task_of(_passes.pile_totals, *few, key=key)
 
 
 def _estimate(plan) -> tuple[int, int, int]:

@@ -365,7 +365,6 @@ class PileLoader:
         return redacting_iteration(_WhileCurrent(self, self._iteration, self._running))
 
     def _iterate(self, iteration: int):
-        self._check_current(iteration)  # before loading anything
         plan = self._plan(self._epoch)
         takes = self._layout.takes(plan, self.rank, skip_batches=self._batches)
         epoch, units = self._epoch, self.units  # one version of a window for the whole epoch
@@ -378,13 +377,8 @@ class PileLoader:
             )  # fmt: skip
 
         loaded = self._loads = Prefetcher(takes, load, self._budget())
-        batches = _batches(loaded, self.batch_size)
         try:
-            while True:
-                self._check_current(iteration)  # (before asking for rows: a replaced iterator's loads are let go)
-                batch = next(batches, None)
-                if batch is None:
-                    break
+            for batch in _batches(loaded, self.batch_size):  # (each asked for once _WhileCurrent has checked)
                 converted = self._convert(batch)  # (a batch numpy refuses is not counted as read)
                 self._batches += 1
                 self._finished = None
