@@ -581,11 +581,13 @@ def test_ctrl_c_stops_the_running_tasks_of_its_threaded_run_and_of_no_later_run(
     import signal
     import threading
 
-    from daskpile._compute import StoppedByCtrlC, stop_after_ctrl_c, task
+    from daskpile._compute import _RUN, StoppedByCtrlC, stop_after_ctrl_c, task
 
-    started, stopped = threading.Event(), threading.Event()
+    started, stopped, caught = threading.Event(), threading.Event(), threading.Event()
+    runs = []  # the run's own Ctrl-C flag, as its task sees it
 
     def writing():
+        runs.append(_RUN.ctrl_c)
         started.set()
         for _ in range(2_000):
             try:
@@ -596,12 +598,19 @@ def test_ctrl_c_stops_the_running_tasks_of_its_threaded_run_and_of_no_later_run(
             time.sleep(0.005)
 
     def ctrl_c():
+        # Pressed again until the run has seen it: a signal that lands just before the main thread blocks on
+        # its queue is handled only when the queue next wakes it (CPython's lock waits), here 10 s later
         started.wait(30)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        for _ in range(10):
+            if runs[0].is_set() or caught.is_set():
+                return
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            runs[0].wait(1)
 
     threading.Thread(target=ctrl_c, daemon=True).start()
     with dask.config.set(scheduler="threads"), pytest.raises(KeyboardInterrupt):
         compute([task(writing, key="writing")])
+    caught.set()
     assert stopped.wait(5)  # (it would have written for 10 s)
     for scheduler in ("sync", "threads"):
         with dask.config.set(scheduler=scheduler):
