@@ -602,7 +602,14 @@ class FileVersion:
     def require(self, found: FileVersion, url: str) -> None:
         """FileChangedError unless ``found``, of the file at ``url`` now, is this version of it."""
         if not self.same_as(found):
-            raise FileChangedError(f"{url!r} was written again since it was listed")
+            raise FileChangedError(f"{url!r} {self._change_to(found)} since it was listed")
+
+    def _change_to(self, found: FileVersion) -> str:
+        """How the file changed, for its message: a file cut short (a copy stopped, a disk full) is said so, not
+        taken for one written again."""
+        if self.size is not None and found.size is not None and found.size < self.size:
+            return f"was cut short or written again ({found.size:,} bytes, {self.size:,} when listed)"
+        return "was written again"
 
 
 def file_stamp(info: dict) -> str:

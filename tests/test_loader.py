@@ -604,6 +604,26 @@ def test_a_column_read_after_its_file_was_written_again_is_refused(datasets, tmp
         piece.column("id")
 
 
+def test_a_file_cut_short_after_it_was_listed_is_said_so(datasets, tmp_path):
+    """A copy stopped half way, or a disk full: said as what it is, not as a file written again."""
+    from daskpile._storage import FileChangedError
+    from daskpile.loader.reading import _PieceReader
+    from daskpile.loader.units import discover
+
+    dest = tmp_path / "dest"
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle_parquet(datasets["source"], str(dest), seed=1, piles=4, rows_per_file=6_000)
+    units = discover(str(dest), None)
+    piece = _PieceReader(units, 0, [(0, 6_000)], None, None)
+    path = Path(units.paths[0][0])
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    with pytest.raises(
+        FileChangedError, match=rf"was cut short or written again \({size // 2:,} bytes, {size:,} when listed\)"
+    ):
+        piece.column("id")
+
+
 def test_a_loader_made_without_a_seed_takes_the_state_s(datasets):
     state = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=3, epoch=2).state_dict()
     resumed = daskpile.PileLoader(datasets["eager"], batch_size=700, seed=None)
