@@ -539,10 +539,33 @@ def _existing_ancestor(path: str) -> str:
     return existing
 
 
+def exists(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    """Whether ``path`` is there: ``fs.exists``, but Ctrl-C goes through.
+
+    fsspec's own ``exists`` (which the local and memory file systems use)
+    catches every exception, bare, and answers False: a Ctrl-C that came as
+    it looked was lost, and the command went on as if the file were not
+    there (an append said its window held no manifest; a commit would have
+    removed a staged part it did not move).  Any other error still reads as
+    absent, as fsspec has it.
+
+    >>> import fsspec
+    >>> exists(fsspec.filesystem("memory"), "/nothing/here")
+    False
+    """
+    if type(fs).exists is not fsspec.AbstractFileSystem.exists:  # a store's own (s3fs, gcsfs): its answer
+        return exists(fs, path)
+    try:
+        fs.info(path)
+    except Exception:
+        return False
+    return True
+
+
 def remove_tree(fs: fsspec.AbstractFileSystem, path: str) -> None:
     """Remove a directory tree, ignoring one that is already gone."""
     with contextlib.suppress(FileNotFoundError):
-        if fs.exists(path):
+        if exists(fs, path):
             fs.rm(path, recursive=True)
 
 

@@ -18,6 +18,37 @@ def test_atomic_sink_commits_whole_files_and_leaves_nothing_on_failure(tmp_path)
     assert os.listdir(tmp_path) == ["done.bin"]  # neither the file nor its temporary
 
 
+def test_ctrl_c_while_a_file_is_looked_for_is_not_taken_for_its_absence(tmp_path):
+    """fsspec's ``exists`` (the local and memory file systems') catches everything, bare: a Ctrl-C that came as
+    an append looked for its window's manifest said "holds no _daskpile.json", and a commit would have removed a
+    staged part it did not move.  ``_storage.exists`` lets it through, and daskpile looks for files with it alone."""
+    import pathlib
+    import re
+
+    import fsspec.implementations.local
+
+    from daskpile._storage import exists
+
+    class Interrupted(fsspec.implementations.local.LocalFileSystem):
+        def info(self, path, **kwargs):
+            raise KeyboardInterrupt
+
+    (tmp_path / "there").write_bytes(b"")
+    fs = fsspec.filesystem("file")
+    assert exists(fs, str(tmp_path / "there")) and not exists(fs, str(tmp_path / "not-there"))
+    assert not Interrupted(skip_instance_cache=True).exists(str(tmp_path / "there"))  # fsspec's: lost
+    with pytest.raises(KeyboardInterrupt):
+        exists(Interrupted(skip_instance_cache=True), str(tmp_path / "there"))
+    package = pathlib.Path(__file__).parent.parent / "daskpile"
+    direct = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"(?<!os\.path)(?<!type\(fs\))\.exists\(", line) and "return fs.exists(path)" not in line
+    ]
+    assert not direct, direct
+
+
 def _write_calls() -> int:
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("syscw:"))

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile._compute import compute, said_while_slow, task
-from daskpile._storage import as_urls, filesystem, full_url, redacting_errors, urls_said
+from daskpile._storage import as_urls, exists, filesystem, full_url, redacting_errors, urls_said
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -418,7 +418,7 @@ def _source_changed(plan, manifest: dict | None) -> tuple[str, ...]:
     left_out = [url for url in then if url not in now]
     return (
         *(f"{url} (added)" for url in now if url not in then),
-        *(f"{url} ({'not in the source given' if plan.fs.exists(url) else 'gone'})" for url in left_out),
+        *(f"{url} ({'not in the source given' if exists(plan.fs, url) else 'gone'})" for url in left_out),
         *(f"{url} (changed)" for url in now if url in then and now[url] != then[url]),
     )
 

@@ -66,7 +66,7 @@ from daskpile._compute import (
     workers_blind_to,
 )
 from daskpile._random import resolve_seed
-from daskpile._storage import atomic_sink, is_local, redact, redacting_errors, type_named, write_bytes
+from daskpile._storage import atomic_sink, exists, is_local, redact, redacting_errors, type_named, write_bytes
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
@@ -403,7 +403,7 @@ class ScratchRun:
         """
         fs, directory = self.scratch.fs, self.scratch.directory
         fs.invalidate_cache(directory)  # (a store's listing cached before something removed it)
-        if fs.exists(directory):
+        if exists(fs, directory):
             return
         if self._removal is None or not self._removal.alive:
             raise FileNotFoundError(
@@ -685,7 +685,7 @@ def finish_scatter(run: ScratchRun, variant: str, piles: int, plan: _sizing.Pile
     # "id": this pass 1's, so that pass 2 reads its files, not those of one before whose scratch was removed
     scattered = {"partitions": total["partitions"], "rows_per_pile": [int(n) for n in rows], "id": uuid.uuid4().hex}
     # Local scratch only: on an object store every worker sees every object, and this would be a request a file.
-    missing = [p for p in scratch.paths() if not scratch.fs.exists(p)] if is_local(scratch.fs) else []
+    missing = [p for p in scratch.paths() if not exists(scratch.fs, p)] if is_local(scratch.fs) else []
     if missing:
         # Workers that see other disks were refused when the graph was built (check_workers_see_it), but
         # for one that joined the cluster since

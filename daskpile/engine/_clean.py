@@ -23,7 +23,7 @@ import time
 
 from dask.utils import format_bytes, parse_timedelta
 
-from daskpile._storage import REDACTED, file_stamps, filesystem, full_url, is_local, remove_tree
+from daskpile._storage import REDACTED, exists, file_stamps, filesystem, full_url, is_local, remove_tree
 from daskpile.engine import _lease, _manifest, _outputs, _passes
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
@@ -64,9 +64,9 @@ def clean(
     fs, root = filesystem(scratch or tempfile.gettempdir(), storage_options)
     min_age = _age(older_than)
     if not fs.isdir(root):
-        if not fs.exists(root) and not is_local(fs):  # an object store's prefix whose last scratch went
+        if not exists(fs, root) and not is_local(fs):  # an object store's prefix whose last scratch went
             return []
-        what = "is a file" if fs.exists(root) else "does not exist"
+        what = "is a file" if exists(fs, root) else "does not exist"
         raise NotADirectoryError(f"scratch {full_url(fs, root)!r} {what}: give the directory runs kept scratch in")
     found = []
     for path in sorted(fs.ls(root, detail=False)):
@@ -153,11 +153,11 @@ def _running(spec: run_state.RunSpec, storage_options) -> str | None:
 def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str | None:
     """Why no run can use this scratch any more, or None if its run may still be resumed (or be running)."""
     dest_fs, dest = filesystem(spec.dest, storage_options)
-    there = run_state.read(dest_fs, dest) if dest_fs.exists(dest) else None
+    there = run_state.read(dest_fs, dest) if exists(dest_fs, dest) else None
     if there is not None and there.key() != spec.key():
         return f"its dest {spec.dest} holds another run"
     manifest_path = posixpath.join(dest, _manifest.MANIFEST_NAME)
-    if there is None and dest_fs.exists(manifest_path):
+    if there is None and exists(dest_fs, manifest_path):
         manifest = _manifest.read_at(dest_fs, dest)
         if (manifest.get("seed"), manifest.get("piles"), manifest.get("source_files")) == (
             spec.seed, spec.piles, list(spec.source_files)
@@ -169,7 +169,7 @@ def _why_unused(spec: run_state.RunSpec, fs, path: str, storage_options) -> str 
     scratch = Scratch(fs, path, len(spec.source_files), bands=band_bounds(spec.piles, spec.bands))
     output = _outputs.Output.from_key(spec.output)
     staging = posixpath.join(dest, spec.staging())  # an overwrite's parts, beside the result it replaces
-    targets = [staging, dest] if dest_fs.exists(staging) else [dest]  # (a commit stopped halfway moved some)
+    targets = [staging, dest] if exists(dest_fs, staging) else [dest]  # (a commit stopped halfway moved some)
     if not _passes.scratch_can_finish(scratch, dest_fs, targets, spec.piles, spec.seed, output):
         return f"pass 2 had used up part of it, and {spec.dest} no longer holds those piles"
     return None

@@ -16,6 +16,7 @@ import re
 
 from daskpile._storage import (
     StoreUnreachable,
+    exists,
     filesystem,
     full_url,
     is_temporary,
@@ -86,7 +87,7 @@ def refuse_unfinished(dest, storage_options: dict | None) -> None:
     fs, path = filesystem(dest, storage_options)
     try:
         with reaching(fs, path, "result"):  # the first request: one without credentials is said naming the URL
-            if fs.exists(posixpath.join(path, _manifest.MANIFEST_NAME)):
+            if exists(fs, posixpath.join(path, _manifest.MANIFEST_NAME)):
                 return
             run = _run_in(fs, path)
     except StoreUnreachable:
@@ -121,7 +122,7 @@ def check(fs, dest_path: str) -> dict | None:
     with or without ``overwrite``.  A commit that was interrupted is finished
     first.
     """
-    if not fs.exists(dest_path):
+    if not exists(fs, dest_path):
         return None
     if not fs.isdir(dest_path):
         raise FileExistsError(f"dest {full_url(fs, dest_path)!r} is a file, not a directory")
@@ -170,7 +171,7 @@ def remove_temporaries(fs, directory: str) -> None:
 
 def discard_unfinished(fs, dest_path: str) -> None:
     """Remove what an interrupted run left in dest, keeping a finished result if there is one."""
-    if not fs.exists(dest_path):
+    if not exists(fs, dest_path):
         return
     entries = _entries_of(fs, dest_path)
     finished = _manifest.MANIFEST_NAME in entries
@@ -204,13 +205,13 @@ def _finish_commit(fs, dest_path: str, staging: str) -> None:
     with fs.open(posixpath.join(staging, COMMIT_PLAN), "rb") as f:
         plan = json.load(f)
     old_manifest = posixpath.join(dest_path, _manifest.MANIFEST_NAME)
-    if fs.exists(old_manifest):
+    if exists(fs, old_manifest):
         fs.rm(old_manifest)
     for name in plan["remove"]:
         remove_tree(fs, posixpath.join(dest_path, name))
     for name in plan["move"]:
         source, target = posixpath.join(staging, name), posixpath.join(dest_path, name)
-        if fs.exists(source):  # (those moved before an interruption are there already)
+        if exists(fs, source):  # (those moved before an interruption are there already)
             _move_part(fs, source, target)
     remove_tree(fs, staging)
 
@@ -227,7 +228,7 @@ def _move_part(fs, source: str, target: str) -> None:
 def _finish_interrupted_commits(fs, dest_path: str) -> None:
     """Finish a commit that an interruption stopped halfway: its run had passed verification."""
     for name, path in _entries_of(fs, dest_path).items():
-        if name.startswith(STAGING_PREFIX) and fs.exists(posixpath.join(path, COMMIT_PLAN)):
+        if name.startswith(STAGING_PREFIX) and exists(fs, posixpath.join(path, COMMIT_PLAN)):
             _finish_commit(fs, dest_path, path)
 
 

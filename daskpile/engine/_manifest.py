@@ -19,7 +19,7 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import as_urls, filesystem, full_url, reaching, redacting_errors, write_bytes
+from daskpile._storage import as_urls, exists, filesystem, full_url, reaching, redacting_errors, write_bytes
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
@@ -145,7 +145,7 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
     first = dest if isinstance(dest, str) else (dest or [""])[0]
     fs, path = filesystem(first, storage_options)
     with reaching(fs, path, role):  # (a store refusing the credentials said "Forbidden", naming no URL)
-        if isinstance(dest, str) and fs.exists(posixpath.join(path, MANIFEST_NAME)):
+        if isinstance(dest, str) and exists(fs, posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
         return (*data_files(dest, storage_options, role=role), None)
@@ -217,7 +217,7 @@ def read(dest: str, storage_options: dict | None = None) -> dict:
     fs, path = filesystem(dest, storage_options)
     fs.invalidate_cache(path)  # a listing cached before a moving window's last change is stale
     with reaching(fs, path, "dest"):
-        found = fs.exists(posixpath.join(path, MANIFEST_NAME))
+        found = exists(fs, posixpath.join(path, MANIFEST_NAME))
     if not found:
         raise FileNotFoundError(f"{dest!r} holds no {MANIFEST_NAME}: not a finished daskpile result")
     return read_at(fs, path)

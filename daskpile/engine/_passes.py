@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from daskpile import _kernels, _random
 from daskpile._compute import stop_after_ctrl_c
-from daskpile._storage import atomic_sink
+from daskpile._storage import atomic_sink, exists
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -710,7 +710,7 @@ def scratch_can_finish(
     those piles were then deleted from dest (or are not this run's), the
     scratch can no longer make them, and resuming would fail in pass 2.
     """
-    if scratch_dir.bands is None or not scratch_dir.fs.exists(scratch_dir.directory):
+    if scratch_dir.bands is None or not exists(scratch_dir.fs, scratch_dir.directory):
         return True
     present: dict[tuple[int, int], set[int]] = {}
     for path in scratch_dir.fs.ls(scratch_dir.directory, detail=False):
@@ -722,7 +722,7 @@ def scratch_can_finish(
         for key, found in present.items():
             # A listing made while pass 1 still renames files in may miss a band written before band 0 (readdir
             # does not return entries added during the listing in the order added): confirm the absence itself
-            if 0 in found and band not in found and not scratch_dir.fs.exists(scratch_dir.path(*key, band)):
+            if 0 in found and band not in found and not exists(scratch_dir.fs, scratch_dir.path(*key, band)):
                 removed.add(band)
                 break
     needed = [j for b in sorted(removed) for j in range(scratch_dir.bands[b], scratch_dir.bands[b + 1])]

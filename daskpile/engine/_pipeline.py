@@ -47,6 +47,7 @@ from daskpile._storage import (
     as_urls,
     check_private_directory,
     check_writable,
+    exists,
     file_stamp,
     filesystem,
     full_url,
@@ -612,7 +613,7 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     token = _FINISHED_ONLY.set(True)
     try:
         dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
-        if not dest_fs.exists(posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
+        if not exists(dest_fs, posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
             return None  # (one request, before a second planning of the source)
         with dask.config.set(scheduler="sync"):
             return shuffle()
@@ -1243,7 +1244,7 @@ def _resumable(scratch_dir: Scratch, dest_fs, dest_path: str):
     try:
         yield
     except (KeyboardInterrupt, Exception) as e:
-        if not isinstance(e, VerificationError) and scratch_dir.fs.exists(scratch_dir.directory):
+        if not isinstance(e, VerificationError) and exists(scratch_dir.fs, scratch_dir.directory):
             # dest, once pass 2 has begun there (an interruption in pass 1 leaves it as it was, or not made)
             state = full_url(scratch_dir.fs, scratch_dir.directory)
             with contextlib.suppress(Exception):  # (never in the way of the error said)

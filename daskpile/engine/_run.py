@@ -16,7 +16,7 @@ import posixpath
 
 import fsspec
 
-from daskpile._storage import write_bytes
+from daskpile._storage import exists, write_bytes
 
 BANDS = 8  # _scratch.BANDS, the most bands: a run state without "bands" was written in that many
 
@@ -168,5 +168,5 @@ def write(fs: fsspec.AbstractFileSystem, directory: str, spec: RunSpec) -> None:
 
 def remove(fs: fsspec.AbstractFileSystem, directory: str) -> None:
     path = posixpath.join(directory, RUN_FILE)
-    if fs.exists(path):
+    if exists(fs, path):
         fs.rm(path)

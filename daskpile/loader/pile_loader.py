@@ -397,9 +397,9 @@ class PileLoader:
         except FileChangedError as error:
             # Rows of another shuffle would be read twice or never this epoch: refused, whatever was yielded
             raise FileChangedError(
-                f"{error}: the dataset changed since this loader was made (its files written again under the same names, or cut short), "
-                "so this epoch cannot go on; make the loader again (a state saved before the change belongs to the "
-                "old dataset)"
+                f"{error}: the dataset changed since this loader was made (its files written again under the same "
+                "names, or cut short), so this epoch cannot go on; make the loader again (a state saved before the "
+                "change belongs to the old dataset)"
             ) from error
         finally:
             self.stats = LoadStats(loaded.first_wait, loaded.waited, loaded.loaded)

@@ -18,7 +18,7 @@ import re
 
 import fsspec
 
-from daskpile._storage import GLOB_CHARS, as_urls, filesystem, full_url
+from daskpile._storage import GLOB_CHARS, as_urls, exists, filesystem, full_url
 from daskpile.sources import tables, text
 
 SIDECARS = ("_metadata", "_common_metadata")
@@ -47,7 +47,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     """
     fs, path = filesystem(url, storage_options)
     named = False  # files the glob matched, which it names as a path names its file
-    if any(ch in path for ch in GLOB_CHARS) and not fs.exists(path):  # (a folder may be named "[2024]")
+    if any(ch in path for ch in GLOB_CHARS) and not exists(fs, path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
         # ('exports/*.DAT' names its files' suffix, as a path names its file; 'corpus/*' names none)
         named = format != "parquet" and _NAMED_SUFFIX.search(posixpath.basename(path)) is not None

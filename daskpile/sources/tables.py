@@ -19,7 +19,7 @@ import urllib.parse
 
 import pyarrow as pa
 
-from daskpile._storage import filesystem, full_url
+from daskpile._storage import exists, filesystem, full_url
 from daskpile.sources.schemas import LIST_ELEMENT, MAP_KEY, MAP_VALUE
 
 DELTA_LOG = "_delta_log"
@@ -232,7 +232,7 @@ def _latest_iceberg_metadata(fs, root: str) -> str:
     directory = posixpath.join(root, ICEBERG_METADATA)
     hint = posixpath.join(directory, "version-hint.text")
     names = [posixpath.basename(p) for p in fs.ls(directory, detail=False)]
-    if fs.exists(hint):
+    if exists(fs, hint):
         version = fs.cat_file(hint).decode().strip()
         for name in names:
             if name in (f"v{version}.metadata.json", f"{version}.metadata.json") or name.startswith(f"{version}-"):

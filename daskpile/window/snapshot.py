@@ -33,7 +33,7 @@ import numpy as np
 from dask.utils import parse_timedelta
 
 from daskpile import _random
-from daskpile._storage import filesystem, full_url, reaching, remove_tree, write_bytes
+from daskpile._storage import exists, filesystem, full_url, reaching, remove_tree, write_bytes
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -235,7 +235,7 @@ class Window:
         manifest = self.manifest(version, generations, next_generation or self.next_generation)
         listed = set(manifest["files"])
         gone = [f for g in self.generations for f in g.files if f not in listed]
-        if self.version == 0 and not self.fs.exists(_manifest.version_path(self.path, 0)):
+        if self.version == 0 and not exists(self.fs, _manifest.version_path(self.path, 0)):
             write_bytes(self.fs, _manifest.version_path(self.path, 0), json.dumps(self.base, indent=1).encode())
         superseded = posixpath.relpath(_manifest.version_path(self.path, self.version), self.path)
         retire(self.fs, self.path, [*_directories_of(gone, listed), superseded], retain)
@@ -356,7 +356,7 @@ def one_change_at_a_time(command):
     def under_the_lease(dest: str, *args, storage_options: dict | None = None, **kwargs):
         fs, path = filesystem(dest, storage_options)
         with reaching(fs, path, "window"):
-            found = fs.exists(path)
+            found = exists(fs, path)
         if not found:  # (before the lease, which would make it)
             raise FileNotFoundError(
                 f"{full_url(fs, path)!r} does not exist: a window starts as an ordinary shuffle, its generation 0 "
@@ -464,7 +464,7 @@ def _read_json(fs, path: str, missing):
 
 def finish(fs, path: str) -> None:
     target = posixpath.join(path, PENDING)
-    if fs.exists(target):
+    if exists(fs, target):
         fs.rm(target)
 
 
