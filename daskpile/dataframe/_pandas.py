@@ -256,6 +256,13 @@ def _with_missing(values: pd.Series | pd.Index, dtype: np.dtype, refused: str):
     """``values`` in pandas' nullable form of ``dtype`` (Arrow's type with nulls): integral floats and bools
     only, and in range, else refused.  ``_to_pandas`` gives them back as Dask read them."""
     nullable = "boolean" if dtype.kind == "b" else f"{'U' if dtype.kind == 'u' else ''}Int{dtype.itemsize * 8}"
+    if dtype.kind in "iu" and values.dtype.kind == "f" and np.nanmax(np.abs(values.to_numpy())) > 2**53:
+        # Dask's reader made them floats: rounded already, they would come back as integers that look exact
+        raise MetaMismatch(
+            f"{refused}; its integers past 2**53 are rounded in float64 (Dask's read_parquet gives an int64 "
+            "column as float64 in a partition with a missing value): read it with dtype_backend='pyarrow' to keep "
+            "them exact, or cast the column to float64 to shuffle them as they are"
+        )
     try:
         if dtype.kind == "b" and pd.api.types.infer_dtype(values, skipna=True) not in ("boolean", "empty"):
             raise TypeError("values other than True and False")
