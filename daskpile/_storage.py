@@ -553,8 +553,8 @@ def exists(fs: fsspec.AbstractFileSystem, path: str) -> bool:
     >>> exists(fsspec.filesystem("memory"), "/nothing/here")
     False
     """
-    if type(fs).exists is not fsspec.AbstractFileSystem.exists:  # a store's own (s3fs, gcsfs): its answer
-        return exists(fs, path)
+    if getattr(fs.exists, "__func__", None) is not fsspec.AbstractFileSystem.exists:
+        return fs.exists(path)  # a store's own (s3fs, gcsfs): its answer
     try:
         fs.info(path)
     except Exception:
