@@ -125,6 +125,25 @@ def test_scratch_lives_as_long_as_the_result(sync_scheduler, tmp_path):
     eventually(lambda: list(tmp_path.iterdir()) == [], what="scratch removed")
 
 
+@pytest.mark.parametrize("taken", ["values", "to_dask_array", "delayed", "to_delayed"])
+def test_a_graph_taken_out_of_a_dropped_result_says_to_keep_the_result(sync_scheduler, tmp_path, taken):
+    """``y = daskpile.shuffle(ddf)["label"].values``, the result itself dropped at once, failed with a bare
+    FileNotFoundError of a scratch path: the result's scratch went with it, though the array's graph read it."""
+    ddf = dd.from_pandas(frame(100), npartitions=2)
+    shuffled = daskpile.shuffle(ddf, piles=3, seed=0, scratch=str(tmp_path))
+    graph = {
+        "values": lambda result: result["u64"].values,
+        "to_dask_array": lambda result: result[["u64"]].to_dask_array(),
+        "delayed": lambda result: dask.delayed(lambda f: f["u64"].to_numpy())(result),
+        "to_delayed": lambda result: dask.delayed(np.concatenate)([d["u64"].values for d in result.to_delayed()]),
+    }[taken](shuffled)
+    del shuffled
+    gc.collect()
+    eventually(lambda: list(tmp_path.iterdir()) == [], what="scratch removed")
+    with pytest.raises(FileNotFoundError, match="was dropped, and its scratch with it; keep the shuffled DataFrame"):
+        graph.compute()
+
+
 def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
     """The removal runs on a thread of its own; started by the collector just before exit, it was killed with
     the interpreter (half the runs of a new user's script left their scratch in /tmp).  A removal slowed down
@@ -282,7 +301,8 @@ def test_to_parquet_is_one_task_per_input_partition_and_per_pile(uneven):
 
     write = daskpile.shuffle(dd.read_parquet(uneven), piles=6, seed=2).to_parquet("unused", compute=False)
     names = [key_split(k) for k in write.__dask_graph__()]
-    assert len(names) == len(UNEVEN_ROWS) + 1 + 6 + 1, sorted(set(names))  # + the pass-1 summary, + the barrier
+    # + the pass-1 summary and the node holding scratch (no work), + the barrier
+    assert len(names) == len(UNEVEN_ROWS) + 2 + 6 + 1, sorted(set(names))
     assert "toparquetdata" not in names and "daskpile-gather" not in names
 
 

@@ -23,7 +23,6 @@ A projection pushed below the shuffle is another collection, with its own pass 1
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import json
 import logging
@@ -136,8 +135,9 @@ def shuffle(
         after a failed compute too (on a cluster, once the tasks it left running
         have ended: they write into it), and not before every future the client had
         pending then (a running ``persist()`` or ``client.compute()``) is done.
-        A graph taken out of the result (``to_delayed()``) does not keep it:
-        keep the result while such a graph runs.
+        A graph taken out of the result (``.values``, ``to_dask_array()``,
+        ``to_delayed()``) does not keep it: keep the result while such a graph
+        runs (one that outlives it says so).
     storage_options
         Passed to fsspec for ``scratch`` (credentials, endpoint).  Default
         None.
@@ -387,6 +387,14 @@ class ScratchRun:
 
     def __repr__(self) -> str:
         return f"ScratchRun({self.scratch.directory!r})"
+
+    def gone(self) -> FileNotFoundError:
+        """What a task says when its run's scratch directory is gone (its owner removed it)."""
+        return FileNotFoundError(
+            f"daskpile's scratch {self.scratch.directory} is gone: the shuffled DataFrame whose graph this is "
+            "(taken out with .values, to_dask_array(), to_delayed() or dask.delayed) was dropped, and its "
+            "scratch with it; keep the shuffled DataFrame in a variable while such a graph runs"
+        )
 
     def variant(self, token: str, partitions: int = 0) -> Scratch:
         """The scratch of one set of columns shuffled, with ``partitions`` files once pass 1 is done."""
@@ -654,8 +662,12 @@ def scatter_partition(
     scratch = run.variant(variant)
     if is_local(scratch.fs):
         # Not makedirs: a task still running after its run's scratch was removed must not bring it back.
-        with contextlib.suppress(FileExistsError):
+        try:
             scratch.fs.mkdir(scratch.directory, create_parents=False)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise run.gone() from None
     result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
     return {"partition": partition, "counts": result.counts, "pile_bytes": result.pile_bytes}
 
@@ -744,7 +756,13 @@ def gather_partition(
     scattered: dict, run: ScratchRun, variant: str, pile: int, seed: int, codec: FrameCodec
 ) -> pd.DataFrame:
     """Pass 2 for one pile: its rows from every scratch file, permuted, as pandas with the input's dtypes."""
-    batches = read_pile(run.variant(variant, scattered["partitions"]), pile, scattered.get("id"))  # (no empties)
+    scratch = run.variant(variant, scattered["partitions"])
+    try:
+        batches = read_pile(scratch, pile, scattered.get("id"))  # (no empties)
+    except FileNotFoundError:
+        if not exists(scratch.fs, run.scratch.directory):
+            raise run.gone() from None
+        raise
     table = _passes.gather_table(batches, pile, seed)
     expected = scattered["rows_per_pile"][pile]
     if table.num_rows != expected:
