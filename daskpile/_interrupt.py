@@ -78,7 +78,10 @@ def _on_sigterm(signum, frame) -> None:
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
     elif _ignored_from_the_start.is_set() and not (_over.is_set() or _ignored_by_us.is_set()):
-        # Ctrl-C is not the command's, SIGTERM still is (it was ignored, and Slurm killed the run at its grace's end)
+        # Ctrl-C is not the command's, SIGTERM still is (it was ignored, and Slurm killed the run at its grace's end).
+        # Quiet first, as quiet_on_ctrl_c's handler is: a cluster's client logged each abandoned gather (1,500
+        # "Task exception was never retrieved" tracebacks before the command's one line)
+        silence_shutdown_logs()
         signal.default_int_handler(signal.SIGINT, frame)
     # else ignored: the command has said how it ended, or its cluster closes, as for Ctrl-C
 

@@ -178,8 +178,13 @@ def test_in_pass_2_of_many_piles_on_threads_the_tasks_stop_at_their_next_pile(tm
 
 @pytest.mark.parametrize(
     ("scheduler", "sigint"),
-    [("LocalCluster", signal.SIG_DFL), ("threads", signal.SIG_DFL), ("threads", signal.SIG_IGN)],
-    ids=["LocalCluster", "threads", "threads-started-in-the-background"],
+    [
+        ("LocalCluster", signal.SIG_DFL),
+        ("LocalCluster", signal.SIG_IGN),
+        ("threads", signal.SIG_DFL),
+        ("threads", signal.SIG_IGN),
+    ],
+    ids=["LocalCluster", "LocalCluster-started-in-the-background", "threads", "threads-started-in-the-background"],
 )
 def test_sigterm_in_pass_2_stops_as_ctrl_c_does_letting_go_of_the_lease(source, tmp_path, scheduler, sigint):
     """What Kubernetes sends a pod it deletes or drains: the command ended silently (exit 143, nothing in the
