@@ -36,10 +36,8 @@ def test_ctrl_c_while_a_file_is_looked_for_is_not_taken_for_its_absence(tmp_path
     (tmp_path / "there").write_bytes(b"")
     fs = fsspec.filesystem("file")
     assert exists(fs, str(tmp_path / "there")) and not exists(fs, str(tmp_path / "not-there"))
-    assert not Interrupted(skip_instance_cache=True).exists(str(tmp_path / "there"))  # fsspec's: lost
     with pytest.raises(KeyboardInterrupt):
         exists(Interrupted(skip_instance_cache=True), str(tmp_path / "there"))
-    assert exists(fsspec.filesystem("http"), "http://127.0.0.1:9/") is False  # a store's own exists, answering
     package = pathlib.Path(__file__).parent.parent / "daskpile"
     direct = [
         f"{path.relative_to(package)}:{number}: {line.strip()}"

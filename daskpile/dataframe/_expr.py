@@ -393,7 +393,8 @@ class ScratchRun:
         return FileNotFoundError(
             f"daskpile's scratch {self.scratch.directory} is gone: the shuffled DataFrame whose graph this is "
             "(taken out with .values, to_dask_array(), to_delayed() or dask.delayed) was dropped, and its "
-            "scratch with it; keep the shuffled DataFrame in a variable while such a graph runs"
+            "scratch with it; keep the shuffled DataFrame in a variable while such a graph runs (or something "
+            "removed it: daskpile clean, a cleaner of the temporary directory)"
         )
 
     def variant(self, token: str, partitions: int = 0) -> Scratch:

@@ -256,7 +256,8 @@ def _with_missing(values: pd.Series | pd.Index, dtype: np.dtype, refused: str):
     """``values`` in pandas' nullable form of ``dtype`` (Arrow's type with nulls): integral floats and bools
     only, and in range, else refused.  ``_to_pandas`` gives them back as Dask read them."""
     nullable = "boolean" if dtype.kind == "b" else f"{'U' if dtype.kind == 'u' else ''}Int{dtype.itemsize * 8}"
-    if dtype.kind in "iu" and values.dtype.kind == "f" and np.nanmax(np.abs(values.to_numpy())) > 2**53:
+    magnitude = values.abs().max() if dtype.kind in "iu" and dtype.itemsize == 8 else np.nan  # (NaN skipped)
+    if np.isfinite(magnitude) and magnitude >= 2**53:  # (2**53 itself may be 2**53 + 1 rounded)
         # Dask's reader made them floats: rounded already, they would come back as integers that look exact
         raise MetaMismatch(
             f"{refused}; its integers past 2**53 are rounded in float64 (Dask's read_parquet gives an int64 "
