@@ -571,6 +571,9 @@ CHANGED_BY_THE_META = {
     "ints under string": (np.array([3, 4]), "string[pyarrow]"),
     "floats under str": (np.array([1.50]), str_dtype()),  # (None: pandas before 2.3, which has no "str")
     "datetimes under string": (pd.to_datetime(["2020-01-01"]).values, "string[pyarrow]"),
+    # what fillna(0) puts in a string column (Dask keeps its meta): 0 became '0', b"zz" 'zz'
+    "ints among strings under string": (np.array(["a", 0, None], dtype=object), "string[pyarrow]"),
+    "bytes among strings under str": (np.array([b"zz", "x"], dtype=object), str_dtype()),
 }
 
 
@@ -610,6 +613,19 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     pd.testing.assert_frame_equal(by_id, ddf.compute().set_index("id").sort_index(), check_dtype=False)
     assert by_id.loc[1, "b"] is None and np.isnan(by_id.loc[2, "u"]) and by_id.loc[4, "n"] == 2**53
     assert by_id.loc[5, "b"] is None and np.isnan(by_id.loc[5, "n"])
+
+
+def test_a_wide_frame_s_piles_are_not_a_block_a_column(sync_scheduler):
+    """600 float columns came back as 600 blocks a pile: "highly fragmented" (a PerformanceWarning a pile in
+    to_parquet, on any column added), to_numpy() 16 ms where the input's partition took none."""
+    import warnings
+
+    wide = pd.DataFrame(np.arange(2_000 * 600, dtype="float64").reshape(2_000, 600)).add_prefix("f")
+    pile = daskpile.shuffle(dd.from_pandas(wide, npartitions=2), piles=2, seed=0).partitions[0].compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        pile["added"] = 0.0
+    np.testing.assert_array_equal(np.sort(pile["f7"].to_numpy()), np.sort(wide.loc[pile.index, "f7"].to_numpy()))
 
 
 def test_an_index_its_meta_cannot_hold_is_refused_naming_the_index(sync_scheduler):

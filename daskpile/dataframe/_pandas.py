@@ -96,8 +96,16 @@ class FrameCodec:
             i: _to_pandas(table.column(first + i), dtype, index, notes[first + i])
             for i, dtype in enumerate(meta.dtypes.tolist())
         }
-        frame = pd.DataFrame(columns, index=index, copy=False)
+        # Not copied (a pile's columns are its own), unless so many are numpy arrays that pandas would hold a
+        # block each: 600 float columns gave a frame "highly fragmented" (a warning a pile in to_parquet, and
+        # to_numpy() 16 ms against 0 for the input's partition); copied, they are one block a dtype
+        fragmented = sum(isinstance(values, np.ndarray) for values in columns.values()) > FRAGMENTED_COLUMNS
+        frame = pd.DataFrame(columns, index=index, copy=fragmented)
         return frame.set_axis(meta.columns, axis=1)
+
+
+# pandas warns of a frame of more blocks than this (PerformanceWarning, "highly fragmented")
+FRAGMENTED_COLUMNS = 100
 
 
 def pickled(dtype) -> bool:
@@ -228,6 +236,12 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
     if target == "text" and source in ("number", "time"):  # 3 would become '3', 1.50 '1.5'
         raise MetaMismatch(f"{refused}; numbers and times would become text")
+    if target == "text" and source == "object":
+        # Dask's fused read_parquet gives strings as objects: those are cast.  Other objects are what
+        # fillna(0) or where(..., -1) put in a string column: 0 would have become '0', b"x" 'x'
+        held = pd.api.types.infer_dtype(values, skipna=True)
+        if held not in ("string", "empty"):
+            raise MetaMismatch(f"{refused}; it holds {held} values, which would become text")
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
