@@ -173,9 +173,9 @@ def test_more_piles_than_the_machine_holds_the_counts_of_are_refused(tmp_path, s
     """100,000,000 piles over 13 pass-1 tasks took 22 GB (their per-pile counts) before a row was written."""
     import types
 
-    from daskpile.engine import _pipeline
+    import psutil
 
-    monkeypatch.setattr(_pipeline.psutil, "virtual_memory", lambda: types.SimpleNamespace(total=64 * 2**30))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=64 * 2**30))
     pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "ten.parquet")
     with pytest.raises(ValueError, match=r"^4,000,000,000 piles would take 178\.8 GiB of pile counts to sum pass 1"):
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=4 * 10**9, seed=1)
@@ -191,14 +191,14 @@ def test_pass_1_s_pile_counts_are_summed_on_the_workers_not_held_a_task_at_a_tim
     piles as 17 results' counts fit, where 40 results' did not, and the sums are the piles' rows."""
     import psutil
 
-    from daskpile.engine import _passes, _pipeline
+    from daskpile.engine import _passes
 
     (tmp_path / "src").mkdir()
     for k in range(40):  # 40 pass-1 tasks at this blocksize
         pq.write_table(pa.table({"x": range(k * 5_000, (k + 1) * 5_000)}), tmp_path / "src" / f"{k:02d}.parquet")
     piles = 50
-    fits = (_passes.SUM_FAN_IN + 1) * piles * _pipeline.PILE_COUNT_BYTES / psutil.virtual_memory().total
-    monkeypatch.setattr(_pipeline, "PILE_COUNTS_FRACTION", fits)  # 17 results' counts of 50 piles, not 40
+    fits = (_passes.SUM_FAN_IN + 1) * piles * _passes.PILE_COUNT_BYTES / psutil.virtual_memory().total
+    monkeypatch.setattr(_passes, "PILE_COUNTS_FRACTION", fits)  # 17 results' counts of 50 piles, not 40
     shuffle = functools.partial(daskpile.shuffle_parquet, str(tmp_path / "src"), seed=1, blocksize=2**14)
     with dask.config.set(scheduler="threads", num_workers=2):
         report = shuffle(str(tmp_path / "out"), piles=piles)

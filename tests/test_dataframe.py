@@ -615,6 +615,13 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     assert by_id.loc[5, "b"] is None and np.isnan(by_id.loc[5, "n"])
 
 
+def test_more_piles_than_the_machine_holds_the_counts_of_are_refused_at_once():
+    """``piles=10**9`` (a typo) was accepted, and the first compute was killed for its memory at 24 GB."""
+    ddf = dd.from_pandas(frame(100), npartitions=2)
+    with pytest.raises(ValueError, match=r"^1,000,000,000 piles would take .* give at most [\d,]+ piles \(for 2 part"):
+        daskpile.shuffle(ddf, piles=10**9)
+
+
 def test_a_wide_frame_s_piles_are_not_a_block_a_column(sync_scheduler):
     """600 float columns came back as 600 blocks a pile: "highly fragmented" (a PerformanceWarning a pile in
     to_parquet, on any column added), to_numpy() 16 ms where the input's partition took none."""

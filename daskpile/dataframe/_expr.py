@@ -244,6 +244,7 @@ def shuffle(
         logger.info("piles='auto': %s", plan)
         piles = plan.piles
     piles = check_piles(piles, auto_allowed=True)
+    _passes.refuse_piles_beyond_their_counts(piles, ddf.npartitions, f"{ddf.npartitions:,} partitions")
     run = ScratchRun(Scratch.create(scratch, storage_options, 0))
     return PileFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta, plan=plan))
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from daskpile import _kernels, _random
 from daskpile._compute import stop_after_ctrl_c
 from daskpile._storage import atomic_sink, exists
-from daskpile._words import count
+from daskpile._words import count, human_size
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _manifest, _outputs, _scratch, _sizing
@@ -75,6 +75,31 @@ class PileTotals:
 
 # Pass 1's per-pile counts are summed this many tasks' results at a time: the most a summing task holds.
 SUM_FAN_IN = 16
+
+
+# What a pass-1 task's result holds for each pile (its rows, Arrow bytes and largest row), and the share of the
+# machine's memory that the results a summing task holds may take
+PILE_COUNT_BYTES = 24
+PILE_COUNTS_FRACTION = 1 / 4
+
+
+def refuse_piles_beyond_their_counts(piles: int, tasks: int, rows: str) -> None:
+    """Refuse more piles than this machine holds the counts of: pass 1's per-pile counts are summed
+    ``SUM_FAN_IN`` tasks' at a time (100,000,000 piles over 13 tasks, each held, took 22 GB, and 32 s, before a
+    row was written; ``shuffle(ddf, piles=10**9)`` was killed for its memory).  ``rows``: what the input holds,
+    for the message."""
+    import psutil
+
+    summed_at_once = min(max(tasks, 1), SUM_FAN_IN)
+    held = summed_at_once + 1  # (and their sum)
+    needed, machine = PILE_COUNT_BYTES * piles * held, psutil.virtual_memory().total
+    if needed > machine * PILE_COUNTS_FRACTION:
+        most = max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * held))
+        raise ValueError(
+            f"{piles:,} piles would take {human_size(needed)} of pile counts to sum pass 1's "
+            f"({summed_at_once} tasks' at a time), more than a quarter of this machine's {human_size(machine)}: "
+            f"give at most {most:,} piles (for {rows})"
+        )
 
 
 def summed_to_a_few(leaves: list, make_sum: Callable) -> list:

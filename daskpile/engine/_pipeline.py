@@ -23,7 +23,6 @@ import warnings
 
 import dask
 import numpy as np
-import psutil
 
 from daskpile._compute import (
     Timer,
@@ -57,7 +56,7 @@ from daskpile._storage import (
     urls_said,
 )
 from daskpile._validate import check_bytes, check_piles
-from daskpile._words import count, human_size, size
+from daskpile._words import count, size
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch, _sizing
@@ -75,12 +74,6 @@ CUT_ROW_GROUPS = True
 # New runs weigh a compressed text file as the text it holds when grouping files into tasks; a run begun by a
 # daskpile that grouped them by their size on disk resumes in its own tasks (``RunSpec.weigh_compressed``).
 WEIGH_COMPRESSED = True
-
-
-# What a pass-1 task's result holds for each pile (its rows, Arrow bytes and largest row), and the share of the
-# machine's memory that the results a summing task holds may take
-PILE_COUNT_BYTES = 24
-PILE_COUNTS_FRACTION = 1 / 4
 
 
 class VerificationError(RuntimeError):
@@ -774,19 +767,10 @@ class _Run:
         )  # fmt: skip
 
     def refuse_piles_no_machine_counts(self) -> None:
-        """Refuse more piles than this machine holds the counts of: pass 1's per-pile counts are summed
-        ``SUM_FAN_IN`` tasks' at a time (100,000,000 piles over 13 tasks, each held, took 22 GB, and 32 s, before a
-        row was written)."""
-        summed_at_once = min(max(len(self.partitions), 1), _passes.SUM_FAN_IN)
-        held = summed_at_once + 1  # (and their sum)
-        needed, machine = PILE_COUNT_BYTES * self.piles * held, psutil.virtual_memory().total
-        if needed > machine * PILE_COUNTS_FRACTION:
-            most = max(1, int(machine * PILE_COUNTS_FRACTION) // (PILE_COUNT_BYTES * held))
-            raise ValueError(
-                f"{self.piles:,} piles would take {human_size(needed)} of pile counts to sum pass 1's "
-                f"({summed_at_once} tasks' at a time), more than a quarter of this machine's {human_size(machine)}: "
-                f"give at most {most:,} piles (for about {self.estimated_rows:,} rows)"
-            )
+        """Refuse more piles than this machine holds the counts of (``_passes.refuse_piles_beyond_their_counts``)."""
+        _passes.refuse_piles_beyond_their_counts(
+            self.piles, len(self.partitions), f"about {self.estimated_rows:,} rows"
+        )
 
     def _empty_piles_said(self) -> str | None:
         """A note that more piles were asked for than there are rows (most of their files empty), or None."""
