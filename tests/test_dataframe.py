@@ -615,6 +615,17 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     assert by_id.loc[5, "b"] is None and np.isnan(by_id.loc[5, "n"])
 
 
+def test_memory_scratch_on_workers_in_other_processes_is_refused_before_it_runs(client):
+    """Each process has its own memory file system: pass 2 failed with "removed while the run used it", and so
+    did every retry.  Workers in this process (threads) share it, and the probe says so."""
+    ddf = dd.from_pandas(frame(100), npartitions=2)
+    shuffled = daskpile.shuffle(ddf, piles=2, seed=0, scratch="memory://daskpile-tests")
+    with pytest.raises(
+        ValueError, match=r"memory:///daskpile-tests/daskpile-\w+ is in this process's memory, which 2 "
+    ):
+        shuffled.compute()
+
+
 def test_more_piles_than_the_machine_holds_the_counts_of_are_refused_at_once():
     """``piles=10**9`` (a typo) was accepted, and the first compute was killed for its memory at 24 GB."""
     ddf = dd.from_pandas(frame(100), npartitions=2)

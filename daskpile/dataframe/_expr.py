@@ -36,6 +36,7 @@ import weakref
 
 import dask
 import dask.dataframe as dd
+import fsspec.implementations.memory
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -65,7 +66,7 @@ from daskpile._compute import (
     workers_blind_to,
 )
 from daskpile._random import resolve_seed
-from daskpile._storage import atomic_sink, exists, is_local, redact, redacting_errors, type_named, write_bytes
+from daskpile._storage import atomic_sink, exists, full_url, is_local, redact, redacting_errors, type_named, write_bytes
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
@@ -431,14 +432,17 @@ class ScratchRun:
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
         client = current_client()
-        if client is None or not is_local(self.scratch.fs) or client.id in self._checked_clients:
+        in_memory = isinstance(self.scratch.fs, fsspec.implementations.memory.MemoryFileSystem)
+        if client is None or not (is_local(self.scratch.fs) or in_memory) or client.id in self._checked_clients:
             return
-        blind, workers = workers_blind_to(self.scratch.directory)
+        where = full_url(self.scratch.fs, self.scratch.directory) if in_memory else self.scratch.directory
+        blind, workers = workers_blind_to(where)
         if blind:
+            held = "in this process's memory" if in_memory else "on this machine's disk"
             raise ValueError(
-                f"daskpile's scratch directory {self.scratch.directory} is on this machine's disk, which "
-                f"{len(blind)} of the cluster's {workers} workers cannot see ({', '.join(blind[:3])}): pass "
-                "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
+                f"daskpile's scratch directory {where} is {held}, which {len(blind)} of the cluster's "
+                f"{workers} workers cannot see ({', '.join(blind[:3])}): pass scratch='s3://bucket/prefix' "
+                "(with storage_options) or a path every worker shares"
             )
         self._checked_clients.add(client.id)
 
