@@ -36,9 +36,15 @@ def test_plan_limits():
     assert _sizing.plan(25_000, 10**5, 10**9, min_piles=8).piles == 2  # piles of at least 10,000 rows
     assert _sizing.plan(10_001, 10**5, 10**9, min_piles=8).piles == 1
     # (rows of 1 MB against a budget of 100 kB: what to pass, both ways)
-    said = r"rows take about 1\.0 MiB each .* memory_per_pile of 7 MiB or more .* a pile count \(piles=N, --piles N\)"
-    with pytest.raises(ValueError, match=said):
+    said = (
+        r"rows take about 1\.0 MiB each .* which is 97\.7 KiB: pass a memory_per_pile \(--memory-per-pile\) of 7\.0 MiB"
+    )
+    with pytest.raises(ValueError, match=said + r" or more .*, or a pile count \(shuffle_parquet and the command"):
         _sizing.plan(10, 2**20 * 10, 10**5)
+    with pytest.raises(
+        ValueError, match=r"which is 10\.0 B: pass a memory_per_pile \(--memory-per-pile\) of 70\.0 B or more"
+    ):
+        _sizing.plan(10, 100, 10)  # (it said "0 MiB")
     with pytest.raises(ValueError, match="more than the 65,535 daskpile supports"):
         _sizing.plan(10**10, 10**13, 10**6)
 

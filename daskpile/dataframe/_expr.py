@@ -112,7 +112,8 @@ def shuffle(
         ``"auto"`` computes up to 3 evenly spaced partitions, now, to measure
         their size in memory, scales it by the number of partitions and picks
         the count :func:`plan_piles` returns: the fewest piles, at least 4 per
-        thread and of 32 MiB or less on average (but not so many that
+        thread (unless ``memory_per_pile`` is given: then the count depends on
+        the data alone) and of 32 MiB or less on average (but not so many that
         piles hold fewer than 10,000 rows and less than 32 MiB on average),
         whose largest fits ``memory_per_pile``.
         A compute whose pass 1 sends a pile over twice that (the partitions
@@ -847,7 +848,8 @@ def plan_piles(ddf: dd.DataFrame, memory_per_pile: int | None = None) -> _sizing
     rows and their size in memory (``memory_usage(deep=True)``, index
     included), scales both by the number of partitions, and plans the fewest
     piles, at least 4 per thread of the current client (or of this machine)
-    and of 32 MiB or less on average (larger piles permute slower), such
+    unless ``memory_per_pile`` is given (then the count depends on the data
+    alone, for the same output on any cluster), and of 32 MiB or less on average (larger piles permute slower), such
     that a pile of mean size plus 6 standard deviations fits
     ``memory_per_pile``.  Piles never hold fewer than 10,000 rows and
     less than 32 MiB on average, for the sake of parallelism: 200 rows

@@ -284,8 +284,9 @@ def shuffle_parquet(
         write.
     piles
         The number of piles (at least 1), or ``"auto"`` (the default, as on
-        the command line): the fewest piles, at least 4 per thread and of
-        32 MiB in memory or less on average (larger piles permute slower),
+        the command line): the fewest piles, at least 4 per thread (unless
+        ``memory_per_pile`` is given: then the count depends on the data
+        alone) and of 32 MiB in memory or less on average (larger piles permute slower),
         but not so many that piles hold fewer than 10,000 rows and less than
         32 MiB on average, such that a pile
         of mean size plus 6 standard deviations fits ``memory_per_pile``.

@@ -365,11 +365,11 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
         # a pile of 1 row on average is drawn up to 7 (6 sigma above its mean): that must fit the budget
         needed = 7 * bytes_per_row
         raise ValueError(
-            f"rows take about {bytes_per_row / 2**20:,.1f} MiB each in memory, and piles='auto' fits the largest "
-            f"pile (up to 7 rows, for piles of one row on average) in memory_per_pile, which is "
-            f"{memory_per_pile / 2**20:,.0f} MiB: pass memory_per_pile of {math.ceil(needed / 2**20):,} MiB or more "
-            "(--memory-per-pile; a worker thread needs 4 times that), or a pile count (piles=N, --piles N): a pile "
-            "over memory_per_pile is then split into files that fit"
+            f"rows take about {human_size(bytes_per_row)} each in memory, and piles='auto' fits the largest pile "
+            "(up to 7 rows, for piles of one row on average) in memory_per_pile, which is "
+            f"{human_size(memory_per_pile)}: pass a memory_per_pile (--memory-per-pile) of {human_size(needed)} or "
+            "more (a worker thread needs 4 times that), or a pile count (shuffle_parquet and the command then split "
+            "a pile over memory_per_pile into files that fit)"
         )
     # at least min_piles (for parallelism), but never so many that piles get fewer than
     # MIN_ROWS_PER_PILE rows and FAST_PILE_BYTES on average: 200 rows make one pile, not 4 per thread; rows of
