@@ -411,6 +411,16 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
         if str(e).startswith(f"{role} "):  # (said so by a block within)
             raise
         raise PermissionError(f"{role} {full_url(fs, path)!r}: access denied: {e}") from None
+    except TypeError as e:
+        # A storage option misspelled reaches the store's client only as it connects: "AioSession.__init__() got
+        # an unexpected keyword argument 'endpoint_urll'", naming neither the option nor the path
+        wrong = re.search(r"unexpected keyword argument '([^']+)'", str(e))
+        if wrong is None:
+            raise
+        raise ValueError(
+            f"{role} {full_url(fs, path)!r}: the storage option {wrong[1]!r} is not one that "
+            f"{type(fs).__name__} or its client takes (misspelled? {e})"
+        ) from None
     except Exception as e:
         if store_unusable(e):
             what = (

@@ -353,6 +353,19 @@ def test_the_command_on_s3(s3):
     assert result.exit_code == 0 and "match" in result.output
 
 
+def test_a_misspelled_storage_option_is_named_with_the_path(s3):
+    """It said "AioSession.__init__() got an unexpected keyword argument 'endpoint_urll'", naming neither."""
+    _, options = s3
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    storage = ["--storage-option=key=testing", "--storage-option=secret=testing",
+               f"--storage-option=client_kwargs.endpoint_urll={endpoint}"]  # fmt: skip
+    result = CliRunner().invoke(cli, ["shuffle", "s3://lake/src", "s3://lake/typo-out", *storage, "--scheduler=sync"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("daskpile: error: source 's3://lake/src': the storage option 'endpoint_urll' "), (
+        result.output
+    )
+
+
 def test_clean_of_a_scratch_prefix_whose_last_run_went_finds_nothing(s3):
     """On a store, a prefix is there while objects are: a nightly clean after the last scratch went failed."""
     from daskpile.engine._clean import clean
