@@ -861,29 +861,6 @@ def workers_missing(path: str) -> tuple[list[str], int]:
     return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
 
 
-def _workers_blind_to_memory(client, path: str) -> tuple[list[str], int]:
-    """``workers_blind_to`` for fsspec's memory file system, which each process has its own of: only workers in
-    this process (a LocalCluster of threads) see it."""
-    import uuid
-
-    import fsspec
-
-    memory = fsspec.filesystem("memory")
-    probe = f"{path.rstrip('/')}/.daskpile-probe-{uuid.uuid4().hex[:8]}"
-    memory.pipe_file(probe, b"")
-    try:
-        seen = client.run(_in_memory, probe)
-    finally:
-        memory.rm_file(probe)
-    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
-
-
-def _in_memory(path: str) -> bool:
-    import fsspec
-
-    return fsspec.filesystem("memory").isfile(path)
-
-
 def workers_blind_to(path: str) -> tuple[list[str], int]:
     """(workers that cannot see the local ``path``, all workers) of the current client; ([], 0) without one.
 

@@ -161,6 +161,12 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return "file" in protocols or "local" in protocols
 
 
+def is_memory(fs: fsspec.AbstractFileSystem) -> bool:
+    """fsspec's memory file system: one of each process, which workers in other processes do not see."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "memory" in protocols
+
+
 # A URL may carry its own credentials: a password before the host, or a signature or token in the query (a
 # presigned S3 or GCS URL, an Azure SAS, a ?token= or ?api_key= of a file server).  What daskpile records
 # and its command prints shows them as "***".  Only parameters that are credentials, never ones that could
@@ -415,8 +421,8 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
         # A storage option misspelled reaches the store's client only as it connects: "AioSession.__init__() got
         # an unexpected keyword argument 'endpoint_urll'", naming neither the option nor the path
         wrong = re.search(r"unexpected keyword argument '([^']+)'", str(e))
-        if wrong is None:
-            raise
+        if wrong is None or wrong[1] not in _option_names(getattr(fs, "storage_options", {})):
+            raise  # (not one of the user's options: a call of the code's own)
         raise ValueError(
             f"{role} {full_url(fs, path)!r}: the storage option {wrong[1]!r} is not one that "
             f"{type(fs).__name__} or its client takes (misspelled? {e})"
@@ -432,6 +438,15 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
             )
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
         raise
+
+
+def _option_names(options: dict) -> set[str]:
+    """The names in storage options, nested ones (``client_kwargs``) included."""
+    return {
+        name
+        for key, value in options.items()
+        for name in (key, *(_option_names(value) if isinstance(value, dict) else ()))
+    }
 
 
 class ScratchNotPrivateError(ValueError):

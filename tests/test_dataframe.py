@@ -615,22 +615,43 @@ def test_a_nullable_int_or_bool_column_of_parquet_comes_through_as_dask_reads_it
     assert by_id.loc[5, "b"] is None and np.isnan(by_id.loc[5, "n"])
 
 
-def test_memory_scratch_on_workers_in_other_processes_is_refused_before_it_runs(client):
+def test_memory_scratch_on_workers_in_other_processes_is_refused_before_it_runs(client, tmp_path):
     """Each process has its own memory file system: pass 2 failed with "removed while the run used it", and so
     did every retry.  Workers in this process (threads) share it, and the probe says so."""
     ddf = dd.from_pandas(frame(100), npartitions=2)
     shuffled = daskpile.shuffle(ddf, piles=2, seed=0, scratch="memory://daskpile-tests")
+    pq.write_table(pa.table({"x": range(10)}), tmp_path / "a.parquet")
+    with pytest.raises(ValueError, match=r"^scratch 'memory:///daskpile-tests[^']*' is in this process's memory"):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "a.parquet"), str(tmp_path / "out"), seed=0, scratch="memory://daskpile-tests"
+        )
     with pytest.raises(
         ValueError, match=r"memory:///daskpile-tests/daskpile-\w+ is in this process's memory, which 2 "
     ):
         shuffled.compute()
 
 
-def test_more_piles_than_the_machine_holds_the_counts_of_are_refused_at_once():
+def test_more_piles_than_the_machine_holds_the_counts_of_are_refused_at_once(monkeypatch):
     """``piles=10**9`` (a typo) was accepted, and the first compute was killed for its memory at 24 GB."""
+    import types
+
+    import psutil
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=64 * 2**30))
     ddf = dd.from_pandas(frame(100), npartitions=2)
     with pytest.raises(ValueError, match=r"^1,000,000,000 piles would take .* give at most [\d,]+ piles \(for 2 part"):
         daskpile.shuffle(ddf, piles=10**9)
+
+
+def test_strings_beside_missing_values_of_any_kind_are_cast_to_the_string_meta(sync_scheduler):
+    """Objects other than strings under a string meta are refused; missing values (None, NaN, NaT) are not."""
+    meta = pd.DataFrame({"v": pd.Series([], dtype="string[pyarrow]")})
+    values = np.array(["a", None, np.nan, pd.NaT], dtype=object)
+    ddf = dd.from_pandas(pd.DataFrame({"v": [0]}), npartitions=1).map_partitions(
+        lambda _: pd.DataFrame({"v": values}), meta=meta, enforce_metadata=False
+    )
+    out = daskpile.shuffle(ddf, piles=1, seed=0).compute()["v"]
+    assert out.dtype == "string[pyarrow]" and sorted(out.isna().tolist()) == [False, True, True, True]
 
 
 def test_a_wide_frame_s_piles_are_not_a_block_a_column(sync_scheduler):

@@ -49,6 +49,16 @@ def test_ctrl_c_while_a_file_is_looked_for_is_not_taken_for_its_absence(tmp_path
     assert not direct, direct
 
 
+def test_an_unexpected_keyword_of_the_code_s_own_is_not_said_as_a_storage_option():
+    """Only a name the user gave among the storage options is said as a misspelled one (tests/test_s3.py)."""
+    import fsspec
+
+    from daskpile._storage import reaching
+
+    with pytest.raises(TypeError, match="read_dictionry"), reaching(fsspec.filesystem("file"), "/x", "source"):
+        raise TypeError("ParquetFile() got an unexpected keyword argument 'read_dictionry'")
+
+
 def _write_calls() -> int:
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("syscw:"))

@@ -36,7 +36,6 @@ import weakref
 
 import dask
 import dask.dataframe as dd
-import fsspec.implementations.memory
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -66,7 +65,17 @@ from daskpile._compute import (
     workers_blind_to,
 )
 from daskpile._random import resolve_seed
-from daskpile._storage import atomic_sink, exists, full_url, is_local, redact, redacting_errors, type_named, write_bytes
+from daskpile._storage import (
+    atomic_sink,
+    exists,
+    full_url,
+    is_local,
+    is_memory,
+    redact,
+    redacting_errors,
+    type_named,
+    write_bytes,
+)
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
@@ -433,7 +442,7 @@ class ScratchRun:
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
         client = current_client()
-        in_memory = isinstance(self.scratch.fs, fsspec.implementations.memory.MemoryFileSystem)
+        in_memory = is_memory(self.scratch.fs)
         if client is None or not (is_local(self.scratch.fs) or in_memory) or client.id in self._checked_clients:
             return
         where = full_url(self.scratch.fs, self.scratch.directory) if in_memory else self.scratch.directory

@@ -239,7 +239,7 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     if target == "text" and source == "object":
         # Dask's fused read_parquet gives strings as objects: those are cast.  Other objects are what
         # fillna(0) or where(..., -1) put in a string column: 0 would have become '0', b"x" 'x'
-        held = pd.api.types.infer_dtype(values, skipna=True)
+        held = pd.api.types.infer_dtype(values[values.notna()], skipna=True)  # (NaT too: what astype makes NA)
         if held not in ("string", "empty"):
             raise MetaMismatch(f"{refused}; it holds {held} values, which would become text")
     try:
