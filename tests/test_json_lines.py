@@ -167,6 +167,12 @@ def test_what_asks_for_parsed_rows_parses(tmp_path, sync_scheduler):
             read_options={"as_written": True, "column_types": {"b": "double"}},
         )  # fmt: skip
     assert not (tmp_path / "x").exists()
+    # lines that parse only as written: the error says why they were parsed (it did not: a new user was lost)
+    (tmp_path / "lake" / "day=1" / "a.jsonl").write_bytes(b'{"v": 1}\n{"v": "two"}\n')
+    why = r"changed from number to string .* key=value folders add the columns \['day'\]: partitioning='none' "
+    with pytest.raises(ValueError, match=why + r"\(--partitioning none\) keeps them as written"):
+        daskpile.shuffle_parquet(str(tmp_path / "lake"), str(tmp_path / "x"), output_format="jsonl")
+    assert not (tmp_path / "x").exists()
 
 
 def test_json_lines_kept_as_written_can_go_to_parquet_as_one_binary_column(tmp_path, sync_scheduler):

@@ -283,8 +283,17 @@ def _plan_sources(
         for (info, _), stamp, file_keys in zip(files, stamps, keys, strict=True)
     ]
     if format != "parquet":
-        options = _as_output_keeps(text.TextOptions.of(format, read_options), key_fields, written_as)
-        reading = _text_reading(fs, source_files, key_fields, options)
+        asked = text.TextOptions.of(format, read_options)
+        options = _as_output_keeps(asked, key_fields, written_as)
+        try:
+            reading = _text_reading(fs, source_files, key_fields, options)
+        except ValueError as e:
+            if not (written_as == "jsonl" and asked.as_written is None and len(key_fields) and "JSON" in str(e)):
+                raise
+            raise ValueError(
+                f"{e} (the lines are parsed, not kept as written, because their key=value folders add the columns "
+                f"{key_fields.names}: partitioning='none' (--partitioning none) keeps them as written)"
+            ) from None
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
     metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
     reading = _reading(fs, source_files, key_fields, schema, metadata, inferred=isinstance(declared, str))
