@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import posixpath
+import signal
 import socket
 import threading
 import time
@@ -251,18 +252,33 @@ def _create_new(path: str, data: bytes) -> bool:
     Interrupted before ``data`` is in it (Ctrl-C as the lease appears), the file is removed: left empty, it
     counted as a run writing its lease, alive for ``LEASE_SECONDS``, and the same command run again at once was
     refused.  (Not a hard link of a file written first: many mounts have none.)"""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-        raise
+    with _signals_held():  # (Ctrl-C between the file's creation and the try below left it empty)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            raise
     return True
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM held back until the block ends (then handled as usual), in the main thread, where
+    Python handles them."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _holder(record: dict) -> str:
