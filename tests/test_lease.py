@@ -125,6 +125,29 @@ def test_a_run_interrupted_as_its_lease_appears_leaves_none_and_the_same_call_ru
     assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
 
 
+def test_a_ctrl_c_the_moment_the_lease_file_is_created_leaves_none(source, tmp_path, monkeypatch):
+    """A SIGINT handled between the lease file's creation and the write of its record left it empty: "a run
+    whose lease is being written", which refused the same command again for two minutes (a window test under
+    load).  It is handled once the record is in, and the lease is let go."""
+    import signal
+
+    dest = tmp_path / "out"
+    real_open = os.open
+
+    def creating(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        if str(path).endswith(_lease.LEASE_FILE):
+            signal.raise_signal(signal.SIGINT)  # (its handler runs at the next bytecode: here, in the old code)
+        return fd
+
+    monkeypatch.setattr(os, "open", creating)
+    with pytest.raises(KeyboardInterrupt):
+        daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
+    monkeypatch.undo()
+    assert not dest.exists()  # no lease, no dest the run made
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1).rows == 30_000
+
+
 def test_the_lease_is_renewed_while_the_run_lives_and_a_run_that_lost_it_does_not_commit(tmp_path, monkeypatch):
     monkeypatch.setattr(_lease, "RENEW_SECONDS", 0.05)
     fs, dest = fsspec.filesystem("file"), str(tmp_path / "out")

@@ -81,7 +81,10 @@ class Lease:
         lease = cls(fs, dest_path, uuid.uuid4().hex, now, made)
         try:
             lease._acquire()
-        except BaseException:
+        except BaseException:  # (Ctrl-C once the lease was written: it is let go, as the run never began)
+            with contextlib.suppress(Exception):
+                if (_read(fs, lease.path) or {}).get("owner") == lease.owner:
+                    fs.rm(lease.path)
             lease._remove_dest_if_made()
             raise
         return lease
@@ -269,16 +272,25 @@ def _create_new(path: str, data: bytes) -> bool:
 
 @contextlib.contextmanager
 def _signals_held():
-    """Ctrl-C and SIGTERM held back until the block ends (then handled as usual), in the main thread, where
-    Python handles them."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """Ctrl-C and SIGTERM held back until the block ends, then raised again for their own handlers.
+
+    Python runs its handlers in the main thread whichever thread the kernel gave the signal to, so the
+    handlers are what is swapped (a mask of the main thread's alone held nothing while other threads ran).
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    came: list[int] = []
+    handlers = {
+        signum: signal.signal(signum, lambda s, _: came.append(s)) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
 
 
 def _holder(record: dict) -> str:

@@ -288,7 +288,9 @@ def _plan_sources(
         try:
             reading = _text_reading(fs, source_files, key_fields, options)
         except ValueError as e:
-            if not (written_as == "jsonl" and asked.as_written is None and len(key_fields) and "JSON" in str(e)):
+            if not (
+                written_as == "jsonl" and asked.as_written is None and len(key_fields) and "JSON parse error" in str(e)
+            ):
                 raise
             raise ValueError(
                 f"{e} (the lines are parsed, not kept as written, because their key=value folders add the columns "
