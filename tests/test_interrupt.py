@@ -327,7 +327,7 @@ def test_a_window_command_says_what_its_interruption_left(tmp_path):
     # On a loaded machine the signal may come once the shuffle has begun, or once the append has said it is done
     # (Ctrl-C is then ignored: status 0, nothing said)
     line = the_one_line(stderr) if status else None
-    assert status == 130 and (line in said or resumable(line)) or (status == 0 and stderr == ""), stderr
+    assert (status == 130 and (line in said or resumable(line))) or (status == 0 and stderr == ""), stderr
     if status == 0:  # (done: day-2 is a generation of the window)
         generations = daskpile.read_manifest(str(window))["window"]["generations"]
         assert any(source.endswith("day-2/in.parquet") for g in generations for source in g["source_files"])
