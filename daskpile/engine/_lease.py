@@ -281,9 +281,9 @@ def _signals_held():
         yield
         return
     came: list[int] = []
-    handlers = {
-        signum: signal.signal(signum, lambda s, _: came.append(s)) for signum in (signal.SIGINT, signal.SIGTERM)
-    }
+    # (a handler not installed from Python, None, could not be put back: that signal is left to it)
+    ours = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None]
+    handlers = {signum: signal.signal(signum, lambda s, _: came.append(s)) for signum in ours}
     try:
         yield
     finally:
