@@ -70,7 +70,7 @@ from daskpile._storage import (
     exists,
     full_url,
     is_local,
-    is_memory,
+    only_here,
     redact,
     redacting_errors,
     type_named,
@@ -442,17 +442,15 @@ class ScratchRun:
     def check_workers_see_it(self) -> None:
         """Refuse, before anything runs, a cluster whose workers cannot all see local scratch."""
         client = current_client()
-        in_memory = is_memory(self.scratch.fs)
-        if client is None or not (is_local(self.scratch.fs) or in_memory) or client.id in self._checked_clients:
+        if client is None or client.id in self._checked_clients:
             return
-        where = full_url(self.scratch.fs, self.scratch.directory) if in_memory else self.scratch.directory
-        blind, workers = workers_blind_to(where)
+        fs, directory = self.scratch.fs, self.scratch.directory
+        blind, workers = workers_blind_to(fs, directory)
         if blind:
-            held = "in this process's memory" if in_memory else "on this machine's disk"
             raise ValueError(
-                f"daskpile's scratch directory {where} is {held}, which {len(blind)} of the cluster's "
-                f"{workers} workers cannot see ({', '.join(blind[:3])}): pass scratch='s3://bucket/prefix' "
-                "(with storage_options) or a path every worker shares"
+                f"daskpile's scratch directory {full_url(fs, directory)} is {only_here(fs)}, which {len(blind)} of "
+                f"the cluster's {workers} workers cannot see ({', '.join(blind[:3])}): pass "
+                "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
             )
         self._checked_clients.add(client.id)
 

@@ -7,7 +7,7 @@ import os
 import posixpath
 
 from daskpile._compute import workers_blind_to, workers_missing
-from daskpile._storage import full_url, is_local, is_memory
+from daskpile._storage import full_url, is_local, only_here
 
 
 def _real(fs):
@@ -88,13 +88,9 @@ def check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) ->
         ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
         ("dest", dest_fs, dest_path, "a dest on object storage"),
     ):
-        if not (is_local(fs) or is_memory(fs)):
-            continue
-        where = full_url(fs, path) if is_memory(fs) else path
-        blind, workers = workers_blind_to(where)
+        blind, workers = workers_blind_to(fs, path)
         if blind:
-            held = "in this process's memory" if is_memory(fs) else "on this machine's disk"
             raise ValueError(
-                f"{role} {where!r} is {held}, which {len(blind)} of the cluster's {workers} workers cannot see "
-                f"({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
+                f"{role} {full_url(fs, path)!r} is {only_here(fs)}, which {len(blind)} of the cluster's {workers} "
+                f"workers cannot see ({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
             )
