@@ -861,23 +861,17 @@ def workers_missing(path: str) -> tuple[list[str], int]:
     return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
 
 
-def workers_blind_to(fs, path: str) -> tuple[list[str], int]:
-    """(workers that cannot see ``path`` of ``fs``, all workers) of the current client; ([], 0) without one, or
-    for a store every worker reaches.
+def workers_blind_to(path: str) -> tuple[list[str], int]:
+    """(workers that cannot see the local ``path``, all workers) of the current client; ([], 0) without one.
 
-    A local path is this machine's, fsspec's memory this process's: a probe
-    file is written in ``path``, or in its nearest existing parent, and every
-    worker is asked whether it exists.  On a cluster whose workers share no
-    disk with this process (Kubernetes), or run in other processes, scratch or a
-    dest there would be written where nobody else reads it.
+    A probe file is written in ``path``, or in its nearest existing parent, and
+    every worker is asked whether it exists: on a cluster whose workers share no
+    disk with this process (Kubernetes), local scratch or a local dest would be
+    written where nobody else reads it.
     """
-    from daskpile._storage import full_url, is_local, is_memory
-
     client = current_client()
-    if client is None or not (is_local(fs) or is_memory(fs)):
+    if client is None:
         return [], 0
-    if is_memory(fs):
-        return _workers_blind_to_memory(client, full_url(fs, path))
     directory = path
     while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
         directory = os.path.dirname(directory)
@@ -890,13 +884,17 @@ def workers_blind_to(fs, path: str) -> tuple[list[str], int]:
     return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
 
 
-def _workers_blind_to_memory(client, path: str) -> tuple[list[str], int]:
-    """``workers_blind_to`` for fsspec's memory file system, which each process has its own of: only workers in
-    this process (a LocalCluster of threads) see it."""
+def workers_blind_to_memory(url: str) -> tuple[list[str], int]:
+    """``workers_blind_to`` for a ``memory://`` URL: fsspec's memory file system is each process's own, which only
+    workers in this process (a LocalCluster of threads) see."""
     import fsspec
 
+    client = current_client()
+    if client is None:
+        return [], 0
+
     memory = fsspec.filesystem("memory")
-    probe = f"{path.rstrip('/')}/.daskpile-probe-{uuid.uuid4().hex[:8]}"
+    probe = f"{url.rstrip('/')}/.daskpile-probe-{uuid.uuid4().hex[:8]}"
     memory.pipe_file(probe, b"")
     try:
         seen = client.run(_in_memory, probe)

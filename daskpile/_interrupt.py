@@ -204,29 +204,6 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
 
 
 @contextlib.contextmanager
-def signals_held():
-    """Ctrl-C and SIGTERM held back until the block ends, then raised again for their own handlers.
-
-    Python runs its handlers in the main thread whichever thread the kernel gave the signal to, so the
-    handlers are what is swapped (a mask of the main thread's alone held nothing while other threads ran).
-    """
-    if not _in_main_thread():
-        yield
-        return
-    came: list[int] = []
-    # (a handler not installed from Python, None, could not be put back: that signal is left to it)
-    ours = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None]
-    handlers = {signum: signal.signal(signum, lambda s, _: came.append(s)) for signum in ours}
-    try:
-        yield
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(came):
-            signal.raise_signal(signum)
-
-
-@contextlib.contextmanager
 def ctrl_c_ignorable():
     """A function that makes Ctrl-C ignored from its call to the end of the block.
 

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile import _kernels
-from daskpile._compute import workers_blind_to
 from daskpile._storage import full_url, only_here
+from daskpile.engine._places import blind_workers
 from daskpile.engine._scratch import PileReader, Scratch
 
 BUCKET_ROWS = 4_000_000  # a step-2 task sorts this many values (about 100 MiB of numbers with their origins)
@@ -79,7 +79,7 @@ def rank_files(
     """
     bounds = _bounds(samples, math.ceil(sum(rows) / BUCKET_ROWS))
     root = Scratch.create(scratch_url, storage_options, len(files))
-    blind, workers = workers_blind_to(root.fs, root.directory)  # refused now, not when a worker finds nothing
+    blind, workers = blind_workers(root.fs, root.directory)  # refused now, not when a worker finds nothing
     if blind:
         root.remove()
         raise ValueError(

@@ -62,7 +62,6 @@ from daskpile._compute import (
     current_client,
     giving_memory_back,
     in_a_worker,
-    workers_blind_to,
 )
 from daskpile._random import resolve_seed
 from daskpile._storage import (
@@ -80,6 +79,7 @@ from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.engine import _passes, _sizing
+from daskpile.engine._places import blind_workers
 from daskpile.engine._scratch import Scratch, read_pile
 
 logger = logging.getLogger("daskpile")
@@ -445,7 +445,7 @@ class ScratchRun:
         if client is None or client.id in self._checked_clients:
             return
         fs, directory = self.scratch.fs, self.scratch.directory
-        blind, workers = workers_blind_to(fs, directory)
+        blind, workers = blind_workers(fs, directory)
         if blind:
             raise ValueError(
                 f"daskpile's scratch directory {full_url(fs, directory)} is {only_here(fs)}, which {len(blind)} of "

@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import posixpath
+import signal
 import socket
 import threading
 import time
@@ -30,7 +31,6 @@ from collections.abc import Iterator
 
 import fsspec
 
-from daskpile._interrupt import signals_held
 from daskpile._storage import full_url, is_local, reaching, write_bytes
 
 LEASE_FILE = "_daskpile.lease.json"
@@ -255,7 +255,7 @@ def _create_new(path: str, data: bytes) -> bool:
     Interrupted before ``data`` is in it (Ctrl-C as the lease appears), the file is removed: left empty, it
     counted as a run writing its lease, alive for ``LEASE_SECONDS``, and the same command run again at once was
     refused.  (Not a hard link of a file written first: many mounts have none.)"""
-    with signals_held():  # (Ctrl-C between the file's creation and the try below left it empty)
+    with _signals_held():  # (Ctrl-C between the file's creation and the try below left it empty)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -268,6 +268,29 @@ def _create_new(path: str, data: bytes) -> bool:
                 os.remove(path)
             raise
     return True
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM held back until the block ends, then raised again for their own handlers.
+
+    Python runs its handlers in the main thread whichever thread the kernel gave the signal to, so the
+    handlers are what is swapped (a mask of the main thread's alone held nothing while other threads ran).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    # (a handler not installed from Python, None, could not be put back: that signal is left to it)
+    ours = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None]
+    handlers = {signum: signal.signal(signum, lambda s, _: came.append(s)) for signum in ours}
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
 
 
 def _holder(record: dict) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import posixpath
 
-from daskpile._compute import workers_blind_to, workers_missing
-from daskpile._storage import full_url, is_local, only_here
+from daskpile._compute import workers_blind_to, workers_blind_to_memory, workers_missing
+from daskpile._storage import full_url, is_local, is_memory, only_here
 
 
 def _real(fs):
@@ -88,9 +88,17 @@ def check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) ->
         ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
         ("dest", dest_fs, dest_path, "a dest on object storage"),
     ):
-        blind, workers = workers_blind_to(fs, path)
+        blind, workers = blind_workers(fs, path)
         if blind:
             raise ValueError(
                 f"{role} {full_url(fs, path)!r} is {only_here(fs)}, which {len(blind)} of the cluster's {workers} "
                 f"workers cannot see ({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
             )
+
+
+def blind_workers(fs, path: str) -> tuple[list[str], int]:
+    """(workers of the current client that cannot see ``path`` of ``fs``, all workers): a local path is this
+    machine's, a ``memory://`` one this process's; ([], 0) for a store every worker reaches, or without a client."""
+    if is_memory(fs):
+        return workers_blind_to_memory(full_url(fs, path))
+    return workers_blind_to(path) if is_local(fs) else ([], 0)
