@@ -622,11 +622,14 @@ class FileVersion:
 
     size: int | None
     version: str | None
+    etag: str | None = None  # S3's, as listed: reads of the file may require it (``open_read``)
 
     @classmethod
     def of(cls, info: dict) -> FileVersion:
         """From ``fs.info``, a listing's entry, or an opened file's details."""
-        return cls(info.get("size"), next((repr(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), None))
+        version = next((repr(info[k]) for k in _VERSION_KEYS if info.get(k) is not None), None)
+        etag = info.get("ETag")
+        return cls(info.get("size"), version, etag if isinstance(etag, str) else None)
 
     @classmethod
     def listed(cls, fs: fsspec.AbstractFileSystem, info: dict) -> FileVersion:
@@ -663,6 +666,29 @@ class FileVersion:
         if self.size is not None and found.size is not None and found.size < self.size:
             return f"was cut short or written again ({found.size:,} bytes, {self.size:,} when listed)"
         return "was written again"
+
+
+def open_read(fs: fsspec.AbstractFileSystem, path: str, known: FileVersion | None = None, **options):
+    """``fs.open(path, "rb", **options)``, of a file whose size (and ETag) a listing or its writer gave.
+
+    On S3 without looking the file up again: s3fs sends a HEAD before the first read of a file it opens, for
+    its size and ETag, which were half the requests of pass 1 over a lake of small files (2,000 objects of
+    1 KB on moto: 2,000 HEADs beside 2,002 GETs) and a quarter of pass 2's over scratch on S3.  Given the
+    listed ETag, every read requires it (If-Match, s3fs' ``FileExpired`` if the object is no longer the
+    version listed), where s3fs' own HEAD only guarded against a change after the file was opened.  Other
+    stores, a version-aware s3fs, or a size or ETag unknown: ``fs.open`` as it is.
+    """
+    if known is None or None in (known.size, known.etag) or not _is_s3fs(fs) or getattr(fs, "version_aware", False):
+        return fs.open(path, "rb", **options)
+    handle = fs.open(path, "rb", size=known.size, **options)
+    # (AbstractBufferedFile's ``details``: s3fs reads it before each GET, and looks it up if not set)
+    handle.details = {"name": path, "size": known.size, "type": "file", "ETag": known.etag}
+    handle.read_kw = {**handle.read_kw, "IfMatch": known.etag}  # (what s3fs sets itself after its HEAD)
+    return handle
+
+
+def _is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:
+    return type(fs).__module__.partition(".")[0] == "s3fs"
 
 
 def file_stamp(info: dict) -> str:

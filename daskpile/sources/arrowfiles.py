@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.orc as orc
 
-from daskpile._storage import full_url
+from daskpile._storage import FileVersion, full_url, open_read
 
 FORMATS = ("arrow", "orc")
 # An ORC file's size in memory, before it is read: this many times its size on disk (its default codec
@@ -24,10 +24,11 @@ ORC_RATIO = 4
 
 
 @contextlib.contextmanager
-def opened(fs, path: str, format: str):
-    """The IPC file reader or ``ORCFile`` of ``path``, with errors that name the file."""
+def opened(fs, path: str, format: str, listed: FileVersion | None = None):
+    """The IPC file reader or ``ORCFile`` of ``path`` (of the version ``listed``), with errors that name the
+    file."""
     url = full_url(fs, path)
-    with fs.open(path, "rb") as f:
+    with open_read(fs, path, listed) as f:
         try:
             reader = orc.ORCFile(f) if format == "orc" else _ipc_reader(f)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
@@ -54,9 +55,9 @@ def schema(fs, path: str, format: str) -> pa.Schema:
         return reader.schema
 
 
-def units(fs, path: str, format: str):
+def units(fs, path: str, format: str, listed: FileVersion | None = None):
     """(bytes in memory, table) of each record batch or stripe, in order, one in memory at a time."""
-    with opened(fs, path, format) as reader:
+    with opened(fs, path, format, listed) as reader:
         if isinstance(reader, ipc.RecordBatchStreamReader):
             parts = iter(reader)
         elif format == "arrow":

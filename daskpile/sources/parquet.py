@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
+from daskpile._storage import FileChangedError, FileVersion, full_url, is_local, open_read
 from daskpile.sources.text.formats import compression_of
 
 # Spark, Hive and Impala write timestamps as INT96, which pyarrow reads as nanoseconds unless told otherwise,
@@ -122,7 +122,7 @@ def open_parquet(
             check = listed is not None and local
             if check:
                 listed.require(FileVersion.local(path), full_url(fs, path))
-            source = path if local else stack.enter_context(fs.open(path, "rb", **_uncached(fs)))
+            source = path if local else stack.enter_context(open_read(fs, path, listed, **_uncached(fs)))
             if listed is not None and not local:
                 listed.require(FileVersion.opened(source), full_url(fs, path))
             # Pre-buffering (coalescing a file's reads) pays on object stores; locally it is a fixed cost

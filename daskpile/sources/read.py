@@ -92,7 +92,7 @@ def read_pieces(
     checked: list = []  # (Parquet schema, writer) checked: an Arrow type may stand for two Parquet types
     for f in files:
         url = full_url(fs, f.path)
-        with open_parquet(fs, f.path) as parquet:
+        with open_parquet(fs, f.path, listed=f.listed) as parquet:
             schema, footer = parquet.schema_arrow, parquet.metadata
             if footer_rows is not None:
                 footer_rows.append(footer.num_rows)
@@ -144,7 +144,7 @@ def read_pieces(
                     skipped = skip(piece)
                 if parts > 1:
                     skips = [skipped] + [skip(piece + i) for i in range(1, parts)]
-                    cut = _read_in_parts(fs, f.path, footer, g, nbytes, parts, skips, conform, url)
+                    cut = _read_in_parts(fs, f, footer, g, nbytes, parts, skips, conform, url)
                     for i, table in enumerate(cut):
                         yield piece + i, None if table is None else _concat([table], reading)
                     piece, skipped = piece + parts, None  # None: asked when the next piece gets a row group
@@ -183,7 +183,7 @@ STREAM_BATCH_BYTES = 16 * 2**20
 
 
 def _read_in_parts(
-    fs, path: str, footer, group: int, nbytes: int, parts: int, skips: list[bool], conform, url: str
+    fs, f: SourceFile, footer, group: int, nbytes: int, parts: int, skips: list[bool], conform, url: str
 ) -> Iterator[pa.Table | None]:
     """Row group ``group`` (``nbytes`` in memory) in ``parts`` pieces of consecutive rows, each read and
     yielded in turn: a task holds one part, not the group.  Parts ``skips`` says are done are None; those
@@ -196,7 +196,7 @@ def _read_in_parts(
     per_part = -(-rows // parts)
     batch_rows = max(1, min(per_part, STREAM_BATCH_BYTES * rows // max(nbytes, 1)))
     last = max(i for i, done in enumerate(skips) if not done)
-    with open_parquet(fs, path, footer, stream=True) as parquet, parquet_errors(url):
+    with open_parquet(fs, f.path, footer, stream=True, listed=f.listed) as parquet, parquet_errors(url):
         batches = _ExactBatches(parquet.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False))
         for i in range(last + 1):
             part = batches.take(min(per_part, rows - i * per_part))
@@ -242,10 +242,10 @@ def _text_pieces(fs, files: list[SourceFile], reading: Reading, blocksize: int, 
 def _units(fs, f: SourceFile, reading: Reading, data_schema: pa.Schema, blocksize: int) -> Iterator:
     """(bytes, a function giving the table, its schema) of each block of lines, record batch or stripe."""
     if reading.text.format in arrowfiles.FORMATS:
-        for nbytes, table in arrowfiles.units(fs, f.path, reading.text.format):
+        for nbytes, table in arrowfiles.units(fs, f.path, reading.text.format, f.listed):
             yield nbytes, lambda table=table: table, table.schema
         return
-    reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize, reading.window)
+    reader = text.BlockReader(fs, f.path, data_schema, reading.text, blocksize, reading.window, f.listed)
     if reading.text.newlines_in_values:
         for table in reader.streamed_records():
             yield table.nbytes, lambda table=table: table, data_schema

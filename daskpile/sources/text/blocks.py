@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
-from daskpile._storage import full_url
+from daskpile._storage import FileVersion, full_url, open_read
 from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed, refuse_wide_encodings
 from daskpile.sources.text.lines import (
     AS_WRITTEN,
@@ -29,10 +29,11 @@ from daskpile.sources.text.lines import (
 from daskpile.sources.text.schema import Tail, column_names_in_utf8, csv_errors, refuse_rounded_integers, stream_csv
 
 
-def read_lines_range(fs, path: str, start: int, end: int) -> tuple[int, bytes]:
-    """(offset, bytes) of the whole lines that start in ``[start, end)`` of a file, as ``fs.read_block`` with a
-    newline delimiter cuts them; the offset is where the first of them starts, for errors to name bytes."""
-    with fs.open(path, "rb") as f:
+def read_lines_range(fs, path: str, start: int, end: int, listed: FileVersion | None = None) -> tuple[int, bytes]:
+    """(offset, bytes) of the whole lines that start in ``[start, end)`` of a file (of the version ``listed``),
+    as ``fs.read_block`` with a newline delimiter cuts them; the offset is where the first of them starts, for
+    errors to name bytes."""
+    with open_read(fs, path, listed) as f:
         f.seek(start)
         fsspec.utils.seek_delimiter(f, b"\n", 2**16)  # a range not at 0 begins after the first newline in it
         begin = f.tell()
@@ -47,9 +48,17 @@ class BlockReader:
     """Blocks of whole lines of one file as tables in ``schema``: a byte range, or the whole file streaming."""
 
     def __init__(
-        self, fs, path: str, schema: pa.Schema, options: TextOptions, blocksize: int, window: str | None = None
+        self,
+        fs,
+        path: str,
+        schema: pa.Schema,
+        options: TextOptions,
+        blocksize: int,
+        window: str | None = None,
+        listed: FileVersion | None = None,
     ):
         self.fs, self.path, self.schema, self.options = fs, path, schema, options
+        self.listed = listed  # the version of the file listed, which its reads require (``open_read``)
         self.blocksize = blocksize
         self.url = full_url(fs, path)
         self.window = window  # the moving window whose columns ``schema`` is, for an append; None: the source's
@@ -57,10 +66,10 @@ class BlockReader:
     def blocks(self, byte_range: tuple[int, int] | None):
         """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
         if byte_range is not None:
-            yield read_lines_range(self.fs, self.path, *byte_range)
+            yield read_lines_range(self.fs, self.path, *byte_range, self.listed)
             return
         offset, tail = 0, b""
-        with open_decompressed(self.fs, self.path) as f:
+        with open_decompressed(self.fs, self.path, self.listed) as f:
             while True:
                 chunk = f.read(self.blocksize)
                 data = tail + chunk
@@ -80,7 +89,7 @@ class BlockReader:
         reader cuts them (see ``first_records``): a whole file, read by one task."""
         where = repr(self.url)
         with (
-            open_decompressed(self.fs, self.path) as f,
+            open_decompressed(self.fs, self.path, self.listed) as f,
             csv_errors(self.fs, self.path, self.options, self.schema.names),
         ):
             stream = Tail(f)

@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from daskpile._storage import full_url
+from daskpile._storage import FileVersion, full_url, open_read
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl", "lines", "arrow", "orc")
 
@@ -377,23 +377,21 @@ def splittable(path: str, options: TextOptions | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def open_decompressed(fs, path: str):
-    """A file to read, decompressed as its name says: by Arrow's codecs, xz by Python's lzma."""
+def open_decompressed(fs, path: str, listed: FileVersion | None = None):
+    """A file to read (of the version ``listed``), decompressed as its name says: by Arrow's codecs, xz by
+    Python's lzma."""
     compression = compression_of(path)
     try:
-        with fs.open(path, "rb", compression="xz" if compression == "xz" else None) as raw:
+        with open_read(fs, path, listed) as raw:
             # (the size the open file knows, if it does: no request more; an unknown one is not empty)
             if compression is not None and getattr(raw, "size", None) == 0:
                 # (no codec's stream is empty: its header alone takes bytes; a failed upload leaves such a file)
                 raise ValueError(f"cannot read {full_url(fs, path)!r}: it is empty, which no {compression} data is")
-            if compression in (None, "xz"):
+            if compression is None:
                 yield raw
                 return
-            stream = pa.CompressedInputStream(raw, compression)
-            try:
+            with lzma.LZMAFile(raw) if compression == "xz" else pa.CompressedInputStream(raw, compression) as stream:
                 yield stream
-            finally:
-                stream.close()
     except (OSError, EOFError, lzma.LZMAError) as e:
         # What the codecs raise on the body's reads: Arrow's as OSError itself, lzma's as these two. The
         # subclasses of OSError are the storage's (a file gone, a connection reset or timed out): as they are.
