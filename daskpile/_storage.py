@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import io
 import os
 import posixpath
 import re
@@ -685,6 +686,61 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, known: FileVersion | Non
     handle.details = {"name": path, "size": known.size, "type": "file", "ETag": known.etag}
     handle.read_kw = {**handle.read_kw, "IfMatch": known.etag}  # (what s3fs sets itself after its HEAD)
     return handle
+
+
+class EndFetchedFirst(io.RawIOBase):
+    """A remote file (an fsspec file object, its size known) whose last ``nbytes`` are fetched in one request
+    as it is opened, the rest read through it: Arrow reads an IPC file's footer in two reads at its end (the
+    footer's length, then the footer), each a request on an object store, and a small file is all end.
+
+    >>> fs = fsspec.filesystem("memory")
+    >>> fs.pipe("/doc/end-fetched", b"0123456789")
+    >>> f = EndFetchedFirst(fs.open("/doc/end-fetched", "rb"), 4)
+    >>> f.end, f.read(3), f.seek(-3, io.SEEK_END), f.read(), f.read()
+    (b'6789', b'012', 7, b'789', b'')
+    >>> fs.rm("/doc/end-fetched")
+    """
+
+    def __init__(self, handle, nbytes: int):
+        super().__init__()
+        self.handle, self.size = handle, handle.size
+        self.end_start = max(self.size - nbytes, 0)
+        handle.seek(self.end_start)
+        self.end = handle.read(self.size - self.end_start)
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(base + offset, 0)
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        stop = self.size if size is None or size < 0 else min(self.position + size, self.size)
+        start, self.position = self.position, max(stop, self.position)
+        if start >= stop:
+            return b""
+        if start >= self.end_start:
+            return self.end[start - self.end_start : stop - self.end_start]
+        self.handle.seek(start)
+        return self.handle.read(stop - start)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.handle.close()
+        super().close()
 
 
 def _is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:

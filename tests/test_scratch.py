@@ -257,9 +257,9 @@ def test_pass_2_reads_rather_than_maps_more_scratch_files_than_a_reader_may_map(
     opened = []
     open_scratch = _scratch._open_scratch
 
-    def spy(fs, path, mapped=True):
+    def spy(fs, path, mapped=True, listed=None):
         opened.append(mapped)
-        return open_scratch(fs, path, mapped)
+        return open_scratch(fs, path, mapped, listed)
 
     monkeypatch.setattr(_scratch, "_open_scratch", spy)
     with dask.config.set(scheduler="threads", num_workers=2):

@@ -51,11 +51,14 @@ import pyarrow.ipc as ipc
 
 from daskpile._kernels import offsets
 from daskpile._storage import (
+    EndFetchedFirst,
+    FileVersion,
     atomic_sink,
     filesystem,
     full_url,
     is_local,
     make_private_directory,
+    open_read,
     reaching,
     remove_tree,
     rows_per_write,
@@ -195,6 +198,15 @@ class Scratch:
             if parsed is not None and info.get("type", "file") == "file":
                 found.setdefault(parsed[0], {})[name] = int(info["size"])
         return found
+
+    def versions(self) -> dict[str, FileVersion]:
+        """The version (size, ETag) of each file in the directory, by path, from one listing: a reader of files
+        on an object store opens them by it (``open_read``), where looking each up was a request a file."""
+        try:
+            listed = self.fs.find(self.directory, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {path: FileVersion.of(info) for path, info in listed.items()}
 
     def remove_band(self, band: int) -> None:
         """Remove the files of one band (pass 2 is done with them), ignoring those already gone."""
@@ -510,8 +522,15 @@ class ScratchFile:
     >>> slices = f.pile(3)  # doctest: +SKIP
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, index: PileIndex | None = None, mapped: bool = True):
-        self.file = _open_scratch(fs, path, mapped)
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        path: str,
+        index: PileIndex | None = None,
+        mapped: bool = True,
+        listed: FileVersion | None = None,
+    ):
+        self.file = _open_scratch(fs, path, mapped, listed)
         try:
             self.reader = ipc.open_file(self.file)
             self.index = index or PileIndex.from_footer(self.reader.metadata or {})
@@ -576,6 +595,7 @@ class PileReader:
         self._one_at_a_time = False  # each pile's files opened, read and closed one after the other
         self._remote = not is_local(scratch.fs)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # (object stores: made on first need)
+        self._listed: dict[str, FileVersion] | None = None  # (object stores: listed on first need)
 
     def __enter__(self) -> PileReader:
         return self
@@ -632,11 +652,18 @@ class PileReader:
                     future.result().close()
 
     def _open(self, path: str) -> ScratchFile:
-        f = ScratchFile(self.scratch.fs, path, self._indexes.get(path), self.mapped)
+        listed = None if self._listed is None else self._listed.get(path)
+        f = ScratchFile(self.scratch.fs, path, self._indexes.get(path), self.mapped, listed)
         self._indexes[path] = f.index
         return f
 
+    def _list_remote(self) -> None:
+        """On an object store, list the run's files once, before any is opened (``Scratch.versions``)."""
+        if self._remote and self._listed is None:
+            self._listed = self.scratch.versions()
+
     def pile(self, pile: int) -> list[pa.RecordBatch]:
+        self._list_remote()
         band = self.scratch.band_of(pile)
         if self._mapped > RELEASE_BYTES or band != self._band:
             self.release()
@@ -663,6 +690,7 @@ class PileReader:
         For piles too large to hold: a slice's pages are unmapped as soon as
         the caller drops the slice, so memory holds what the caller keeps.
         """
+        self._list_remote()
         for slices in self._slices_one_file_at_a_time(pile):
             yield [batch for batch, _ in slices]
 
@@ -900,11 +928,20 @@ class BandRemover:
         self._thread.shutdown(wait=True)
 
 
-def _open_scratch(fs: fsspec.AbstractFileSystem, path: str, mapped: bool = True):
+# A remote scratch file's last bytes, fetched as it is opened: its footer (which Arrow reads in two requests
+# otherwise), and a small file whole.
+END_BYTES = 2**16
+
+
+def _open_scratch(fs: fsspec.AbstractFileSystem, path: str, mapped: bool = True, listed: FileVersion | None = None):
     try:
         # Remote: no read-ahead cache, so a pile costs ranged reads of its own bytes, not whole blocks.
         if not is_local(fs):
-            return fs.open(path, "rb", cache_type="none")
+            with contextlib.ExitStack() as opening:
+                handle = opening.enter_context(open_read(fs, path, listed, cache_type="none"))
+                opened = EndFetchedFirst(handle, END_BYTES)
+                opening.pop_all()
+                return opened
         return pa.memory_map(path) if mapped else pa.OSFile(path)
     except FileNotFoundError as e:  # (s3fs: "The specified key does not exist.", naming no key)
         raise FileNotFoundError(
