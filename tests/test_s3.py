@@ -117,7 +117,7 @@ def test_a_pass_2_task_reads_a_small_scratch_file_on_a_store_in_one_request(clie
     footer in two requests, before the pile's own: 4 requests a file and task, 1,203 HEADs and 3,600 GETs
     for 300 pass-1 tasks in 4 piles on moto (pass 2 20 s, 8 s with one).  A task now lists the run's files
     once, and fetches a file's end (its footer, a small file whole) as it opens it."""
-    fs, options = s3
+    _, options = s3
     write_reference_dataset("s3://lake/one-get-in", rows=4_000, files=8, storage_options=options)
     client.run(_count_s3_calls, True)
     try:
