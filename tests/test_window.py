@@ -446,6 +446,37 @@ def test_the_loader_stays_on_its_version_until_every_rank_is_moved_to_another(sy
     assert len(rest) + 500 == len(ids_of(0, 1)) // 2
 
 
+def test_a_job_resumed_mid_epoch_finishes_it_on_its_version_when_its_loop_names_the_new_one(
+    sync_scheduler, days, tmp_path
+):
+    """The guide's loop, ``set_epoch(epoch, version=current)`` before each epoch, resumed after an append: it
+    started the epoch again on the new version, and the batches read before the checkpoint were read twice
+    (10,000 of 40,000 rows in a new user's trial)."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+
+    def epoch_of(loader, epoch, stop_after=None):
+        loader.set_epoch(epoch, version=daskpile.PileLoader.current_version(dest))
+        ids = []
+        for batch in loader:
+            ids.append(batch["id"].to_numpy())
+            if len(ids) == stop_after:
+                break
+        return list(np.concatenate(ids))
+
+    loader = daskpile.PileLoader(dest, batch_size=100, seed=0, columns=["id"])
+    head = epoch_of(loader, 1, stop_after=3)
+    state = loader.state_dict()
+    daskpile.append(dest, days[1])  # while the job is down
+    resumed = daskpile.PileLoader(dest, batch_size=100, seed=0, columns=["id"])
+    resumed.load_state_dict(state)
+    rest = epoch_of(resumed, 1)
+    assert sorted(head + rest) == ids_of(0) and resumed.version == 0
+    assert sorted(epoch_of(resumed, 2)) == ids_of(0, 1) and resumed.version == 1  # the next epoch moves
+    resumed.restart(2, version=daskpile.PileLoader.current_version(dest))
+    assert len(list(resumed)) == 2 * DAY_ROWS // 100
+
+
 def test_a_loader_of_a_shuffle_result_resumes_after_appends(sync_scheduler, days, tmp_path):
     """A shuffle result is version 0 of a window: a state saved on it resumes on it after appends."""
     dest = tmp_path / "window"

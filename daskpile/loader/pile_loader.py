@@ -264,11 +264,16 @@ class PileLoader:
 
         So a loop that calls ``set_epoch(e)`` before every epoch goes on where
         ``load_state_dict`` put it.  With ``version``, a moving window is read
-        at that version of its manifest from this epoch on: give every rank
-        the same one (rank 0's ``PileLoader.current_version(path)``,
+        at that version of its manifest from this epoch on (from the next one
+        if the loader is partway through this one, as a resumed job is: it
+        finishes the epoch on the version it started, none of its rows read
+        twice; ``restart`` starts it again on the new version): give every
+        rank the same one (rank 0's ``PileLoader.current_version(path)``,
         broadcast), so that they share out the same rows.
         """
         (epoch,) = _at_least_zero(epoch=epoch)
+        if epoch == self._epoch and self._batches:
+            return  # (partway through it: a new version from the start of this epoch would read rows again)
         if version is not None and version != self.units.version:
             self._read_version(version)
             self._start_epoch(epoch)
