@@ -396,6 +396,22 @@ def test_several_directories_and_globs_in_one_command(tmp_path, capsys):
         shuffle([str(tmp_path / "a" / "x.parquet"), str(tmp_path / "a")], tmp_path / "twice")
 
 
+def test_a_file_two_sources_name_through_a_link_is_refused_nothing_written(tmp_path):
+    """By name, ``day1/x.parquet`` and ``day1-link/x.parquet`` (a linked folder), or a hard link, were two files:
+    read twice, and verified (a new user's trial, appending a day).  Locally, a file is its device and inode."""
+    write(str(tmp_path / "day1" / "x.parquet"), id=list(range(100)))
+    (tmp_path / "day1-link").symlink_to(tmp_path / "day1")
+    os.link(tmp_path / "day1" / "x.parquet", tmp_path / "x-hard.parquet")
+    for second in (tmp_path / "day1-link", tmp_path / "day1-link" / "x.parquet", tmp_path / "x-hard.parquet"):
+        said = r"(x-hard|day1-link/x)\.parquet'.* is '.*day1/x\.parquet'.* under another name, through a link: its rows"
+        with pytest.raises(ValueError, match=said):
+            shuffle([str(tmp_path / "day1"), str(second)], tmp_path / "twice")
+        assert not (tmp_path / "twice").exists()
+    write(str(tmp_path / "day2" / "x.parquet"), id=list(range(100, 200)))  # a copy, not a link: two files
+    shuffle([str(tmp_path / "day1"), str(tmp_path / "day2")], tmp_path / "two")
+    assert sorted(read_output(tmp_path / "two")["id"].to_pylist()) == list(range(200))
+
+
 def cli_main_exit(argv):
     with pytest.raises(SystemExit) as e:
         cli_main(argv)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import os
 import posixpath
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from daskpile._storage import (
     file_stamps,
     filesystem,
     full_url,
+    is_local,
     listed_infos,
     reaching,
     redact,
@@ -456,6 +458,7 @@ def _collect(listed: list[listing.Listed], urls: list[str]):
     """(info, partition folder pairs) of every data file, the strays, the sidecars; a table inside is refused,
     and a file two of the sources ``urls`` name."""
     files, seen, strays, sidecars = [], {}, [], {}
+    seen_local: dict[tuple[int, int], tuple[str, str]] = {}  # (device, inode): (path, source), of several sources
     for item, url in zip(listed, urls, strict=True):
         if item.table_above:  # (first: a glob inside a table sees the table's log below its root too)
             raise ValueError(
@@ -471,10 +474,29 @@ def _collect(listed: list[listing.Listed], urls: list[str]):
             if name in seen:
                 raise ValueError(f"{full_url(item.fs, name)!r} is named by two sources: {seen[name]!r} and {url!r}")
             seen[name] = url
+            if len(urls) > 1 and is_local(item.fs):
+                _refuse_linked_twice(name, url, seen_local)
             files.append((info, hive.folder_keys(name)))
         strays += item.strays
         sidecars = sidecars or item.sidecars
     return files, strays, sidecars
+
+
+def _refuse_linked_twice(path: str, url: str, seen: dict[tuple[int, int], tuple[str, str]]) -> None:
+    """Refuse a local file that another source names under another name (a linked folder, a hard link): by
+    device and inode, as the window knows its files; by name, a file in ``day1/`` and ``day1-link/`` was read
+    twice, and verified."""
+    found = os.stat(path)
+    other = seen.setdefault((found.st_dev, found.st_ino), (path, url))
+    if other[0] != path:
+
+        def said(file: str, source: str) -> str:
+            return repr(file) if source == file else f"{file!r} (in source {source!r})"
+
+        raise ValueError(
+            f"{said(path, url)} is {said(*other)} under another name, through a link: its rows would be read "
+            "twice; name it once"
+        )
 
 
 def _key_tuples(fs, files: list[tuple[str, list[tuple[str, str]]]], key_fields: pa.Schema) -> list[tuple]:
