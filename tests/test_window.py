@@ -855,6 +855,25 @@ def test_expire_by_generation_drops_a_day_to_append_it_corrected(sync_scheduler,
     assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
 
 
+def test_expiring_all_but_empty_days_is_refused_naming_how_many_to_keep(sync_scheduler, days, tmp_path):
+    """Days appended empty are generations: ``keep_generations=2`` after two of them emptied the window, and said
+    it had expired its rows (a new user's trial: 12,000 rows gone, exit 0)."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    for name in ("sat", "sun"):
+        write_parts(reference_table(0, 0, 10**9).append_column("day", pa.array([], pa.int32())), tmp_path / name, 1)
+        assert daskpile.append(dest, str(tmp_path / name)).rows == 2 * DAY_ROWS
+    said = r"kept \(2, 3\) hold no rows .* would leave the window .* empty; keep the newest 3 \(--keep 3\) to keep"
+    with pytest.raises(ValueError, match=said + " the rows of generation 1"):
+        daskpile.expire(dest, keep_generations=2)
+    with pytest.raises(ValueError, match=r"the generations kept \(2, 3\) hold no rows .* append the new files first"):
+        daskpile.expire(dest, generations=[0, 1])
+    assert sorted(window_ids(dest)) == ids_of(0, 1)
+    assert daskpile.expire(dest, keep_generations=3).changed
+    assert sorted(window_ids(dest)) == ids_of(1)
+
+
 def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(sync_scheduler, days, tmp_path):
     """compact recorded the fingerprint of the rows it wrote, so an append made with verify=False came out
     "verified", and a row lost from its file went unnoticed (40,000 rows became 39,999, verify said match)."""

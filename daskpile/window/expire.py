@@ -110,6 +110,7 @@ def expire(
                     f"every row of the window {window.url} has {column} before {before}: expiring them would leave "
                     "it empty. Is the value the one meant? If so, append the new files first, then expire"
                 )
+        _refuse_leaving_no_rows(window, kept, keep_generations)
         if kept == list(window.generations):
             return report(window, False, "nothing to expire", removed=removed)
         dropped = [g for g in window.generations if g.number not in {k.number for k in kept}]
@@ -130,6 +131,24 @@ def expire(
         done.append(f"the rows of generation{'s' if len(marked) > 1 else ''} {listed} with {column} before "
                     f"{before} go at the next compact")  # fmt: skip
     return report(window, True, "; ".join(done), removed=removed)
+
+
+def _refuse_leaving_no_rows(window: Window, kept: list[Generation], keep_generations: int | None) -> None:
+    """Refuse to keep only generations without rows (empty days) of a window that has some: ``--keep 2`` after
+    two empty days emptied a window of 12,000 rows, and said it had expired them."""
+    if any(g.rows for g in kept) or not any(g.rows for g in window.generations):
+        return
+    empty = ", ".join(str(g.number) for g in kept)
+    if keep_generations:
+        holding = next(n for n in range(len(kept) + 1, len(window.generations) + 1) if window.generations[-n].rows)
+        newest = window.generations[-holding].number
+        way = f"keep the newest {holding} (--keep {holding}) to keep the rows of generation {newest}"
+    else:
+        way = "append the new files first, then expire"
+    raise ValueError(
+        f"the generations kept ({empty}) hold no rows (days appended empty): expiring the others would leave the "
+        f"window {window.url} empty; {way}"
+    )
 
 
 def _known_generations(window: Window, generations) -> list[int]:
