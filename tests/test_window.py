@@ -932,6 +932,23 @@ def test_the_same_day_under_another_path_is_refused_by_its_rows(sync_scheduler, 
     assert len(window_ids(dest)) == len(ids_of(0, 1, 1, 2))
 
 
+def test_a_json_lines_day_fills_a_windows_dictionary_columns(sync_scheduler, tmp_path):
+    """Arrow's JSON reader converts to no dictionary type: a day of JSON lines into a window with a categorical
+    column failed "JSON conversion to dictionary<...> is not supported", where a CSV day filled it."""
+    kinds = pa.array(["a", "b"] * 50).dictionary_encode()
+    table = pa.table({"id": np.arange(100), "kind": kinds, "code": pa.array([7, 9] * 50).dictionary_encode()})
+    write_parts(table, tmp_path / "day-0", 1)
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(str(tmp_path / "day-0"), dest, piles=2, seed=SEED)
+    lines = "".join(f'{{"id": {100 + i}, "kind": {json.dumps(["c", None][i % 2])}, "code": {i}}}\n' for i in range(10))
+    (tmp_path / "day-1.jsonl").write_text(lines)
+    assert daskpile.append(dest, str(tmp_path / "day-1.jsonl")).rows == 110
+    out = pa.concat_tables(pq.read_table(os.path.join(dest, f)) for f in daskpile.read_manifest(dest)["files"])
+    assert out.schema.field("kind").type == kinds.type  # (Parquet gives the codes back as int64)
+    got = sorted(zip(out["id"].to_pylist(), out["kind"].to_pylist(), out["code"].to_pylist(), strict=True))
+    assert got[100:] == [(100 + i, ["c", None][i % 2], i) for i in range(10)] and len(got) == 110
+
+
 def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path, monkeypatch):
     """A first append into a window not made yet said "holds no _daskpile.json"; a JSON-lines day "Parquet magic
     bytes not found ... corrupted"; an interrupted append run again on a file changed since "run it again"."""

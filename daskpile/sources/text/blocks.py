@@ -215,11 +215,18 @@ class BlockReader:
         )
 
     def _json(self, block: bytes) -> pa.Table:
-        return pa_json.read_json(
+        # Arrow's JSON reader converts to no dictionary type (a window's categorical column): its values' type,
+        # then encoded
+        plain = pa.schema(f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in self.schema)
+        table = pa_json.read_json(
             io.BytesIO(block),
             read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
-            parse_options=pa_json.ParseOptions(explicit_schema=self.schema, unexpected_field_behavior="error"),
+            parse_options=pa_json.ParseOptions(explicit_schema=plain, unexpected_field_behavior="error"),
         )
+        for i, field in enumerate(self.schema):
+            if pa.types.is_dictionary(field.type):
+                table = table.set_column(i, field, pc.dictionary_encode(table.column(i)).cast(field.type))
+        return table
 
     def _csv(self, block: bytes, first: bool, where: str) -> pa.Table:
         names = self.schema.names
