@@ -949,6 +949,27 @@ def test_a_json_lines_day_fills_a_windows_dictionary_columns(sync_scheduler, tmp
     assert got[100:] == [(100 + i, ["c", None][i % 2], i) for i in range(10)] and len(got) == 110
 
 
+def test_a_lazy_windows_manifest_says_whether_its_files_are_permuted_after_a_compact(sync_scheduler, days, tmp_path):
+    """compact permutes every pile, yet a window begun ``--lazy`` still said ``"second_pass": "lazy"`` after it,
+    and ``quality`` told plain readers they got each pile unpermuted (a new user's trial).  Appends after it
+    stay lazy, as the window began."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED, second_pass="lazy")
+    daskpile.append(dest, days[1])
+    assert daskpile.read_manifest(dest)["second_pass"] == "lazy"
+    daskpile.compact(dest)
+    compacted = daskpile.read_manifest(dest)
+    assert compacted["second_pass"] == "eager" and compacted["window"]["lazy"] is True
+    ids = pq.read_table(os.path.join(dest, compacted["files"][0]))["id"].to_numpy()
+    assert not np.all(np.diff(ids) > 0)  # permuted (a lazy pile is in input order)
+    appended = daskpile.append(dest, days[2])
+    manifest = daskpile.read_manifest(dest)
+    assert manifest["second_pass"] == "lazy" and manifest["window"]["lazy"] is True
+    newest = [f for f in manifest["files"] if f.startswith(f"gen-{appended.generation:06d}/")]
+    assert all(np.all(np.diff(pq.read_table(os.path.join(dest, f))["id"].to_numpy()) > 0) for f in newest)
+    assert sorted(loader_ids(dest)) == ids_of(0, 1, 2)
+
+
 def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path, monkeypatch):
     """A first append into a window not made yet said "holds no _daskpile.json"; a JSON-lines day "Parquet magic
     bytes not found ... corrupted"; an interrupted append run again on a file changed since "run it again"."""

@@ -129,7 +129,7 @@ def append(
             scratch=scratch, storage_options=storage_options, overwrite=not resuming, verify=verify,
             memory_per_pile=None,
             progress=progress, blocksize=blocksize, on_oversize="split", rows_per_file=None,
-            second_pass=window.base.get("second_pass", "eager"), window_generation=True,
+            second_pass="lazy" if window.appends_lazily else "eager", window_generation=True,
         )  # fmt: skip
     except (ValueError, TypeError):  # bad input, found in pass 1: nothing worth resuming
         if not resuming:

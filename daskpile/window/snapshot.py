@@ -141,6 +141,12 @@ class Window:
         return int(self.base["seed"])
 
     @property
+    def appends_lazily(self) -> bool:
+        """Whether an append leaves its piles unpermuted: the window began as a lazy shuffle (``--lazy``)."""
+        recorded = (self.base.get("window") or {}).get("lazy")
+        return self.base.get("second_pass") == "lazy" if recorded is None else bool(recorded)
+
+    @property
     def rows(self) -> int:
         return sum(g.rows for g in self.generations)
 
@@ -212,7 +218,8 @@ class Window:
             seconds={"scatter": 0.0, "gather": 0.0},
             fingerprint=total,
             source=self.base.get("source"),
-            second_pass=self.base.get("second_pass", "eager"),
+            # what a plain reader gets: piles unpermuted if any generation is (a compaction's are permuted)
+            second_pass="lazy" if self.appends_lazily and any(not g.compacted for g in generations) else "eager",
             null_columns=nulls_of(generations),
         )
         manifest["format"] = _manifest.WINDOW_FORMAT
@@ -221,6 +228,7 @@ class Window:
             "version": version,
             "next_generation": next_generation,
             "file_piles": [pile for pile, _, _, _ in order],
+            "lazy": self.appends_lazily,
             "generations": [g.to_json() for g in generations],
         }
         return manifest
