@@ -758,8 +758,8 @@ def _cancel_and_wait(client, futures, keys: set, interrupted: bool = False) -> N
             if not said and time.monotonic() > start + WAIT_SAID_AFTER:
                 print(
                     f"daskpile: interrupted: waiting up to {limit} s for {len(running)} "
-                    f"task{'s' * (len(running) > 1)} still running to finish their writes (Ctrl-C again stops "
-                    "without waiting)",
+                    f"task{'s' * (len(running) > 1)} still running to finish their writes "
+                    f"({'another SIGTERM' if KILLED_SOON.is_set() else 'Ctrl-C again'} stops without waiting)",
                     file=sys.stderr,
                     flush=True,
                 )
