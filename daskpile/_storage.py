@@ -16,7 +16,9 @@ import os
 import posixpath
 import re
 import shutil
+import socket
 import stat
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -442,8 +444,31 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
                 if _named(e, _STORE_MISCONFIGURED)
                 else "sign into"
             )
-            raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}") from e
+            unresolved = _unresolved_endpoint(fs) if what == "reach" else ""
+            raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}{unresolved}") from e
+        if isinstance(e, ValueError) and str(e).startswith("Invalid endpoint"):  # (botocore's, naming no option)
+            raise ValueError(
+                f"{role} {full_url(fs, path)!r}: the storage option endpoint_url is not a URL ({e}): give it as "
+                "http://host:port or https://host"
+            ) from None
         raise
+
+
+def _unresolved_endpoint(fs: fsspec.AbstractFileSystem) -> str:
+    """Said after "cannot reach the store" when the endpoint's host name resolves to nothing (a misspelt name, or
+    a service not made yet), which the store's client says as it says a server down."""
+    options = getattr(fs, "storage_options", {}) or {}
+    endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get("endpoint_url")
+    host = urllib.parse.urlsplit(endpoint).hostname if isinstance(endpoint, str) else None
+    if not host:
+        return ""
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as e:
+        return f" (the endpoint's host name {host!r} resolves to no address: {e.strerror}; misspelled?)"
+    except OSError:
+        pass
+    return ""
 
 
 def _option_names(options: dict) -> set[str]:

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import gc
 import json
+import re
 import socket
 import threading
 import time
@@ -600,6 +601,28 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a later try may reach it
     assert done.stderr.startswith("daskpile: error: dest 's3://lake/out': cannot reach the store: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "status", "said"),
+    [
+        ("http://daskpile-no-such-host.invalid:9", 75, r"cannot reach the store: .* \(the endpoint's host name "
+         r"'daskpile-no-such-host\.invalid' resolves to no address: .*; misspelled\?\)$"),
+        ("127.0.0.1:9", 2, r"the storage option endpoint_url is not a URL \(Invalid endpoint: 127\.0\.0\.1:9\): "
+         r"give it as http://host:port or https://host$"),
+    ],
+    ids=["host-unknown", "no-scheme"],
+)  # fmt: skip
+def test_a_misspelt_endpoint_is_said_as_such(tmp_path, endpoint, status, said):
+    """A host name that resolves to nothing was said as a server down ("Could not connect to the endpoint URL"),
+    and retried for an hour under ``--retry-for`` (it may be a service not made yet: still exit 75); an
+    endpoint without its scheme was botocore's "Invalid endpoint", naming neither the option nor the path."""
+    write_reference_dataset(tmp_path / "events", rows=1_000, files=1)
+    options = [f"--storage-option=client_kwargs.endpoint_url={endpoint}", "--storage-option=key=k",
+               "--storage-option=secret=s", "--storage-option=config_kwargs.retries.max_attempts=1"]  # fmt: skip
+    done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", *options)
+    assert done.returncode == status and len(done.stderr.splitlines()) == 1, done.stderr
+    assert re.match(r"daskpile: error: dest 's3://lake/out': " + said, done.stderr.strip()), done.stderr
 
 
 @pytest.mark.parametrize(
