@@ -1003,6 +1003,13 @@ def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path
     with pytest.raises(daskpile.WindowBusyError, match=rf"cannot finish: .*{changed.name} changed since it began\. "
                                                        r"`daskpile discard` it, then run this again"):  # fmt: skip
         daskpile.append(dest, days[1])
+    os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime - 60))
+    late = Path(days[1]) / "late.parquet"  # a late file of the day, then the same command run again
+    pq.write_table(pq.read_table(changed).slice(0, 0), late)
+    said = r"cannot finish: its files differ \(3 files now, 2 then; .*late\.parquet is new\)\. `daskpile discard` it"
+    with pytest.raises(daskpile.WindowBusyError, match=said):
+        daskpile.append(dest, days[1])
+    late.unlink()
     daskpile.discard(dest)
     daskpile.append(dest, days[1])
     assert sorted(window_ids(dest)) == ids_of(0, 1)

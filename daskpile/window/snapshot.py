@@ -440,11 +440,10 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
     if pending is None or (pending["command"] == command and pending["key"] == key):
         return pending
     then = pending["key"]
-    if pending["command"] == command == "append" and then.get("source_files") == key.get("source_files"):
-        # this very append run again, on files changed since it began: it cannot finish what it began
-        changed = [url for url, old, new in zip(key["source_files"], then.get("source_stamps", ()),
-                                                key.get("source_stamps", ()), strict=False) if old != new]  # fmt: skip
-        what = f"{changed[0]} changed since it began" if changed else "its seed differs"
+    files_then, files_now = then.get("source_files"), key.get("source_files")
+    if pending["command"] == command == "append" and (files_then == files_now or _same_folders(files_then, files_now)):
+        # this very append run again, on files changed since it began (or a folder's files): it cannot finish it
+        what = _how_the_files_changed(then, key)
         raise WindowBusyError(
             f"{full_url(fs, path)!r} has an unfinished `daskpile append` ({pending['description']}, started "
             f"{pending['started']}) that this one cannot finish: {what}. `daskpile discard` it, then run this again"
@@ -454,6 +453,28 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
         f"started {pending['started']}): if it is still running, let it finish; if it was interrupted, run it "
         "again to finish it, or `daskpile discard` to drop it"
     )
+
+
+def _same_folders(then: list[str] | None, now: list[str] | None) -> bool:
+    """Whether two appends' files share a folder: the same command run again on a folder a file arrived in or
+    left (a late file of the day)."""
+    folders = {posixpath.dirname(url) for url in then or ()}
+    return bool(folders & {posixpath.dirname(url) for url in now or ()})
+
+
+def _how_the_files_changed(then: dict, now: dict) -> str:
+    """What differs between an unfinished append's files and this one's, for its message."""
+    before, after = list(then.get("source_files") or ()), list(now.get("source_files") or ())
+    new = [url for url in after if url not in set(before)]
+    gone = [url for url in before if url not in set(after)]
+    if new or gone:
+        said = [f"{count(len(after), 'file')} now, {len(before):,} then"]
+        said += [f"{new[0]} is new"] if new else []
+        said += [f"{gone[0]} is gone"] if gone else []
+        return f"its files differ ({'; '.join(said)})"
+    changed = [url for url, old, new in zip(after, then.get("source_stamps", ()), now.get("source_stamps", ()),
+                                            strict=False) if old != new]  # fmt: skip
+    return f"{changed[0]} changed since it began" if changed else "its seed differs"
 
 
 def read_pending(fs, path: str) -> dict | None:
