@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+import decimal
 import json
 import os
 import subprocess
@@ -1138,9 +1139,18 @@ def test_files_without_a_manifest_must_have_the_same_columns(tmp_path):
     assert sorted(b["id"][0].as_py() for b in loader) == [1, 2, 3, 4]
 
 
-def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets):
+def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets, tmp_path):
     with pytest.raises(ValueError, match=r"^filters: a value of another type than its column's"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, filters=[("id", "==", "a")])
+    # An int beside a decimal column: "cannot read '.../part-00000.parquet' as Parquet: Precision is not great
+    # enough", which a new user's trial read as a damaged pile
+    prices = pa.array([decimal.Decimal(i) / 100 for i in range(1000)], pa.decimal128(12, 2))
+    pq.write_table(pa.table({"id": range(1000), "price": prices}), tmp_path / "part-0.parquet")
+    loader = daskpile.PileLoader(str(tmp_path), batch_size=10, seed=1, filters=[("price", ">", decimal.Decimal(5))])
+    assert sum(b.num_rows for b in loader) == 499
+    with pytest.raises(ValueError, match=r"^filters: a value of another type than its column's \(Precision .*\): "
+                                         r"compare a decimal column with a decimal\.Decimal, or a float$"):  # fmt: skip
+        daskpile.PileLoader(str(tmp_path), batch_size=10, seed=1, filters=[("price", ">", 5)])
 
 
 @pytest.mark.parametrize("filters", [None, [("label", "=", 1)]], ids=["no filter", "filters"])
