@@ -1735,3 +1735,27 @@ def test_a_streamed_file_holds_one_copy_of_its_next_block_while_the_last_is_work
         tracemalloc.stop()
     assert first and second and first.endswith(b"\n") and second.endswith(b"\n")
     assert peak < 3.3 * block, peak / block
+
+
+def test_csv_files_with_their_columns_in_another_order_are_read_by_name(tmp_path, sync_scheduler):
+    """A CSV file whose header names the source's columns in another order was refused with no way forward (a
+    cluster trial's: exports of two tools), where Parquet and JSON lines files are read by name.  A file cut in
+    ranges reads its header for every range; a compressed one is streamed; the newlines_in_values reader too."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.csv").write_text("id,name,score\n" + "".join(f"{i},n{i},{i * 10}\n" for i in range(100)))
+    (src / "b.csv").write_text("score,id,name\n" + "".join(f"{i * 10},{i},n{i}\n" for i in range(100, 3000)))
+    with gzip.open(src / "c.csv.gz", "wt") as f:
+        f.write("name,score,id\n" + "".join(f"n{i},{i * 10},{i}\n" for i in range(3000, 3100)))
+    for options in ({}, {"newlines_in_values": True}):
+        out = tmp_path / f"out-{len(options)}"
+        daskpile.shuffle_parquet(str(src), str(out), piles=3, seed=1, blocksize="16KiB", read_options=options)
+        table = read_output(out)
+        assert table.column_names == ["id", "name", "score"]
+        rows = sorted(zip(*(table[c].to_pylist() for c in table.column_names), strict=True))
+        assert rows == [(i, f"n{i}", i * 10) for i in range(3100)]
+    (src / "d.csv").write_text("id,name,rank\n1,x,2\n")
+    said = r"the header of .*d\.csv.* names the columns \['id', 'name', 'rank'\], not \['id', 'name', 'score'\] "
+    with pytest.raises(ValueError, match=said + r"\(it lacks 'score'; it has 'rank' too\): a source's CSV files"):
+        daskpile.shuffle_parquet(str(src), str(tmp_path / "refused"), piles=3, seed=1)
+    assert not (tmp_path / "refused").exists()

@@ -62,6 +62,7 @@ class BlockReader:
         self.blocksize = blocksize
         self.url = full_url(fs, path)
         self.window = window  # the moving window whose columns ``schema`` is, for an append; None: the source's
+        self._columns: list[str] | None = None  # a CSV file's, as its header names them (``_header``)
 
     def blocks(self, byte_range: tuple[int, int] | None):
         """(offset, bytes) of whole lines: those starting in ``byte_range`` (uncompressed files), or all, streaming."""
@@ -102,14 +103,11 @@ class BlockReader:
             if not stream.peek():  # an empty file holds no rows (Arrow's reader calls it an error)
                 return
             reader = stream_csv(stream, self.options, self.schema, self.blocksize)
-            if reader.schema.names != self.schema.names:
-                raise ValueError(
-                    f"the header of {where} names the columns {reader.schema.names}, not {self.schema.names}"
-                )
+            order = _columns_of_the_source(reader.schema.names, self.schema.names, where)
             table = None
             for batch in self._batches(reader, stream):
                 table = pa.Table.from_batches([batch])
-                yield table
+                yield table if order == self.schema.names else table.select(self.schema.names)
             if table is not None and table.num_rows:
                 self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)
 
@@ -186,7 +184,8 @@ class BlockReader:
         header = start == 0 and format != "jsonl" and not self.options.autogenerate_column_names
 
         def read(text: bytes) -> pa.Table:
-            return self._json(text) if format == "jsonl" else self._csv(text, first=False, where="")
+            # (lines apart, in the columns' order as far as known: the header itself may be what is refused)
+            return self._json(text) if format == "jsonl" else self._csv(text, first=False, where="", apart=True)
 
         named = self._unexpected_field if format == "jsonl" else None
         return refused_line(
@@ -234,10 +233,28 @@ class BlockReader:
                 table = table.set_column(i, field, pc.dictionary_encode(table.column(i)).cast(field.type))
         return table
 
-    def _csv(self, block: bytes, first: bool, where: str) -> pa.Table:
+    def _csv(self, block: bytes, first: bool, where: str, apart: bool = False) -> pa.Table:
         names = self.schema.names
         block = newline_ended(block)
-        if first and not self.options.autogenerate_column_names:
+        headed = not self.options.autogenerate_column_names
+        order = (self._columns or names) if apart or not headed else self._header(block if first else None, where)
+        table = pa_csv.read_csv(
+            io.BytesIO(block),
+            read_options=self.options.csv_read(
+                column_names=order, skip_rows=1 if first and headed else 0, block_size=len(block) + 1
+            ),
+            parse_options=self.options.csv_parse(),
+            convert_options=self.options.csv_convert(self.schema),
+        )
+        return table if order == names else table.select(names)
+
+    def _header(self, block: bytes | None, where: str) -> list[str]:
+        """The columns of the file as its header names them, in its order (from ``block`` at its start, else read
+        once): the source's columns, in any order, as Parquet and JSON lines files may hold them."""
+        if self._columns is None:
+            if block is None:  # a range after the first: the header is the file's first line
+                where = repr(self.url)
+                block = newline_ended(read_lines_range(self.fs, self.path, 0, 1, self.listed)[1])
             header = block[: block.find(b"\n") + 1 or len(block)]
             with column_names_in_utf8(where, self.options.format):
                 found = pa_csv.read_csv(
@@ -245,18 +262,23 @@ class BlockReader:
                     read_options=self.options.csv_read(),
                     parse_options=self.options.csv_parse(newlines_in_values=False),
                 ).schema.names
-            if found != names:
-                raise ValueError(f"the header of {where} names the columns {found}, not {names}")
-        return pa_csv.read_csv(
-            io.BytesIO(block),
-            read_options=self.options.csv_read(
-                column_names=names,
-                skip_rows=1 if first and not self.options.autogenerate_column_names else 0,
-                block_size=len(block) + 1,
-            ),
-            parse_options=self.options.csv_parse(),
-            convert_options=self.options.csv_convert(self.schema),
+            self._columns = _columns_of_the_source(found, self.schema.names, where)
+        return self._columns
+
+
+def _columns_of_the_source(found: list[str], names: list[str], where: str) -> list[str]:
+    """``found``, a CSV file's header, if it names the source's columns (in any order); else refused."""
+    if found != names and sorted(found) != sorted(names):
+        missing, extra = [n for n in names if n not in found], [n for n in found if n not in names]
+        differ = "; ".join(
+            [*([f"it lacks {', '.join(map(repr, missing))}"] if missing else []),
+             *([f"it has {', '.join(map(repr, extra))} too"] if extra else [])]
+        ) or "a name twice"  # fmt: skip
+        raise ValueError(
+            f"the header of {where} names the columns {found}, not {names} ({differ}): a source's CSV files have "
+            "the same columns, in any order"
         )
+    return found
 
 
 def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: str, format: str) -> None:
