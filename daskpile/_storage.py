@@ -709,7 +709,8 @@ def open_read(fs: fsspec.AbstractFileSystem, path: str, known: FileVersion | Non
     handle = fs.open(path, "rb", size=known.size, **options)
     # (AbstractBufferedFile's ``details``: s3fs reads it before each GET, and looks it up if not set)
     handle.details = {"name": path, "size": known.size, "type": "file", "ETag": known.etag}
-    handle.read_kw = {**handle.read_kw, "IfMatch": known.etag}  # (what s3fs sets itself after its HEAD)
+    if not getattr(fs, "local_expiry_check", False):  # (set for stores refusing If-Match: s3fs compares itself)
+        handle.read_kw = {**getattr(handle, "read_kw", {}), "IfMatch": known.etag}  # (as s3fs after its HEAD)
     return handle
 
 
@@ -726,6 +727,8 @@ class EndFetchedFirst(io.RawIOBase):
     >>> fs.rm("/doc/end-fetched")
     """
 
+    handle = None
+
     def __init__(self, handle, nbytes: int):
         super().__init__()
         self.handle, self.size = handle, handle.size
@@ -733,6 +736,12 @@ class EndFetchedFirst(io.RawIOBase):
         handle.seek(self.end_start)
         self.end = handle.read(self.size - self.end_start)
         self.position = 0
+
+    def forget_end(self) -> None:
+        """Let go of the end fetched (a footer read already), unless it is the whole file: a reader holds every
+        file of a band open, on an object store thousands."""
+        if self.end_start:
+            self.end_start, self.end = self.size, b""
 
     def readable(self) -> bool:
         return True
@@ -764,8 +773,17 @@ class EndFetchedFirst(io.RawIOBase):
         return len(data)
 
     def close(self) -> None:
-        self.handle.close()
+        if self.handle is not None:
+            self.handle.close()
         super().close()
+
+
+def uncached(fs: fsspec.AbstractFileSystem) -> dict:
+    """``fs.open`` options for a file read by ranges its reader chooses (Arrow's, coalesced with ``pre_buffer``;
+    a range of lines): fsspec's read-ahead cache fetched a block beyond each (s3fs' of 50 MiB: a loader reading a
+    column of 170 KiB fetched 19 MiB of a pile of 40; a range of 1 MB of a text file, the 19 MB to its end).
+    Not over HTTP, where a server may not serve ranges, which its cache of 5 MiB blocks hid from small files."""
+    return {} if "http" in fs.protocol else {"cache_type": "none"}
 
 
 def _is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:

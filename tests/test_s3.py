@@ -151,6 +151,37 @@ def test_an_object_written_again_since_it_was_listed_is_refused_by_its_reads(s3)
         worker, "lake/listed-once/a.jsonl", _storage.FileVersion.of(fs.info("lake/listed-once/a.jsonl"))
     ) as f:
         assert f.read() == b'{"id": 2}\n'
+    # A store that refuses If-Match (s3fs' local_expiry_check, for VAST): none sent, s3fs compares the ETag itself
+    local = s3fs.S3FileSystem(skip_instance_cache=True, local_expiry_check=True, **options)
+    with _storage.open_read(local, "lake/listed-once/a.jsonl", listed) as f, pytest.raises(FileExpired):
+        assert "IfMatch" not in f.read_kw
+        f.read()
+
+
+def test_a_range_of_a_text_object_is_fetched_with_the_line_past_its_end_only(s3, monkeypatch):
+    """fsspec's read-ahead (s3fs' blocks of 50 MiB) fetched a range's object to its end: 19 MB for a range of
+    1 MB of a 20 MB object, a range task's bytes many times over."""
+    from daskpile.sources.text.blocks import LINE_SCAN_BYTES, read_lines_range
+
+    fs, options = s3
+    fs.pipe("lake/ranges/a.txt", b"".join(b"%09d\n" % i for i in range(2_000_000)))  # 20 MB
+    ranges = []
+    call_s3 = s3fs.S3FileSystem._call_s3
+
+    async def counting(self, method, *args, **kwargs):
+        ranges.extend([kwargs["Range"]] if method == "get_object" else [])
+        return await call_s3(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counting)
+    worker = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    listed = _storage.FileVersion.of(fs.info("lake/ranges/a.txt"))
+    begin, lines = read_lines_range(worker, "lake/ranges/a.txt", 1_000_000, 2_000_000, listed)
+    assert (begin, len(lines), lines[:10]) == (
+        1_000_010,
+        1_000_000,
+        b"000100001\n",
+    )  # (the line at its start: the range before's)
+    assert ranges == [f"bytes=1000000-{2_000_000 + LINE_SCAN_BYTES - 1}"]
 
 
 def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkeypatch):

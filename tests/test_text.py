@@ -1759,3 +1759,25 @@ def test_csv_files_with_their_columns_in_another_order_are_read_by_name(tmp_path
     with pytest.raises(ValueError, match=said + r"\(it lacks 'score'; it has 'rank' too\): a source's CSV files"):
         daskpile.shuffle_parquet(str(src), str(tmp_path / "refused"), piles=3, seed=1)
     assert not (tmp_path / "refused").exists()
+    (src / "d.csv").write_text("name,id,score\nnX,notanint,5\n")  # a bad value: named by the file's own order
+    for options in ({}, {"newlines_in_values": True}):
+        with pytest.raises(ValueError, match=r"d\.csv.*column 'id'.*'notanint'"):
+            daskpile.shuffle_parquet(str(src), str(tmp_path / "refused"), piles=3, seed=1, read_options=options)
+
+
+def test_a_compressed_csv_resumed_mid_file_reads_its_header_decompressed(tmp_path, sync_scheduler):
+    """A resumed run skips the blocks done, so the first block parsed may not be the file's first: its header
+    was read from the raw gzip bytes, and the resume failed as bad input, scratch removed (a review's)."""
+    from daskpile.engine import _passes
+
+    (tmp_path / "src").mkdir()
+    with gzip.open(tmp_path / "src" / "a.csv.gz", "wt") as f:
+        f.write("id,name\n" + "".join(f"{i},n{i}\n" for i in range(20_000)))
+    options = {"piles": 2, "seed": 1, "blocksize": "32 KiB", "scratch": str(tmp_path / "scratch")}
+    with interrupted_after(_passes, "scatter_table", 2):
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), **options)
+    report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), **options)
+    assert report.rows == 20_000
+    table = read_output(tmp_path / "out")
+    rows = sorted(zip(table["id"].to_pylist(), table["name"].to_pylist(), strict=True))
+    assert rows == [(i, f"n{i}") for i in range(20_000)]

@@ -472,6 +472,9 @@ def test_a_job_resumed_mid_epoch_finishes_it_on_its_version_when_its_loop_names_
     resumed.load_state_dict(state)
     rest = epoch_of(resumed, 1)
     assert sorted(head + rest) == ids_of(0) and resumed.version == 0
+    other = daskpile.PileLoader(dest, batch_size=50, seed=0, columns=["id"])  # resumed with another batch size
+    other.load_state_dict(state)
+    assert sorted(head + epoch_of(other, 1)) == ids_of(0) and other.version == 0
     assert sorted(epoch_of(resumed, 2)) == ids_of(0, 1) and resumed.version == 1  # the next epoch moves
     resumed.restart(2, version=daskpile.PileLoader.current_version(dest))
     assert len(list(resumed)) == 2 * DAY_ROWS // 100
@@ -1000,13 +1003,13 @@ def test_what_an_append_cannot_do_is_said_plainly(sync_scheduler, days, tmp_path
         daskpile.append(dest, days[2])  # another day: the pending one is not this one, changed or not
     changed = sorted(Path(days[1]).glob("*.parquet"))[1]
     os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime + 60))
-    with pytest.raises(daskpile.WindowBusyError, match=rf"cannot finish: .*{changed.name} changed since it began\. "
-                                                       r"`daskpile discard` it, then run this again"):  # fmt: skip
+    said = rf"cannot finish: .*{changed.name} changed since it began\. If it is still running, let it finish; else "
+    with pytest.raises(daskpile.WindowBusyError, match=said + r"`daskpile discard` it, then run this again"):
         daskpile.append(dest, days[1])
     os.utime(changed, (changed.stat().st_atime, changed.stat().st_mtime - 60))
     late = Path(days[1]) / "late.parquet"  # a late file of the day, then the same command run again
     pq.write_table(pq.read_table(changed).slice(0, 0), late)
-    said = r"cannot finish: its files differ \(3 files now, 2 then; .*late\.parquet is new\)\. `daskpile discard` it"
+    said = r"cannot finish: its files differ \(3 files now, 2 then; .*late\.parquet is new\)\. If it is still running"
     with pytest.raises(daskpile.WindowBusyError, match=said):
         daskpile.append(dest, days[1])
     late.unlink()

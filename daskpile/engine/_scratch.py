@@ -534,6 +534,8 @@ class ScratchFile:
         try:
             self.reader = ipc.open_file(self.file)
             self.index = index or PileIndex.from_footer(self.reader.metadata or {})
+            if isinstance(self.file, EndFetchedFirst):
+                self.file.forget_end()
         except BaseException:
             self.file.close()
             raise

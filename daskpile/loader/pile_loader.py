@@ -272,8 +272,10 @@ class PileLoader:
         broadcast), so that they share out the same rows.
         """
         (epoch,) = _at_least_zero(epoch=epoch)
-        if epoch == self._epoch and self._batches:
-            return  # (partway through it: a new version from the start of this epoch would read rows again)
+        if epoch == self._epoch and (self._batches or any(self._layout.starts)):
+            # (partway through it, resumed with its batch size or world or not: a new version from the start of
+            # this epoch would read rows again)
+            return
         if version is not None and version != self.units.version:
             self._read_version(version)
             self._start_epoch(epoch)

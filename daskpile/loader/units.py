@@ -413,7 +413,8 @@ def _filter_errors(names: list[str]):
             raise
         raise ValueError(f"filters: a value of another type than its column's ({str(e).splitlines()[0]})") from None
     except pa.ArrowInvalid as e:
-        if "Precision is not great enough" in str(e):  # an int beside a decimal: Arrow casts both to one decimal
+        if "Precision is not great enough" in str(e) or "Decimal precision out of range" in str(e):
+            # (an int, or a Decimal of more digits, beside a decimal column: Arrow casts both to one decimal)
             raise ValueError(
                 f"filters: a value of another type than its column's ({str(e).splitlines()[0]}): compare a decimal "
                 "column with a decimal.Decimal, or a float"

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from daskpile._storage import FileChangedError, FileVersion, full_url, is_local, open_read
+from daskpile._storage import FileChangedError, FileVersion, full_url, is_local, open_read, uncached
 from daskpile.sources.text.formats import compression_of
 
 # Spark, Hive and Impala write timestamps as INT96, which pyarrow reads as nanoseconds unless told otherwise,
@@ -122,7 +122,7 @@ def open_parquet(
             check = listed is not None and local
             if check:
                 listed.require(FileVersion.local(path), full_url(fs, path))
-            source = path if local else stack.enter_context(open_read(fs, path, listed, **_uncached(fs)))
+            source = path if local else stack.enter_context(open_read(fs, path, listed, **uncached(fs)))
             if listed is not None and not local:
                 listed.require(FileVersion.opened(source), full_url(fs, path))
             # Pre-buffering (coalescing a file's reads) pays on object stores; locally it is a fixed cost
@@ -148,14 +148,6 @@ def open_parquet(
 # Given a path alone, Arrow makes a filesystem and looks the file up before opening it: 12 % of the time to
 # open and read a file of 200 rows (30,000 such files, a lake of small ones)
 _LOCAL = pafs.LocalFileSystem()
-
-
-def _uncached(fs) -> dict:
-    """``fs.open`` options for a file Arrow reads: Arrow asks for the byte ranges it needs, coalesced
-    (``pre_buffer``), and fsspec's read-ahead cache fetched a block beyond each (s3fs' of 50 MiB: a loader
-    reading a column of 170 KiB fetched 19 MiB of a pile of 40).  Not over HTTP, where a server may not serve
-    ranges, which its cache of 5 MiB blocks hid from small files."""
-    return {} if "http" in fs.protocol else {"cache_type": "none"}
 
 
 @contextlib.contextmanager

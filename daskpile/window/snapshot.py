@@ -441,12 +441,15 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
         return pending
     then = pending["key"]
     files_then, files_now = then.get("source_files"), key.get("source_files")
-    if pending["command"] == command == "append" and (files_then == files_now or _same_folders(files_then, files_now)):
+    if pending["command"] == command == "append" and (
+        files_then == files_now or _one_holds_the_other(files_then, files_now)
+    ):
         # this very append run again, on files changed since it began (or a folder's files): it cannot finish it
         what = _how_the_files_changed(then, key)
         raise WindowBusyError(
             f"{full_url(fs, path)!r} has an unfinished `daskpile append` ({pending['description']}, started "
-            f"{pending['started']}) that this one cannot finish: {what}. `daskpile discard` it, then run this again"
+            f"{pending['started']}) that this one cannot finish: {what}. If it is still running, let it finish; "
+            "else `daskpile discard` it, then run this again"
         )
     raise WindowBusyError(
         f"{full_url(fs, path)!r} has an unfinished `daskpile {pending['command']}` ({pending['description']}, "
@@ -455,18 +458,19 @@ def check_idle(fs, path: str, command: str, key: dict) -> dict | None:
     )
 
 
-def _same_folders(then: list[str] | None, now: list[str] | None) -> bool:
-    """Whether two appends' files share a folder: the same command run again on a folder a file arrived in or
-    left (a late file of the day)."""
-    folders = {posixpath.dirname(url) for url in then or ()}
-    return bool(folders & {posixpath.dirname(url) for url in now or ()})
+def _one_holds_the_other(then: list[str] | None, now: list[str] | None) -> bool:
+    """Whether one append's files hold the other's: the same command run again on a folder a file arrived in
+    or left (a late file of the day), not another day's append from the same landing folder."""
+    before, after = set(then or ()), set(now or ())
+    return bool(before and after) and (before <= after or after <= before)
 
 
 def _how_the_files_changed(then: dict, now: dict) -> str:
     """What differs between an unfinished append's files and this one's, for its message."""
     before, after = list(then.get("source_files") or ()), list(now.get("source_files") or ())
-    new = [url for url in after if url not in set(before)]
-    gone = [url for url in before if url not in set(after)]
+    before_set, after_set = set(before), set(after)
+    new = [url for url in after if url not in before_set]
+    gone = [url for url in before if url not in after_set]
     if new or gone:
         said = [f"{count(len(after), 'file')} now, {len(before):,} then"]
         said += [f"{new[0]} is new"] if new else []

@@ -377,12 +377,12 @@ def splittable(path: str, options: TextOptions | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def open_decompressed(fs, path: str, listed: FileVersion | None = None):
-    """A file to read (of the version ``listed``), decompressed as its name says: by Arrow's codecs, xz by
-    Python's lzma."""
+def open_decompressed(fs, path: str, listed: FileVersion | None = None, **options):
+    """A file to read (of the version ``listed``; ``options`` to ``fs.open``), decompressed as its name says: by
+    Arrow's codecs, xz by Python's lzma."""
     compression = compression_of(path)
     try:
-        with open_read(fs, path, listed) as raw:
+        with open_read(fs, path, listed, **options) as raw:
             # (the size the open file knows, if it does: no request more; an unknown one is not empty)
             if compression is not None and getattr(raw, "size", None) == 0:
                 # (no codec's stream is empty: its header alone takes bytes; a failed upload leaves such a file)
