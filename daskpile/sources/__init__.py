@@ -486,7 +486,10 @@ def _refuse_linked_twice(path: str, url: str, seen: dict[tuple[int, int], tuple[
     """Refuse a local file that another source names under another name (a linked folder, a hard link): by
     device and inode, as the window knows its files; by name, a file in ``day1/`` and ``day1-link/`` was read
     twice, and verified."""
-    found = os.stat(path)
+    try:
+        found = os.stat(path)
+    except OSError:  # (a link to nothing: its read names it)
+        return
     other = seen.setdefault((found.st_dev, found.st_ino), (path, url))
     if other[0] != path:
 
