@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import decimal
 import functools
 import hashlib
 import itertools
@@ -128,7 +129,7 @@ def discover(
         directory = filesystem(path, storage_options)[1]
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
-    expression = None if filters is None else _expression(filters)
+    expression = None if filters is None else _expression(filters, _filtered_schema(fs, paths, manifest))
     infos = check_listed_files(fs, paths, manifest) if manifest is not None else None
     window = (manifest or {}).get("window")
     keys = FolderKeys.below(path, fs, paths, storage_options) if manifest is None else None
@@ -291,10 +292,40 @@ def pile_files(paths: list[str], file_piles: list[int], piles: int) -> tuple[tup
     return tuple(tuple(g) for g in grouped)
 
 
-def _expression(filters) -> ds.Expression:  # noqa: F821
+def _expression(filters, schema: pa.Schema | None = None) -> ds.Expression:  # noqa: F821
+    """The dataset expression of ``filters`` (pyarrow's tuples, or an expression), a ``decimal.Decimal`` compared
+    with a decimal column of ``schema`` given at the column's scale where it is exactly: pyarrow 21 compares
+    ``price > Decimal("5")`` on a decimal(12, 2) column as if 5 were 0.05 (994 rows of 1,000 where 499 are)."""
     import pyarrow.dataset as ds  # only with filters: it imports pandas (0.3 s, holding the GIL)
 
-    return filters if isinstance(filters, ds.Expression) else pq.filters_to_expression(filters)
+    if isinstance(filters, ds.Expression):
+        return filters
+    scales = {f.name: f.type.scale for f in schema or () if pa.types.is_decimal(f.type)}
+
+    def at_scale(name, value):
+        if isinstance(value, decimal.Decimal) and name in scales and value.is_finite():
+            scaled = value.quantize(decimal.Decimal(1).scaleb(-scales[name]), context=decimal.Context(prec=80))
+            return scaled if scaled == value else value
+        if isinstance(value, (list, tuple, set)) and name in scales:
+            return type(value)(at_scale(name, v) for v in value)
+        return value
+
+    def converted(term):
+        if isinstance(term, tuple) and len(term) == 3 and isinstance(term[0], str):
+            return (term[0], term[1], at_scale(term[0], term[2]))
+        return [converted(t) for t in term] if isinstance(term, list) else term
+
+    return pq.filters_to_expression(converted(filters))
+
+
+def _filtered_schema(fs, paths: list[str], manifest: dict | None) -> pa.Schema | None:
+    """The schema filters are given against: the manifest's, or the first file's footer's."""
+    if manifest is not None:
+        return _manifest.arrow_schema(manifest)
+    if not paths:
+        return None
+    with open_parquet(fs, paths[0]) as parquet:
+        return parquet.schema_arrow
 
 
 @dataclasses.dataclass(frozen=True)
