@@ -854,11 +854,7 @@ SLOW_STEP_SECONDS = 10.0
 def workers_missing(path: str) -> tuple[list[str], int]:
     """(workers on which the local file ``path``, which this process sees, does not exist, all workers) of the
     current client; ([], 0) without one.  For a source, which may be read-only: nothing is written."""
-    client = current_client()
-    if client is None:
-        return [], 0
-    seen = client.run(os.path.exists, path)
-    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
+    return _workers_without(os.path.exists, path)
 
 
 def workers_blind_to(path: str) -> tuple[list[str], int]:
@@ -869,8 +865,7 @@ def workers_blind_to(path: str) -> tuple[list[str], int]:
     disk with this process (Kubernetes), local scratch or a local dest would be
     written where nobody else reads it.
     """
-    client = current_client()
-    if client is None:
+    if current_client() is None:
         return [], 0
     directory = path
     while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
@@ -878,10 +873,9 @@ def workers_blind_to(path: str) -> tuple[list[str], int]:
     probe = os.path.join(directory, f".daskpile-probe-{uuid.uuid4().hex[:8]}")
     open(probe, "wb").close()
     try:
-        seen = client.run(os.path.exists, probe)
+        return _workers_without(os.path.exists, probe)
     finally:
         os.remove(probe)
-    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
 
 
 def workers_blind_to_memory(url: str) -> tuple[list[str], int]:
@@ -889,18 +883,24 @@ def workers_blind_to_memory(url: str) -> tuple[list[str], int]:
     workers in this process (a LocalCluster of threads) see."""
     import fsspec
 
-    client = current_client()
-    if client is None:
+    if current_client() is None:
         return [], 0
-
     memory = fsspec.filesystem("memory")
     probe = f"{url.rstrip('/')}/.daskpile-probe-{uuid.uuid4().hex[:8]}"
     memory.pipe_file(probe, b"")
     try:
-        seen = client.run(_in_memory, probe)
+        return _workers_without(_in_memory, probe)
     finally:
         memory.rm_file(probe)
-    return sorted(worker for worker, exists in seen.items() if not exists), len(seen)
+
+
+def _workers_without(found, path: str) -> tuple[list[str], int]:
+    """(the current client's workers on which ``found(path)`` is false, all workers); ([], 0) without a client."""
+    client = current_client()
+    if client is None:
+        return [], 0
+    seen = client.run(found, path)
+    return sorted(worker for worker, there in seen.items() if not there), len(seen)
 
 
 def _in_memory(path: str) -> bool:

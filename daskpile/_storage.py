@@ -170,11 +170,6 @@ def is_memory(fs: fsspec.AbstractFileSystem) -> bool:
     return "memory" in protocols
 
 
-def only_here(fs: fsspec.AbstractFileSystem) -> str:
-    """Where a path of ``fs`` (local or memory) is, which workers elsewhere do not see: for messages."""
-    return "in this process's memory" if is_memory(fs) else "on this machine's disk"
-
-
 # A URL may carry its own credentials: a password before the host, or a signature or token in the query (a
 # presigned S3 or GCS URL, an Azure SAS, a ?token= or ?api_key= of a file server).  What daskpile records
 # and its command prints shows them as "***".  Only parameters that are credentials, never ones that could

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daskpile import _kernels
-from daskpile._storage import full_url, only_here
-from daskpile.engine._places import blind_workers
+from daskpile._storage import full_url
+from daskpile.engine._places import refuse_blind_workers
 from daskpile.engine._scratch import PileReader, Scratch
 
 BUCKET_ROWS = 4_000_000  # a step-2 task sorts this many values (about 100 MiB of numbers with their origins)
@@ -79,14 +79,12 @@ def rank_files(
     """
     bounds = _bounds(samples, math.ceil(sum(rows) / BUCKET_ROWS))
     root = Scratch.create(scratch_url, storage_options, len(files))
-    blind, workers = blind_workers(root.fs, root.directory)  # refused now, not when a worker finds nothing
-    if blind:
+    try:  # refused now, not when a worker finds nothing
+        refuse_blind_workers(root.fs, root.directory, f"scratch {full_url(root.fs, root.directory)!r}",
+                             "scratch='s3://bucket/prefix' (--scratch)")  # fmt: skip
+    except ValueError:
         root.remove()
-        raise ValueError(
-            f"scratch {full_url(root.fs, root.directory)!r} is {only_here(root.fs)}, which {len(blind)} of the "
-            f"cluster's {workers} workers cannot see: pass scratch='s3://bucket/prefix' (--scratch) or a path every "
-            "worker shares"
-        )
+        raise
     by_bucket = dataclasses.replace(root, directory=f"{root.directory}/by-bucket")
     by_file = Scratch(root.fs, f"{root.directory}/by-file", len(bounds) + 1)
     for step in (by_bucket, by_file):  # scratch files are written only into a directory that exists

@@ -69,7 +69,6 @@ from daskpile._storage import (
     exists,
     full_url,
     is_local,
-    only_here,
     redact,
     redacting_errors,
     type_named,
@@ -79,7 +78,7 @@ from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.engine import _passes, _sizing
-from daskpile.engine._places import blind_workers
+from daskpile.engine._places import refuse_blind_workers
 from daskpile.engine._scratch import Scratch, read_pile
 
 logger = logging.getLogger("daskpile")
@@ -445,13 +444,8 @@ class ScratchRun:
         if client is None or client.id in self._checked_clients:
             return
         fs, directory = self.scratch.fs, self.scratch.directory
-        blind, workers = blind_workers(fs, directory)
-        if blind:
-            raise ValueError(
-                f"daskpile's scratch directory {full_url(fs, directory)} is {only_here(fs)}, which {len(blind)} of "
-                f"the cluster's {workers} workers cannot see ({', '.join(blind[:3])}): pass "
-                "scratch='s3://bucket/prefix' (with storage_options) or a path every worker shares"
-            )
+        refuse_blind_workers(fs, directory, f"daskpile's scratch directory {full_url(fs, directory)}",
+                             "scratch='s3://bucket/prefix' (with storage_options)")  # fmt: skip
         self._checked_clients.add(client.id)
 
 

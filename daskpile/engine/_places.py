@@ -7,7 +7,7 @@ import os
 import posixpath
 
 from daskpile._compute import workers_blind_to, workers_blind_to_memory, workers_missing
-from daskpile._storage import full_url, is_local, is_memory, only_here
+from daskpile._storage import full_url, is_local, is_memory
 
 
 def _real(fs):
@@ -84,21 +84,21 @@ def check_workers_see_the_source(source_fs, first_file: str | None) -> None:
 
 def check_workers_see(dest_fs, dest_path: str, scratch_fs, scratch_path: str) -> None:
     """Refuse, before anything is written, local paths that the cluster's workers cannot see."""
-    for role, fs, path, remedy in (
-        ("scratch", scratch_fs, scratch_path, "scratch='s3://bucket/prefix' (--scratch)"),
-        ("dest", dest_fs, dest_path, "a dest on object storage"),
-    ):
-        blind, workers = blind_workers(fs, path)
-        if blind:
-            raise ValueError(
-                f"{role} {full_url(fs, path)!r} is {only_here(fs)}, which {len(blind)} of the cluster's {workers} "
-                f"workers cannot see ({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
-            )
+    refuse_blind_workers(scratch_fs, scratch_path, f"scratch {full_url(scratch_fs, scratch_path)!r}",
+                         "scratch='s3://bucket/prefix' (--scratch)")  # fmt: skip
+    refuse_blind_workers(dest_fs, dest_path, f"dest {full_url(dest_fs, dest_path)!r}", "a dest on object storage")
 
 
-def blind_workers(fs, path: str) -> tuple[list[str], int]:
-    """(workers of the current client that cannot see ``path`` of ``fs``, all workers): a local path is this
-    machine's, a ``memory://`` one this process's; ([], 0) for a store every worker reaches, or without a client."""
+def refuse_blind_workers(fs, path: str, named: str, remedy: str) -> None:
+    """Refuse ``path`` of ``fs`` (``named`` so in the message) if some of the current client's workers cannot see
+    it: a local path is this machine's, a ``memory://`` one this process's.  Nothing for a store every worker
+    reaches, or without a client."""
     if is_memory(fs):
-        return workers_blind_to_memory(full_url(fs, path))
-    return workers_blind_to(path) if is_local(fs) else ([], 0)
+        (blind, workers), where = workers_blind_to_memory(full_url(fs, path)), "in this process's memory"
+    else:
+        (blind, workers), where = workers_blind_to(path) if is_local(fs) else ([], 0), "on this machine's disk"
+    if blind:
+        raise ValueError(
+            f"{named} is {where}, which {len(blind)} of the cluster's {workers} workers cannot see "
+            f"({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
+        )
