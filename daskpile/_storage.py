@@ -160,14 +160,16 @@ def type_named(value) -> str:
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
+    return not _protocols(fs).isdisjoint(("file", "local"))
 
 
 def is_memory(fs: fsspec.AbstractFileSystem) -> bool:
     """fsspec's memory file system: one of each process, which workers in other processes do not see."""
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "memory" in protocols
+    return "memory" in _protocols(fs)
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
+    return set(fs.protocol) if isinstance(fs.protocol, tuple) else {fs.protocol}
 
 
 # A URL may carry its own credentials: a password before the host, or a signature or token in the query (a
