@@ -4,10 +4,12 @@ import collections
 import contextlib
 import decimal
 import json
+import operator
 import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import dask
@@ -1158,6 +1160,27 @@ def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets, tmp_pa
     with pytest.raises(ValueError, match=r"^filters: a value of another type than its column's \(Precision .*\): "
                                          r"compare a decimal column with a decimal\.Decimal, or a float$"):  # fmt: skip
         daskpile.PileLoader(str(tmp_path), batch_size=10, seed=1, filters=[("price", ">", 5)])
+
+
+def test_decimal_filters_select_the_rows_python_does_at_any_scale(tmp_path):
+    """pyarrow 21 compares a decimal(12, 2) column with Decimal("4.999") as with 4.99 (or worse): every operator,
+    with values at, above and between the column's steps, against Python's own comparison of the values."""
+    d = decimal.Decimal
+    prices = [d(i) / 100 for i in range(-300, 700)] + [None] * 20
+    pq.write_table(pa.table({"price": pa.array(prices, pa.decimal128(12, 2))}), tmp_path / "part-0.parquet")
+    compare = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
+    compare["!="] = operator.ne
+    cases = [([("price", op, v)], lambda x, f=f, v=v: f(x, v)) for op, f in compare.items()
+             for v in [d("4.999"), d("5"), d("5.000"), d("-0.005"), d("-1.2345"), d("0.001"), d("99999")]]  # fmt: skip
+    for values in [[d("4.999"), d("1")], [d("0.005")], [d("2.50"), d("3.001"), d("-1")]]:
+        cases.append(([("price", "in", values)], lambda x, s=set(values): x in s))
+        cases.append(([("price", "not in", values)], lambda x, s=set(values): x not in s))
+    for filters, keeps in cases:
+        want = sum(1 for x in prices if x is not None and keeps(x)) + 20 * (filters[0][1] == "not in")  # nulls
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "match no row"
+            loader = daskpile.PileLoader(str(tmp_path), batch_size=100, seed=1, filters=filters)
+            assert sum(b.num_rows for b in loader) == want, filters
 
 
 @pytest.mark.parametrize("filters", [None, [("label", "=", 1)]], ids=["no filter", "filters"])

@@ -293,29 +293,72 @@ def pile_files(paths: list[str], file_piles: list[int], piles: int) -> tuple[tup
 
 
 def _expression(filters, schema: pa.Schema | None = None) -> ds.Expression:  # noqa: F821
-    """The dataset expression of ``filters`` (pyarrow's tuples, or an expression), a ``decimal.Decimal`` compared
-    with a decimal column of ``schema`` given at the column's scale where it is exactly: pyarrow 21 compares
-    ``price > Decimal("5")`` on a decimal(12, 2) column as if 5 were 0.05 (994 rows of 1,000 where 499 are)."""
+    """The dataset expression of ``filters`` (pyarrow's tuples, or an expression), where a ``decimal.Decimal``
+    compared with a decimal column of ``schema`` is first brought to the column's scale (``_at_scale``).
+
+    pyarrow 21 compares a decimal column with a decimal of another scale as if the value's digits were at the
+    column's scale: ``price > Decimal("5")`` on a decimal(12, 2) column as ``price > 0.05`` (994 rows of 1,000
+    where 499 are).
+    """
     import pyarrow.dataset as ds  # only with filters: it imports pandas (0.3 s, holding the GIL)
 
     if isinstance(filters, ds.Expression):
         return filters
+    expression = pq.filters_to_expression(filters)  # checks their form, and is the answer when no scale differs
     scales = {f.name: f.type.scale for f in schema or () if pa.types.is_decimal(f.type)}
+    conjunctions = [filters] if isinstance(filters[0], tuple) else filters
+    terms = [term for conjunction in conjunctions for term in conjunction]
+    if not any(name in scales and _decimals(value) for name, _, value in terms):
+        return expression
 
-    def at_scale(name, value):
-        if isinstance(value, decimal.Decimal) and name in scales and value.is_finite():
-            scaled = value.quantize(decimal.Decimal(1).scaleb(-scales[name]), context=decimal.Context(prec=80))
-            return scaled if scaled == value else value
-        if isinstance(value, (list, tuple, set)) and name in scales:
-            return type(value)(at_scale(name, v) for v in value)
-        return value
+    def predicate(name, op, value):
+        if name in scales and _decimals(value):
+            return _at_scale(name, op, value, scales[name])
+        return pq.filters_to_expression([(name, op, value)])
 
-    def converted(term):
-        if isinstance(term, tuple) and len(term) == 3 and isinstance(term[0], str):
-            return (term[0], term[1], at_scale(term[0], term[2]))
-        return [converted(t) for t in term] if isinstance(term, list) else term
+    return functools.reduce(
+        operator.or_,
+        (functools.reduce(operator.and_, (predicate(*term) for term in conjunction)) for conjunction in conjunctions),
+    )
 
-    return pq.filters_to_expression(converted(filters))
+
+def _decimals(value) -> bool:
+    values = value if isinstance(value, (list, tuple, set)) else [value]
+    return any(isinstance(v, decimal.Decimal) and v.is_finite() for v in values)
+
+
+def _at_scale(name: str, op: str, value, scale: int):
+    """``name op value`` with every decimal value at ``scale``, the column's; a value between two of the
+    column's steps (4.999 at scale 2) is compared with the step below or above it, as exactly."""
+    import pyarrow.dataset as ds
+
+    field = ds.field(name)
+    step = decimal.Decimal(1).scaleb(-scale)
+    context = decimal.Context(prec=80)
+
+    def down(v):
+        return v.quantize(step, rounding=decimal.ROUND_FLOOR, context=context)
+
+    def up(v):
+        return v.quantize(step, rounding=decimal.ROUND_CEILING, context=context)
+
+    def exact(v):
+        return not isinstance(v, decimal.Decimal) or not v.is_finite() or down(v) == v
+
+    if op in ("in", "not in"):
+        # A value between two steps equals no row: it leaves the set
+        kept = [down(v) if isinstance(v, decimal.Decimal) and v.is_finite() else v for v in value if exact(v)]
+        member = field.isin(kept)
+        return member if op == "in" else ~member
+    if exact(value):
+        value = down(value) if isinstance(value, decimal.Decimal) and value.is_finite() else value
+        return pq.filters_to_expression([(name, op, value)])
+    below, above = down(value), up(value)
+    if op in ("=", "=="):  # no row: false, or null for a null, as the comparison would be
+        return (field > below) & (field < above)
+    if op == "!=":
+        return (field <= below) | (field >= above)
+    return {">": field > below, ">=": field >= above, "<": field < above, "<=": field <= below}[op]
 
 
 def _filtered_schema(fs, paths: list[str], manifest: dict | None) -> pa.Schema | None:
