@@ -886,8 +886,8 @@ class _WhileCurrent:
             self._batches.close()
 
 
-def _batches(tables, batch_size: int):
-    """Slices regrouped into tables of ``batch_size`` rows (the last the rest).
+def _batches(spans, batch_size: int):
+    """Spans of rows (``reading.Span``) regrouped into tables of ``batch_size`` rows (the last the rest).
 
     Zero-copy: the rows a group ends with short of a batch are a view of its
     last part, which ``load_group`` makes of a batch's rows (``tail``), so
@@ -895,24 +895,25 @@ def _batches(tables, batch_size: int):
     than that (a copy of them cost a tenth of an epoch of A: each call into
     Arrow hands the GIL to the loading threads and waits to get it back).
     """
-    pending, rows = [], 0  # the start of a batch, from the tables before
-    for table in tables:
-        offset, n = 0, table.num_rows
+    pending, rows = [], 0  # the start of a batch, from the spans before
+    for table, offset, n in spans:
         if pending and n:
-            offset = min(batch_size - rows, n)
-            pending.append(table.slice(0, offset))
-            rows += offset
+            taken = min(batch_size - rows, n)
+            pending.append(table.slice(offset, taken))
+            rows += taken
             if rows < batch_size:
                 continue
             yield pa.concat_tables(pending)
             pending, rows = [], 0
-        if offset == 0 and n == batch_size:
+            offset, n = offset + taken, n - taken
+        if n == batch_size == table.num_rows:
             yield table
             continue
-        for start in range(offset, n - batch_size + 1, batch_size):  # one slice a batch, of the table given
-            yield table.slice(start, batch_size)
-        if (n - offset) % batch_size:
-            pending, rows = [table.slice(n - (n - offset) % batch_size)], (n - offset) % batch_size
+        while n >= batch_size:  # one slice a batch, of the table given
+            yield table.slice(offset, batch_size)
+            offset, n = offset + batch_size, n - batch_size
+        if n:
+            pending, rows = [table.slice(offset, n)], n
     if pending:
         yield pa.concat_tables(pending) if len(pending) > 1 else pending[0]
 
