@@ -884,3 +884,46 @@ def test_a_column_of_128_bit_integers_is_refused_with_what_to_do(sync_scheduler,
     with pytest.raises(ValueError, match=r"'.*wide\.parquet' as Parquet: .*Polars' Int128: cast it to Int64"):
         shuffle(str(tmp_path / "lake"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("schema", ["strict", "unify"])
+def test_geoparquet_metadata_says_what_every_output_file_holds(tmp_path, schema):
+    """Each GeoParquet file's metadata gives its own geometries' bbox and types; every output file holds rows of
+    every input file, so it gets their union (the first file's bbox left rows outside it: a reader skipping files
+    by bbox would skip them), and no bbox where one file has none."""
+    import json
+    import struct
+
+    def point(x, y):
+        return struct.pack("<BIdd", 1, 1, x, y)
+
+    def write(directory, name, x0, types, bbox=True):
+        column = {"encoding": "WKB", "geometry_types": types, "crs": None}
+        if bbox:
+            column["bbox"] = [x0, -x0, x0 + 1, -x0 + 1]
+        geo = {"version": "1.1.0", "primary_column": "geometry", "columns": {"geometry": column}}
+        table = pa.table({"id": [x0, x0 + 1], "geometry": [point(x0, -x0), point(x0 + 1, -x0 + 1)]})
+        pq.write_table(table.replace_schema_metadata({"geo": json.dumps(geo)}), directory / name)
+
+    def output_geo(dest):
+        found = []
+        for name in sorted(os.listdir(dest)):
+            if name.endswith(".parquet"):
+                xs = [struct.unpack("<BIdd", g)[2] for g in pq.read_table(dest / name)["geometry"].to_pylist()]
+                found.append((json.loads(pq.read_schema(dest / name).metadata[b"geo"]), xs))
+        return found
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    for i, (x0, types) in enumerate([(0, ["Point"]), (100, ["Point"]), (50, ["Point Z"])]):
+        write(lake, f"f{i}.parquet", x0, types)
+    shuffle(lake, tmp_path / "out", piles=2, seed=1, schema=schema)
+    for geo, xs in output_geo(tmp_path / "out"):
+        column = geo["columns"]["geometry"]
+        assert column["bbox"] == [0, -100, 101, 1] and column["crs"] is None and geo["version"] == "1.1.0"
+        assert all(column["bbox"][0] <= x <= column["bbox"][2] for x in xs)
+        assert column["geometry_types"] == ["Point", "Point Z"]
+    write(lake, "f3.parquet", 200, [], bbox=False)  # types unknown, and no bbox
+    shuffle(lake, tmp_path / "out2", piles=2, seed=1, schema=schema)
+    for geo, _ in output_geo(tmp_path / "out2"):
+        assert "bbox" not in geo["columns"]["geometry"] and geo["columns"]["geometry"]["geometry_types"] == []

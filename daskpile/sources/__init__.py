@@ -530,6 +530,7 @@ def _reading(
     both) keeps its place in them, and, unless declared, their type: a date,
     a boolean or an Enum, not the string its folders spell.
     """
+    footers = None
     if policy == "unify":
         footers = _schemas(fs, [f.path for f in files])
         data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
@@ -539,6 +540,8 @@ def _reading(
         data, reference = arrow_schema(metadata), "_metadata"
     else:
         data, reference = _reference_schema(fs, files)
+    if schemas.GEO in (data.metadata or {}) and len(files) > 1:  # (each file's says its own rows' extent)
+        data = schemas.with_geo_of_all(data, footers or _schemas(fs, [f.path for f in files]))
     data = schemas.nullable(schemas.without_range_index(data))
     # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
     # checked to hold their value as it is read (``schemas.Conformer``)

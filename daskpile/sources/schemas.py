@@ -162,6 +162,70 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     return pa.schema(fields, metadata=metadata or None)
 
 
+GEO = b"geo"  # GeoParquet's file metadata: per geometry column, the bbox and types of the file's geometries
+
+
+def with_geo_of_all(schema: pa.Schema, files: list[pa.Schema]) -> pa.Schema:
+    """``schema`` with GeoParquet metadata that holds for every output file: each holds rows of every input
+    file, so each column's ``bbox`` is the union of the files' (dropped where one has none, or one crosses the
+    antimeridian) and its ``geometry_types`` the union of theirs (``[]``, which GeoParquet reads as unknown,
+    where one says unknown or has no GeoParquet metadata).  The first file's alone would say its rows' extent
+    and types: a reader that skips files by bbox (Sedona) would skip the others' rows.
+
+    >>> geo = lambda box: pa.schema([], metadata={"geo": json.dumps({"columns": {"g": {"bbox": box,
+    ...     "geometry_types": ["Point"]}}})})
+    >>> json.loads(with_geo_of_all(geo([0, 0, 1, 1]), [geo([0, 0, 1, 1]), geo([5, -1, 6, 0])]).metadata[b"geo"])
+    {'columns': {'g': {'bbox': [0, -1, 6, 1], 'geometry_types': ['Point']}}}
+    """
+    first = _geo(schema)
+    if first is None:
+        return schema
+    found = [_geo(f) for f in files]
+    columns = {}
+    for name, column in first.get("columns", {}).items():
+        if not isinstance(column, dict):
+            columns[name] = column
+            continue
+        theirs = [(g or {}).get("columns", {}).get(name) or {} for g in found]
+        merged = dict(column)
+        bbox = _union_of_boxes([c.get("bbox") for c in theirs])
+        if bbox is None:
+            merged.pop("bbox", None)
+        else:
+            merged["bbox"] = bbox
+        if "geometry_types" in column:
+            kinds = [c.get("geometry_types") for c in theirs]
+            known = all(isinstance(k, list) and k for k in kinds)
+            merged["geometry_types"] = sorted({t for k in kinds for t in k}) if known else []
+        columns[name] = merged
+    merged_geo = {**first, "columns": columns}
+    return schema.with_metadata({**schema.metadata, GEO: json.dumps(merged_geo).encode()})
+
+
+def _geo(schema: pa.Schema) -> dict | None:
+    found = (schema.metadata or {}).get(GEO)
+    if found is None:
+        return None
+    try:
+        geo = json.loads(found)
+    except ValueError:
+        return None
+    return geo if isinstance(geo, dict) and isinstance(geo.get("columns", {}), dict) else None
+
+
+def _union_of_boxes(boxes: list) -> list | None:
+    """The box [min..., max...] that holds every one of ``boxes``, or None if one is missing, malformed, or
+    crosses the antimeridian (its min x above its max x: a union of such is not a min and a max)."""
+    if not boxes or any(not isinstance(b, list) or len(b) not in (4, 6) or len(b) != len(boxes[0]) for b in boxes):
+        return None
+    if any(not all(isinstance(v, (int, float)) for v in b) for b in boxes):
+        return None
+    half = len(boxes[0]) // 2
+    if any(b[0] > b[half] for b in boxes):
+        return None
+    return [min(b[i] for b in boxes) for i in range(half)] + [max(b[i] for b in boxes) for i in range(half, 2 * half)]
+
+
 HUGGING_FACE = b"huggingface"
 
 
