@@ -533,7 +533,7 @@ def _reading(
     footers = None
     if policy == "unify":
         footers = _schemas(fs, [f.path for f in files])
-        data = schemas.unify(footers, [full_url(fs, f.path) for f in files])
+        data = schemas.unify([schemas.without_views(f) for f in footers], [full_url(fs, f.path) for f in files])
         reference = "the union of the files' schemas"
     elif metadata is not None:
         refuse_unwritable(metadata, "_metadata")
@@ -542,7 +542,7 @@ def _reading(
         data, reference = _reference_schema(fs, files)
     if schemas.GEO in (data.metadata or {}) and len(files) > 1:  # (each file's says its own rows' extent)
         data = schemas.with_geo_of_all(data, footers or _schemas(fs, [f.path for f in files]))
-    data = schemas.nullable(schemas.without_range_index(data))
+    data = schemas.nullable(schemas.without_range_index(schemas.without_views(data)))
     # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
     # checked to hold their value as it is read (``schemas.Conformer``)
     held = {n: data.field(n) if inferred else key_fields.field(n) for n in key_fields.names if n in data.names}

@@ -3,8 +3,9 @@
 ``strict`` (the default): every file has the reference file's columns and
 types.  Differences that change no value pass and are conformed to the
 reference: column order, the nullable flag, ``string`` against
-``large_string`` (and binary, list likewise), and a column written as
-``null`` (a zero-row file written by pandas or Polars).
+``large_string`` (and binary, list likewise), a view type against its
+plain forms (the plan takes no view type: ``without_views``), and a column
+written as ``null`` (a zero-row file written by pandas or Polars).
 
 ``unify``: the union of the columns by name, types promoted as
 ``pyarrow.unify_schemas(promote_options="permissive")`` does (dictionary
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -304,8 +306,61 @@ def _decoded(t: pa.DataType) -> pa.DataType:
 _SAME_VALUES = [
     (pa.types.is_string, pa.types.is_large_string),
     (pa.types.is_binary, pa.types.is_large_binary),
-    (pa.types.is_list, pa.types.is_large_list),
 ]
+# Layouts of the same values that Arrow's take and filter do not select from (pyarrow 26: "no kernel matching
+# input types (string_view, int64)"), and their plain forms, which the plan's schema takes: Polars, DataFusion
+# and DuckDB write views, and any reader reads the result's values alike.
+_VIEW_FORMS = [
+    (pa.types.is_string_view, pa.types.is_string, pa.types.is_large_string),
+    (pa.types.is_binary_view, pa.types.is_binary, pa.types.is_large_binary),
+]
+
+
+def _variable_list(kind: pa.DataType) -> bool:
+    return any(
+        is_kind(kind)
+        for is_kind in (pa.types.is_list, pa.types.is_large_list, pa.types.is_list_view, pa.types.is_large_list_view)
+    )
+
+
+def without_views(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its view types, nested ones too, as their large forms (``string_view`` as
+    ``large_string``, ``list_view`` as ``large_list``): the same values, in a layout Arrow's kernels select.
+
+    >>> without_views(pa.schema([("s", pa.string_view()), ("l", pa.list_(pa.binary_view()))])).types
+    [DataType(large_string), ListType(list<item: large_binary>)]
+    """
+    fields = [f.with_type(_without_views(f.type)) for f in schema]
+    return (
+        schema
+        if all(f.type.equals(g.type) for f, g in zip(fields, schema, strict=True))
+        else pa.schema(fields, metadata=schema.metadata)
+    )
+
+
+def _without_views(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(kind):
+        return pa.large_string()
+    if pa.types.is_binary_view(kind):
+        return pa.large_binary()
+    if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
+        return pa.large_list(kind.value_field.with_type(_without_views(kind.value_type)))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        field = kind.value_field.with_type(_without_views(kind.value_type))
+        if pa.types.is_fixed_size_list(kind):
+            return pa.list_(field, kind.list_size)
+        return pa.large_list(field) if pa.types.is_large_list(kind) else pa.list_(field)
+    if pa.types.is_struct(kind):
+        return pa.struct([kind.field(i).with_type(_without_views(kind.field(i).type)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        return pa.map_(
+            kind.key_field.with_type(_without_views(kind.key_type)),
+            kind.item_field.with_type(_without_views(kind.item_type)),
+            kind.keys_sorted,
+        )
+    if pa.types.is_dictionary(kind):
+        return pa.dictionary(kind.index_type, _without_views(kind.value_type), kind.ordered)
+    return kind
 
 
 def reading_metadata(field: pa.Field) -> dict[bytes, bytes]:
@@ -384,9 +439,14 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
     """
     if actual.equals(expected) or pa.types.is_null(actual):
         return True
+    if _variable_list(actual) and _variable_list(expected):  # (a file's list views too, read as lists)
+        return same_values(actual.value_type, expected.value_type)
     for one, other in _SAME_VALUES:
         if (one(actual) and other(expected)) or (other(actual) and one(expected)):
-            return same_values(actual.value_type, expected.value_type) if one is pa.types.is_list else True
+            return True
+    for view, *plain in _VIEW_FORMS:  # (a file's views, read as the plan's plain form)
+        if view(actual) and any(p(expected) for p in plain):
+            return True
     if pa.types.is_struct(actual) and pa.types.is_struct(expected):
         return actual.num_fields == expected.num_fields and all(
             _same_field(actual.field(i), expected.field(i)) for i in range(actual.num_fields)
@@ -442,11 +502,25 @@ class Conformer:
                 raise ValueError(f"column {field.name!r} of {url!r} has nulls, which the dataset's schema forbids")
             if field.name in self.casts:
                 try:
-                    column = column.cast(field.type)
+                    column = _cast(column, field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                     raise ValueError(f"column {field.name!r} of {url!r} does not fit {field.type}: {e}") from None
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+    """``column.cast(kind)``, a list view to a list by its values in row order: pyarrow 26 casts a list view to
+    a list that is not valid (its offsets are the views', which may be out of order, or short by one)."""
+    if not (pa.types.is_list_view(column.type) or pa.types.is_large_list_view(column.type)):
+        return column.cast(kind)
+    chunks = []
+    for chunk in column.chunks:
+        lengths = np.asarray(pc.fill_null(pc.list_value_length(chunk), 0), dtype=np.int64)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]))
+        values = pc.list_flatten(chunk).cast(kind.value_type)
+        chunks.append(pa.LargeListArray.from_arrays(offsets, values, mask=chunk.is_null()).cast(kind))
+    return pa.chunked_array(chunks, kind)
 
 
 def _check_echo(column: pa.ChunkedArray, key: pa.Scalar, name: str, url: str) -> None:
