@@ -74,8 +74,17 @@ def require_store_package(url: str) -> None:
 
     >>> require_store_package("memory://x"), require_store_package("/local/path")
     (None, None)
+    >>> require_store_package("s4://bucket/x")
+    Traceback (most recent call last):
+    ValueError: 's4://bucket/x': fsspec knows no file system for s4:// (a typo? s3://, gs://, memory://, file://...)
     """
     protocol = url.split("://", 1)[0].lower() if "://" in url else None
+    for part in (protocol or "").split("::"):  # (a chain: simplecache::s3://)
+        if part and part not in fsspec.available_protocols():  # fsspec's own: "Protocol not known: s4"
+            raise ValueError(
+                f"{redact(url)!r}: fsspec knows no file system for {part}:// (a typo? s3://, gs://, memory://, "
+                "file://...)"
+            )
     extra = _STORE_EXTRAS.get(protocol)
     if extra is None:
         return

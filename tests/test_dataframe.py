@@ -896,3 +896,37 @@ def test_combining_a_pile_s_slices_as_read_leaves_each_pile_as_it_was(monkeypatc
     for as_read, combined in zip(piles[10**9], piles[40], strict=True):
         pd.testing.assert_frame_equal(as_read, combined)
         assert ("z" in set(combined["c"].cat.categories)) == ("z" in set(combined["c"]))
+
+
+def test_a_compute_cancelled_in_a_notebook_prints_nothing_and_its_scratch_goes(tmp_path):
+    """A new user's notebook: ``client.compute(shuffle(...))``, then ``future.cancel()``.  The result is dropped
+    at once, and the removal's thread waited for the client's futures with distributed's ``wait``, which raised
+    on the cancelled one: a traceback of 20 lines from "daskpile-remove-scratch"."""
+    from distributed import Client, LocalCluster
+
+    errors = []
+    hook, threading.excepthook = threading.excepthook, errors.append
+    try:
+        with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
+            slow = dd.from_pandas(frame(1000), npartitions=4).map_partitions(lambda d: (time.sleep(0.5), d)[1])
+            future = client.compute(daskpile.shuffle(slow, piles=3, seed=2, scratch=str(tmp_path)))
+            time.sleep(0.2)
+            future.cancel()
+            eventually(lambda: list(tmp_path.iterdir()) == [], what="scratch removed")
+    finally:
+        threading.excepthook = hook
+    assert errors == []
+
+
+def test_a_scratch_that_cannot_be_one_is_named(sync_scheduler, tmp_path):
+    """A new user's notebook: a file given as scratch said "[Errno 17] File exists", an unknown protocol
+    "Protocol not known: foo", naming neither the URL nor scratch; a chained URL's cache is refused."""
+    ddf = dd.from_pandas(frame(10), npartitions=2)
+    (tmp_path / "a-file").write_text("")
+    for scratch in [tmp_path / "a-file", tmp_path / "a-file" / "below"]:
+        with pytest.raises(NotADirectoryError, match=rf"^scratch '{tmp_path / 'a-file'}.*' is a file, not a directory"):
+            daskpile.shuffle(ddf, piles=2, seed=1, scratch=str(scratch))
+    with pytest.raises(ValueError, match=r"^'foo://bucket/tmp': fsspec knows no file system for foo://"):
+        daskpile.shuffle(ddf, piles=2, seed=1, scratch="foo://bucket/tmp")
+    with pytest.raises(ValueError, match=r"^scratch 'simplecache::memory://x': a chained URL's cache"):
+        daskpile.shuffle(ddf, piles=2, seed=1, scratch="simplecache::memory://x")

@@ -794,7 +794,7 @@ def _remove_when_unused(scratch: Scratch) -> None:
     try:
         pending = [] if client is None else [k for k, f in list(client.futures.items()) if f.status == "pending"]
         if pending:
-            from distributed import Future, wait  # with a client, distributed is imported already
+            from distributed import Future  # with a client, distributed is imported already
 
         futures = [Future(key, client) for key in pending]
     except Exception:  # a closing client, or the interpreter's exit: nothing can still need scratch
@@ -802,8 +802,7 @@ def _remove_when_unused(scratch: Scratch) -> None:
 
     def remove_after():
         try:
-            if futures:
-                wait(futures)
+            _wait_for_pending(futures)
         finally:
             _remove_quietly(scratch)
             _REMOVALS.discard(threading.current_thread())
@@ -817,6 +816,22 @@ def _remove_when_unused(scratch: Scratch) -> None:
     thread = threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True)
     _REMOVALS.add(thread)
     thread.start()
+
+
+def _wait_for_pending(futures: list) -> None:
+    """Wait until none of ``futures`` is pending.  distributed's ``wait`` raises once one is cancelled (a
+    notebook's ``future.cancel()``, a client closed), where the others may still run on the scratch."""
+    from distributed import wait
+
+    while futures:
+        try:
+            wait(futures)
+            return
+        except Exception:  # (cancelled: nothing of it to wait for)
+            pending = [f for f in futures if f.status == "pending"]
+            if len(pending) == len(futures):  # (not a cancelled one: waiting again would raise again)
+                return
+            futures = pending
 
 
 _REMOVALS: set[threading.Thread] = set()

@@ -54,6 +54,7 @@ from daskpile._storage import (
     EndFetchedFirst,
     FileVersion,
     atomic_sink,
+    check_writable,
     filesystem,
     full_url,
     is_local,
@@ -91,9 +92,16 @@ class Scratch:
         whose workers share no disk with the client, pass an object-store URL
         (``s3://...``).
         """
+        if url is not None and "::" in str(url):
+            raise ValueError(
+                f"scratch {url!r}: a chained URL's cache (simplecache::, filecache::) would give back what scratch "
+                "files held before they were written again: give the store's own URL"
+            )
         fs, root = filesystem(url or tempfile.gettempdir(), storage_options)
         directory = posixpath.join(root, f"daskpile-{name or uuid.uuid4().hex[:16]}")
         if make:
+            if is_local(fs):  # a file on the way: named, not os.makedirs' "[Errno 17] File exists"
+                check_writable(fs, root, "scratch")
             with reaching(fs, directory, "scratch"):  # one line naming it, not the store client's traceback
                 make_private_directory(fs, directory)
         return cls(fs, directory, partitions)
