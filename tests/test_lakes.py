@@ -962,3 +962,28 @@ def test_view_columns_are_shuffled_as_their_plain_forms(tmp_path, schema):
         assert result.schema.field("nested").type.value_type == pa.large_string()
     assert rows(result) == sorted(rows(views) + rows(plain), key=str)  # (pyarrow 26 casts list views wrong)
     assert daskpile.verify(str(lake), str(tmp_path / "out")).ok
+
+
+def test_unify_holds_integers_and_decimals_in_one_decimal(tmp_path):
+    """pyarrow unifies int64 and decimal(5, 2) as decimal(20, 2), then casts no int64 to it ("Precision is not
+    great enough", for the value 7): a lake whose first writer inferred integers could not be unified."""
+    import decimal
+
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    pq.write_table(
+        pa.table({"id": [1], "price": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2))}), lake / "a.parquet"
+    )
+    pq.write_table(pa.table({"id": [2, 3], "price": pa.array([7, -(2**63)], pa.int64())}), lake / "b.parquet")
+    pq.write_table(pa.table({"id": [4], "price": pa.array([2**32 - 1], pa.uint32())}), lake / "c.parquet")
+    shuffle(lake, tmp_path / "out", piles=2, seed=1, schema="unify")
+    result = read_output(tmp_path / "out")
+    assert result.schema.field("price").type == pa.decimal128(21, 2)
+    assert sorted(result.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "price": decimal.Decimal("1.25")}, {"id": 2, "price": decimal.Decimal(7)},
+        {"id": 3, "price": decimal.Decimal(-(2**63))}, {"id": 4, "price": decimal.Decimal(2**32 - 1)},
+    ]  # fmt: skip
+    pq.write_table(pa.table({"id": [5], "price": pa.array([1], pa.decimal128(38, 20))}), lake / "d.parquet")
+    with pytest.raises(ValueError, match=r"column 'price' is .* the type that holds both, decimal256\(39, 20\), has "
+                                         r"more than 38 digits"):  # fmt: skip
+        shuffle(lake, tmp_path / "out2", piles=2, seed=1, schema="unify")

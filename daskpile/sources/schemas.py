@@ -283,6 +283,8 @@ def _merge(a: pa.DataType, b: pa.DataType, a_int96: bool = False, b_int96: bool 
     TimestampType(timestamp[ns, tz=UTC])
     >>> _merge(pa.timestamp("us"), pa.timestamp("us", "UTC"), a_int96=True)  # Spark's instants, both
     TimestampType(timestamp[us, tz=UTC])
+    >>> _merge(pa.int64(), pa.decimal128(5, 2))  # 19 digits and 2 places, as DuckDB unites them
+    Decimal128Type(decimal128(21, 2))
     """
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and ((a_int96 and b.tz) or (b_int96 and a.tz)):
         return _merge(a if a.tz else pa.timestamp(a.unit, "UTC"), b if b.tz else pa.timestamp(b.unit, "UTC"))
@@ -290,6 +292,13 @@ def _merge(a: pa.DataType, b: pa.DataType, a_int96: bool = False, b_int96: bool 
         # Arrow stores both as UTC instants: only their display differs (pyarrow refuses to merge them)
         finer = max((a, b), key=lambda t: ["s", "ms", "us", "ns"].index(t.unit)).unit
         return pa.timestamp(finer, "UTC")
+    for x, y in [(a, b), (b, a)]:
+        if pa.types.is_decimal(x) and pa.types.is_integer(y):
+            # pyarrow promotes int64 and decimal(5, 2) to decimal(20, 2), to which it then casts no int64 (it
+            # counts 19 digits and 2 places: "Precision is not great enough"); DuckDB's union, decimal(21, 2)
+            precision = max(x.precision - x.scale, _INTEGER_DIGITS[y.bit_width, pa.types.is_signed_integer(y)])
+            precision += x.scale
+            return pa.decimal128(precision, x.scale) if precision <= 38 else pa.decimal256(precision, x.scale)
     for x, y in [(a, b), (_decoded(a), _decoded(b))]:
         try:
             merged = pa.unify_schemas([pa.schema([("c", x)]), pa.schema([("c", y)])], promote_options="permissive")
@@ -297,6 +306,11 @@ def _merge(a: pa.DataType, b: pa.DataType, a_int96: bool = False, b_int96: bool 
         except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
     return None
+
+
+# The decimal digits of an integer type's largest magnitude, by (bits, signed): 2**63 - 1 has 19
+_INTEGER_DIGITS = {(8, True): 3, (16, True): 5, (32, True): 10, (64, True): 19}
+_INTEGER_DIGITS.update({(8, False): 3, (16, False): 5, (32, False): 10, (64, False): 20})
 
 
 def _decoded(t: pa.DataType) -> pa.DataType:
