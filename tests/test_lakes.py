@@ -987,3 +987,16 @@ def test_unify_holds_integers_and_decimals_in_one_decimal(tmp_path):
     with pytest.raises(ValueError, match=r"column 'price' is .* the type that holds both, decimal256\(39, 20\), has "
                                          r"more than 38 digits"):  # fmt: skip
         shuffle(lake, tmp_path / "out2", piles=2, seed=1, schema="unify")
+
+
+def test_a_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
+    """pyarrow writes such a file; the shuffle went through and said "verified", then daskpile verify failed
+    with Arrow's "Field "x" exists 2 times in schema", naming no file (a new user's trial)."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    pq.write_table(pa.table({"x": [0], "y": [1]}), lake / "a.parquet")
+    pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=["x", "x"]), lake / "b.parquet")
+    for schema in ["strict", "unify"]:
+        with pytest.raises(ValueError, match=r"b\.parquet' has 2 columns named 'x': readers take one of them"):
+            shuffle(lake, tmp_path / "out", piles=2, seed=1, schema=schema)
+        assert not (tmp_path / "out").exists()

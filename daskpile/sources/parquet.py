@@ -41,6 +41,13 @@ def refuse_unwritable(footer: pq.FileMetaData, url: str) -> None:
     >>> refuse_unwritable(pq.read_metadata(pa.BufferReader(sink.getvalue())), "a.parquet")  # nothing to refuse
     """
     schema = footer.schema
+    names = schema.to_arrow_schema().names
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(
+            f"{url!r} has {names.count(twice[0])} columns named {twice[0]!r}: readers take one of them, or rename or "
+            "refuse the file (Polars, Spark, and daskpile's verify); rename them first"
+        )
     for i in range(len(schema)):
         column = schema.column(i)
         if column.converted_type == "INTERVAL" or str(column.logical_type) == "Interval":
