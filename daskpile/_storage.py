@@ -42,8 +42,25 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     """
     url = str(url)
     check_url(url)
+    _require_known_protocol(url)
     refuse_endpoint_credentials(storage_options or {})
     return url_to_fs(url, **(storage_options or {}))
+
+
+def _require_known_protocol(url: str) -> None:
+    """A ValueError naming the URL, where fsspec's says "Protocol not known: s4" only.
+
+    >>> _require_known_protocol("s4://bucket/x")
+    Traceback (most recent call last):
+    ValueError: 's4://bucket/x': fsspec knows no file system for s4:// (a typo? s3://, gs://, memory://, file://...)
+    """
+    protocol = url.split("://", 1)[0].lower() if "://" in url else ""
+    for part in protocol.split("::"):  # (a chain: simplecache::s3://)
+        if part and part not in fsspec.available_protocols():
+            raise ValueError(
+                f"{redact(url)!r}: fsspec knows no file system for {part}:// (a typo? s3://, gs://, memory://, "
+                "file://...)"
+            )
 
 
 def check_url(url: str) -> None:
@@ -74,17 +91,8 @@ def require_store_package(url: str) -> None:
 
     >>> require_store_package("memory://x"), require_store_package("/local/path")
     (None, None)
-    >>> require_store_package("s4://bucket/x")
-    Traceback (most recent call last):
-    ValueError: 's4://bucket/x': fsspec knows no file system for s4:// (a typo? s3://, gs://, memory://, file://...)
     """
     protocol = url.split("://", 1)[0].lower() if "://" in url else None
-    for part in (protocol or "").split("::"):  # (a chain: simplecache::s3://)
-        if part and part not in fsspec.available_protocols():  # fsspec's own: "Protocol not known: s4"
-            raise ValueError(
-                f"{redact(url)!r}: fsspec knows no file system for {part}:// (a typo? s3://, gs://, memory://, "
-                "file://...)"
-            )
     extra = _STORE_EXTRAS.get(protocol)
     if extra is None:
         return

@@ -1000,3 +1000,26 @@ def test_a_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
         with pytest.raises(ValueError, match=r"b\.parquet' has 2 columns named 'x': readers take one of them"):
             shuffle(lake, tmp_path / "out", piles=2, seed=1, schema=schema)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_metadata_sidecar_that_names_other_files_is_not_used_to_plan(tmp_path, capsys):
+    """A summary left from an earlier write (Spark ignores them by default, DuckDB and pyarrow.dataset never
+    read them): naming 1 file of 4 it planned piles='auto' for a quarter of the rows; schema only (no row
+    groups), it planned about 0 rows, and refused files that all agreed for a column it did not have."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    collected = []
+    for i in range(4):
+        pq.write_table(pa.table({"x": range(i * 100, (i + 1) * 100)}), lake / f"p{i}.parquet",
+                       metadata_collector=collected)  # fmt: skip
+        collected[-1].set_file_path(f"p{i}.parquet")
+    pq.write_metadata(pa.schema([("x", pa.int64())]), lake / "_metadata", metadata_collector=collected[:1])
+    with pytest.warns(UserWarning, match=r"_metadata' names 1 of the 4 files listed: .* not used to plan"):
+        shuffle(lake, tmp_path / "out", piles=2, seed=1)
+    assert read_output(tmp_path / "out").num_rows == 400
+    for i in range(4):  # every file gains a column the summary (schema only) predates
+        pq.write_table(pa.table({"x": range(i * 100, (i + 1) * 100), "y": [i] * 100}), lake / f"p{i}.parquet")
+    pq.write_metadata(pa.schema([("x", pa.int64())]), lake / "_metadata")
+    cli_main_exit(["shuffle", str(lake), str(tmp_path / "out2"), "--piles", "auto", "--seed", "1", "--scheduler", "sync"])
+    assert "_metadata' names 0 of the 4 files listed" in capsys.readouterr().out
+    assert read_output(tmp_path / "out2").column_names == ["x", "y"]

@@ -667,11 +667,11 @@ class _Run:
         finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
-        empty = self._empty_piles_said()
-        if empty and self.progress:
-            print(f"note: {empty}", flush=True)
-        elif empty:
-            warnings.warn(empty, stacklevel=5)  # (the caller of shuffle_parquet)
+        for note in [*self.plan.notes, self._empty_piles_said()]:
+            if note and self.progress:
+                print(f"note: {note}", flush=True)
+            elif note:
+                warnings.warn(note, stacklevel=5)  # (the caller of shuffle_parquet)
         if self.progress and (self.plan.reading.policy != "strict" or self.plan.table or self.plan.files[0].keys):
             print(f"source: {self.plan}", flush=True)
 

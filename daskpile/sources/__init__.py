@@ -64,6 +64,7 @@ class SourcePlan:
     table: str | None = None  # "delta table at version 3", for reports
     metadata: pq.FileMetaData | None = None  # of a _metadata sidecar
     version: int | None = None  # of a table
+    notes: tuple[str, ...] = ()  # what the user should know of how the source is read (a stale sidecar)
 
     @property
     def schema(self) -> pa.Schema:
@@ -299,13 +300,13 @@ def _plan_sources(
                 f"{key_fields.names}: partitioning='none' (--partitioning none) keeps them as written)"
             ) from None
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
-    metadata = _sidecar_metadata(fs, sidecars) if len(listed) == 1 else None  # it describes its own folder only
+    metadata, stale = _sidecar_metadata(fs, sidecars, source_files) if len(listed) == 1 else (None, "")  # (its folder's)
     reading = _reading(fs, source_files, key_fields, schema, metadata, inferred=isinstance(declared, str))
     typed = pa.schema([reading.schema.field(n) for n in key_fields.names])
     if typed != key_fields:  # keys the files hold, typed as they do: their folders' values again, so typed
         keys = _key_tuples(fs, [(f.path, pairs) for f, (_, pairs) in zip(source_files, files, strict=True)], typed)
         source_files = [dataclasses.replace(f, keys=k) for f, k in zip(source_files, keys, strict=True)]
-    return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata)
+    return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata, notes=(stale,) if stale else ())
 
 
 def _as_output_keeps(options: text.TextOptions, key_fields: pa.Schema, written_as: str | None) -> text.TextOptions:
@@ -516,9 +517,33 @@ def _key_tuples(fs, files: list[tuple[str, list[tuple[str, str]]]], key_fields: 
     return found
 
 
-def _sidecar_metadata(fs, sidecars: dict[str, str]) -> pq.FileMetaData | None:
+def _sidecar_metadata(fs, sidecars: dict[str, str], files: list[SourceFile]) -> tuple[pq.FileMetaData | None, str]:
+    """A ``_metadata`` sidecar's footer, if it names exactly the files listed, and else None and why.
+
+    A summary left from an earlier write names other files, or none (schema
+    only): trusted, it planned 1 pile for 20 files' rows, and refused files
+    that all agreed for a column it did not have.  Spark ignores summaries by
+    default (``spark.sql.parquet.respectSummaryFiles``); DuckDB and
+    ``pyarrow.dataset`` never read them.
+    """
     path = sidecars.get("_metadata")
-    return read_parquet(fs, path, pq.read_metadata) if path else None
+    if not path:
+        return None, ""
+    metadata = read_parquet(fs, path, pq.read_metadata)
+    folder = posixpath.dirname(path)
+    named = {
+        posixpath.normpath(posixpath.join(folder, metadata.row_group(g).column(0).file_path))
+        for g in range(metadata.num_row_groups)
+        if metadata.num_columns
+    }
+    listed = {posixpath.normpath(f.path) for f in files}
+    if named == listed:
+        return metadata, ""
+    return None, (
+        f"{full_url(fs, path)!r} names {len(named & listed):,} of the {len(listed):,} files listed"
+        + (f" and {len(named - listed):,} others" if named - listed else "")
+        + ": it describes an earlier state of the folder, and is not used to plan"
+    )
 
 
 def _reading(
