@@ -56,7 +56,7 @@ def _require_known_protocol(url: str) -> None:
     """
     protocol = url.split("://", 1)[0].lower() if "://" in url else ""
     for part in protocol.split("::"):  # (a chain: simplecache::s3://)
-        if part and part not in fsspec.available_protocols():
+        if part and part not in fsspec.registry and part not in fsspec.available_protocols():  # (registered too)
             raise ValueError(
                 f"{redact(url)!r}: fsspec knows no file system for {part}:// (a typo? s3://, gs://, memory://, "
                 "file://...)"

@@ -300,7 +300,9 @@ def _plan_sources(
                 f"{key_fields.names}: partitioning='none' (--partitioning none) keeps them as written)"
             ) from None
         return SourcePlan(fs, tuple(source_files), reading, tuple(strays))
-    metadata, stale = _sidecar_metadata(fs, sidecars, source_files) if len(listed) == 1 else (None, "")  # (its folder's)
+    metadata, stale = (
+        _sidecar_metadata(fs, sidecars, source_files) if len(listed) == 1 else (None, "")
+    )  # (its folder's)
     reading = _reading(fs, source_files, key_fields, schema, metadata, inferred=isinstance(declared, str))
     typed = pa.schema([reading.schema.field(n) for n in key_fields.names])
     if typed != key_fields:  # keys the files hold, typed as they do: their folders' values again, so typed

@@ -44,16 +44,39 @@ def without_range_index(schema: pa.Schema) -> pa.Schema:
 
 
 def nullable(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every column nullable: a column the reference file declares never null (Spark's, a typed
-    writer's) may hold nulls in other files (a later day appended to a window), which the rows written must
-    take.  Nested fields keep their own flags.
+    """``schema`` with every column nullable, and every nested field but a map's keys: a column the reference
+    file declares never null (Spark's, a typed writer's) may hold nulls in other files (a later day appended
+    to a window), which the rows written must take.  Spark writes ``array<bigint>`` with ``containsNull``
+    false or true as the array was built, so a lake of daily jobs differs so inside its lists and structs too.
 
     >>> nullable(pa.schema([pa.field("id", pa.int64(), nullable=False)])).field("id").nullable
     True
+    >>> nullable(pa.schema([("v", pa.list_(pa.field("element", pa.int64(), nullable=False)))])).field("v").type
+    ListType(list<element: int64>)
     """
-    if all(f.nullable for f in schema):
+    fields = [f.with_nullable(True).with_type(_nullable_inside(f.type)) for f in schema]
+    if all(f.equals(g) for f, g in zip(fields, schema, strict=True)):
         return schema
-    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _nullable_inside(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with its nested fields nullable, but a map's keys (never null in Arrow) and extension types'."""
+
+    def field(f: pa.Field) -> pa.Field:
+        return f.with_nullable(True).with_type(_nullable_inside(f.type))
+
+    if pa.types.is_list(kind):
+        return pa.list_(field(kind.value_field))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(field(kind.value_field))
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(field(kind.value_field), kind.list_size)
+    if pa.types.is_struct(kind):
+        return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_field, field(kind.item_field), kind.keys_sorted)
+    return kind
 
 
 # Spark reads a file's columns and their types from this key of its footer, if there, not from the file's
@@ -455,15 +478,20 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
         return True
     if _variable_list(actual) and _variable_list(expected):  # (a file's list views too, read as lists)
         return same_values(actual.value_type, expected.value_type)
+    if pa.types.is_fixed_size_list(actual) and pa.types.is_fixed_size_list(expected):
+        return actual.list_size == expected.list_size and same_values(actual.value_type, expected.value_type)
     for one, other in _SAME_VALUES:
         if (one(actual) and other(expected)) or (other(actual) and one(expected)):
             return True
     for view, *plain in _VIEW_FORMS:  # (a file's views, read as the plan's plain form)
         if view(actual) and any(p(expected) for p in plain):
             return True
-    if pa.types.is_struct(actual) and pa.types.is_struct(expected):
-        return actual.num_fields == expected.num_fields and all(
-            _same_field(actual.field(i), expected.field(i)) for i in range(actual.num_fields)
+    if pa.types.is_struct(actual) and pa.types.is_struct(expected):  # by name: Arrow's cast puts them in order
+        theirs = {actual.field(i).name: actual.field(i) for i in range(actual.num_fields)}
+        return (
+            actual.num_fields == expected.num_fields == len(theirs)
+            and all(expected.field(i).name in theirs for i in range(expected.num_fields))
+            and all(_same_field(theirs[expected.field(i).name], expected.field(i)) for i in range(expected.num_fields))
         )
     if pa.types.is_map(actual) and pa.types.is_map(expected):
         return same_values(actual.key_type, expected.key_type) and _same_field(actual.item_field, expected.item_field)
@@ -471,11 +499,11 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 
 def _same_field(actual: pa.Field, expected: pa.Field) -> bool:
-    """A nested field that holds its values unchanged: its name, its nulls allowed or not (a cast to a field
-    that allows none fails on the first null, in pass 2), its values' type."""
+    """A nested field that holds its values unchanged: its name, its nulls allowed where the plan's are (a cast
+    to a field that allows none fails on the first null, in pass 2), its values' type."""
     return (
         actual.name == expected.name
-        and actual.nullable == expected.nullable
+        and (expected.nullable or not actual.nullable)
         and same_values(actual.type, expected.type)
     )
 

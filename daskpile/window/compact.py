@@ -20,6 +20,7 @@ from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _manifest, _passes
 from daskpile.engine._pipeline import VerificationError, _pile_groups
 from daskpile.sources.parquet import open_parquet, parquet_errors
+from daskpile.sources.schemas import nullable
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, nulls_of, report
 
@@ -117,7 +118,9 @@ def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compa
         for name, pile, rows in zip(g.files, g.file_piles, g.rows_per_file, strict=True):
             files_of_pile[pile].append((name, g.cuts, rows))
     directory = snapshot.generation_dir(generation)
-    schema = _manifest.arrow_schema(window.base)
+    # (as appends conform to it: a window made by a daskpile whose plans kept nested fields' flags may have taken
+    # nulls inside its lists since)
+    schema = nullable(_manifest.arrow_schema(window.base))
     tasks = [
         dask.delayed(_merge_group)(
             window.fs, window.path, [(j, files_of_pile[j]) for j in group], window.seed, generation, window.piles,
