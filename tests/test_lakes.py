@@ -1039,3 +1039,25 @@ def test_a_metadata_sidecar_that_names_other_files_is_not_used_to_plan(tmp_path,
     )
     assert "_metadata' names 0 of the 4 files listed" in capsys.readouterr().out
     assert read_output(tmp_path / "out2").column_names == ["x", "y"]
+
+
+def test_names_that_differ_only_in_case_are_refused_as_spark_would_read_them_as_one(tmp_path):
+    """Unified, userId and userid were two half-null columns (Spark refuses to read the result, DuckDB reads
+    userid_1); a folder Year=2024 over files holding year=2023 kept both, and skipped the check that the files'
+    values are their folders' (a new user's trial).  One file's own two spellings stay its columns."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    pq.write_table(pa.table({"id": [1], "userId": [10]}), lake / "f0.parquet")
+    pq.write_table(pa.table({"id": [2], "userid": [20]}), lake / "f1.parquet")
+    with pytest.raises(ValueError, match=r"columns 'userId' \(in '.*f0\.parquet'\) and 'userid' \(in '.*f1\.parquet'\) "
+                                         r"differ only in case"):  # fmt: skip
+        shuffle(lake, tmp_path / "out", schema="unify")
+    pq.write_table(pa.table({"id": [2], "userid": [20], "userId": [3]}), lake / "f1.parquet")
+    shuffle(lake, tmp_path / "out", schema="unify")  # (f1 holds both: its own columns)
+    assert sorted(read_output(tmp_path / "out").column_names) == ["id", "userId", "userid"]
+    folders = tmp_path / "hive" / "Year=2024"
+    folders.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [1, 2], "year": [2023, 2023]}), folders / "f.parquet")
+    with pytest.raises(ValueError, match=r"partition folders' key 'Year' and column 'year' of '.*f\.parquet' differ"):
+        shuffle(tmp_path / "hive", tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()

@@ -570,6 +570,7 @@ def _reading(
     if schemas.GEO in (data.metadata or {}) and len(files) > 1:  # (each file's says its own rows' extent)
         data = schemas.with_geo_of_all(data, footers or _schemas(fs, [f.path for f in files]))
     data = schemas.nullable(schemas.without_range_index(schemas.without_views(data)))
+    _refuse_keys_differing_in_case(key_fields, data, reference)
     # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
     # checked to hold their value as it is read (``schemas.Conformer``)
     held = {n: data.field(n) if inferred else key_fields.field(n) for n in key_fields.names if n in data.names}
@@ -579,6 +580,24 @@ def _reading(
     schema = pa.schema([*data, *(f for f in key_fields if f.name not in held)], metadata=data.metadata)
     schema = schemas.without_stale_spark_schema(schema, unified=policy == "unify")
     return Reading(schema, policy, reference)
+
+
+def _refuse_keys_differing_in_case(key_fields: pa.Schema, data: pa.Schema, reference: str) -> None:
+    """A ValueError for a key=value folder whose key is a column of the files in another case (``Year=2024``
+    over a column ``year``): kept apart, the result had both, which Spark refuses to read, and the check that
+    the files' values are their folders' (made where the names are equal) was skipped.  Spark, Hive and DuckDB
+    read them as one column."""
+    columns = {name.casefold(): name for name in data.names}
+    for key in key_fields.names:
+        column = columns.get(key.casefold())
+        if column is not None and column != key:
+            said = reference if reference.startswith("the union") else repr(reference)  # (else a file's URL)
+            raise ValueError(
+                f"partition folders' key {key!r} and column {column!r} of {said} differ only in case: the "
+                "result would hold both, which Spark refuses to read, and Spark, Hive and DuckDB read them as one; "
+                "rename the folders or the column to one spelling (or partitioning='none', --partitioning none, "
+                "keeps the folders' keys out)"
+            )
 
 
 def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:

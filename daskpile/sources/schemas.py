@@ -176,6 +176,7 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     nullable = {
         n: n in {f.name for s in schemas for f in s if f.nullable} or everywhere[n] < len(schemas) for n in types
     }
+    _refuse_names_differing_in_case(list(types), schemas, urls)
     types = {n: t if nested[n] is not None else _without_nested_metadata(t) for n, t in types.items()}
     fields = [pa.field(n, t, nullable=nullable[n], metadata=agreed[n] or None) for n, t in types.items()]
     metadata = dict(schemas[0].metadata or {}) if schemas else {}
@@ -185,6 +186,26 @@ def unify(schemas: list[pa.Schema], urls: list[str]) -> pa.Schema:
     if any(hugging_face_features(s) != features for s in schemas) or set(features or types) != set(types):
         metadata.pop(HUGGING_FACE, None)  # (as pandas': some files' features, or other columns than the union's)
     return pa.schema(fields, metadata=metadata or None)
+
+
+def _refuse_names_differing_in_case(names: list[str], schemas: list[pa.Schema], urls: list[str]) -> None:
+    """A ValueError for columns of different files whose names differ only in case (``userId``, ``userid``):
+    unified, they were two columns, each null in the other's rows, which Spark refuses to read ("Found duplicate
+    column(s)") and DuckDB reads as ``userid_1``; Spark, Hive and DuckDB read such files as one column.  Names
+    that one file holds both of are its own columns, kept."""
+    spellings: dict[str, list[str]] = {}
+    for name in names:
+        spellings.setdefault(name.casefold(), []).append(name)
+    for same in (group for group in spellings.values() if len(group) > 1):
+        if any(sum(name in schema.names for name in same) > 1 for schema in schemas):
+            continue
+        where = [next(url for schema, url in zip(schemas, urls, strict=True) if name in schema.names) for name in same]
+        said = " and ".join(f"{name!r} (in {url!r})" for name, url in zip(same, where, strict=True))
+        raise ValueError(
+            f"columns {said} differ only in case: unified they would be {len(same)} columns, each null in the "
+            "other's rows, which Spark refuses to read and Spark, Hive and DuckDB read as one; rename them to one "
+            "spelling first"
+        )
 
 
 GEO = b"geo"  # GeoParquet's file metadata: per geometry column, the bbox and types of the file's geometries
