@@ -199,8 +199,14 @@ def test_partition_folders_at_different_depths_are_refused(sync_scheduler, tmp_p
     for sub in ["year=2024/month=1", "year=2024"]:
         os.makedirs(tmp_path / "lake" / sub, exist_ok=True)
         pq.write_table(pa.table({"id": [1]}), tmp_path / "lake" / sub / "a.parquet")
-    with pytest.raises(ValueError, match="same depth of key=value folders"):
+    with pytest.raises(ValueError, match=r"folders of '.*year=2024/a\.parquet' are \['year'\], those of "
+                                         r"'.*month=1/a\.parquet' are \['year', 'month'\]: .*same depth"):  # fmt: skip
         shuffle(str(tmp_path / "lake"), tmp_path / "out")
+    # a key not declared: the file, and the declaration that reads it (a new user's trial: neither was said)
+    with pytest.raises(ValueError, match=r"folders \(of '.*month=1/a\.parquet'\) have keys \['month'\] that "
+                                         r"partitioning= does not declare: declare them too \(--partitioning "
+                                         r"year:int16,month:string\)"):  # fmt: skip
+        shuffle(str(tmp_path / "lake" / "year=2024" / "month=1"), tmp_path / "out", partitioning="year:int16")
 
 
 # -- evolved schemas ---------------------------------------------------------------------------------------------

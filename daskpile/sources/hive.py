@@ -67,8 +67,13 @@ def folder_keys(path: str) -> list[tuple[str, str]]:
 class UndeclaredKeysError(ValueError):
     """Partition folders whose keys the partitioning given does not declare (``keys``)."""
 
-    def __init__(self, keys: list[str]):
-        super().__init__(f"partition folders have keys {keys} that partitioning= does not declare")
+    def __init__(self, keys: list[str], url: str = "", declared: pa.Schema | None = None):
+        where = f" (of {url!r})" if url else ""
+        hint = ""
+        if declared is not None:
+            spelled = ",".join([*(f"{f.name}:{f.type}" for f in declared), *(f"{k}:string" for k in keys)])
+            hint = f": declare them too (--partitioning {spelled}), or partitioning='hive' to infer every key's type"
+        super().__init__(f"partition folders{where} have keys {keys} that partitioning= does not declare{hint}")
         self.keys = keys
 
 
@@ -83,14 +88,20 @@ def key_schema(per_file: list[list[tuple[str, str]]], declared: pa.Schema | str 
                 names.append(name)
     for pairs, url in zip(per_file, where, strict=True):
         if (pairs and [n for n, _ in pairs] != names[: len(pairs)]) or (pairs and len(pairs) != len(names)):
+            keys = [n for n, _ in pairs]
+            other = next(
+                (u, [n for n, _ in p]) for p, u in zip(per_file, where, strict=True) if [n for n, _ in p] != keys
+            )
+            said = f"those of {other[0]!r} are {other[1]}"
             raise ValueError(
-                f"partition folders of {url!r} are {[n for n, _ in pairs]}, other files have {names}: "
+                f"partition folders of {url!r} are {[n for n, _ in pairs]}, {said}: "
                 "every file of a partitioned dataset must sit at the same depth of key=value folders"
             )
     if isinstance(declared, pa.Schema):
         missing = [n for n in names if n not in declared.names]
         if missing:
-            raise UndeclaredKeysError(missing)
+            url = next(url for pairs, url in zip(per_file, where, strict=True) if any(k in missing for k, _ in pairs))
+            raise UndeclaredKeysError(missing, url, declared)
         return pa.schema([declared.field(n) for n in names])
     values = {n: [v for pairs in per_file for k, v in pairs if k == n and v != NULL_VALUE] for n in names}
     return pa.schema([pa.field(n, pa.int32() if _all_int32(values[n]) else pa.string()) for n in names])
