@@ -1172,3 +1172,33 @@ def test_days_of_json_lines_and_csv_are_appended_parsed_into_the_window_s_column
     daskpile.shuffle_parquet(str(tmp_path / "c-0.csv"), csv_dest, piles=2, seed=1, read_options={"delimiter": ";"})
     assert daskpile.append(csv_dest, str(tmp_path / "c-1.csv")).rows == 200
     assert sorted(loader_ids(csv_dest)) == list(range(200)) and daskpile.verify(csv_dest).ok
+
+
+def test_a_geoparquet_windows_files_say_the_extent_of_their_own_rows(sync_scheduler, tmp_path):
+    """An appended day's files took the window's first data's GeoParquet bbox, and compaction's too: a reader
+    skipping files by bbox (Sedona) would skip the day's rows (found beside a new user's trial of lakes)."""
+    import struct
+
+    def write(folder: Path, x0: int) -> str:
+        folder.mkdir()
+        column = {"encoding": "WKB", "geometry_types": ["Point"], "bbox": [x0, x0, x0 + 1, x0 + 1]}
+        geo = {"version": "1.1.0", "primary_column": "geometry", "columns": {"geometry": column}}
+        points = [struct.pack("<BIdd", 1, 1, x, x) for x in (x0, x0 + 1)]
+        table = pa.table({"id": [x0, x0 + 1], "geometry": points}).replace_schema_metadata({"geo": json.dumps(geo)})
+        pq.write_table(table, folder / "part.parquet")
+        return str(folder)
+
+    def boxes() -> dict[str, list]:
+        found = {}
+        for path in sorted((tmp_path / "window").rglob("*.parquet")):
+            geo = json.loads(pq.read_schema(path).metadata[b"geo"])["columns"]["geometry"]
+            xs = [struct.unpack("<BIdd", g)[2] for g in pq.read_table(path)["geometry"].to_pylist()]
+            assert all(geo["bbox"][0] <= x <= geo["bbox"][2] for x in xs), path
+            found[path.parent.name] = geo["bbox"]
+        return found
+
+    daskpile.shuffle_parquet(write(tmp_path / "d0", 0), str(tmp_path / "window"), piles=1, seed=0)
+    daskpile.append(str(tmp_path / "window"), write(tmp_path / "d1", 100))
+    assert boxes() == {"window": [0, 0, 1, 1], "gen-000001": [100, 100, 101, 101]}
+    daskpile.compact(str(tmp_path / "window"))
+    assert boxes()["gen-000002"] == [0, 0, 101, 101]

@@ -16,7 +16,7 @@ from daskpile.engine._places import check_dest_outside_source
 from daskpile.sources import MixedFormatsError, plan_sources
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading
-from daskpile.sources.schemas import conformer, nullable
+from daskpile.sources.schemas import conformer, nullable, with_geo_of_all
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, report
 
@@ -187,6 +187,8 @@ def _plan_into_window(window: Window, source, storage_options, partitioning, str
     plan = _plan(source, storage_options, partitioning, stray_files)
     check_dest_outside_source(plan.fs, [f.path for f in plan.files], source, window.fs, window.path)
     schema = nullable(_manifest.arrow_schema(window.base))  # (a first day declared never null, a later one null)
+    # a GeoParquet window's new files hold the day's rows: the day's extent, not the window's first data's
+    schema = with_geo_of_all(schema, [plan.reading.schema])
     reference = window.url  # (quoted in messages: the window's own name, not a label around it)
     if plan.reading.text is not None:
         return _text_into_window(window, plan, source, storage_options, partitioning, stray_files, schema)

@@ -20,7 +20,7 @@ from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _manifest, _passes
 from daskpile.engine._pipeline import VerificationError, _pile_groups
 from daskpile.sources.parquet import open_parquet, parquet_errors
-from daskpile.sources.schemas import nullable
+from daskpile.sources.schemas import nullable, with_geo_of_all
 from daskpile.window import snapshot
 from daskpile.window.snapshot import Generation, Window, WindowReport, nulls_of, report
 
@@ -153,9 +153,10 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         if found is not None and all(found.get(k) == v for k, v in stamp.items()):
             results.append(_Compacted(pile, name, found["rows"], *_fingerprints(found)))
             continue
-        kept, cut = [], Fingerprint()
+        kept, cut, read = [], Fingerprint(), []
         for file_name, rules, recorded_rows in files:
             table = _read(fs, path, file_name)
+            read.append(table.schema)
             if table.num_rows != recorded_rows:  # what a fingerprint would catch, for generations without one
                 raise VerificationError(
                     f"compacting {full_url(fs, path)}: {file_name} holds {count(table.num_rows, 'row')}, the "
@@ -171,7 +172,8 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         rng = _random.keyed(seed, _random.COMPACT, generation, pile)
         merged = _kernels.permute(merged, rng)
         stamp.update(rows=merged.num_rows, cut=cut.to_json())
-        _, written = _passes._write_stamped(merged, fs, target, schema, stamp, True)
+        # (a GeoParquet window's: the merged files' extent, not the window's first data's)
+        _, written = _passes._write_stamped(merged, fs, target, with_geo_of_all(schema, read), stamp, True)
         results.append(_Compacted(pile, name, merged.num_rows, written, cut))
         del merged, kept
     return results
