@@ -1162,6 +1162,20 @@ def test_a_filter_value_of_another_type_is_named_as_the_filters(datasets, tmp_pa
         daskpile.PileLoader(str(tmp_path), batch_size=10, seed=1, filters=[("price", ">", 5)])
 
 
+def test_filters_whose_terms_are_lists_as_json_gives_them(tmp_path):
+    """pyarrow takes a term as a list too ([["id", "<", 10]], what a filter read from JSON or YAML is): the
+    decimal rewrite took that for a list of conjunctions, and every such filter failed ("too many values to
+    unpack"), on any dataset."""
+    pq.write_table(pa.table({"id": range(1000)}), tmp_path / "part-0.parquet")
+    for filters, rows in [
+        ([["id", "<", 10]], 10),
+        ([("id", "<", 10)], 10),
+        ([[["id", "<", 10]], [["id", ">=", 990]]], 20),
+    ]:
+        loader = daskpile.PileLoader(str(tmp_path), batch_size=100, seed=1, filters=filters)
+        assert sum(b.num_rows for b in loader) == rows, filters
+
+
 def test_decimal_filters_select_the_rows_python_does_at_any_scale(tmp_path):
     """pyarrow 21 compares a decimal(12, 2) column with Decimal("4.999") as with 4.99 (or worse): every operator,
     with values at, above and between the column's steps, against Python's own comparison of the values."""
@@ -1175,8 +1189,13 @@ def test_decimal_filters_select_the_rows_python_does_at_any_scale(tmp_path):
     for values in [[d("4.999"), d("1")], [d("0.005")], [d("2.50"), d("3.001"), d("-1")]]:
         cases.append(([("price", "in", values)], lambda x, s=set(values): x in s))
         cases.append(([("price", "not in", values)], lambda x, s=set(values): x not in s))
+    # terms as lists, as filters read from JSON or YAML are (the rewrite took [["price", ...]] for two conjunctions)
+    cases.append(([["price", ">", d("4.999")]], lambda x: x > d("4.999")))
+    cases.append(
+        ([[["price", "<", d("0.5")]], [["price", ">=", d("6.985")]]], lambda x: x < d("0.5") or x >= d("6.985"))
+    )
     for filters, keeps in cases:
-        want = sum(1 for x in prices if x is not None and keeps(x)) + 20 * (filters[0][1] == "not in")  # nulls
+        want = sum(1 for x in prices if x is not None and keeps(x)) + 20 * ("not in" in str(filters))  # nulls
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "match no row"
             loader = daskpile.PileLoader(str(tmp_path), batch_size=100, seed=1, filters=filters)

@@ -306,7 +306,9 @@ def _expression(filters, schema: pa.Schema | None = None) -> ds.Expression:  # n
         return filters
     expression = pq.filters_to_expression(filters)  # checks their form, and is the answer when no scale differs
     scales = {f.name: f.type.scale for f in schema or () if pa.types.is_decimal(f.type)}
-    conjunctions = [filters] if isinstance(filters[0], tuple) else filters
+    # One conjunction of terms, or a list of them; a term is a tuple or a list (filters read from JSON or YAML)
+    conjunctions = [filters] if isinstance(filters[0][0], str) else filters
+    conjunctions = [[tuple(term) for term in conjunction] for conjunction in conjunctions]
     terms = [term for conjunction in conjunctions for term in conjunction]
     if not any(name in scales and _decimals(value) for name, _, value in terms):
         return expression
