@@ -1781,3 +1781,23 @@ def test_a_compressed_csv_resumed_mid_file_reads_its_header_decompressed(tmp_pat
     table = read_output(tmp_path / "out")
     rows = sorted(zip(table["id"].to_pylist(), table["name"].to_pylist(), strict=True))
     assert rows == [(i, f"n{i}") for i in range(20_000)]
+
+
+def test_a_streamed_file_a_worker_cannot_hold_is_refused_before_pass_1(tmp_path):
+    """A compressed file (or a CSV with newlines in values) is read by one task, about 5 blocks of --blocksize
+    at its peak: a cluster trial's workers of 1 GB a thread were killed at the default blocksize, and the run
+    failed after Dask's retries.  Refused on a cluster whose workers have less, saying the blocksize that fits."""
+    from distributed import Client, LocalCluster
+
+    (tmp_path / "src").mkdir()
+    with open(tmp_path / "src" / "big.csv", "wb") as f:  # 70 MiB, of which only the first MiB is ever read
+        f.write(b"id,s\n" + b"".join(b'%d,"a\nb"\n' % i for i in range(1000)))
+        f.truncate(70 * 2**20)
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="300MiB", dashboard_address=":0") as cluster:
+        with Client(cluster), pytest.raises(ValueError, match=r"big\.csv' is read by one task, a block of --blocksize "
+                                                              r"\(64\.0 MiB\) at a time, .* about 5 blocks \(320\.0 MiB\) "
+                                                              r"at its peak; this cluster's workers have 300\.0 MiB a "
+                                                              r"thread: pass --blocksize 32MiB"):  # fmt: skip
+            daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1, blocksize="64MiB",
+                                     read_options={"newlines_in_values": True})  # fmt: skip
+    assert not (tmp_path / "out").exists()

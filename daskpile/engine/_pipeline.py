@@ -56,7 +56,7 @@ from daskpile._storage import (
     urls_said,
 )
 from daskpile._validate import check_bytes, check_piles
-from daskpile._words import count, size
+from daskpile._words import count, human_size, size
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
 from daskpile.engine import _dest, _lease, _manifest, _passes, _places, _scratch, _sizing
@@ -743,6 +743,7 @@ class _Run:
         self.row_estimate = max(self.estimated_bytes / rows, row_bytes) if rows else 0
         if self.old_result is None or self.overwrite:  # (a finished result is reported, whatever the cluster)
             self.refuse_rows_no_task_holds()
+            self.refuse_blocks_no_task_holds()
         if self.memory_per_pile is not None and rows and self.estimated_bytes / rows > self.memory_per_pile:
             raise ValueError(  # checked now, not after pass 1
                 f"a row takes about {self.estimated_bytes / rows:,.0f} bytes in memory, more than "
@@ -806,6 +807,32 @@ class _Run:
         others = len(self.plan.urls) - 1
         where = f"{self.plan.urls[0]!r}" + (f" and {count(others, 'other file')}" if others else "")
         _sizing.refuse_rows_a_task_cannot_hold(f"the rows of the source ({where}) take", row, self.task_memory)
+
+    def refuse_blocks_no_task_holds(self) -> None:
+        """A text file read by one task, streaming (compressed, or CSV with newlines in values), refused before
+        pass 1 where its task would hold more than a worker's memory over its threads: about
+        ``text.STREAM_PEAK_BLOCKS`` blocks at its peak, 1.3 GB at the default blocksize (a trial's workers of
+        1 GB a thread were killed, and the run failed after Dask's retries).  Only on a cluster whose workers
+        have memory limits."""
+        options = self.plan.reading.text
+        streamed = [f for f in self.plan.files if options is not None and not text.splittable(f.path, options)]
+        per_thread = worker_memory_per_thread() if streamed else None
+        if per_thread is None:
+            return
+
+        def block(f) -> int:  # (a compressed file's text taken as COMPRESSED_RATIO times its size)
+            return min(self.blocksize, f.size * (text.COMPRESSED_RATIO if text.compression_of(f.path) else 1))
+
+        largest = max(streamed, key=block)
+        peak = text.STREAM_PEAK_BLOCKS * block(largest)
+        if peak > per_thread:
+            fits = 2 ** int(math.log2(max(per_thread // text.STREAM_PEAK_BLOCKS, 2**20) / 2**20))
+            raise ValueError(
+                f"{full_url(self.plan.fs, largest.path)!r} is read by one task, a block of --blocksize "
+                f"({human_size(self.blocksize)}) at a time, which holds about {text.STREAM_PEAK_BLOCKS} blocks "
+                f"({human_size(peak)}) at its peak; this cluster's workers have {human_size(per_thread)} a "
+                f"thread: pass --blocksize {fits}MiB (blocksize=), or workers with more memory a thread"
+            )
 
     def finished_already(self) -> ShuffleReport | None:
         """The report of dest's finished result if this call wrote it; another call's refused unless overwrite."""

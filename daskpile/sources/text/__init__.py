@@ -47,10 +47,11 @@ from daskpile.sources.text.formats import (
 )
 from daskpile.sources.text.lines import SCAN_BYTES, first_newline, line_offsets, lines_table
 from daskpile.sources.text.schema import infer_schema
-from daskpile.sources.text.sizing import COMPRESSED_RATIO, estimate
+from daskpile.sources.text.sizing import COMPRESSED_RATIO, STREAM_PEAK_BLOCKS, estimate
 
 __all__ = [
     "COMPRESSED_RATIO",
+    "STREAM_PEAK_BLOCKS",
     "FORMATS",
     "JSON_TEXT",
     "MAX_BLOCKSIZE",

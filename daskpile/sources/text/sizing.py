@@ -16,6 +16,10 @@ from daskpile.sources.text.schema import first_records, sample
 # or too little decompressed to tell (a bzip2 block of 900 kB), taken as this many times its size on disk
 # (gzip and zstd shrink text and JSON three to ten times; a repetitive corpus was 66 times).
 COMPRESSED_RATIO = 5
+# A task streaming a file (compressed, or CSV with newlines in values) peaks at about this many blocks of
+# --blocksize: the block parsed and scattered, the next one read, the allocator's free pages (a .csv.gz of
+# 250 MiB of text, --blocksize 64MiB, sync: a peak resident set of 0.53 GB; 1.3 GB at the default 256 MiB)
+STREAM_PEAK_BLOCKS = 5
 
 
 RATIO_PROBE_BYTES = 2**20
