@@ -1793,11 +1793,14 @@ def test_a_streamed_file_a_worker_cannot_hold_is_refused_before_pass_1(tmp_path)
     with open(tmp_path / "src" / "big.csv", "wb") as f:  # 70 MiB, of which only the first MiB is ever read
         f.write(b"id,s\n" + b"".join(b'%d,"a\nb"\n' % i for i in range(1000)))
         f.truncate(70 * 2**20)
-    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="300MiB", dashboard_address=":0") as cluster:
-        with Client(cluster), pytest.raises(ValueError, match=r"big\.csv' is read by one task, a block of --blocksize "
-                                                              r"\(64\.0 MiB\) at a time, .* about 5 blocks \(320\.0 MiB\) "
-                                                              r"at its peak; this cluster's workers have 300\.0 MiB a "
-                                                              r"thread: pass --blocksize 32MiB"):  # fmt: skip
-            daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1, blocksize="64MiB",
-                                     read_options={"newlines_in_values": True})  # fmt: skip
+    said = (
+        r"big\.csv' is read by one task, a block of --blocksize \(64\.0 MiB\) at a time, .* about 5 blocks "
+        r"\(320\.0 MiB\) at its peak; this cluster's workers have 300\.0 MiB a thread: pass --blocksize 32MiB"
+    )
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="300MiB", dashboard_address=":0")
+    with cluster, Client(cluster), pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1, blocksize="64MiB",
+            read_options={"newlines_in_values": True},
+        )  # fmt: skip
     assert not (tmp_path / "out").exists()

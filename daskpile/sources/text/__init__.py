@@ -51,13 +51,13 @@ from daskpile.sources.text.sizing import COMPRESSED_RATIO, STREAM_PEAK_BLOCKS, e
 
 __all__ = [
     "COMPRESSED_RATIO",
-    "STREAM_PEAK_BLOCKS",
     "FORMATS",
     "JSON_TEXT",
     "MAX_BLOCKSIZE",
     "PARQUET_EXTENSIONS",
     "SAMPLE_BYTES",
     "SCAN_BYTES",
+    "STREAM_PEAK_BLOCKS",
     "TEXT_FORMATS",
     "BlockReader",
     "TextOptions",
