@@ -1067,3 +1067,15 @@ def test_names_that_differ_only_in_case_are_refused_as_spark_would_read_them_as_
     with pytest.raises(ValueError, match=r"partition folders' key 'Year' and column 'year' of '.*f\.parquet' differ"):
         shuffle(tmp_path / "hive", tmp_path / "out2")
     assert not (tmp_path / "out2").exists()
+
+
+def test_a_struct_of_two_fields_of_one_name_is_not_matched_by_name(sync_scheduler, tmp_path):
+    """Structs are matched by name, but the plan's struct<a, a> took a file's struct<a, b> (every plan name in
+    the file, as many fields), and Arrow's cast dropped b's values, with verify saying OK (the review)."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    twice = pa.StructArray.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
+    pq.write_table(pa.table({"id": [0], "s": twice}), lake / "a.parquet")
+    pq.write_table(pa.table({"id": [1], "s": pa.array([{"a": 3, "b": 4}])}), lake / "b.parquet")
+    with pytest.raises(ValueError, match=r"schema of '.*b\.parquet' differs from that of '.*a\.parquet': s: "):
+        shuffle(lake, tmp_path / "out")

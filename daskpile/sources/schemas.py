@@ -507,13 +507,15 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
     for view, *plain in _VIEW_FORMS:  # (a file's views, read as the plan's plain form)
         if view(actual) and any(p(expected) for p in plain):
             return True
-    if pa.types.is_struct(actual) and pa.types.is_struct(expected):  # by name: Arrow's cast puts them in order
+    if pa.types.is_struct(actual) and pa.types.is_struct(expected):
         theirs = {actual.field(i).name: actual.field(i) for i in range(actual.num_fields)}
-        return (
-            actual.num_fields == expected.num_fields == len(theirs)
-            and all(expected.field(i).name in theirs for i in range(expected.num_fields))
-            and all(_same_field(theirs[expected.field(i).name], expected.field(i)) for i in range(expected.num_fields))
-        )
+        ours = [expected.field(i) for i in range(expected.num_fields)]
+        if len(theirs) < actual.num_fields or len({f.name for f in ours}) < len(ours):  # a name twice: by position
+            return actual.num_fields == len(ours) and all(
+                _same_field(actual.field(i), f) for i, f in enumerate(ours)
+            )
+        # by name: Arrow's cast puts them in the plan's order
+        return set(theirs) == {f.name for f in ours} and all(_same_field(theirs[f.name], f) for f in ours)
     if pa.types.is_map(actual) and pa.types.is_map(expected):
         return same_values(actual.key_type, expected.key_type) and _same_field(actual.item_field, expected.item_field)
     return False
