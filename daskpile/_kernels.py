@@ -391,13 +391,12 @@ class TakeSource:
 
     def __init__(self, column: pa.ChunkedArray | pa.Array):
         self.type = column.type
-        self.data_buffers = []  # a view column's own: its views point into them
-        if _is_view(column.type):  # (Arrow 26 takes no string_view: "no kernel matching input types")
-            combined = _combined(column)
-            self.wide_type, self.view_type, self.data_buffers = None, column.type, combined.buffers()[2:]
-            self.values = pa.Array.from_buffers(
-                pa.binary(16), len(combined), combined.buffers()[:2], offset=combined.offset
-            )
+        self.back = None  # the column's own type, where it is taken in another
+        if _is_view(column.type):
+            # Arrow 26 takes no string_view ("no kernel matching input types"); and the views taken would point
+            # into every data buffer of the column: each batch of a loader would hold, and pickle, its whole pile
+            self.wide_type = self.view_type = None
+            self.back, self.values = column.type, _combined(column.cast(_LARGE_OF_VIEW[column.type]))
             return
         # (a user's Python extension type may be unhashable: only the types below have views or wide forms)
         plain = not isinstance(column.type, pa.BaseExtensionType)
@@ -421,10 +420,11 @@ class TakeSource:
         if self.wide_type is not None:
             return self._take_in_chunks(indices)
         taken = _take(self.values, indices)
+        if self.back is not None:
+            return taken.cast(self.back)  # (views of the rows taken only)
         if self.view_type is None:
             return taken
-        buffers = [*taken.buffers(), *self.data_buffers]
-        return pa.Array.from_buffers(self.view_type, len(taken), buffers, offset=taken.offset).cast(self.type)
+        return pa.Array.from_buffers(self.view_type, len(taken), taken.buffers(), offset=taken.offset).cast(self.type)
 
     def _take_in_chunks(self, indices: pa.Array) -> pa.ChunkedArray:
         """Taken wide, in runs of rows whose bytes fit 32-bit offsets, each run a chunk of the column's type."""
@@ -440,6 +440,9 @@ class TakeSource:
 
 def _is_view(kind: pa.DataType) -> bool:
     return pa.types.is_string_view(kind) or pa.types.is_binary_view(kind)
+
+
+_LARGE_OF_VIEW = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
 
 
 # The largest offset of a string or binary array: a column with more bytes is taken as its large type.

@@ -26,6 +26,7 @@ from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import INT96_UNIT, open_parquet, parquet_errors
+from daskpile.sources.schemas import without_views
 
 DASK_NULL_INDEX = "__null_dask_index__"  # what Dask's to_parquet writes for an unnamed index: not data
 FOOTER_THREADS = 16  # footers are small reads, so on an object store their latency, not the cores, bounds them
@@ -150,6 +151,9 @@ def discover(
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
+    # Views (string_view, list_view: Polars and DataFusion write them) are read as their large forms: Arrow's
+    # take and filter select neither, and a batch sliced from views holds its whole pile's strings
+    schema = without_views(schema)
     version = None if manifest is None else _manifest.version_of(manifest)
     nulls, uncounted = _nulls(manifest, counted, keys, schema)
     if infos is None:
@@ -389,12 +393,12 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
     with open_parquet(fs, path) as parquet:
         stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
         lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
-        schema, total = parquet.schema_arrow, parquet.metadata.num_rows
+        schema, total = without_views(parquet.schema_arrow), parquet.metadata.num_rows  # (read so: see Units)
         nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:
             return _Counted(total, schema, lazy, total, nulls, uncounted, info)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
-        dataset = parquet_dataset(fs, path, keys, None if keys is None else _with_keys(schema, keys))
+        dataset = parquet_dataset(fs, path, keys, schema if keys is None else _with_keys(schema, keys))
         return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info)
 
 
@@ -518,8 +522,8 @@ def parquet_dataset(fs, path: str, keys: FolderKeys | None = None, schema: pa.Sc
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
-    if keys is None:
-        return ds.dataset(path, filesystem=fs, format=_parquet_format(ds))
+    if keys is None:  # (``schema``: the file's, its views as their large forms, which Arrow's filter selects)
+        return ds.dataset(path, filesystem=fs, format=_parquet_format(ds), schema=schema)
     arrow_fs = pafs.LocalFileSystem() if is_local(fs) else pafs.PyFileSystem(pafs.FSSpecHandler(fs))
     return ds.FileSystemDataset.from_paths(
         [path], schema=schema, format=_parquet_format(ds), filesystem=arrow_fs, partitions=[keys.expression(path)]

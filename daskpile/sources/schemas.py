@@ -511,9 +511,7 @@ def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
         theirs = {actual.field(i).name: actual.field(i) for i in range(actual.num_fields)}
         ours = [expected.field(i) for i in range(expected.num_fields)]
         if len(theirs) < actual.num_fields or len({f.name for f in ours}) < len(ours):  # a name twice: by position
-            return actual.num_fields == len(ours) and all(
-                _same_field(actual.field(i), f) for i, f in enumerate(ours)
-            )
+            return actual.num_fields == len(ours) and all(_same_field(actual.field(i), f) for i, f in enumerate(ours))
         # by name: Arrow's cast puts them in the plan's order
         return set(theirs) == {f.name for f in ours} and all(_same_field(theirs[f.name], f) for f in ours)
     if pa.types.is_map(actual) and pa.types.is_map(expected):
@@ -567,25 +565,25 @@ class Conformer:
                 raise ValueError(f"column {field.name!r} of {url!r} has nulls, which the dataset's schema forbids")
             if field.name in self.casts:
                 try:
-                    column = _cast(column, field.type)
+                    column = cast_column(column, field.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                     raise ValueError(f"column {field.name!r} of {url!r} does not fit {field.type}: {e}") from None
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self.schema)
 
 
-def _cast(column: pa.ChunkedArray, kind: pa.DataType) -> pa.ChunkedArray:
+def cast_column(column: pa.ChunkedArray | pa.Array, kind: pa.DataType) -> pa.ChunkedArray | pa.Array:
     """``column.cast(kind)``, a list view to a list by its values in row order: pyarrow 26 casts a list view to
     a list that is not valid (its offsets are the views', which may be out of order, or short by one)."""
     if not (pa.types.is_list_view(column.type) or pa.types.is_large_list_view(column.type)):
         return column.cast(kind)
     chunks = []
-    for chunk in column.chunks:
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
         lengths = np.asarray(pc.fill_null(pc.list_value_length(chunk), 0), dtype=np.int64)
         offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]))
         values = pc.list_flatten(chunk).cast(kind.value_type)
         chunks.append(pa.LargeListArray.from_arrays(offsets, values, mask=chunk.is_null()).cast(kind))
-    return pa.chunked_array(chunks, kind)
+    return pa.chunked_array(chunks, kind) if isinstance(column, pa.ChunkedArray) else chunks[0]
 
 
 def _check_echo(column: pa.ChunkedArray, key: pa.Scalar, name: str, url: str) -> None:
