@@ -262,8 +262,8 @@ def take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     True
     """
     arrow_indices = as_arrow_indices(indices)  # once, not once per column
-    views = any(_is_view(kind) for kind in table.schema.types)  # (Arrow's take has no kernel for them)
-    if table.num_rows < VIEW_TAKE_MIN_ROWS and table.nbytes <= OFFSETS_LIMIT and not views:
+    small = table.num_rows < VIEW_TAKE_MIN_ROWS and table.nbytes <= OFFSETS_LIMIT
+    if small and not any(_is_view(field.type) for field in table.schema):  # (Arrow takes no views)
         return _take(table, arrow_indices)  # A pile of 20 k rows: 50 ns a row, against 75 with views
     columns = [TakeSource(table.column(i)).take(arrow_indices) for i in range(table.num_columns)]
     return pa.Table.from_arrays(columns, schema=table.schema)

@@ -207,6 +207,10 @@ def test_partition_folders_at_different_depths_are_refused(sync_scheduler, tmp_p
                                          r"partitioning= does not declare: declare them too \(--partitioning "
                                          r"year:int16,month:string\)"):  # fmt: skip
         shuffle(str(tmp_path / "lake" / "year=2024" / "month=1"), tmp_path / "out", partitioning="year:int16")
+    os.makedirs(tmp_path / "twice" / "a=1" / "a=2")  # (every file with the same keys: a bare StopIteration)
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "twice" / "a=1" / "a=2" / "f.parquet")
+    with pytest.raises(ValueError, match=r"folders of '.*f\.parquet' name a key twice \(\['a', 'a'\]\)"):
+        shuffle(str(tmp_path / "twice"), tmp_path / "out")
 
 
 # -- evolved schemas ---------------------------------------------------------------------------------------------
@@ -1003,6 +1007,12 @@ def test_unify_holds_integers_and_decimals_in_one_decimal(tmp_path):
         {"id": 1, "price": decimal.Decimal("1.25")}, {"id": 2, "price": decimal.Decimal(7)},
         {"id": 3, "price": decimal.Decimal(-(2**63))}, {"id": 4, "price": decimal.Decimal(2**32 - 1)},
     ]  # fmt: skip
+    wide = tmp_path / "wide"  # no decimal holds every int64 and 60 places: pyarrow's own error named nothing
+    wide.mkdir()
+    pq.write_table(pa.table({"p": pa.array([1], pa.decimal256(76, 60))}), wide / "a.parquet")
+    pq.write_table(pa.table({"p": pa.array([1], pa.int64())}), wide / "b.parquet")
+    with pytest.raises(ValueError, match=r"column 'p' is decimal256\(76, 60\) in .* and int64 in .*no type holds"):
+        shuffle(wide, tmp_path / "out3", piles=2, seed=1, schema="unify")
     pq.write_table(pa.table({"id": [5], "price": pa.array([1], pa.decimal128(38, 20))}), lake / "d.parquet")
     with pytest.raises(ValueError, match=r"column 'price' is .* the type that holds both, decimal256\(39, 20\), has "
                                          r"more than 38 digits"):  # fmt: skip

@@ -590,7 +590,7 @@ def _refuse_keys_differing_in_case(key_fields: pa.Schema, data: pa.Schema, refer
     columns = {name.casefold(): name for name in data.names}
     for key in key_fields.names:
         column = columns.get(key.casefold())
-        if column is not None and column != key:
+        if column is not None and key not in data.names:  # (the key's own spelling among them: checked as such)
             said = reference if reference.startswith("the union") else repr(reference)  # (else a file's URL)
             raise ValueError(
                 f"partition folders' key {key!r} and column {column!r} of {said} differ only in case: the "

@@ -71,8 +71,13 @@ class UndeclaredKeysError(ValueError):
         where = f" (of {url!r})" if url else ""
         hint = ""
         if declared is not None:
-            spelled = ",".join([*(f"{f.name}:{f.type}" for f in declared), *(f"{k}:string" for k in keys)])
-            hint = f": declare them too (--partitioning {spelled}), or partitioning='hive' to infer every key's type"
+            added = ",".join(f"{k}:string" for k in keys)
+            spelled = ",".join([*(f"{f.name}:{f.type}" for f in declared), added])
+            try:  # (a type the option cannot spell, decimal128(5, 2): the keys to add alone)
+                said = f"--partitioning {spelled}" if parse_partitioning(spelled).names else ""
+            except (ValueError, TypeError):
+                said = f"add {added!r} to --partitioning, partitioning="
+            hint = f": declare them too ({said}), or partitioning='hive' to infer every key's type"
         super().__init__(f"partition folders{where} have keys {keys} that partitioning= does not declare{hint}")
         self.keys = keys
 
@@ -89,10 +94,11 @@ def key_schema(per_file: list[list[tuple[str, str]]], declared: pa.Schema | str 
     for pairs, url in zip(per_file, where, strict=True):
         if (pairs and [n for n, _ in pairs] != names[: len(pairs)]) or (pairs and len(pairs) != len(names)):
             keys = [n for n, _ in pairs]
-            other = next(
-                (u, [n for n, _ in p]) for p, u in zip(per_file, where, strict=True) if [n for n, _ in p] != keys
-            )
-            said = f"those of {other[0]!r} are {other[1]}"
+            if len(set(keys)) < len(keys):
+                raise ValueError(f"partition folders of {url!r} name a key twice ({keys}): name each key once")
+            others = ((u, [n for n, _ in p]) for p, u in zip(per_file, where, strict=True) if [n for n, _ in p] != keys)
+            other = next(others, None)
+            said = f"those of {other[0]!r} are {other[1]}" if other else f"the dataset's are {names}"
             raise ValueError(
                 f"partition folders of {url!r} are {[n for n, _ in pairs]}, {said}: "
                 "every file of a partitioned dataset must sit at the same depth of key=value folders"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
 import fsspec
@@ -41,11 +42,11 @@ def refuse_unwritable(footer: pq.FileMetaData, url: str) -> None:
     >>> refuse_unwritable(pq.read_metadata(pa.BufferReader(sink.getvalue())), "a.parquet")  # nothing to refuse
     """
     schema = footer.schema
-    names = schema.to_arrow_schema().names
-    twice = sorted({name for name in names if names.count(name) > 1})
+    names = collections.Counter(schema.to_arrow_schema().names)  # (a Counter: a file may have 10,000 columns)
+    twice = sorted(name for name, n in names.items() if n > 1)
     if twice:
         raise ValueError(
-            f"{url!r} has {names.count(twice[0])} columns named {twice[0]!r}: readers take one of them, or rename or "
+            f"{url!r} has {names[twice[0]]} columns named {twice[0]!r}: readers take one of them, or rename or "
             "refuse the file (Polars, Spark, and daskpile's verify); rename them first"
         )
     for i in range(len(schema)):

@@ -336,12 +336,14 @@ def _merge(a: pa.DataType, b: pa.DataType, a_int96: bool = False, b_int96: bool 
         # Arrow stores both as UTC instants: only their display differs (pyarrow refuses to merge them)
         finer = max((a, b), key=lambda t: ["s", "ms", "us", "ns"].index(t.unit)).unit
         return pa.timestamp(finer, "UTC")
-    for x, y in [(a, b), (b, a)]:
+    for x, y in [(_decoded(a), _decoded(b)), (_decoded(b), _decoded(a))]:
         if pa.types.is_decimal(x) and pa.types.is_integer(y):
             # pyarrow promotes int64 and decimal(5, 2) to decimal(20, 2), to which it then casts no int64 (it
             # counts 19 digits and 2 places: "Precision is not great enough"); DuckDB's union, decimal(21, 2)
             precision = max(x.precision - x.scale, _INTEGER_DIGITS[y.bit_width, pa.types.is_signed_integer(y)])
             precision += x.scale
+            if precision > 76:  # (no decimal holds both)
+                return None
             return pa.decimal128(precision, x.scale) if precision <= 38 else pa.decimal256(precision, x.scale)
     for x, y in [(a, b), (_decoded(a), _decoded(b))]:
         try:
