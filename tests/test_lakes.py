@@ -6,6 +6,7 @@ same lake (``pyarrow.dataset`` with hive partitioning), as a multiset of rows.
 
 import itertools
 import os
+import warnings
 
 import dask
 import dask.dataframe as dd
@@ -1043,17 +1044,23 @@ def test_a_metadata_sidecar_that_names_other_files_is_not_used_to_plan(tmp_path,
         pq.write_table(pa.table({"x": range(i * 100, (i + 1) * 100)}), lake / f"p{i}.parquet",
                        metadata_collector=collected)  # fmt: skip
         collected[-1].set_file_path(f"p{i}.parquet")
+    pq.ParquetWriter(lake / "p4.parquet", pa.schema([("x", pa.int64())])).close()  # no rows, no row group
+    pq.write_metadata(pa.schema([("x", pa.int64())]), lake / "_metadata", metadata_collector=collected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a current summary cannot name a file of no row group: not "stale"
+        shuffle(lake, tmp_path / "whole", piles=2, seed=1)
     pq.write_metadata(pa.schema([("x", pa.int64())]), lake / "_metadata", metadata_collector=collected[:1])
-    with pytest.warns(UserWarning, match=r"_metadata' names 1 of the 4 files listed: .* not used to plan"):
+    with pytest.warns(UserWarning, match=r"_metadata' names 1 of the 5 files listed: .* not used to plan"):
         shuffle(lake, tmp_path / "out", piles=2, seed=1)
     assert read_output(tmp_path / "out").num_rows == 400
     for i in range(4):  # every file gains a column the summary (schema only) predates
         pq.write_table(pa.table({"x": range(i * 100, (i + 1) * 100), "y": [i] * 100}), lake / f"p{i}.parquet")
+    pq.ParquetWriter(lake / "p4.parquet", pa.schema([("x", pa.int64()), ("y", pa.int64())])).close()
     pq.write_metadata(pa.schema([("x", pa.int64())]), lake / "_metadata")
     cli_main_exit(
         ["shuffle", str(lake), str(tmp_path / "out2"), "--piles", "auto", "--seed", "1", "--scheduler", "sync"]
     )
-    assert "_metadata' names 0 of the 4 files listed" in capsys.readouterr().out
+    assert "_metadata' names 0 of the 5 files listed" in capsys.readouterr().out
     assert read_output(tmp_path / "out2").column_names == ["x", "y"]
 
 

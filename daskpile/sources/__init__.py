@@ -539,8 +539,8 @@ def _sidecar_metadata(fs, sidecars: dict[str, str], files: list[SourceFile]) -> 
         if metadata.num_columns
     }
     listed = {posixpath.normpath(f.path) for f in files}
-    if named == listed:
-        return metadata, ""
+    if named == listed or (named < listed and not any(_rows_of(fs, sorted(listed - named)))):
+        return metadata, ""  # (a file of no rows may have no row group, which a summary cannot name)
     return None, (
         f"{full_url(fs, path)!r} names {len(named & listed):,} of the {len(listed):,} files listed"
         + (f" and {len(named - listed):,} others" if named - listed else "")
@@ -613,6 +613,12 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
         if fallback is None or (pa.null() in fallback[0].types and pa.null() not in found[0].types):
             fallback = found
     return fallback
+
+
+def _rows_of(fs, paths: list[str]) -> list[int]:
+    """Every file's rows, by its footer, read concurrently."""
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        return list(pool.map(lambda p: read_parquet(fs, p, pq.read_metadata).num_rows, paths))
 
 
 def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
