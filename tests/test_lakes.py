@@ -948,6 +948,12 @@ def test_geoparquet_metadata_says_what_every_output_file_holds(tmp_path, schema)
         assert column["bbox"] == [0, -100, 101, 1] and column["crs"] is None and geo["version"] == "1.1.0"
         assert all(column["bbox"][0] <= x <= column["bbox"][2] for x in xs)
         assert column["geometry_types"] == ["Point", "Point Z"]
+    empty = pa.table({"id": pa.array([], pa.int64()), "geometry": pa.array([], pa.binary())})
+    geo = {"version": "1.1.0", "primary_column": "geometry", "columns": {"geometry": {"encoding": "WKB",
+           "geometry_types": []}}}  # fmt: skip
+    pq.write_table(empty.replace_schema_metadata({"geo": json.dumps(geo)}), lake / "f2-empty.parquet")
+    shuffle(lake, tmp_path / "out1", piles=2, seed=1, schema=schema)  # (GeoPandas' empty frame: no bbox, no types)
+    assert all(g["columns"]["geometry"]["bbox"] == [0, -100, 101, 1] for g, _ in output_geo(tmp_path / "out1"))
     write(lake, "f3.parquet", 200, [], bbox=False)  # types unknown, and no bbox
     shuffle(lake, tmp_path / "out2", piles=2, seed=1, schema=schema)
     for geo, _ in output_geo(tmp_path / "out2"):

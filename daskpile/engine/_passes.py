@@ -37,6 +37,7 @@ from daskpile.engine._outputs import Output
 from daskpile.engine._scratch import PileReader, Scratch
 from daskpile.sources.parquet import read_parquet
 from daskpile.sources.read import Reading, SourceFile, read_pieces
+from daskpile.sources.schemas import GEO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -554,11 +555,18 @@ def _write_stamped(
         return size, output_fingerprint
     output_fingerprint = _fingerprint.of(table) if fingerprint else None
     stamp = _with_fingerprint(stamp, output_fingerprint)
+    if GEO in (schema.metadata or {}):  # its GeoParquet bbox holds its rows (``schemas.with_geo_of_all``)
+        stamp = {**stamp, GEO_OF_ROWS: True}
     metadata = {**(schema.metadata or {}), PILE_METADATA_KEY: json.dumps(stamp).encode()}
     table = table.replace_schema_metadata(metadata)
     if output.format == "parquet":
         return write_parquet(table, fs, path, output.compression), output_fingerprint
     return _outputs.write(table, fs, path, output), output_fingerprint
+
+
+# A pile's stamp says its GeoParquet metadata is of its own rows: files written before took the first input
+# file's bbox, and a compaction of such files cannot take their union
+GEO_OF_ROWS = "geo_of_rows"
 
 
 def _with_fingerprint(stamp: dict, fingerprint: Fingerprint | None) -> dict:
@@ -592,8 +600,14 @@ def pile_stamp(fs, path: str) -> dict | None:
             metadata = read_parquet(fs, path, pq.read_metadata).metadata or {}
     except (FileNotFoundError, ValueError, pa.ArrowInvalid):
         return None
-    found = metadata.get(PILE_METADATA_KEY)
-    return json.loads(found) if found else None
+    return stamp_of(metadata) or None
+
+
+def stamp_of(found: pa.Schema | dict | None) -> dict:
+    """The pile stamp in a file's schema (or its metadata); {} if none."""
+    metadata = (found.metadata if isinstance(found, pa.Schema) else found) or {}
+    stamp = metadata.get(PILE_METADATA_KEY)
+    return json.loads(stamp) if stamp else {}
 
 
 def _finished_pile(fs, path: str, expected: dict, fingerprint: bool) -> GatherResult | None:

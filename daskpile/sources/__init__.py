@@ -557,7 +557,6 @@ def _reading(
     both) keeps its place in them, and, unless declared, their type: a date,
     a boolean or an Enum, not the string its folders spell.
     """
-    footers = None
     if policy == "unify":
         footers = _schemas(fs, [f.path for f in files])
         data = schemas.unify([schemas.without_views(f) for f in footers], [full_url(fs, f.path) for f in files])
@@ -568,7 +567,7 @@ def _reading(
     else:
         data, reference = _reference_schema(fs, files)
     if schemas.GEO in (data.metadata or {}) and len(files) > 1:  # (each file's says its own rows' extent)
-        data = schemas.with_geo_of_all(data, footers or _schemas(fs, [f.path for f in files]))
+        data = schemas.with_geo_of_all(data, *_schemas_and_rows(fs, [f.path for f in files]))
     data = schemas.nullable(schemas.without_range_index(schemas.without_views(data)))
     _refuse_keys_differing_in_case(key_fields, data, reference)
     # A column the folders name too (polars' partition_by writes both): taken from the folders, each file's
@@ -613,6 +612,18 @@ def _reference_schema(fs, files: list[SourceFile]) -> tuple[pa.Schema, str]:
         if fallback is None or (pa.null() in fallback[0].types and pa.null() not in found[0].types):
             fallback = found
     return fallback
+
+
+def _schemas_and_rows(fs, paths: list[str]) -> tuple[list[pa.Schema], list[int]]:
+    """Every file's schema (with its metadata) and rows, by its footer, read concurrently."""
+
+    def read(path):
+        footer = read_parquet(fs, path, pq.read_metadata)
+        return footer.schema.to_arrow_schema(), footer.num_rows
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        found = list(pool.map(read, paths))
+    return [schema for schema, _ in found], [rows for _, rows in found]
 
 
 def _rows_of(fs, paths: list[str]) -> list[int]:

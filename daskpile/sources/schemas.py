@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -211,12 +212,13 @@ def _refuse_names_differing_in_case(names: list[str], schemas: list[pa.Schema], 
 GEO = b"geo"  # GeoParquet's file metadata: per geometry column, the bbox and types of the file's geometries
 
 
-def with_geo_of_all(schema: pa.Schema, files: list[pa.Schema]) -> pa.Schema:
+def with_geo_of_all(schema: pa.Schema, files: list[pa.Schema], rows: list[int] | None = None) -> pa.Schema:
     """``schema`` with GeoParquet metadata that holds for every output file: each holds rows of every input
     file, so each column's ``bbox`` is the union of the files' (dropped where one has none, or one crosses the
     antimeridian) and its ``geometry_types`` the union of theirs (``[]``, which GeoParquet reads as unknown,
     where one says unknown or has no GeoParquet metadata).  The first file's alone would say its rows' extent
-    and types: a reader that skips files by bbox (Sedona) would skip the others' rows.
+    and types: a reader that skips files by bbox (Sedona) would skip the others' rows.  Files of no rows (``rows``,
+    each file's, if given) add nothing: GeoPandas writes an empty frame's without a bbox, or with NaNs.
 
     >>> geo = lambda box: pa.schema([], metadata={"geo": json.dumps({"columns": {"g": {"bbox": box,
     ...     "geometry_types": ["Point"]}}})})
@@ -226,7 +228,7 @@ def with_geo_of_all(schema: pa.Schema, files: list[pa.Schema]) -> pa.Schema:
     first = _geo(schema)
     if first is None:
         return schema
-    found = [_geo(f) for f in files]
+    found = [_geo(f) for f, n in zip(files, rows or [1] * len(files), strict=True) if n]
     columns = {}
     for name, column in first.get("columns", {}).items():
         if not isinstance(column, dict):
@@ -264,8 +266,8 @@ def _union_of_boxes(boxes: list) -> list | None:
     crosses the antimeridian (its min x above its max x: a union of such is not a min and a max)."""
     if not boxes or any(not isinstance(b, list) or len(b) not in (4, 6) or len(b) != len(boxes[0]) for b in boxes):
         return None
-    if any(not all(isinstance(v, (int, float)) for v in b) for b in boxes):
-        return None
+    if any(not all(isinstance(v, (int, float)) and math.isfinite(v) for v in b) for b in boxes):
+        return None  # (NaNs: an older GeoPandas' empty frame; min and max of them depend on the order)
     half = len(boxes[0]) // 2
     if any(b[0] > b[half] for b in boxes):
         return None

@@ -156,7 +156,7 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         kept, cut, read = [], Fingerprint(), []
         for file_name, rules, recorded_rows in files:
             table = _read(fs, path, file_name)
-            read.append(table.schema)
+            read.append((table.schema, table.num_rows))
             if table.num_rows != recorded_rows:  # what a fingerprint would catch, for generations without one
                 raise VerificationError(
                     f"compacting {full_url(fs, path)}: {file_name} holds {count(table.num_rows, 'row')}, the "
@@ -173,7 +173,10 @@ def _merge_group(fs, path, piles, seed, generation, total_piles, directory, sche
         merged = _kernels.permute(merged, rng)
         stamp.update(rows=merged.num_rows, cut=cut.to_json())
         # (a GeoParquet window's: the merged files' extent, not the window's first data's)
-        _, written = _passes._write_stamped(merged, fs, target, with_geo_of_all(schema, read), stamp, True)
+        # (a file written before its stamp said so has the window's first bbox: it gives none, and the union none)
+        files = [s if _passes.stamp_of(s).get(_passes.GEO_OF_ROWS) else s.remove_metadata() for s, _ in read]
+        geo = with_geo_of_all(schema, files, [n for _, n in read])
+        _, written = _passes._write_stamped(merged, fs, target, geo, stamp, True)
         results.append(_Compacted(pile, name, merged.num_rows, written, cut))
         del merged, kept
     return results
