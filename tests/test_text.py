@@ -922,6 +922,25 @@ def test_a_null_lines_cannot_hold_is_refused_after_pass_1_naming_its_file_and_no
     assert not (tmp_path / "out").exists()
 
 
+def test_integers_past_int64_inside_objects_and_arrays_are_refused_too(tmp_path, sync_scheduler):
+    """Refused at the top level, the same integers inside an object or an array were rounded, and verified (a
+    new user's trial of a corpus: {"meta": {"simhash": 12345678901234567891}} came out ...567168)."""
+    path = tmp_path / "nested.jsonl"
+    path.write_text('{"id":1,"meta":{"simhash":12345678901234567891}}\n{"id":2,"meta":{"simhash":3}}\n')
+    said = r"column 'meta\.simhash' holds integers past int64 \(12345678901234567891\).*column_types\.meta=<its type"
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=1, seed=1, output_format="parquet")
+    assert not (tmp_path / "out").exists()
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=1, seed=1, output_format="parquet",
+                             read_options={"column_types": {"meta": "struct<simhash: uint64>"}})  # fmt: skip
+    assert sorted(r["simhash"] for r in pq.read_table(tmp_path / "out").column("meta").to_pylist()) == [
+        3, 12345678901234567891]  # fmt: skip
+    listed = tmp_path / "listed.jsonl"
+    listed.write_text('{"id":1,"ids":[9007199254740993,1.5]}\n')
+    with pytest.raises(ValueError, match=r"column 'ids\[\]' holds integers past 2\*\*53 \(9007199254740993\)"):
+        daskpile.shuffle_parquet(str(listed), str(tmp_path / "out2"), piles=1, seed=1, output_format="parquet")
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path, sync_scheduler, fmt):
     """Arrow infers float64 for them and rounds (a uint64 hash came out changed, and "verified")."""

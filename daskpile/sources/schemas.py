@@ -75,8 +75,9 @@ def _nullable_inside(kind: pa.DataType) -> pa.DataType:
         return pa.list_(field(kind.value_field), kind.list_size)
     if pa.types.is_struct(kind):
         return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
-    if pa.types.is_map(kind):
-        return pa.map_(kind.key_field, field(kind.item_field), kind.keys_sorted)
+    if pa.types.is_map(kind):  # (rebuilt only if its items change: pa.map_ names the entries "entries")
+        item = field(kind.item_field)
+        return kind if item.equals(kind.item_field) else pa.map_(kind.key_field, item, kind.keys_sorted)
     return kind
 
 

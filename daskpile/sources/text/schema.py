@@ -9,6 +9,7 @@ import decimal
 import io
 import json
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -344,8 +345,14 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
     """
     declared = {name for name, _ in options.column_types}
     literals = None  # the text's integer literals past int64, found once, by the float each reads as
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        if name in declared or not pa.types.is_float64(column.type) or not len(column):
+    leaves = [
+        leaf
+        for top, values in zip(table.column_names, table.columns, strict=True)
+        if top not in declared
+        for leaf in _leaves(top, values)
+    ]
+    for name, column in leaves:
+        if not pa.types.is_float64(column.type) or not len(column):
             continue
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
         if low.as_py() is None or -TWO_TO_THE_53 < low.as_py() <= high.as_py() < TWO_TO_THE_53:
@@ -369,13 +376,36 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
                 if options.format == "jsonl"
                 else "string for others"
             )
+            top = name.split(".")[0].split("[")[0]
+            kind = "uint64" if wide else "int64"
+            example = (
+                f"--read-option column_types.{name}={kind}"
+                if top == name
+                else f"--read-option 'column_types.{top}=<its type, with {kind} for {name}>'"
+            )
             raise ValueError(
                 f"cannot read {where} as {options.format}: column {name!r} holds integers past "
                 f"{'int64' if wide else '2**53'} ({found.decode()}), which Arrow reads as floats, rounded: declare "
-                "its type (read option column_types: int64, or uint64 for integers from 0 to 2**64, e.g. "
-                f"--read-option column_types.{name}={'uint64' if wide else 'int64'}; double if they are floats); "
-                f"{others}"
+                f"its type (read option column_types: int64, or uint64 for integers from 0 to 2**64, e.g. {example}; "
+                f"double if they are floats); {others}"
             )
+
+
+def _leaves(name: str, column) -> Iterator[tuple[str, pa.ChunkedArray]]:
+    """A column and, for a nested one, the values of each field inside it, named as a path (``meta.hash``,
+    ``ids[]``): JSON puts integers inside objects and arrays as well."""
+    column = column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
+    kind = column.type
+    if pa.types.is_struct(kind):
+        for i in range(kind.num_fields):
+            child = pa.chunked_array([chunk.field(i) for chunk in column.chunks], kind.field(i).type)
+            yield from _leaves(f"{name}.{kind.field(i).name}", child)
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        yield from _leaves(f"{name}[]", pc.list_flatten(column))
+    elif pa.types.is_map(kind):
+        yield from _leaves(f"{name}[]", pa.chunked_array([c.items for c in column.chunks], kind.item_type))
+    else:
+        yield name, column
 
 
 def _refuse_inferred_binary(table: pa.Table, text: bytes, options: TextOptions, url: str) -> None:
