@@ -1823,3 +1823,18 @@ def test_a_streamed_file_a_worker_cannot_hold_is_refused_before_pass_1(tmp_path)
             read_options={"newlines_in_values": True},
         )  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_first_row_longer_than_arrows_block_is_read(tmp_path, sync_scheduler, fmt):
+    """A corpus export whose first document is 3 MB: the sample that infers the types was parsed in Arrow's
+    blocks of 1 MiB, "straddling object straddles two block boundaries", and no option helped (a new user's
+    trial); the same row later in the file was read."""
+    sep = "," if fmt == "csv" else "\t"
+    path = tmp_path / f"docs.{fmt}"
+    path.write_text(
+        f"id{sep}text\n0{sep}" + "x" * 3_000_000 + "\n" + "".join(f"{i}{sep}short {i}\n" for i in range(1, 100))
+    )
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1)
+    texts = dict(zip(*pq.read_table(tmp_path / "out").select(["id", "text"]).to_pydict().values(), strict=True))
+    assert len(texts) == 100 and texts[0] == "x" * 3_000_000 and texts[7] == "short 7"

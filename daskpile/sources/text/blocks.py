@@ -305,7 +305,7 @@ class BlockReader:
             with column_names_in_utf8(where, self.options.format):
                 found = pa_csv.read_csv(
                     io.BytesIO(header),
-                    read_options=self.options.csv_read(),
+                    read_options=self.options.csv_read(block_size=len(header) + 2),  # (a header of over 1 MiB)
                     parse_options=self.options.csv_parse(newlines_in_values=False),
                 ).schema.names
             self._columns = _columns_of_the_source(found, self.schema.names, where)

@@ -257,7 +257,9 @@ def _declared(options: TextOptions, head: bytes) -> dict[str, pa.DataType]:
         return declared
     names = pa_csv.read_csv(
         io.BytesIO(newline_ended(first)),
-        read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
+        read_options=options.csv_read(
+            autogenerate_column_names=options.autogenerate_column_names, block_size=len(first) + 2
+        ),
         parse_options=options.csv_parse(newlines_in_values=False),
     ).schema.names
     return {**dict.fromkeys(names, pa.string()), **declared}
@@ -281,9 +283,11 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
                 read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
                 parse_options=pa_json.ParseOptions(explicit_schema=explicit),
             )
-        return pa_csv.read_csv(
+        return pa_csv.read_csv(  # in one block: a first row past Arrow's 1 MiB blocks was refused as straddling
             io.BytesIO(newline_ended(text)),
-            read_options=options.csv_read(autogenerate_column_names=options.autogenerate_column_names),
+            read_options=options.csv_read(
+                autogenerate_column_names=options.autogenerate_column_names, block_size=max(len(text), 1) + 1
+            ),
             parse_options=options.csv_parse(),
             convert_options=options.csv_convert(declared),
         )
