@@ -340,3 +340,16 @@ def test_nan_in_the_order_column_is_refused_either_way(sync_scheduler, tmp_path,
     write_parts(pa.table({"x": values}), tmp_path / "data", 3)
     with pytest.raises(ValueError, match="NaN"):
         daskpile.quality(str(tmp_path / "data"), "x")
+
+
+def test_quality_reads_a_json_lines_result_whose_fields_change_type(tmp_path, sync_scheduler):
+    """A corpus whose field is a number on some lines and a string on others, shuffled as written (what the
+    text guide sends to --output-format jsonl): quality failed on Arrow's "changed from number to string"
+    (a new user's trial)."""
+    import json
+
+    source = tmp_path / "c.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "label": "x" if i % 2 else 3}) + "\n" for i in range(1000)))
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, seed=1, output_format="jsonl")
+    report = daskpile.quality(str(tmp_path / "out"), order_column="id")
+    assert report.rows == 1000

@@ -715,16 +715,40 @@ class _ResultFiles:
         with open_decompressed(self.fs, path) as f:
             data = pa.py_buffer(f.read())
         where = full_url(self.fs, path)
+        options = pa_json.ReadOptions(block_size=_json_block_size(data, where))
         try:
-            options = pa_json.ReadOptions(block_size=_json_block_size(data, where))
             table = pa_json.read_json(pa.BufferReader(data), read_options=options)
         except pa.ArrowInvalid as e:
-            raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
+            # A field of other types on other lines (what a result kept as written may hold): the fields asked
+            # for alone, each of the first type that reads it on every line
+            table = _json_fields_alone(data, options, columns)
+            if table is None:
+                raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
         for name in columns:
             if name not in table.column_names:
                 shown = ", ".join(table.column_names)
                 raise KeyError(f"column {name!r} is not a field of the JSON lines of {where!r} (fields: {shown})")
         return table.select(columns)
+
+
+_ORDER_TYPES = (pa.int64(), pa.float64(), pa.string(), pa.bool_())
+
+
+def _json_fields_alone(data: pa.Buffer, options, columns: list[str]) -> pa.Table | None:
+    """``columns`` of JSON lines whose other fields change type from line to line, each read as the first of
+    ``_ORDER_TYPES`` that holds it on every line; None if one is held by none."""
+    found = {}
+    for name in columns:
+        for kind in _ORDER_TYPES:
+            parse = pa_json.ParseOptions(explicit_schema=pa.schema([(name, kind)]), unexpected_field_behavior="ignore")
+            try:
+                found[name] = pa_json.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)[name]
+                break
+            except (pa.ArrowInvalid, KeyError):
+                continue
+        else:
+            return None
+    return pa.table(found)
 
 
 def _json_block_size(data: pa.Buffer, where: str) -> int:
