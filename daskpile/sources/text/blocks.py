@@ -253,9 +253,11 @@ class BlockReader:
                 f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types), or "
                 f"keep the lines as written ({AS_WRITTEN})"
             )
+        top = new.split(".")[0].removesuffix("[]")
         return (
-            f"field {new!r} is not one found in the first file's first MiB, and column_types declares top-level "
-            f"columns only: keep the lines as written ({AS_WRITTEN})"
+            f"field {new!r} is not one found in the first file's first MiB: declare the whole column {top!r} with it "
+            f"(read option column_types, e.g. --read-option 'column_types.{top}={self.schema.field(top).type}' "
+            f"with {new.split('.')[-1]!r} added), or keep the lines as written ({AS_WRITTEN})"
         )
 
     def _json(self, block: bytes) -> pa.Table:

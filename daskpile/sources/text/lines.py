@@ -308,10 +308,17 @@ def new_field(record: dict, fields, prefix: str = "") -> str | None:
     for key, value in record.items():
         if key not in known:
             return prefix + key
-        if isinstance(value, dict) and pa.types.is_struct(known[key]):
-            found = new_field(value, known[key], f"{prefix}{key}.")
+        kind = known[key]
+        if isinstance(value, dict) and pa.types.is_struct(kind):
+            found = new_field(value, kind, f"{prefix}{key}.")
             if found:
                 return found
+        listed = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        if isinstance(value, list) and listed and pa.types.is_struct(kind.value_type):  # (a chat's messages)
+            for item in value:
+                found = new_field(item, kind.value_type, f"{prefix}{key}[].") if isinstance(item, dict) else None
+                if found:
+                    return found
     return None
 
 
