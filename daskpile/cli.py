@@ -29,6 +29,7 @@ import select
 import sys
 import time
 import traceback
+import warnings
 
 import click
 from click.core import ParameterSource
@@ -683,6 +684,20 @@ def _a_worker_joins(client, seconds: float) -> bool:
 @click.version_option(package_name="daskpile", prog_name="daskpile")
 def cli():
     """Shuffle datasets larger than memory into a uniformly random order, on Dask."""
+    warnings.showwarning = _show_warning
+
+
+_PYTHONS_SHOWWARNING = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """daskpile's own warnings as one line, ``daskpile: warning: ...``: Python's form printed the source file
+    and line that warned, and that line of code (a corpus trial: "cli.py:798: UserWarning: 5 piles for about 2
+    rows", then "report = call(progress=not quiet)").  Other libraries' keep Python's form."""
+    if f"{os.sep}daskpile{os.sep}" not in str(filename):
+        _PYTHONS_SHOWWARNING(message, category, filename, lineno, file, line)
+        return
+    click.echo(redact(f"daskpile: warning: {message}"), err=True)
 
 
 @cli.command()

@@ -649,3 +649,31 @@ def test_a_cluster_started_with_a_scheduler_file_is_named_by_it(sorted_source, t
         assert process.returncode == status and stderr.endswith(said + "\n"), stderr
         assert stderr.startswith(f"daskpile: waiting up to 3 s for the scheduler file {named}\n")
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_warning_is_one_line_of_its_own(tmp_path):
+    """Python's form printed the source file and line that warned, then that line of code (a corpus trial:
+    "daskpile/cli.py:798: UserWarning: 5 piles for about 2 rows", then "report = call(progress=not quiet)")."""
+    (tmp_path / "two.txt").write_text("a\nb\n")
+    done = subprocess.run(
+        [DASKPILE, "shuffle", str(tmp_path / "two.txt"), str(tmp_path / "out"), "--format", "lines", "--piles", "5",
+         "--seed", "1", "-q", "--scheduler", "sync"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stderr.splitlines() == [
+        "daskpile: warning: 5 piles for about 2 rows: about 3 or more of their files will be empty"
+    ]
+
+
+def test_a_pipe_as_source_is_refused_naming_it(tmp_path):
+    """zcat corpus.gz | daskpile shuffle /dev/stdin ...: fsspec's "File or stream is not seekable" named nothing
+    (a corpus trial).  A shuffle reads its source in ranges and more than once."""
+    os.mkfifo(tmp_path / "pipe")
+    done = subprocess.run(
+        [DASKPILE, "shuffle", str(tmp_path / "pipe"), str(tmp_path / "out"), "--format", "lines", "-q"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"daskpile: error: source '{tmp_path / 'pipe'}' is not a file"
+    )
+    assert not (tmp_path / "out").exists()

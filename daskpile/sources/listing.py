@@ -73,6 +73,11 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
             info = fs.info(path)
         except FileNotFoundError:
             raise FileNotFoundError(f"{role} {url!r} does not exist") from None
+        if info.get("type") == "other":  # (a pipe, /dev/stdin: fsspec's "File or stream is not seekable")
+            raise ValueError(
+                f"{role} {url!r} is not a file (a pipe or a device): a shuffle reads its source in ranges and more "
+                "than once; write it to a file first (zcat corpus.gz > corpus.txt), or name the file it comes from"
+            )
         if format == "parquet" and _is_stray(posixpath.basename(path)):
             return Listed(fs, "", [], {}, [full_url(fs, path)])
         return Listed(fs, "", [info], {}, [], table_above=tables.table_around(fs, posixpath.dirname(path)))
