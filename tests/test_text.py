@@ -1848,3 +1848,19 @@ def test_a_first_row_longer_than_arrows_block_is_read(tmp_path, sync_scheduler, 
     daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, seed=1)
     texts = dict(zip(*pq.read_table(tmp_path / "out").select(["id", "text"]).to_pydict().values(), strict=True))
     assert len(texts) == 100 and texts[0] == "x" * 3_000_000 and texts[7] == "short 7"
+
+
+def test_json_times_that_say_their_offset_are_instants_in_utc(tmp_path, sync_scheduler):
+    """Arrow's JSON reader turns "2020-01-01T10:00:00+02:00" into a timestamp without a zone, 08:00: the instant
+    read as a local time, where Arrow's CSV reader types the same text in UTC (a new user's corpus trial)."""
+    path = tmp_path / "times.jsonl"
+    path.write_text(
+        '{"id": 1, "t": "2020-01-01T10:00:00+02:00", "n": "2020-01-01T10:00:00"}\n'
+        '{"id": 2, "t": "2020-01-02T10:00:00Z", "n": "2020-01-01T11:00:00"}\n'
+    )
+    daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=1, seed=1)
+    table = pq.read_table(tmp_path / "out").sort_by("id")
+    assert table.schema.field("t").type.tz == "UTC" and table.schema.field("n").type.tz is None  # (n says none)
+    assert [v.isoformat() for v in table.column("t").to_pylist()] == [
+        "2020-01-01T08:00:00+00:00", "2020-01-02T10:00:00+00:00"]  # fmt: skip
+    assert daskpile.verify(str(path), str(tmp_path / "out")).ok

@@ -308,7 +308,37 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
     _refuse_inferred_binary(table, head, options, url)
     schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
+    if options.format == "jsonl":
+        schema = _instants_in_utc(schema, head, declared)
     return schema, table.num_rows
+
+
+_UTC_OFFSET = re.compile(r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$")
+
+
+def _instants_in_utc(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
+    """``schema`` with a timestamp column Arrow inferred from JSON strings that each say their UTC offset
+    (``2020-01-01T10:00:00+02:00``, ``...Z``) typed in UTC, as Arrow's CSV reader types them: Arrow's JSON reader
+    converts them to UTC and drops the zone, and the instants read as local times (a corpus trial)."""
+    naive = [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz is None and f.name not in declared]
+    if not naive:
+        return schema
+    as_text = pa.schema([(name, pa.string()) for name in naive])
+    try:
+        table = pa_json.read_json(
+            io.BytesIO(head),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(head), 1) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=as_text, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return schema
+    zoned = set()
+    for name in naive:
+        values = [v for v in table.column(name).to_pylist() if v is not None]
+        if values and all(_UTC_OFFSET.search(v) for v in values):
+            zoned.add(name)
+    fields = [f.with_type(pa.timestamp(f.type.unit, "UTC")) if f.name in zoned else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
