@@ -1882,3 +1882,11 @@ def test_lines_with_lone_surrogate_escapes_are_kept_as_written(tmp_path, sync_sc
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{"t": "\\udc80"}\n"a string"\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl' as jsonl: the line at byte 25 is not one JSON object"):
         daskpile.shuffle_parquet(str(tmp_path / "bad.jsonl"), str(tmp_path / "out2"), piles=1, output_format="jsonl")
+
+
+def test_a_json_line_that_is_not_an_object_says_what_it_is(tmp_path, sync_scheduler):
+    """Arrow says "Column() changed from object to string" for a line that is a JSON string (a corpus trial)."""
+    for name, line, kind in [("s.jsonl", '"str"', "string"), ("n.jsonl", "3", "number")]:
+        (tmp_path / name).write_text('{"a": 1}\n' + line + "\n")
+        with pytest.raises(ValueError, match=rf"the line at byte 9: '{line}' is a JSON {kind}, not an object"):
+            daskpile.shuffle_parquet(str(tmp_path / name), str(tmp_path / f"out-{name}"), piles=1)

@@ -3,6 +3,7 @@ object each (``json_lines_table``), and the newline scans both rest on, a MiB at
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -360,6 +361,11 @@ def _not_json_lines(line: bytes) -> str | None:
             f"{shown(line)} begins a JSON object written over several lines (pretty-printed), not JSON lines (one "
             "object a line): `jq -c . FILE` rewrites it so"
         )
+    if not text.startswith("{"):  # a string, a number, null: Arrow says "Column() changed from object to string"
+        with contextlib.suppress(ValueError):
+            value = json.loads(text)
+            kind = {str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+            return f"{shown(line)} is a JSON {kind}, not an object: JSON lines hold one object a line"
     return None
 
 
