@@ -684,20 +684,24 @@ def _a_worker_joins(client, seconds: float) -> bool:
 @click.version_option(package_name="daskpile", prog_name="daskpile")
 def cli():
     """Shuffle datasets larger than memory into a uniformly random order, on Dask."""
-    warnings.showwarning = _show_warning
 
 
-_PYTHONS_SHOWWARNING = warnings.showwarning
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """daskpile's own warnings as one line, ``daskpile: warning: ...``: Python's form printed the source file
-    and line that warned, and that line of code (a corpus trial: "cli.py:798: UserWarning: 5 piles for about 2
-    rows", then "report = call(progress=not quiet)").  Other libraries' keep Python's form."""
-    if f"{os.sep}daskpile{os.sep}" not in str(filename):
-        _PYTHONS_SHOWWARNING(message, category, filename, lineno, file, line)
-        return
-    click.echo(redact(f"daskpile: warning: {message}"), err=True)
+def _one_line_warnings(shown):
+    """A ``warnings.showwarning`` that says daskpile's own warnings as one line, ``daskpile: warning: ...``:
+    Python's form printed the source file and line that warned, and that line of code (a corpus trial:
+    "cli.py:798: UserWarning: 5 piles for about 2 rows", then "report = call(progress=not quiet)").  Other
+    libraries' warnings, and other categories, are ``shown`` as they were."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if category is not UserWarning or not os.path.abspath(str(filename)).startswith(_PACKAGE):
+            shown(message, category, filename, lineno, file, line)
+            return
+        click.echo(redact(f"daskpile: warning: {message}"), err=True)
+
+    return show
 
 
 @cli.command()
@@ -1141,7 +1145,12 @@ def main(argv: list[str] | None = None, *, console_script: bool = False) -> None
     """The ``daskpile`` command with arguments ``argv`` (default: ``sys.argv[1:]``), in this process."""
     global _CONSOLE_SCRIPT
     _CONSOLE_SCRIPT = console_script
-    cli.main(args=argv, prog_name="daskpile")
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(shown)
+    try:
+        cli.main(args=argv, prog_name="daskpile")
+    finally:  # (a caller in this process keeps its own)
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

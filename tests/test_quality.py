@@ -353,3 +353,12 @@ def test_quality_reads_a_json_lines_result_whose_fields_change_type(tmp_path, sy
     daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, seed=1, output_format="jsonl")
     report = daskpile.quality(str(tmp_path / "out"), order_column="id")
     assert report.rows == 1000
+    with pytest.raises(KeyError, match=r"column 'idx' is not a field of the JSON lines of"):  # (not 1,000 nulls)
+        daskpile.quality(str(tmp_path / "out"), order_column="idx")
+    # lines Arrow's reader refuses and Python's reads, kept as written (a lone surrogate escape): read by Python's
+    scraped = tmp_path / "scraped.jsonl"
+    scraped.write_text(
+        "".join(json.dumps({"id": i, "t": "\udc80" if i % 10 == 0 else "ok"}) + "\n" for i in range(500))
+    )
+    daskpile.shuffle_parquet(str(scraped), str(tmp_path / "out2"), piles=2, seed=1, output_format="jsonl")
+    assert daskpile.quality(str(tmp_path / "out2"), order_column="id").rows == 500

@@ -1225,6 +1225,9 @@ def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_
     )
     with pytest.raises(ValueError, match=r"field 'msgs\[\]\.name' is not one found .* the whole column 'msgs'"):
         daskpile.shuffle_parquet(str(tmp_path / "chat.jsonl"), str(tmp_path / "o3b"), piles=1)
+    (tmp_path / "dotted.jsonl").write_text('{"a": 1, "m": {"x": 1}}\n' * 60_000 + '{"a": 2, "user.name": "n"}\n')
+    with pytest.raises(ValueError, match=r"field 'user\.name' is not one of the columns found in the first"):
+        daskpile.shuffle_parquet(str(tmp_path / "dotted.jsonl"), str(tmp_path / "o3c"), piles=1)
     (tmp_path / "spark").mkdir()
     (tmp_path / "spark" / "part-00000").write_text('{"a": 1}\n')
     with pytest.raises(ValueError, match=r"magic bytes.*named without an extension .* pass --format"):
@@ -1864,6 +1867,10 @@ def test_json_times_that_say_their_offset_are_instants_in_utc(tmp_path, sync_sch
     assert [v.isoformat() for v in table.column("t").to_pylist()] == [
         "2020-01-01T08:00:00+00:00", "2020-01-02T10:00:00+00:00"]  # fmt: skip
     assert daskpile.verify(str(path), str(tmp_path / "out")).ok
+    dates = tmp_path / "dates.jsonl"  # "2020-01-01" ends in "-01", which is no offset (the review)
+    dates.write_text('{"id": 1, "d": "2020-01-01"}\n{"id": 2, "d": "2020-01-02"}\n')
+    daskpile.shuffle_parquet(str(dates), str(tmp_path / "out-dates"), piles=1, seed=1)
+    assert pq.read_schema(tmp_path / "out-dates" / "part-00000.parquet").field("d").type.tz is None
 
 
 def test_lines_with_lone_surrogate_escapes_are_kept_as_written(tmp_path, sync_scheduler):

@@ -815,7 +815,9 @@ class _Run:
         1 GB a thread were killed, and the run failed after Dask's retries).  Only on a cluster whose workers
         have memory limits."""
         options = self.plan.reading.text
-        streamed = [f for f in self.plan.files if options is not None and not text.splittable(f.path, options)]
+        if options is None or options.format not in text.TEXT_FORMATS or self.previous is not None:
+            return  # (Arrow and ORC files are read a batch at a time; a resumed run's blocksize is its identity)
+        streamed = [f for f in self.plan.files if not text.splittable(f.path, options)]
         per_thread = worker_memory_per_thread() if streamed else None
         if per_thread is None:
             return

@@ -247,13 +247,13 @@ class BlockReader:
                 f"field {new!r} is not a column of the window {self.window} ({', '.join(self.schema.names)}): a "
                 "window's columns are those of its first data"
             )
-        if "." not in new:
+        top = new.split(".")[0].removesuffix("[]")
+        if "." not in new or top not in self.schema.names:  # (a new key of its own, "user.name" too)
             return (
                 f"field {new!r} is not one of the columns found in the first file's first MiB "
                 f"({', '.join(self.schema.names)}): declare its type to read it (read option column_types), or "
                 f"keep the lines as written ({AS_WRITTEN})"
             )
-        top = new.split(".")[0].removesuffix("[]")
         return (
             f"field {new!r} is not one found in the first file's first MiB: declare the whole column {top!r} with it "
             f"(read option column_types, e.g. --read-option 'column_types.{top}={self.schema.field(top).type}' "

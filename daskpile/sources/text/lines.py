@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 
 import numpy as np
@@ -160,10 +161,17 @@ def _check_one_object_a_line(block, lines: pa.Array, starts: np.ndarray, start: 
     raise ValueError(f"cannot read {where}, bytes {start:,} to {start + len(block):,}, as jsonl: not one object a line")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # (1e999: Arrow's reader refuses a number past a double's range)
+        raise ValueError(f"the number {text} is past a double's range")
+    return value
+
+
 def _check_one_object_a_line_in_python(lines: pa.Array, starts: np.ndarray, start: int, where: str) -> None:
     for line, at in zip(lines.to_pylist(), starts.tolist(), strict=True):
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_float=_finite)
         except ValueError as e:
             raise ValueError(
                 f"cannot read {where} as jsonl: the line at byte {start + at:,}: {e} ({shown(line)})"

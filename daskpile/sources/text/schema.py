@@ -313,13 +313,19 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     return schema, table.num_rows
 
 
-_UTC_OFFSET = re.compile(r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$")
+# A time of day, then its offset from UTC: "2020-01-01" ends in "-01", which is no offset
+_UTC_OFFSET = re.compile(r"[T ][0-9]{2}(:[0-9]{2}){0,2}([.,][0-9]+)?(Z|[+-][0-9]{2}(:?[0-9]{2})?)$")
 
 
 def _instants_in_utc(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
     """``schema`` with a timestamp column Arrow inferred from JSON strings that each say their UTC offset
     (``2020-01-01T10:00:00+02:00``, ``...Z``) typed in UTC, as Arrow's CSV reader types them: Arrow's JSON reader
-    converts them to UTC and drops the zone, and the instants read as local times (a corpus trial)."""
+    converts them to UTC and drops the zone, and the instants read as local times (a corpus trial).  Top-level
+    columns, decided on the first file's first MiB, as every inferred type is.
+
+    >>> bool(_UTC_OFFSET.search("2020-01-01T10:00:00+02:00")), bool(_UTC_OFFSET.search("2020-01-01"))
+    (True, False)
+    """
     naive = [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz is None and f.name not in declared]
     if not naive:
         return schema
@@ -380,12 +386,12 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
     declared = {name for name, _ in options.column_types}
     literals = None  # the text's integer literals past int64, found once, by the float each reads as
     leaves = [
-        leaf
+        (top, *leaf)
         for top, values in zip(table.column_names, table.columns, strict=True)
         if top not in declared
         for leaf in _leaves(top, values)
     ]
-    for name, column in leaves:
+    for top, name, column in leaves:
         if not pa.types.is_float64(column.type) or not len(column):
             continue
         low, high = pc.min_max(column).values()  # one pass: most float columns stop here
@@ -410,7 +416,6 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
                 if options.format == "jsonl"
                 else "string for others"
             )
-            top = name.split(".")[0].split("[")[0]
             kind = "uint64" if wide else "int64"
             example = (
                 f"--read-option column_types.{name}={kind}"
@@ -436,8 +441,10 @@ def _leaves(name: str, column) -> Iterator[tuple[str, pa.ChunkedArray]]:
             yield from _leaves(f"{name}.{kind.field(i).name}", child)
     elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         yield from _leaves(f"{name}[]", pc.list_flatten(column))
-    elif pa.types.is_map(kind):
-        yield from _leaves(f"{name}[]", pa.chunked_array([c.items for c in column.chunks], kind.item_type))
+    elif pa.types.is_map(kind):  # (its items as the slice holds them: a map's .items ignores its offset)
+        entries = pa.list_(pa.struct([kind.key_field, kind.item_field]))
+        items = [pc.list_flatten(c.cast(entries)).field(1) for c in column.chunks]
+        yield from _leaves(f"{name}[]", pa.chunked_array(items, kind.item_type))
     else:
         yield name, column
 
