@@ -63,21 +63,29 @@ def nullable(schema: pa.Schema) -> pa.Schema:
 
 def _nullable_inside(kind: pa.DataType) -> pa.DataType:
     """``kind`` with its nested fields nullable, but a map's keys (never null in Arrow) and extension types'."""
+    return _rebuilt(kind, lambda f: f.with_nullable(True).with_type(_nullable_inside(f.type)), keys=False)
 
-    def field(f: pa.Field) -> pa.Field:
-        return f.with_nullable(True).with_type(_nullable_inside(f.type))
 
-    if pa.types.is_list(kind):
-        return pa.list_(field(kind.value_field))
-    if pa.types.is_large_list(kind):
-        return pa.large_list(field(kind.value_field))
-    if pa.types.is_fixed_size_list(kind):
-        return pa.list_(field(kind.value_field), kind.list_size)
+def _rebuilt(kind: pa.DataType, change, keys: bool = True) -> pa.DataType:
+    """``kind`` (a list, struct or map; else itself) with ``change`` made to each of its fields (a map's keys only
+    with ``keys``), and ``kind`` itself where that changes none: ``pa.map_`` would name its entries "entries"."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        value = change(kind.value_field)
+        if value.equals(kind.value_field, check_metadata=True):
+            return kind
+        if pa.types.is_fixed_size_list(kind):
+            return pa.list_(value, kind.list_size)
+        return pa.large_list(value) if pa.types.is_large_list(kind) else pa.list_(value)
     if pa.types.is_struct(kind):
-        return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
-    if pa.types.is_map(kind):  # (rebuilt only if its items change: pa.map_ names the entries "entries")
-        item = field(kind.item_field)
-        return kind if item.equals(kind.item_field) else pa.map_(kind.key_field, item, kind.keys_sorted)
+        fields = [kind.field(i) for i in range(kind.num_fields)]
+        changed = [change(f) for f in fields]
+        same = all(c.equals(f, check_metadata=True) for c, f in zip(changed, fields, strict=True))
+        return kind if same else pa.struct(changed)
+    if pa.types.is_map(kind):
+        key, item = change(kind.key_field) if keys else kind.key_field, change(kind.item_field)
+        if key.equals(kind.key_field, check_metadata=True) and item.equals(kind.item_field, check_metadata=True):
+            return kind
+        return pa.map_(key, item, kind.keys_sorted)
     return kind
 
 
@@ -408,22 +416,9 @@ def _without_views(kind: pa.DataType) -> pa.DataType:
         return pa.large_binary()
     if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
         return pa.large_list(kind.value_field.with_type(_without_views(kind.value_type)))
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        field = kind.value_field.with_type(_without_views(kind.value_type))
-        if pa.types.is_fixed_size_list(kind):
-            return pa.list_(field, kind.list_size)
-        return pa.large_list(field) if pa.types.is_large_list(kind) else pa.list_(field)
-    if pa.types.is_struct(kind):
-        return pa.struct([kind.field(i).with_type(_without_views(kind.field(i).type)) for i in range(kind.num_fields)])
-    if pa.types.is_map(kind):
-        return pa.map_(
-            kind.key_field.with_type(_without_views(kind.key_type)),
-            kind.item_field.with_type(_without_views(kind.item_type)),
-            kind.keys_sorted,
-        )
     if pa.types.is_dictionary(kind):
         return pa.dictionary(kind.index_type, _without_views(kind.value_type), kind.ordered)
-    return kind
+    return _rebuilt(kind, lambda f: f.with_type(_without_views(f.type)))
 
 
 def reading_metadata(field: pa.Field) -> dict[bytes, bytes]:
@@ -474,21 +469,7 @@ def _children(kind: pa.DataType) -> list[tuple[pa.Field, str]]:
 
 def _without_nested_metadata(kind: pa.DataType) -> pa.DataType:
     """``kind`` with no metadata on its nested fields (a List(Enum) of other categories in other files)."""
-
-    def bare(f: pa.Field) -> pa.Field:
-        return f.remove_metadata().with_type(_without_nested_metadata(f.type))
-
-    if pa.types.is_struct(kind):
-        return pa.struct([bare(kind.field(i)) for i in range(kind.num_fields)])
-    if pa.types.is_map(kind):
-        return pa.map_(bare(kind.key_field), bare(kind.item_field), kind.keys_sorted)
-    if pa.types.is_list(kind):
-        return pa.list_(bare(kind.value_field))
-    if pa.types.is_large_list(kind):
-        return pa.large_list(bare(kind.value_field))
-    if pa.types.is_fixed_size_list(kind):
-        return pa.list_(bare(kind.value_field), kind.list_size)
-    return kind
+    return _rebuilt(kind, lambda f: f.remove_metadata().with_type(_without_nested_metadata(f.type)))
 
 
 def same_values(actual: pa.DataType, expected: pa.DataType) -> bool:
