@@ -539,7 +539,7 @@ def _sidecar_metadata(fs, sidecars: dict[str, str], files: list[SourceFile]) -> 
         if metadata.num_columns
     }
     listed = {posixpath.normpath(f.path) for f in files}
-    if named == listed or (named < listed and not any(_rows_of(fs, sorted(listed - named)))):
+    if named == listed or (named < listed and not any(_schemas_and_rows(fs, sorted(listed - named))[1])):
         return metadata, ""  # (a file of no rows may have no row group, which a summary cannot name)
     return None, (
         f"{full_url(fs, path)!r} names {len(named & listed):,} of the {len(listed):,} files listed"
@@ -624,12 +624,6 @@ def _schemas_and_rows(fs, paths: list[str]) -> tuple[list[pa.Schema], list[int]]
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         found = list(pool.map(read, paths))
     return [schema for schema, _ in found], [rows for _, rows in found]
-
-
-def _rows_of(fs, paths: list[str]) -> list[int]:
-    """Every file's rows, by its footer, read concurrently."""
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        return list(pool.map(lambda p: read_parquet(fs, p, pq.read_metadata).num_rows, paths))
 
 
 def _schemas(fs, paths: list[str]) -> list[pa.Schema]:
