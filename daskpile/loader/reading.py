@@ -19,7 +19,7 @@ from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
-from daskpile.sources.schemas import cast_column
+from daskpile.sources.schemas import cast_column, view_free, without_views
 
 
 def piece_order(units: Units, piece: Piece, seed: int, epoch: int) -> np.ndarray | None:
@@ -368,9 +368,9 @@ class _PieceReader:
                 read = parquet.read_row_groups(self.row_groups, columns=[name], use_threads=False).column(0)
             parts = [read.slice(offset, length) for offset, length in self.slices]
             values = parts[0] if len(parts) == 1 else pa.chunked_array([c for p in parts for c in p.chunks], read.type)
-            kind = self.units.schema.field(name).type
-            if not values.type.equals(kind):  # (a view column, read as its large form: see Units)
-                values = cast_column(values, kind)
+            plain = view_free(values.type)
+            if not plain.equals(values.type):  # (a view column, read as its large form: see Units)
+                values = cast_column(values, plain)
         return values if self.chosen is None else _take(values, self.chosen)
 
 
@@ -450,10 +450,11 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
                 with open_parquet(fs, path, listed=units.listed(unit, file)) as parquet:
                     table = parquet.read(columns=names, use_threads=False)
         table = table.select(names)
-        wanted = pa.schema([units.schema.field(n) for n in names])
-        if not table.schema.equals(wanted):  # (a view column, read as its large form: see Units)
-            columns = [cast_column(c, f.type) for c, f in zip(table.columns, wanted, strict=True)]
-            table = pa.Table.from_arrays(columns, schema=wanted)
+        schema = table.schema
+        plain = without_views(schema)
+        if plain is not schema:  # (views, read as their large forms: see Units)
+            columns = [cast_column(c, f.type) for c, f in zip(table.columns, plain, strict=True)]
+            table = pa.Table.from_arrays(columns, schema=plain)
         parts.append(table)
     table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
     check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")

@@ -401,7 +401,7 @@ def without_views(schema: pa.Schema) -> pa.Schema:
     >>> without_views(pa.schema([("s", pa.string_view()), ("l", pa.list_(pa.binary_view()))])).types
     [DataType(large_string), ListType(list<item: large_binary>)]
     """
-    fields = [f.with_type(_without_views(f.type)) for f in schema]
+    fields = [f.with_type(view_free(f.type)) for f in schema]
     return (
         schema
         if all(f.type.equals(g.type) for f, g in zip(fields, schema, strict=True))
@@ -409,16 +409,17 @@ def without_views(schema: pa.Schema) -> pa.Schema:
     )
 
 
-def _without_views(kind: pa.DataType) -> pa.DataType:
+def view_free(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with its views, nested ones too, as their large forms (``without_views``)."""
     if pa.types.is_string_view(kind):
         return pa.large_string()
     if pa.types.is_binary_view(kind):
         return pa.large_binary()
     if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
-        return pa.large_list(kind.value_field.with_type(_without_views(kind.value_type)))
+        return pa.large_list(kind.value_field.with_type(view_free(kind.value_type)))
     if pa.types.is_dictionary(kind):
-        return pa.dictionary(kind.index_type, _without_views(kind.value_type), kind.ordered)
-    return _rebuilt(kind, lambda f: f.with_type(_without_views(f.type)))
+        return pa.dictionary(kind.index_type, view_free(kind.value_type), kind.ordered)
+    return _rebuilt(kind, lambda f: f.with_type(view_free(f.type)))
 
 
 def reading_metadata(field: pa.Field) -> dict[bytes, bytes]:
