@@ -975,14 +975,18 @@ def test_view_columns_are_shuffled_as_their_plain_forms(tmp_path, schema):
         "l": pa.array([[1], [2, 3], None, []], pa.list_view(pa.int64())),
         "nested": pa.array([[n] for n in names], pa.list_(pa.string_view())),
     })  # fmt: skip
-    pq.write_table(views, lake / "views.parquet")
+    try:
+        pq.write_table(views, lake / "views.parquet")
+    except pa.ArrowNotImplementedError:  # (pyarrow 21 writes no list view to Parquet: "Unhandled type")
+        views = views.drop_columns(["l"])
+        pq.write_table(views, lake / "views.parquet")
     plain = pa.table({
         "id": [4, 5],
         "s": pa.array(["d", None], pa.string()),
         "b": pa.array([b"d", None], pa.binary()),
         "l": pa.array([[4], None], pa.list_(pa.int64())),
         "nested": pa.array([["d"], None], pa.list_(pa.string())),
-    })  # fmt: skip
+    }).select(views.column_names)  # fmt: skip
     pq.write_table(plain, lake / "plain.parquet")
     shuffle(lake, tmp_path / "out", piles=2, seed=1, schema=schema)
     result = read_output(tmp_path / "out")
