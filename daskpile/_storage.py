@@ -54,8 +54,7 @@ def _require_known_protocol(url: str) -> None:
     Traceback (most recent call last):
     ValueError: 's4://bucket/x': fsspec knows no file system for s4:// (a typo? s3://, gs://, memory://, file://...)
     """
-    protocol = url.split("://", 1)[0].lower() if "://" in url else ""
-    for part in protocol.split("::"):  # (a chain: simplecache::s3://)
+    for part in (_protocol_of(url) or "").split("::"):  # (a chain: simplecache::s3://)
         if part and part not in fsspec.registry and part not in fsspec.available_protocols():  # (registered too)
             raise ValueError(
                 f"{redact(url)!r}: fsspec knows no file system for {part}:// (a typo? s3://, gs://, memory://, "
@@ -92,7 +91,7 @@ def require_store_package(url: str) -> None:
     >>> require_store_package("memory://x"), require_store_package("/local/path")
     (None, None)
     """
-    protocol = url.split("://", 1)[0].lower() if "://" in url else None
+    protocol = _protocol_of(url)
     extra = _STORE_EXTRAS.get(protocol)
     if extra is None:
         return
@@ -102,6 +101,10 @@ def require_store_package(url: str) -> None:
         raise ImportError(
             f"{protocol}:// URLs need daskpile's {extra} extra: pip install 'daskpile[{extra}]' ({e})"
         ) from None
+
+
+def _protocol_of(url: str) -> str | None:
+    return url.split("://", 1)[0].lower() if "://" in url else None
 
 
 # The object stores' protocols, and daskpile's extra that installs each one's package
@@ -797,7 +800,7 @@ def uncached(fs: fsspec.AbstractFileSystem) -> dict:
     a range of lines): fsspec's read-ahead cache fetched a block beyond each (s3fs' of 50 MiB: a loader reading a
     column of 170 KiB fetched 19 MiB of a pile of 40; a range of 1 MB of a text file, the 19 MB to its end).
     Not over HTTP, where a server may not serve ranges, which its cache of 5 MiB blocks hid from small files."""
-    return {} if "http" in fs.protocol else {"cache_type": "none"}
+    return {} if _protocols(fs) & {"http", "https"} else {"cache_type": "none"}
 
 
 def _is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:

@@ -714,7 +714,8 @@ class _ResultFiles:
     def _read_json_fields(self, path: str, columns: list[str]) -> pa.Table:
         """``columns`` as fields of the JSON lines of a result kept as written (its one column is the lines)."""
         with open_decompressed(self.fs, path) as f:
-            data = pa.py_buffer(f.read())
+            text = f.read()
+        data = pa.py_buffer(text)  # (the same bytes, for Arrow's reader)
         where = full_url(self.fs, path)
         options = pa_json.ReadOptions(block_size=_json_block_size(data, where))
         try:
@@ -722,7 +723,7 @@ class _ResultFiles:
         except pa.ArrowInvalid as e:
             # A field of other types on other lines (what a result kept as written may hold): the fields asked
             # for alone, each of the first type that reads it on every line
-            table = _json_fields_alone(data, options, columns, where)
+            table = _json_fields_alone(text, options, columns, where)
             if table is None:
                 raise ValueError(f"cannot read {where!r} as JSON lines: {e}") from e
         for name in columns:
@@ -735,12 +736,12 @@ class _ResultFiles:
 _ORDER_TYPES = (pa.int64(), pa.float64(), pa.string(), pa.bool_())
 
 
-def _json_fields_alone(data: pa.Buffer, options, columns: list[str], where: str) -> pa.Table | None:
+def _json_fields_alone(text: bytes, options, columns: list[str], where: str) -> pa.Table | None:
     """``columns`` of JSON lines whose other fields change type from line to line, each read as the first of
     ``_ORDER_TYPES`` that holds it on every line; None if one is held by none."""
-    found = {}
+    data, found = pa.py_buffer(text), {}
     for name in columns:
-        if json.dumps(name).encode() not in data.to_pybytes():  # (no line has it: read so, its values are nulls)
+        if json.dumps(name).encode() not in text:  # (no line has it: read so, its values are nulls)
             raise KeyError(f"column {name!r} is not a field of the JSON lines of {where!r}")
         for kind in _ORDER_TYPES:
             parse = pa_json.ParseOptions(explicit_schema=pa.schema([(name, kind)]), unexpected_field_behavior="ignore")
@@ -752,7 +753,7 @@ def _json_fields_alone(data: pa.Buffer, options, columns: list[str], where: str)
         else:
             # JSON Arrow's reader refuses that Python's reads (a lone surrogate escape, "\udc80", kept as written):
             # the field by Python's json, line by line (a check's rare path)
-            lines = [line for line in data.to_pybytes().splitlines() if line.strip()]
+            lines = [line for line in text.splitlines() if line.strip()]
             try:
                 found[name] = pa.array([json.loads(line).get(name) for line in lines])
             except (ValueError, AttributeError, pa.ArrowInvalid, pa.ArrowTypeError):

@@ -130,7 +130,7 @@ def discover(
         directory = filesystem(path, storage_options)[1]
         manifest = _manifest.window_version(fs, directory, version)
         paths = [posixpath.join(directory, name) for name in manifest["files"]]
-    expression = None if filters is None else _expression(filters, _filtered_schema(fs, paths, manifest))
+    expression = None if filters is None else _expression(filters, lambda: _filtered_schema(fs, paths, manifest))
     infos = check_listed_files(fs, paths, manifest) if manifest is not None else None
     window = (manifest or {}).get("window")
     keys = FolderKeys.below(path, fs, paths, storage_options) if manifest is None else None
@@ -296,9 +296,10 @@ def pile_files(paths: list[str], file_piles: list[int], piles: int) -> tuple[tup
     return tuple(tuple(g) for g in grouped)
 
 
-def _expression(filters, schema: pa.Schema | None = None) -> ds.Expression:  # noqa: F821
+def _expression(filters, schema_of=lambda: None) -> ds.Expression:  # noqa: F821
     """The dataset expression of ``filters`` (pyarrow's tuples, or an expression), where a ``decimal.Decimal``
-    compared with a decimal column of ``schema`` is first brought to the column's scale (``_at_scale``).
+    compared with a decimal column of the schema ``schema_of()`` gives (asked for only then: it may read a
+    footer) is first brought to the column's scale (``_at_scale``).
 
     pyarrow 21 compares a decimal column with a decimal of another scale as if the value's digits were at the
     column's scale: ``price > Decimal("5")`` on a decimal(12, 2) column as ``price > 0.05`` (994 rows of 1,000
@@ -309,11 +310,13 @@ def _expression(filters, schema: pa.Schema | None = None) -> ds.Expression:  # n
     if isinstance(filters, ds.Expression):
         return filters
     expression = pq.filters_to_expression(filters)  # checks their form, and is the answer when no scale differs
-    scales = {f.name: f.type.scale for f in schema or () if pa.types.is_decimal(f.type)}
     # One conjunction of terms, or a list of them; a term is a tuple or a list (filters read from JSON or YAML)
     conjunctions = [filters] if isinstance(filters[0][0], str) else filters
     conjunctions = [[tuple(term) for term in conjunction] for conjunction in conjunctions]
     terms = [term for conjunction in conjunctions for term in conjunction]
+    if not any(_decimals(value) for _, _, value in terms):
+        return expression
+    scales = {f.name: f.type.scale for f in schema_of() or () if pa.types.is_decimal(f.type)}
     if not any(name in scales and _decimals(value) for name, _, value in terms):
         return expression
 
