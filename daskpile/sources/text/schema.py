@@ -340,8 +340,9 @@ def _instants_in_utc(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schem
         return schema
     zoned = set()
     for name in naive:
-        values = [v for v in table.column(name).to_pylist() if v is not None]
-        if values and all(_UTC_OFFSET.search(v) for v in values):
+        column = table.column(name)
+        said = pc.match_substring_regex(column, _UTC_OFFSET.pattern)  # (null where the value is)
+        if column.null_count < len(column) and pc.all(said).as_py():
             zoned.add(name)
     fields = [f.with_type(pa.timestamp(f.type.unit, "UTC")) if f.name in zoned else f for f in schema]
     return pa.schema(fields, metadata=schema.metadata)
