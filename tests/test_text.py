@@ -6,6 +6,7 @@ lines, pyarrow's whole-file CSV and JSON readers for the others.
 
 import bz2
 import collections
+import datetime
 import functools
 import gzip
 import io
@@ -1870,7 +1871,37 @@ def test_json_times_that_say_their_offset_are_instants_in_utc(tmp_path, sync_sch
     dates = tmp_path / "dates.jsonl"  # "2020-01-01" ends in "-01", which is no offset (the review)
     dates.write_text('{"id": 1, "d": "2020-01-01"}\n{"id": 2, "d": "2020-01-02"}\n')
     daskpile.shuffle_parquet(str(dates), str(tmp_path / "out-dates"), piles=1, seed=1)
-    assert pq.read_schema(tmp_path / "out-dates" / "part-00000.parquet").field("d").type.tz is None
+    assert pq.read_schema(tmp_path / "out-dates" / "part-00000.parquet").field("d").type == pa.date32()
+
+
+def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_scheduler):
+    """Arrow's JSON reader infers "2020-01-02" as a midnight timestamp, where its CSV reader gives a date, and
+    converts no string to a declared date32 ("changed from number to string": no way to get a date column).
+    Dates are dates either way; a value past the first MiB that is no date is refused naming its line, as is a
+    value that is no date in a declared column."""
+    lines = [f'{{"id": {i}, "d": "2020-01-{i % 28 + 1:02d}", "e": "2021-02-03"}}' for i in range(60_000)]
+    source = tmp_path / "dates.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, seed=1)
+    table = pq.read_table(tmp_path / "out").sort_by("id")
+    assert table.schema.field("d").type == pa.date32() and table.column("d")[27].as_py() == datetime.date(2020, 1, 28)
+    assert daskpile.verify(str(source), str(tmp_path / "out")).ok
+
+    declared = tmp_path / "declared.jsonl"
+    declared.write_text('{"d": "2020-01-02", "t": "2020-01-02"}\n{"d": null, "t": "2020-01-03 10:00:00"}\n')
+    daskpile.shuffle_parquet(
+        str(declared), str(tmp_path / "out-declared"), piles=1, seed=1,
+        read_options={"column_types": {"d": "date32", "t": "timestamp[s]"}},
+    )  # fmt: skip
+    assert pq.read_schema(tmp_path / "out-declared" / "part-00000.parquet").types[:2] == [
+        pa.date32(), pa.timestamp("ms")]  # fmt: skip  (Parquet has no seconds)
+
+    lines[50_000] = '{"id": 50000, "d": "2020-01-02T10:00:00", "e": "2021-02-03"}'  # past the first MiB
+    source.write_text("\n".join(lines) + "\n")
+    at = len("\n".join(lines[:50_000])) + 1
+    with pytest.raises(ValueError, match=rf"the line at byte {at:,}: column 'd' is typed date32.*2020-01-02T10:00:00"):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out-late"), piles=2, seed=1)
+    assert not (tmp_path / "out-late").exists()
 
 
 def test_lines_with_lone_surrogate_escapes_are_kept_as_written(tmp_path, sync_scheduler):

@@ -27,7 +27,15 @@ from daskpile.sources.text.lines import (
     refused_line,
     shown,
 )
-from daskpile.sources.text.schema import Tail, column_names_in_utf8, csv_errors, refuse_rounded_integers, stream_csv
+from daskpile.sources.text.schema import (
+    Tail,
+    column_names_in_utf8,
+    csv_errors,
+    from_json_read,
+    json_read_schema,
+    refuse_rounded_integers,
+    stream_csv,
+)
 
 # Read beyond a range's end with it, in the same request, for the line that crosses its end
 LINE_SCAN_BYTES = 2**16
@@ -261,18 +269,14 @@ class BlockReader:
         )
 
     def _json(self, block: bytes) -> pa.Table:
-        # Arrow's JSON reader converts to no dictionary type (a window's categorical column): its values' type,
-        # then encoded
-        plain = pa.schema(f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in self.schema)
         table = pa_json.read_json(
             io.BytesIO(block),
             read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
-            parse_options=pa_json.ParseOptions(explicit_schema=plain, unexpected_field_behavior="error"),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=json_read_schema(self.schema), unexpected_field_behavior="error"
+            ),
         )
-        for i, field in enumerate(self.schema):
-            if pa.types.is_dictionary(field.type):
-                table = table.set_column(i, field, pc.dictionary_encode(table.column(i)).cast(field.type))
-        return table
+        return from_json_read(table, self.schema)
 
     def _csv(self, block: bytes, first: bool, where: str, apart: bool = False) -> pa.Table:
         names = self.schema.names

@@ -278,11 +278,12 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     def read(text: bytes) -> pa.Table:
         if options.format == "jsonl":
             explicit = pa.schema(list(declared.items())) if declared else None
-            return pa_json.read_json(
+            table = pa_json.read_json(
                 io.BytesIO(text),
                 read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
-                parse_options=pa_json.ParseOptions(explicit_schema=explicit),
+                parse_options=pa_json.ParseOptions(explicit_schema=explicit and json_read_schema(explicit)),
             )
+            return from_json_read(table, explicit) if explicit else table
         return pa_csv.read_csv(  # in one block: a first row past Arrow's 1 MiB blocks was refused as straddling
             io.BytesIO(newline_ended(text)),
             read_options=options.csv_read(
@@ -309,19 +310,21 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     _refuse_inferred_binary(table, head, options, url)
     schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
     if options.format == "jsonl":
-        schema = _instants_in_utc(schema, head, declared)
+        schema = _json_times(schema, head, declared)
     return schema, table.num_rows
 
 
 # A time of day, then its offset from UTC: "2020-01-01" ends in "-01", which is no offset
 _UTC_OFFSET = re.compile(r"[T ][0-9]{2}(:[0-9]{2}){0,2}([.,][0-9]+)?(Z|[+-][0-9]{2}(:?[0-9]{2})?)$")
+_DATE_ALONE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
-def _instants_in_utc(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
-    """``schema`` with a timestamp column Arrow inferred from JSON strings that each say their UTC offset
-    (``2020-01-01T10:00:00+02:00``, ``...Z``) typed in UTC, as Arrow's CSV reader types them: Arrow's JSON reader
-    converts them to UTC and drops the zone, and the instants read as local times (a corpus trial).  Top-level
-    columns, decided on the first file's first MiB, as every inferred type is.
+def _json_times(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
+    """``schema`` with the timestamp columns Arrow inferred from JSON strings typed as their strings say, as
+    Arrow's CSV reader types them: instants in UTC where each says its UTC offset (``2020-01-01T10:00:00+02:00``,
+    ``...Z``: Arrow's JSON reader converts them to UTC and drops the zone, and they read as local times), dates
+    where each is a date alone (``2020-01-01``: Arrow's JSON reader makes it a midnight).  Found by two users'
+    trials.  Top-level columns, decided on the first file's first MiB, as every inferred type is.
 
     >>> bool(_UTC_OFFSET.search("2020-01-01T10:00:00+02:00")), bool(_UTC_OFFSET.search("2020-01-01"))
     (True, False)
@@ -338,14 +341,64 @@ def _instants_in_utc(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schem
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return schema
-    zoned = set()
+    typed = {}
     for name in naive:
         column = table.column(name)
-        said = pc.match_substring_regex(column, _UTC_OFFSET.pattern)  # (null where the value is)
-        if column.null_count < len(column) and pc.all(said).as_py():
-            zoned.add(name)
-    fields = [f.with_type(pa.timestamp(f.type.unit, "UTC")) if f.name in zoned else f for f in schema]
+        if column.null_count == len(column):
+            continue
+        for pattern, kind in (
+            (_UTC_OFFSET, pa.timestamp(schema.field(name).type.unit, "UTC")),
+            (_DATE_ALONE, pa.date32()),
+        ):
+            if pc.all(pc.match_substring_regex(column, pattern.pattern)).as_py():  # (null where the value is)
+                typed[name] = kind
+    fields = [f.with_type(typed[f.name]) if f.name in typed else f for f in schema]
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def json_read_schema(schema: pa.Schema) -> pa.Schema:
+    """What Arrow's JSON reader is given to read columns of ``schema``: it converts no string to a date (``changed
+    from number to string``), and makes no dictionary.  ``from_json_read`` types what it read as ``schema``.
+
+    >>> json_read_schema(pa.schema([("d", pa.date32()), ("c", pa.dictionary(pa.int8(), pa.string()))])).types
+    [DataType(string), DataType(string)]
+    """
+    return pa.schema([f.with_type(_json_read_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def _json_read_type(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(kind):
+        return _json_read_type(kind.value_type)
+    return pa.string() if pa.types.is_date(kind) else kind
+
+
+def from_json_read(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``, read by Arrow's JSON reader with ``json_read_schema(schema)``, with the columns ``schema``
+    names typed as it types them; a string that is no date (``YYYY-MM-DD``) in a date column is refused as
+    ``pa.ArrowInvalid`` naming the column, for the caller to name the line.
+
+    >>> from_json_read(pa.table({"d": ["2020-01-02"]}), pa.schema([("d", pa.date32())])).column("d").type
+    DataType(date32[day])
+    """
+    for i, field in enumerate(table.schema):
+        target = schema.field(field.name).type if field.name in schema.names else field.type
+        if target == field.type:
+            continue
+        values = target.value_type if pa.types.is_dictionary(target) else target
+        column = table.column(i)
+        if values != column.type:
+            try:
+                column = column.cast(values)
+            except pa.ArrowInvalid as e:
+                raise pa.ArrowInvalid(
+                    f"column {field.name!r} is typed {values} (declared, or its values in the first file's first "
+                    f"MiB were all dates), and {str(e)[0].lower()}{str(e)[1:]}: declare another type (read option "
+                    f"column_types, e.g. --read-option column_types.{field.name}=timestamp[s], or string)"
+                ) from None
+        if values is not target:
+            column = pc.dictionary_encode(column).cast(target)
+        table = table.set_column(i, field.with_type(target), column)
+    return table
 
 
 def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
