@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import dask
+import dask.dataframe as dd
 import fsspec
 import numpy as np
 import pandas as pd
@@ -555,6 +556,26 @@ def test_a_state_of_another_seed_s_files_of_the_same_names_and_rows_is_refused(d
     resumed = daskpile.PileLoader(str(tmp_path / "same call"), batch_size=700, seed=1)
     resumed.load_state_dict(state)
     assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(ROWS))
+
+
+def test_a_state_of_another_seed_s_dataframe_files_of_the_same_sizes_is_refused(tmp_path):
+    """``shuffle(ddf).to_parquet`` writes no manifest: files of fixed-width columns, uncompressed, have one size
+    whatever the seed, and a state taken on one seed's files was loaded on the other's, its epoch reading 37,601
+    of 200,000 rows twice (a new user's trial).  Each file's footer now says its shuffle's seed."""
+    frame = dd.from_pandas(pd.DataFrame({"id": np.arange(5_000), "x": np.arange(5_000, dtype=float)}), npartitions=4)
+    with dask.config.set(scheduler="sync"):
+        for name, seed in (("first", 1), ("other seed", 2), ("same call", 1)):
+            daskpile.shuffle(frame, piles=1, seed=seed).to_parquet(tmp_path / name, compression=None, write_index=False)
+    assert len({(tmp_path / name / "part.0.parquet").stat().st_size for name in ("first", "other seed")}) == 1
+    loader = daskpile.PileLoader(str(tmp_path / "first"), batch_size=700, seed=1)
+    iterator = iter(loader)
+    seen = [next(iterator)["id"].to_numpy() for _ in range(3)]
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="the same files and rows per file, of another shuffle"):
+        daskpile.PileLoader(str(tmp_path / "other seed"), batch_size=700, seed=1).load_state_dict(state)
+    resumed = daskpile.PileLoader(str(tmp_path / "same call"), batch_size=700, seed=1)
+    resumed.load_state_dict(state)
+    assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(5_000))
 
 
 def _written_again(path: Path) -> None:

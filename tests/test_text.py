@@ -1894,7 +1894,9 @@ def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_schedule
         read_options={"column_types": {"d": "date32", "t": "timestamp[s]"}},
     )  # fmt: skip
     assert pq.read_schema(tmp_path / "out-declared" / "part-00000.parquet").types[:2] == [
-        pa.date32(), pa.timestamp("ms")]  # fmt: skip  (Parquet has no seconds)
+        pa.date32(),
+        pa.timestamp("ms"),
+    ]  # fmt: skip  (Parquet has no seconds)
 
     lines[50_000] = '{"id": 50000, "d": "2020-01-02T10:00:00", "e": "2021-02-03"}'  # past the first MiB
     source.write_text("\n".join(lines) + "\n")

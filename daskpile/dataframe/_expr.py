@@ -77,7 +77,7 @@ from daskpile._storage import (
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
-from daskpile.engine import _passes, _sizing
+from daskpile.engine import _manifest, _passes, _sizing
 from daskpile.engine._places import refuse_blind_workers
 from daskpile.engine._scratch import Scratch, read_pile
 
@@ -292,6 +292,9 @@ class PileFrame(dd.DataFrame):
             kwargs["engine"] = PileParquetEngine
         if isinstance(kwargs["engine"], type) and issubclass(kwargs["engine"], PileParquetEngine):
             kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
+        shuffled = next(iter(self.expr.find_operations(PileShuffle)))
+        stamp = json.dumps({"seed": shuffled.seed, "piles": shuffled.piles}).encode()
+        kwargs["custom_metadata"] = {_manifest.SHUFFLE_METADATA_KEY: stamp, **(kwargs.get("custom_metadata") or {})}
         write = super().to_parquet(path, compute=False, **kwargs)
         # Fused as ``persist()`` fuses: ``compute()`` does not (Dask 2026.8 optimizes what it computes
         # without blockwise fusion), so reading a partition, its pass 1, and a pile's pass 2, index reset

@@ -28,6 +28,9 @@ WINDOW_PENDING = "_daskpile.pending.json"  # a moving window's change under way
 GENERATION_DIR = re.compile(r"^gen-\d{6}$")  # a moving window's generation (generation 0 is at the top)
 # The key of each output file's footer stamp: the pile it holds, piles, seed, rows (and "lazy": true)
 PILE_METADATA_KEY = b"daskpile.pile"
+# And of each file ``shuffle(ddf).to_parquet`` writes: the shuffle's seed and piles, which tell its files from
+# another shuffle's of the same rows into files of the same names and sizes (a loader's saved state)
+SHUFFLE_METADATA_KEY = b"daskpile.shuffle"
 FORMAT = "daskpile/1"
 # A moving window (daskpile.append): daskpile/1 plus "window".  A new format, so that a daskpile that does
 # not know windows refuses one instead of reading its generations' files as one result, unpermuted together

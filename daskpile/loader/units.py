@@ -82,11 +82,12 @@ class Units:
         return self.versions[unit][file] if self.versions else None
 
 
-def content_key(manifest: dict | None, infos: list[dict | None]) -> str:
+def content_key(manifest: dict | None, infos: list[dict | None], stamps: list[bytes | None] = ()) -> str:
     """What tells a shuffle's files from another shuffle's of the same rows into files of the same names and
     rows (one pile, ``rows_per_file``), which ``Units.key`` does not: a result's seed and fingerprints, a
-    window's generations; the files' sizes, of other datasets.  A copy of the files, with their manifest, has
-    the same."""
+    window's generations; of other datasets, the files' sizes and footer stamps (``shuffle(ddf).to_parquet``'s
+    seed: two seeds' files of fixed-width columns have one size, and a state resumed on the other repeated
+    rows, a new user's trial).  A copy of the files, with their manifest, has the same."""
     if manifest is not None:
         generations = (manifest.get("window") or {}).get("generations", [])
         said = [
@@ -97,6 +98,8 @@ def content_key(manifest: dict | None, infos: list[dict | None]) -> str:
         ]
     else:
         said = [None if info is None else info.get("size") for info in infos]
+        if any(stamps):  # (files without one keep the key states saved before stamps had)
+            said = [said, [None if stamp is None else stamp.decode("utf-8", "replace") for stamp in stamps]]
     return hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -159,7 +162,7 @@ def discover(
     if infos is None:
         infos = [c.info for c in counted]
     listed = {p: None if info is None else FileVersion.listed(fs, info) for p, info in zip(paths, infos, strict=True)}
-    content = content_key(manifest, infos)
+    content = content_key(manifest, infos, [c.stamp for c in counted] if manifest is None else ())
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
@@ -389,20 +392,23 @@ class _Counted:
     nulls: frozenset[str] = frozenset()  # integer and boolean columns with a null, by the footer's null counts
     uncounted: frozenset[str] = frozenset()  # integer and boolean columns the footer has no null count of
     info: dict | None = None  # the file's, as the store lists it (size and version), before its footer was read
+    stamp: bytes | None = None  # its footer's daskpile stamp (see ``content_key``)
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
     info = _info(fs, path)
     with open_parquet(fs, path) as parquet:
-        stamp = (parquet.metadata.metadata or {}).get(_manifest.PILE_METADATA_KEY)
-        lazy = bool(stamp) and json.loads(stamp).get("lazy", False)
+        footer = parquet.metadata.metadata or {}
+        pile = footer.get(_manifest.PILE_METADATA_KEY)
+        lazy = bool(pile) and json.loads(pile).get("lazy", False)
+        stamp = pile or footer.get(_manifest.SHUFFLE_METADATA_KEY)
         schema, total = without_views(parquet.schema_arrow), parquet.metadata.num_rows  # (read so: see Units)
         nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:
-            return _Counted(total, schema, lazy, total, nulls, uncounted, info)
+            return _Counted(total, schema, lazy, total, nulls, uncounted, info, stamp)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, schema if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info)
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info, stamp)
 
 
 def _info(fs, path: str) -> dict | None:
