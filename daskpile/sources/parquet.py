@@ -107,7 +107,7 @@ def open_parquet(
     fs: fsspec.AbstractFileSystem,
     path: str,
     footer: pq.FileMetaData | None = None,
-    stream=False,
+    stream: bool | int = False,
     listed: FileVersion | None = None,
     **options,
 ):
@@ -118,8 +118,9 @@ def open_parquet(
     looked at before it is opened and once the caller's block is done (Arrow maps a file it opens by its
     name, where a file opened here would have its pages copied: twice the memory); a remote one as opened.
 
-    ``stream``: for ``iter_batches`` over a row group too large to hold: a local file's pages are read a
-    buffer at a time, not its column chunks whole.  On an object store the column chunks are still fetched
+    ``stream``: for ``iter_batches`` over a row group too large to hold, or a column read whole but held
+    once (an int: the buffer's bytes, else ``STREAM_BUFFER_BYTES``): a local file's pages are read a buffer
+    at a time, not its column chunks whole.  On an object store the column chunks are still fetched
     whole (pre-buffered, in few requests): a buffer's worth a request, column after column, would be
     thousands of requests, each refilling fsspec's read-ahead elsewhere.  ``options`` go to ``ParquetFile``
     (``read_dictionary``).
@@ -137,7 +138,8 @@ def open_parquet(
             # per file, as is memory-mapping.  CPU to read every file of a dataset on one thread, pyarrow
             # 26 (best of 4): A's 40 files 0.58 s mapped and pre-buffered, 0.57 s neither; the same rows as
             # 2,000 files 1.14 s against 0.81 s; files of 500,000 rows 53 ns a row either way.
-            buffered = {"buffer_size": STREAM_BUFFER_BYTES} if stream and local else {}
+            size = STREAM_BUFFER_BYTES if stream is True else stream
+            buffered = {"buffer_size": size} if size and local else {}
             parquet = pq.ParquetFile(
                 source,
                 metadata=footer,
