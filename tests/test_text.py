@@ -1868,6 +1868,14 @@ def test_json_times_that_say_their_offset_are_instants_in_utc(tmp_path, sync_sch
     assert [v.isoformat() for v in table.column("t").to_pylist()] == [
         "2020-01-01T08:00:00+00:00", "2020-01-02T10:00:00+00:00"]  # fmt: skip
     assert daskpile.verify(str(path), str(tmp_path / "out")).ok
+    # a later line without its offset: refused, as Arrow's CSV reader refuses it (Arrow's JSON reader read it
+    # as UTC, where it was typed on the first MiB's lines: found by a trial of a daily feed)
+    late = tmp_path / "late.jsonl"
+    head = "".join(f'{{"id": {i}, "t": "2020-01-01T10:00:00+02:00"}}\n' for i in range(40_000))
+    late.write_text(head + '{"id": 40000, "t": "2020-01-01T10:00:00"}\n')
+    with pytest.raises(ValueError, match=rf"the line at byte {len(head):,}: column 't' is of type timestamp\[s, "
+                       r"tz=UTC\].*expected a zone offset: declare another type"):  # fmt: skip
+        daskpile.shuffle_parquet(str(late), str(tmp_path / "out-late"), piles=1, seed=1)
     dates = tmp_path / "dates.jsonl"  # "2020-01-01" ends in "-01", which is no offset (the review)
     dates.write_text('{"id": 1, "d": "2020-01-01"}\n{"id": 2, "d": "2020-01-02"}\n')
     daskpile.shuffle_parquet(str(dates), str(tmp_path / "out-dates"), piles=1, seed=1)
@@ -1901,7 +1909,9 @@ def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_schedule
     lines[50_000] = '{"id": 50000, "d": "2020-01-02T10:00:00", "e": "2021-02-03"}'  # past the first MiB
     source.write_text("\n".join(lines) + "\n")
     at = len("\n".join(lines[:50_000])) + 1
-    with pytest.raises(ValueError, match=rf"the line at byte {at:,}: column 'd' is typed date32.*2020-01-02T10:00:00"):
+    with pytest.raises(
+        ValueError, match=rf"the line at byte {at:,}: column 'd' is of type date32.*2020-01-02T10:00:00"
+    ):
         daskpile.shuffle_parquet(str(source), str(tmp_path / "out-late"), piles=2, seed=1)
     assert not (tmp_path / "out-late").exists()
 

@@ -1,6 +1,7 @@
 """Moving windows: append, expire, compact, discard; snapshots, resume, retention, verify, the loader."""
 
 import contextlib
+import datetime
 import importlib
 import json
 import os
@@ -1172,6 +1173,30 @@ def test_days_of_json_lines_and_csv_are_appended_parsed_into_the_window_s_column
     daskpile.shuffle_parquet(str(tmp_path / "c-0.csv"), csv_dest, piles=2, seed=1, read_options={"delimiter": ";"})
     assert daskpile.append(csv_dest, str(tmp_path / "c-1.csv")).rows == 200
     assert sorted(loader_ids(csv_dest)) == list(range(200)) and daskpile.verify(csv_dest).ok
+
+
+def test_a_json_day_s_time_without_its_offset_is_refused_in_a_column_with_a_zone(sync_scheduler, tmp_path):
+    """Arrow's JSON reader takes "2026-11-02T10:00:00" as UTC in a column with a zone: a day's local times were
+    stored as UTC and verified, where the same value in CSV, or a Parquet day without the zone, is refused (a
+    new user's trial of a daily feed).  Times with their offset are read as the instants they are."""
+    dest = str(tmp_path / "window")
+    utc = pa.timestamp("us", tz="UTC")
+    day0 = pa.table({"id": [1, 2], "ts": pa.array([datetime.datetime(2026, 11, 1, 9, tzinfo=datetime.UTC)] * 2, utc)})
+    pq.write_table(day0, tmp_path / "day-0.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "day-0.parquet"), dest, piles=2, seed=SEED)
+    (tmp_path / "day-1.jsonl").write_text(
+        '{"id": 3, "ts": "2026-11-02T10:00:00+02:00"}\n{"id": 4, "ts": "2026-11-02T10:00:00"}\n'
+    )
+    with pytest.raises(ValueError, match=r"the line at byte 45: column 'ts' is of type timestamp\[us, tz=UTC\] in the "
+                       r"window .*expected a zone offset"):  # fmt: skip
+        daskpile.append(dest, str(tmp_path / "day-1.jsonl"))
+    assert "window" not in daskpile.read_manifest(dest)  # (still the shuffle's result, nothing appended)
+    (tmp_path / "day-2.jsonl").write_text('{"id": 3, "ts": "2026-11-02T10:00:00+02:00"}\n{"id": 4, "ts": null}\n')
+    daskpile.append(dest, str(tmp_path / "day-2.jsonl"))
+    read = pa.concat_tables(
+        pq.read_table(os.path.join(dest, f)) for f in daskpile.read_manifest(dest)["files"]
+    ).sort_by("id")  # fmt: skip
+    assert read.column("ts").to_pylist()[2:] == [datetime.datetime(2026, 11, 2, 8, tzinfo=datetime.UTC), None]
 
 
 def test_a_geoparquet_windows_files_say_the_extent_of_their_own_rows(sync_scheduler, tmp_path):

@@ -276,7 +276,7 @@ class BlockReader:
                 explicit_schema=json_read_schema(self.schema), unexpected_field_behavior="error"
             ),
         )
-        return from_json_read(table, self.schema)
+        return from_json_read(table, self.schema, self.window)
 
     def _csv(self, block: bytes, first: bool, where: str, apart: bool = False) -> pa.Table:
         names = self.schema.names

@@ -358,7 +358,9 @@ def _json_times(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
 
 def json_read_schema(schema: pa.Schema) -> pa.Schema:
     """What Arrow's JSON reader is given to read columns of ``schema``: it converts no string to a date (``changed
-    from number to string``), and makes no dictionary.  ``from_json_read`` types what it read as ``schema``.
+    from number to string``), takes a time without its UTC offset as UTC in a column with a zone (where Arrow's
+    cast, as its CSV reader, refuses it: a window trial's local times stored as UTC), and makes no dictionary.
+    ``from_json_read`` types what it read as ``schema``.
 
     >>> json_read_schema(pa.schema([("d", pa.date32()), ("c", pa.dictionary(pa.int8(), pa.string()))])).types
     [DataType(string), DataType(string)]
@@ -369,13 +371,15 @@ def json_read_schema(schema: pa.Schema) -> pa.Schema:
 def _json_read_type(kind: pa.DataType) -> pa.DataType:
     if pa.types.is_dictionary(kind):
         return _json_read_type(kind.value_type)
-    return pa.string() if pa.types.is_date(kind) else kind
+    zoned = pa.types.is_timestamp(kind) and kind.tz is not None
+    return pa.string() if pa.types.is_date(kind) or zoned else kind
 
 
-def from_json_read(table: pa.Table, schema: pa.Schema) -> pa.Table:
+def from_json_read(table: pa.Table, schema: pa.Schema, window: str | None = None) -> pa.Table:
     """``table``, read by Arrow's JSON reader with ``json_read_schema(schema)``, with the columns ``schema``
-    names typed as it types them; a string that is no date (``YYYY-MM-DD``) in a date column is refused as
-    ``pa.ArrowInvalid`` naming the column, for the caller to name the line.
+    names typed as it types them; a string that is no date (``YYYY-MM-DD``) in a date column, or a time without
+    its offset in a column with a zone, is refused as ``pa.ArrowInvalid`` naming the column, for the caller to
+    name the line.  ``window``: the window whose types ``schema`` are, which no declaration changes.
 
     >>> from_json_read(pa.table({"d": ["2020-01-02"]}), pa.schema([("d", pa.date32())])).column("d").type
     DataType(date32[day])
@@ -390,10 +394,18 @@ def from_json_read(table: pa.Table, schema: pa.Schema) -> pa.Table:
             try:
                 column = column.cast(values)
             except pa.ArrowInvalid as e:
+                other = f"timestamp[{values.unit}]" if pa.types.is_timestamp(values) else "timestamp[s]"
+                said = str(e).split(". If these timestamps")[0]  # (Arrow's advice is for its own casts)
+                said = f"{said[0].lower()}{said[1:]}"
+                if window is not None:
+                    raise pa.ArrowInvalid(
+                        f"column {field.name!r} is of type {values} in the window {window}, and {said}: a window's "
+                        "columns are those of its first data (write the day's values as that type)"
+                    ) from None
                 raise pa.ArrowInvalid(
-                    f"column {field.name!r} is typed {values} (declared, or its values in the first file's first "
-                    f"MiB were all dates), and {str(e)[0].lower()}{str(e)[1:]}: declare another type (read option "
-                    f"column_types, e.g. --read-option column_types.{field.name}=timestamp[s], or string)"
+                    f"column {field.name!r} is of type {values} (declared, or inferred from the first file's first "
+                    f"MiB), and {said}: declare another type (read option column_types, e.g. --read-option "
+                    f"column_types.{field.name}={other}, or string)"
                 ) from None
         if values is not target:
             column = pc.dictionary_encode(column).cast(target)
