@@ -915,7 +915,7 @@ def test_a_day_expired_then_appended_again_by_mistake_is_refused_unless_asked(sy
     daskpile.append(dest, days[1], again=True)  # a backfill, asked for
     assert sorted(window_ids(dest)) == ids_of(1, 2, 3)
     run = daskpile_in_process("append", days[0], dest)
-    assert run.returncode == 2 and "Pass again=True (--again)" in run.stderr
+    assert run.returncode == 2 and "Pass again=True (--again on the command line)" in run.stderr
     assert daskpile_in_process("append", days[0], dest, "--again").returncode == 0
     assert sorted(window_ids(dest)) == ids_of(0, 1, 2, 3)
 
@@ -1197,6 +1197,22 @@ def test_a_json_day_s_time_without_its_offset_is_refused_in_a_column_with_a_zone
         pq.read_table(os.path.join(dest, f)) for f in daskpile.read_manifest(dest)["files"]
     ).sort_by("id")  # fmt: skip
     assert read.column("ts").to_pylist()[2:] == [datetime.datetime(2026, 11, 2, 8, tzinfo=datetime.UTC), None]
+
+
+def test_a_window_s_column_of_type_null_says_why_no_day_with_a_value_can_be_appended(sync_scheduler, tmp_path):
+    """pandas writes a column with no value as type null: a window of such first data refused every later day
+    with a value there, saying "convert the files", which cannot help (a new user's trial of a daily feed)."""
+    import pandas as pd
+
+    dest = str(tmp_path / "window")
+    pd.DataFrame({"id": [1, 2, 3], "coupon": [None, None, None]}).to_parquet(tmp_path / "d0.parquet")
+    pd.DataFrame({"id": [4], "coupon": [None]}).to_parquet(tmp_path / "d1.parquet")
+    pd.DataFrame({"id": [5, 6], "coupon": ["SAVE10", None]}).to_parquet(tmp_path / "d2.parquet")
+    daskpile.shuffle_parquet(str(tmp_path / "d0.parquet"), dest, piles=2, seed=SEED)
+    assert daskpile.append(dest, str(tmp_path / "d1.parquet")).rows == 4  # (no value: appended)
+    said = r"large_string instead of null \(the window's column 'coupon' is of type null: no row of its first data"
+    with pytest.raises(ValueError, match=said + " held a value, so it can hold none; start a new window"):
+        daskpile.append(dest, str(tmp_path / "d2.parquet"))
 
 
 def test_a_geoparquet_windows_files_say_the_extent_of_their_own_rows(sync_scheduler, tmp_path):

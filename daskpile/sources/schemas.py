@@ -652,6 +652,13 @@ def conformer(
             "window": "(an append takes the window's columns and types: convert the files, or start a new window)",
             "first file": "(files other than Parquet take the first file's columns and types: convert them to those)",
         }.get(policy, "(a column renamed after the file was written?)")
+        untyped = [f.name for f in data_fields if pa.types.is_null(f.type) and f.name in casts]
+        if policy == "window" and untyped:  # (converting the day cannot help: a null column holds no value)
+            hint = (
+                f"(the window's column {untyped[0]!r} is of type null: no row of its first data held a value, so it "
+                "can hold none; start a new window from data that gives the column its type, e.g. pandas' "
+                ".astype('string') or a pyarrow schema)"
+            )
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
     return Conformer(

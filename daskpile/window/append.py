@@ -144,7 +144,7 @@ def append(
         raise ValueError(
             f"the rows of {plan.urls[0]}{' and the rest' if len(plan.urls) > 1 else ''} are those of generation "
             f"{twin.number} (from {twin.source_files[0] if twin.source_files else 'its sources'}), row for row: the "
-            "same day under another path? Pass again=True (--again) to append them anyway"
+            "same day under another path? Pass again=True (--again on the command line) to append them anyway"
         )
     window = window.commit([*window.generations, new], next_generation=generation + 1, retain=retain)
     snapshot.finish(window.fs, window.path)
@@ -250,7 +250,7 @@ def _appended_already(window: Window, plan, partly_refused: bool, again: bool = 
                 f"{url} is in the window already (appended in generation {held_paths[url]}) and has changed since: "
                 "its rows as appended then are still in the window. If it is that data written again, drop them "
                 f"first (daskpile expire {window.url} --generation {held_paths[url]}), then append; if the path "
-                "holds new rows each time (a landing path), pass again=True (--again)"
+                "holds new rows each time (a landing path), pass again=True (--again on the command line)"
             )
     for url, number in zip(plan.urls, numbers, strict=True):
         if number is not None:
@@ -309,7 +309,7 @@ def _refuse_expired(window: Window, plan) -> None:
         if number is not None and number not in held:
             raise ValueError(
                 f"{url} was in generation {number} (as appended, or compacted), which expire has dropped since: "
-                "appended again, its rows would come back as the newest generation. Pass again=True (--again) to "
+                "appended again, its rows would come back as the newest generation. Pass again=True (--again on the command line) to "
                 "append it anyway"
             )
 
