@@ -1901,10 +1901,14 @@ def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_schedule
         str(declared), str(tmp_path / "out-declared"), piles=1, seed=1,
         read_options={"column_types": {"d": "date32", "t": "timestamp[s]"}},
     )  # fmt: skip
-    assert pq.read_schema(tmp_path / "out-declared" / "part-00000.parquet").types[:2] == [
-        pa.date32(),
-        pa.timestamp("ms"),
-    ]  # fmt: skip  (Parquet has no seconds)
+    declared_types = pq.read_schema(tmp_path / "out-declared" / "part-00000.parquet").types
+    assert declared_types[:2] == [pa.date32(), pa.timestamp("ms")]  # (Parquet has no seconds)
+    numbers = tmp_path / "numbers.jsonl"  # days since 1970, which Arrow's reader reads as a date32 (the review)
+    numbers.write_text('{"d": 18000}\n{"d": null}\n')
+    daskpile.shuffle_parquet(
+        str(numbers), str(tmp_path / "out-numbers"), piles=1, seed=1, read_options={"column_types": {"d": "date32"}}
+    )
+    assert datetime.date(2019, 4, 14) in pq.read_table(tmp_path / "out-numbers").column("d").to_pylist()
 
     lines[50_000] = '{"id": 50000, "d": "2020-01-02T10:00:00", "e": "2021-02-03"}'  # past the first MiB
     source.write_text("\n".join(lines) + "\n")

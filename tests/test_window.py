@@ -807,7 +807,8 @@ def test_a_changed_file_at_a_path_the_window_holds_is_refused_unless_asked(sync_
     pq.write_table(corrected.set_column(x, "x", pc.negate(corrected["x"])), changed)  # one file of the day
     said = (
         rf"{changed.name} is in the window already \(appended in generation 2\) and has changed since: its rows as "
-        rf"appended then are still in the window. .*--generation 2\), then append; .* pass again=True \(--again\)"
+        rf"appended then are still in the window. .*--generation 2\), then append; .* pass again=True \(--again on "
+        r"the command line\)"
     )
     with pytest.raises(ValueError, match=said):  # the changed file named, not the unchanged ones beside it
         daskpile.append(dest, str(landing))
@@ -1213,6 +1214,12 @@ def test_a_window_s_column_of_type_null_says_why_no_day_with_a_value_can_be_appe
     said = r"large_string instead of null \(the window's column 'coupon' is of type null: no row of its first data"
     with pytest.raises(ValueError, match=said + " held a value, so it can hold none; start a new window"):
         daskpile.append(dest, str(tmp_path / "d2.parquet"))
+    # days of text: not "declare its type", which an append cannot
+    (tmp_path / "d3.jsonl").write_text('{"id": 7, "coupon": "SAVE"}\n')
+    (tmp_path / "d3.csv").write_text("id,coupon\n7,SAVE\n")
+    for day in ("d3.jsonl", "d3.csv"):
+        with pytest.raises(ValueError, match=r"\(the window's column is of type null: no row of its first data held a"):
+            daskpile.append(dest, str(tmp_path / day))
 
 
 def test_a_geoparquet_windows_files_say_the_extent_of_their_own_rows(sync_scheduler, tmp_path):

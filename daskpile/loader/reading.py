@@ -376,8 +376,8 @@ class _PieceReader:
 
 # A local column chunk read a buffer at a time, not whole into memory before its pages are decoded: a pile's
 # column was held twice over while read, and a column of embeddings (fixed-size lists, whose levels Arrow
-# decodes too) 3.2 times its size (a new user's trial: 213 against 155 MiB of Arrow's at mix=1, 537 against
-# 429 MiB resident).  1 MiB, not 64 KiB: a pile's column of 1 MiB is read in one call
+# decodes too) 3.2 times its size (a new user's trial: 211-213 against 150-159 MiB of Arrow's at mix=1, resident
+# 489-523 against 409-481 MiB).  1 MiB, not 64 KiB: a pile's column of 1 MiB is read in one call
 COLUMN_BUFFER_BYTES = 2**20
 
 

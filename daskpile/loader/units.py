@@ -392,7 +392,7 @@ class _Counted:
     nulls: frozenset[str] = frozenset()  # integer and boolean columns with a null, by the footer's null counts
     uncounted: frozenset[str] = frozenset()  # integer and boolean columns the footer has no null count of
     info: dict | None = None  # the file's, as the store lists it (size and version), before its footer was read
-    stamp: bytes | None = None  # its footer's daskpile stamp (see ``content_key``)
+    stamp: bytes | None = None  # its footer's ``shuffle(ddf).to_parquet`` stamp (see ``content_key``)
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
@@ -401,7 +401,8 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         footer = parquet.metadata.metadata or {}
         pile = footer.get(_manifest.PILE_METADATA_KEY)
         lazy = bool(pile) and json.loads(pile).get("lazy", False)
-        stamp = pile or footer.get(_manifest.SHUFFLE_METADATA_KEY)
+        # (shuffle_parquet's pile stamp is left out: states of its files saved before keep their key)
+        stamp = footer.get(_manifest.SHUFFLE_METADATA_KEY)
         schema, total = without_views(parquet.schema_arrow), parquet.metadata.num_rows  # (read so: see Units)
         nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:

@@ -309,8 +309,8 @@ def _refuse_expired(window: Window, plan) -> None:
         if number is not None and number not in held:
             raise ValueError(
                 f"{url} was in generation {number} (as appended, or compacted), which expire has dropped since: "
-                "appended again, its rows would come back as the newest generation. Pass again=True (--again on the command line) to "
-                "append it anyway"
+                "appended again, its rows would come back as the newest generation. Pass again=True (--again on "
+                "the command line) to append it anyway"
             )
 
 

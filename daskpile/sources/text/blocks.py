@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.json as pa_json
 
 from daskpile._storage import FileVersion, full_url, is_local, open_read, uncached
 from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed, refuse_wide_encodings
@@ -31,8 +30,7 @@ from daskpile.sources.text.schema import (
     Tail,
     column_names_in_utf8,
     csv_errors,
-    from_json_read,
-    json_read_schema,
+    read_json,
     refuse_rounded_integers,
     stream_csv,
 )
@@ -237,7 +235,7 @@ class BlockReader:
         return refused_line(
             block, start, error, self.url, format, read, skip=int(header), named=named,
             names=self._columns or self.schema.names,  # (Arrow numbers the columns in the file's order)
-            schema=self.schema,
+            schema=self.schema, window=self.window,
         )  # fmt: skip
 
     def _unexpected_field(self, line: bytes) -> str | None:
@@ -269,14 +267,7 @@ class BlockReader:
         )
 
     def _json(self, block: bytes) -> pa.Table:
-        table = pa_json.read_json(
-            io.BytesIO(block),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block) + 1),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=json_read_schema(self.schema), unexpected_field_behavior="error"
-            ),
-        )
-        return from_json_read(table, self.schema, self.window)
+        return read_json(block, self.schema, self.window, unexpected_field_behavior="error")
 
     def _csv(self, block: bytes, first: bool, where: str, apart: bool = False) -> pa.Table:
         names = self.schema.names

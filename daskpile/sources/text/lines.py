@@ -219,6 +219,7 @@ def refused_line(
     named=None,
     names: list[str] | None = None,
     schema: pa.Schema | None = None,
+    window: str | None = None,
 ) -> str:
     """What is wrong with ``block`` (from byte ``start`` of ``url``), naming the first line ``read`` refuses by
     its byte in the file; Arrow's own message if no line is to blame.
@@ -227,7 +228,8 @@ def refused_line(
     what every format's errors name.  Found by halves (a rare error's path): each line on its own when rows are
     read in a declared schema, or the first refused prefix when types are inferred from every row before.
     ``skip`` lines (a header) are never blamed; ``named(line)`` may say more of the line found, ``names``
-    name the columns Arrow numbers, and ``schema`` (the rows') gives the type to declare for a field typed null.
+    name the columns Arrow numbers, and ``schema`` (the rows') gives the type to declare for a field typed null,
+    unless they are the ``window``'s, whose types no declaration changes.
     """
     data, offsets = ended_lines(block)
 
@@ -245,8 +247,14 @@ def refused_line(
         return f"cannot read {url!r}, bytes {start:,} to {start + len(block):,} as {format}: {error_line(error)}"
     line = bytes(data[offsets[low] : offsets[low + 1] - 1])
     said = (named(line) if named else None) or (_not_json_lines(line) if format == "jsonl" else None)
+    untyped = (
+        " (the window's column is of type null: no row of its first data held a value, so it can hold none; start a "
+        "new window from data that gives the column its type)"
+    )
     if "conversion error to null" in message:
-        message += " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
+        message += untyped if window else (
+            " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
+        )  # fmt: skip
     hint = ""
     header = bytes(data[offsets[0] : offsets[1]]) if start == 0 and lines else b""
     if low == 1 and format in ("csv", "tsv") and "Expected" in message and header.count(b'"') % 2:
@@ -261,10 +269,10 @@ def refused_line(
         )
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
     if changed := re.search(r"Column\(/([^)]*)\) changed from null to (\w+)", message):
-        message += (
+        message += untyped if window else (
             " (the field was null or absent in every line of the first file's first MiB, so typed null: "
             f"{_null_typed_fix(changed[1], changed[2], schema)})"
-        )
+        )  # fmt: skip
     elif "Invalid encoding in string" in message and format == "jsonl":
         message += " (a string not closed on its line, or a raw control character in it)"
     message = with_column_names(message, names)

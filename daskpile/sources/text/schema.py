@@ -277,13 +277,7 @@ def column_names_in_utf8(where: str, format: str):
 def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
     def read(text: bytes) -> pa.Table:
         if options.format == "jsonl":
-            explicit = pa.schema(list(declared.items())) if declared else None
-            table = pa_json.read_json(
-                io.BytesIO(text),
-                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
-                parse_options=pa_json.ParseOptions(explicit_schema=explicit and json_read_schema(explicit)),
-            )
-            return from_json_read(table, explicit) if explicit else table
+            return read_json(text, pa.schema(list(declared.items())) if declared else None)
         return pa_csv.read_csv(  # in one block: a first row past Arrow's 1 MiB blocks was refused as straddling
             io.BytesIO(newline_ended(text)),
             read_options=options.csv_read(
@@ -334,11 +328,7 @@ def _json_times(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
         return schema
     as_text = pa.schema([(name, pa.string()) for name in naive])
     try:
-        table = pa_json.read_json(
-            io.BytesIO(head),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(head), 1) + 1),
-            parse_options=pa_json.ParseOptions(explicit_schema=as_text, unexpected_field_behavior="ignore"),
-        )
+        table = read_json(head, as_text, unexpected_field_behavior="ignore")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return schema
     typed = {}
@@ -356,16 +346,43 @@ def _json_times(schema: pa.Schema, head: bytes, declared: dict) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
-def json_read_schema(schema: pa.Schema) -> pa.Schema:
-    """What Arrow's JSON reader is given to read columns of ``schema``: it converts no string to a date (``changed
-    from number to string``), takes a time without its UTC offset as UTC in a column with a zone (where Arrow's
-    cast, as its CSV reader, refuses it: a window trial's local times stored as UTC), and makes no dictionary.
-    ``from_json_read`` types what it read as ``schema``.
+def read_json(text: bytes, schema: pa.Schema | None, window: str | None = None, **parse) -> pa.Table:
+    """Arrow's JSON reader on ``text``, its columns typed as ``schema`` types them (those it names; the others
+    inferred, unless ``parse`` says otherwise).
 
-    >>> json_read_schema(pa.schema([("d", pa.date32()), ("c", pa.dictionary(pa.int8(), pa.string()))])).types
-    [DataType(string), DataType(string)]
+    Arrow's reader converts no string to a date (``changed from number to string``: a declared date32 refused
+    every line), takes a time without its UTC offset as UTC in a column with a zone (where Arrow's cast and CSV
+    reader refuse it: a window trial's local times stored as UTC), and makes no dictionary: such columns are
+    read as strings (or the dictionary's values) and cast, a value the cast refuses raised as ``pa.ArrowInvalid``
+    naming its column, for the caller to name the line.  A date column written as day numbers, which Arrow
+    reads, is read so.  ``window``: the window whose types ``schema`` are, which no declaration changes.
+    Top-level columns: a date or zoned time nested in a struct or list is Arrow's to read.
+
+    >>> read_json(b'{"d": "2020-01-02", "n": 1}', pa.schema([("d", pa.date32())])).schema.types
+    [DataType(date32[day]), DataType(int64)]
     """
-    return pa.schema([f.with_type(_json_read_type(f.type)) for f in schema], metadata=schema.metadata)
+
+    def read(explicit: pa.Schema | None) -> pa.Table:
+        return pa_json.read_json(
+            io.BytesIO(text),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1) + 1),
+            parse_options=pa_json.ParseOptions(explicit_schema=explicit, **parse),
+        )
+
+    if schema is None:
+        return read(None)
+    readable = pa.schema([f.with_type(_json_read_type(f.type)) for f in schema], metadata=schema.metadata)
+    if readable.equals(schema):
+        return read(schema)
+    try:
+        table = read(readable)
+    except pa.ArrowInvalid as e:
+        if "changed from string to number" not in str(e) or not any(pa.types.is_date(t) for t in schema.types):
+            raise
+        dates = pa.schema([f.with_type(schema.field(f.name).type) if pa.types.is_date(schema.field(f.name).type)
+                           else f for f in readable], metadata=schema.metadata)  # fmt: skip
+        table = read(dates)  # (day numbers, as a date column was written before dates were cast from strings)
+    return _as_typed(table, schema, window)
 
 
 def _json_read_type(kind: pa.DataType) -> pa.DataType:
@@ -375,17 +392,11 @@ def _json_read_type(kind: pa.DataType) -> pa.DataType:
     return pa.string() if pa.types.is_date(kind) or zoned else kind
 
 
-def from_json_read(table: pa.Table, schema: pa.Schema, window: str | None = None) -> pa.Table:
-    """``table``, read by Arrow's JSON reader with ``json_read_schema(schema)``, with the columns ``schema``
-    names typed as it types them; a string that is no date (``YYYY-MM-DD``) in a date column, or a time without
-    its offset in a column with a zone, is refused as ``pa.ArrowInvalid`` naming the column, for the caller to
-    name the line.  ``window``: the window whose types ``schema`` are, which no declaration changes.
-
-    >>> from_json_read(pa.table({"d": ["2020-01-02"]}), pa.schema([("d", pa.date32())])).column("d").type
-    DataType(date32[day])
-    """
+def _as_typed(table: pa.Table, schema: pa.Schema, window: str | None) -> pa.Table:
+    """``table`` with the columns ``schema`` names cast to its types (see ``read_json``)."""
+    wanted = dict(zip(schema.names, schema.types, strict=True))
     for i, field in enumerate(table.schema):
-        target = schema.field(field.name).type if field.name in schema.names else field.type
+        target = wanted.get(field.name, field.type)
         if target == field.type:
             continue
         values = target.value_type if pa.types.is_dictionary(target) else target
@@ -394,23 +405,26 @@ def from_json_read(table: pa.Table, schema: pa.Schema, window: str | None = None
             try:
                 column = column.cast(values)
             except pa.ArrowInvalid as e:
-                other = f"timestamp[{values.unit}]" if pa.types.is_timestamp(values) else "timestamp[s]"
-                said = str(e).split(". If these timestamps")[0]  # (Arrow's advice is for its own casts)
-                said = f"{said[0].lower()}{said[1:]}"
-                if window is not None:
-                    raise pa.ArrowInvalid(
-                        f"column {field.name!r} is of type {values} in the window {window}, and {said}: a window's "
-                        "columns are those of its first data (write the day's values as that type)"
-                    ) from None
-                raise pa.ArrowInvalid(
-                    f"column {field.name!r} is of type {values} (declared, or inferred from the first file's first "
-                    f"MiB), and {said}: declare another type (read option column_types, e.g. --read-option "
-                    f"column_types.{field.name}={other}, or string)"
-                ) from None
+                raise pa.ArrowInvalid(_refused_cast(field.name, values, e, window)) from None
         if values is not target:
             column = pc.dictionary_encode(column).cast(target)
         table = table.set_column(i, field.with_type(target), column)
     return table
+
+
+def _refused_cast(name: str, kind: pa.DataType, error: Exception, window: str | None) -> str:
+    said = str(error).split(". If these timestamps")[0]  # (Arrow's advice is for its own casts)
+    said = f"{said[0].lower()}{said[1:]}"
+    if window is not None:
+        return (
+            f"column {name!r} is of type {kind} in the window {window}, and {said}: a window's columns are those "
+            "of its first data (write the day's values as that type)"
+        )
+    other = f"timestamp[{kind.unit}]" if pa.types.is_timestamp(kind) else "timestamp[s]"
+    return (
+        f"column {name!r} is of type {kind} (declared, or inferred from the first file's first MiB), and {said}: "
+        f"declare another type (read option column_types, e.g. --read-option column_types.{name}={other}, or string)"
+    )
 
 
 def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
