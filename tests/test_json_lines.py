@@ -276,6 +276,44 @@ def test_a_column_arrow_cannot_write_as_text_is_refused_before_anything_runs(tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "output_format, kind, values",
+    [("csv", pa.float16(), [0.5]), ("jsonl", pa.float16(), [0.5]), ("csv", pa.decimal256(40, 2), [1]),
+     ("jsonl", pa.binary(4), [b"abcd"])],
+)  # fmt: skip
+def test_a_column_arrow_cannot_read_back_as_text_is_refused_before_anything_runs(
+    tmp_path, sync_scheduler, output_format, kind, values
+):
+    """Arrow writes a half float or a decimal256 as CSV and cannot read it back, nor a fixed-size binary from
+    JSON lines: the run failed in pass 2, exit 1, its record left in dest (a new user's trial of formats)."""
+    import re
+
+    import pyarrow.feather as feather
+
+    feather.write_feather(pa.table({"id": [1], "v": pa.array(values, kind)}), str(tmp_path / "in.arrow"))
+    with pytest.raises(ValueError, match=rf"Arrow cannot write column 'v' \({re.escape(str(kind))}\) so, or read it"):
+        daskpile.shuffle_parquet(
+            str(tmp_path / "in.arrow"), str(tmp_path / "out"), piles=1, output_format=output_format
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("output_format", ["csv", "jsonl"])
+def test_views_and_dictionaries_of_views_go_out_as_their_values(tmp_path, sync_scheduler, output_format):
+    """Polars writes strings to Arrow files as string_view, and categoricals as dictionaries of them: Arrow's CSV
+    writer takes no view, and decodes no dictionary of them (a new user's trial of formats)."""
+    import pyarrow.ipc as ipc
+
+    codes = pa.DictionaryArray.from_arrays(pa.array([0, 1, None], pa.uint32()), pa.array(["a", "b"], pa.string_view()))
+    table = pa.table({"id": [1, 2, 3], "s": pa.array(["x", "", None], pa.string_view()), "cat": codes})
+    with ipc.new_file(str(tmp_path / "in.arrow"), table.schema) as writer:
+        writer.write_table(table)
+    report = daskpile.shuffle_parquet(
+        str(tmp_path / "in.arrow"), str(tmp_path / "out"), piles=1, seed=1, output_format=output_format
+    )
+    assert report.fingerprint.rows == 3 and daskpile.verify(str(tmp_path / "in.arrow"), str(tmp_path / "out")).ok
+
+
 @pytest.mark.parametrize("output_format", ["csv", "jsonl"])
 def test_dictionary_columns_go_out_as_their_values(tmp_path, sync_scheduler, output_format):
     """A categorical column was refused as not flat; CSV and JSON lines hold its values, and verify."""

@@ -16,6 +16,7 @@ import pyarrow.ipc as ipc
 import pyarrow.orc as orc
 
 from daskpile._storage import FileVersion, full_url, open_read
+from daskpile.sources.schemas import cast_column, without_views
 
 FORMATS = ("arrow", "orc")
 # An ORC file's size in memory, before it is read: this many times its size on disk (its default codec
@@ -51,8 +52,10 @@ def _ipc_reader(f):
 
 
 def schema(fs, path: str, format: str) -> pa.Schema:
+    """The files' schema as read: views (Polars writes its strings as ``string_view``) as their large forms, as
+    Parquet files' are (``schemas.without_views``: pyarrow before 22 sizes no view, and its CSV writer takes none)."""
     with opened(fs, path, format) as reader:
-        return reader.schema
+        return without_views(reader.schema)
 
 
 def units(fs, path: str, format: str, listed: FileVersion | None = None):
@@ -66,6 +69,10 @@ def units(fs, path: str, format: str, listed: FileVersion | None = None):
             parts = (reader.read_stripe(k) for k in range(reader.nstripes))
         for part in parts:
             table = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else pa.table(part)
+            plain = without_views(table.schema)
+            if plain is not table.schema:
+                columns = [cast_column(c, f.type) for c, f in zip(table.columns, plain, strict=True)]
+                table = pa.Table.from_arrays(columns, schema=plain)
             yield table.nbytes, table
 
 
