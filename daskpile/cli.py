@@ -566,6 +566,44 @@ def _cluster(
         yield
 
 
+SCHEDULER_ANSWER_SECONDS = 10.0
+
+
+def _require_a_scheduler_answers(address: str) -> None:
+    """Refuse a ``tcp://`` address where something accepts connections but is no Dask scheduler (its dashboard's
+    port, another service): distributed's ``Client`` waits for its greeting forever (a platform trial: a DaskJob
+    would sit silent to its deadline).  A scheduler greets a connection at once; one that cannot be reached is
+    ``Client``'s to name."""
+    import socket
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except ValueError:
+        return
+    if scheme != "tcp":  # (TLS: the client speaks first, and a server that is not one refuses it at once)
+        return
+    try:
+        connection = socket.create_connection((host, port), timeout=SCHEDULER_ANSWER_SECONDS)
+    except OSError:
+        return  # (Client retries, then names it)
+    with connection:
+        connection.settimeout(SCHEDULER_ANSWER_SECONDS)
+        try:
+            greeted = bool(connection.recv(1))
+        except TimeoutError:
+            greeted = False
+        except OSError:
+            return
+    if not greeted:
+        raise SchedulerUnreachable(
+            f"{address} accepted a connection but no Dask scheduler answered in {SCHEDULER_ANSWER_SECONDS:.0f} s: "
+            "is it the scheduler's port (8786 by default), not its dashboard's (8787) or another service's?"
+        )
+
+
 @contextlib.contextmanager
 def _distributed_cluster(
     scheduler, scheduler_file, kubernetes, namespace, image, workers, threads_per_worker, memory_limit, quiet: bool
@@ -579,6 +617,7 @@ def _distributed_cluster(
         hint = ""  # what to look at if no worker comes
         if scheduler:
             description = f"cluster {scheduler}"
+            _require_a_scheduler_answers(scheduler)
             try:
                 client = stack.enter_context(Client(scheduler))
             except (OSError, TimeoutError) as e:

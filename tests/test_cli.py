@@ -444,6 +444,20 @@ def test_what_needs_no_cluster_is_said_without_one(sorted_source, tmp_path):
     assert done.returncode == 75 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
 
 
+def test_a_scheduler_address_where_no_scheduler_answers_is_said_not_waited_on(sorted_source, tmp_path):
+    """A port that accepts connections but is no Dask scheduler (its dashboard's): distributed's Client waits
+    for a greeting forever, and the command sat silent (a platform trial: a DaskJob to its 48 h deadline)."""
+    import socket
+
+    with socket.socket() as listening:  # (the kernel accepts connections into its backlog: never answered)
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        address = f"tcp://127.0.0.1:{listening.getsockname()[1]}"
+        done = run("shuffle", sorted_source, str(tmp_path / "out"), "--scheduler", address, check_status=75)
+    assert f"{address} accepted a connection but no Dask scheduler answered in 10 s" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
