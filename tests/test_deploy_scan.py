@@ -181,6 +181,12 @@ def test_dockerfile_what_checkov_does_not_check():
     assert all(f"!{path.rstrip('/')}" in let_through for path in sources), (
         f".dockerignore must let through every path the Dockerfile copies: {sources}"
     )
+    # The wheel built in the image carries the license its metadata names (BSD-3 asks for its text; setuptools
+    # will refuse a build whose license-files match nothing: a platform trial)
+    import tomllib
+
+    licenses = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("license-files", [])
+    assert all(name in sources for name in licenses), f"the builder must copy {licenses}: it copies {sources}"
 
 
 # -- the manifests, rendered ---------------------------------------------------------------------------
