@@ -43,7 +43,7 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     url = str(url)
     check_url(url)
     _require_known_protocol(url)
-    refuse_endpoint_credentials(storage_options or {})
+    refuse_endpoint_credentials(storage_options or {}, url)
     return url_to_fs(url, **(storage_options or {}))
 
 
@@ -114,9 +114,10 @@ _STORE_EXTRAS = {
 }  # fmt: skip
 
 
-def refuse_endpoint_credentials(storage_options: dict) -> None:
+def refuse_endpoint_credentials(storage_options: dict, url: str | None = None) -> None:
     """A ValueError, naming the option and not its value, for an endpoint URL with ``user:password@`` in it,
-    which the store's HTTP client refuses mid-request (aiohttp: "Cannot combine AUTHORIZATION header ...").
+    which the store's HTTP client refuses mid-request (aiohttp: "Cannot combine AUTHORIZATION header ...");
+    for an s3:// ``url`` without one in the options, the environment's (``AWS_ENDPOINT_URL``).
 
     >>> refuse_endpoint_credentials({"client_kwargs": {"endpoint_url": "http://k:s@127.0.0.1:9000"}})
     Traceback (most recent call last):
@@ -124,12 +125,17 @@ def refuse_endpoint_credentials(storage_options: dict) -> None:
 environment or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), not in a URL
     """
     client = storage_options.get("client_kwargs")
-    found = [("endpoint_url", storage_options.get("endpoint_url"))]
-    found += [("client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
+    found = [("storage option endpoint_url", storage_options.get("endpoint_url"))]
+    found += (
+        [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
+    )
+    if all(value is None for _, value in found) and _protocol_of(url or "") in ("s3", "s3a"):
+        # botocore's, where no option gives one (a Secret's AWS_ENDPOINT_URL: a platform trial)
+        found = [(f"${name}", os.environ.get(name)) for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")]
     for name, value in found:
         if isinstance(value, str) and _USERINFO.match(value):
             raise ValueError(
-                f"storage option {name} carries credentials (user:password@): give them in the environment or "
+                f"{name} carries credentials (user:password@): give them in the environment or "
                 "the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), not in a URL"
             )
 

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import gc
 import json
+import os
 import re
 import socket
 import threading
@@ -327,6 +328,13 @@ def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
         )  # fmt: skip
         assert done.returncode == 2 and f"storage option {option} carries credentials" in done.stderr, done
         assert secret not in done.stdout + done.stderr, done
+    # ...and in the environment's (a Secret's AWS_ENDPOINT_URL: exit 1, botocore's message; a platform trial)
+    done = daskpile_command(
+        "shuffle", "s3://lake/small.txt", "s3://lake/leak", "--piles=2", "--scheduler=sync", *endpoint[1:],
+        env={**os.environ, "AWS_ENDPOINT_URL": endpoint_url},
+    )  # fmt: skip
+    assert done.returncode == 2 and "$AWS_ENDPOINT_URL carries credentials" in done.stderr, done
+    assert secret not in done.stdout + done.stderr, done
     assert not fs.exists("lake/leak")
 
 
