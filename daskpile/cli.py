@@ -695,7 +695,29 @@ def _kubernetes(name, namespace, image, workers, threads_per_worker, memory_limi
     except ImportError:
         raise
     except Exception as e:
+        unreachable = any(c.__name__ in ("ConnectError", "ConnectTimeout") for c in type(e).__mro__)  # (httpx's)
+        if unreachable or isinstance(e, ConnectionError):  # (a temporary state, as a scheduler out of reach)
+            server = _kubernetes_server()
+            raise SchedulerUnreachable(
+                f"cannot start the Kubernetes cluster {name!r}: its API server "
+                f"{server or '(kubectl cluster-info names it)'} is out of reach: {e}"
+            ) from e
         raise ClusterNotStarted(f"cannot start the Kubernetes cluster {name!r}: {e}") from e
+
+
+def _kubernetes_server() -> str | None:
+    """The API server of the kubeconfig's current context, as kubectl finds it (the first file of $KUBECONFIG,
+    else ~/.kube/config), or None."""
+    import yaml
+
+    path = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+        context = next(c["context"] for c in config["contexts"] if c["name"] == config["current-context"])
+        return next(c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, StopIteration):
+        return None
 
 
 def _wait_for_a_worker(client, description: str, hint: str = "") -> None:

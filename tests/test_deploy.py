@@ -269,6 +269,32 @@ def test_the_kubernetes_option_starts_the_validated_spec(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_kubernetes_api_server_out_of_reach_is_named_and_worth_a_retry(tmp_path):
+    """A kubeconfig whose server does not answer: exit 2, "All connection attempts failed", naming no server
+    (a platform trial); it is named, with the exit status of a scheduler out of reach (75)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        server = f"https://127.0.0.1:{free.getsockname()[1]}"  # (closed again: nothing listens there)
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: here\n"
+        f"clusters:\n- name: here\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\n"
+        "contexts:\n- name: here\n  context:\n    cluster: here\n    user: me\n"
+        "users:\n- name: me\n  user:\n    token: not-a-secret\n"
+    )
+    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "HOME": str(tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    done = subprocess.run(
+        [DASKPILE, "shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert f"its API server {server} is out of reach" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_kubernetes_option_runs_on_the_cluster_it_starts(tmp_path, monkeypatch):
     """kubernetes_cluster stood in for by a LocalCluster: the command waits for a worker, counts them, runs."""
     from click.testing import CliRunner

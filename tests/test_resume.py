@@ -277,6 +277,11 @@ def test_a_run_whose_source_changed_since_is_not_said_resumable(tmp_path, sync_s
         call()
     with pytest.raises(daskpile.RunMismatchError, match=r"seed 2 instead of 1.*\. Run the same call again to resume"):
         daskpile.shuffle_parquet(source, dest, piles=4, seed=2, output_format="csv")
+    # another source for the same dest (a formats trial: told its source had changed)
+    other = str(sorted((tmp_path / "src").iterdir())[1])
+    said = r"other source files \(1 now, 2 then: another source, or files added or removed since\)\. Run the call that"
+    with pytest.raises(daskpile.RunMismatchError, match=said + " began it again to resume it, or pass overwrite=True"):
+        daskpile.shuffle_parquet(other, dest, piles=4, seed=1, output_format="csv")
     assert call(overwrite=True).rows == 4_000
 
 

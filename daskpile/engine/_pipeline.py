@@ -713,12 +713,15 @@ class _Run:
             )
             # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
             # The source's files or schema changed since: running the call that began it again is no way back
-            source_changed = all(d.startswith(("source files", "another schema")) for d in differences)
-            then = (
-                "The source changed since it began, so it cannot be resumed: pass"
-                if source_changed
-                else "Run the same call again to resume it, or pass"
-            )
+            source_changed = all(d.startswith(("source files changed", "another schema")) for d in differences)
+            other_files = any(d.startswith("other source files") for d in differences)
+            if source_changed:
+                then = "The source changed since it began, so it cannot be resumed: pass"
+            elif other_files:  # (another call, or its source's files since: a formats trial's fresh call was told
+                # the source changed)
+                then = "Run the call that began it again to resume it, or pass"
+            else:
+                then = "Run the same call again to resume it, or pass"
             raise RunMismatchError(
                 f"{where} an unfinished daskpile run (seed {self.previous.seed}, {count(self.previous.piles, 'pile')}) "
                 f"that this call does not match: {'; '.join(differences)}. {then} overwrite=True (--overwrite) to "

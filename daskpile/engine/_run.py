@@ -110,7 +110,10 @@ class RunSpec:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
         if tuple(source_files) != self.source_files:
-            found.append(f"source files ({len(source_files)} now, {len(self.source_files)} then)")
+            found.append(
+                f"other source files ({len(source_files)} now, {len(self.source_files)} then: another source, or "
+                "files added or removed since)"
+            )
         elif tuple(source_stamps) != self.source_stamps:
             changed = [f for f, a, b in zip(source_files, source_stamps, self.source_stamps, strict=True) if a != b]
             found.append(f"source files changed since: {', '.join(changed[:3])}")
