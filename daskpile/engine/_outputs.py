@@ -118,15 +118,13 @@ class Output:
                         f"output_format={self.format!r} writes values as text, and Arrow cannot write column "
                         f"{field.name!r} ({field.type}) so: write another format (arrow)"
                     ) from None
-                try:  # written and read back as a pile is (a half float, a decimal256: found after pass 1)
-                    beside = "b" if field.name == "a" else "a"  # (a CSV of one null is an empty line, refused)
-                    probe = pa.table({field.name: pa.nulls(1, field.type), beside: [0]})
-                    parse(serialize(probe, self), self, probe.schema)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                    raise ValueError(
-                        f"output_format={self.format!r} writes values as text, and Arrow cannot write column "
-                        f"{field.name!r} ({field.type}) so, or read it back: write another format (arrow)"
-                    ) from None
+            if not self._reads_back(decoded):  # (a half float, a decimal256: found in pass 2 otherwise)
+                field = next((f for f in decoded if not self._reads_back(pa.schema([f]))), None)
+                named = f"column {field.name!r} ({field.type})" if field else f"these columns ({decoded})"
+                raise ValueError(
+                    f"output_format={self.format!r} writes values as text, and Arrow cannot write {named} so, or "
+                    "read it back: write another format (arrow)"
+                )
         if self.format == "lines" and (
             len(schema) != 1 or not (pa.types.is_binary(schema[0].type) or pa.types.is_string(schema[0].type))
         ):
@@ -138,6 +136,16 @@ class Output:
                     else ""
                 )
             )
+
+    def _reads_back(self, schema: pa.Schema) -> bool:
+        """Whether a row of nulls of ``schema`` is written and read back as a pile is."""
+        beside = "_" + "_".join(schema.names)  # (a CSV row of one null is an empty line, refused)
+        probe = pa.table({**{f.name: pa.nulls(1, f.type) for f in schema}, beside: [0]})
+        try:
+            parse(serialize(probe, self), self, probe.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return False
+        return True
 
     def refuse_values(self, table: pa.Table, where: str) -> None:
         """Refuse, as pass 1 reads them (``where``: their file), values this format writes as others: a
