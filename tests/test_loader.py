@@ -1396,6 +1396,12 @@ def test_mix_over_more_streams_than_piles_to_mix_says_it_cannot_act(datasets):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4, mix=2, world_size=4, rank=0)
+        # mix beyond the piles a stream reads mixes those it reads: no warning (a quality trial's mix=100)
+        many = daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4, mix=100)
+    assert (
+        many.co_batch_rate().rate
+        < 0.5 * daskpile.PileLoader(datasets["eager"], batch_size=100, seed=4).co_batch_rate().rate
+    )
 
 
 def test_mix_cuts_the_pairs_kept_together_from_epoch_to_epoch(datasets):

@@ -479,7 +479,9 @@ def quality(
     if label_column:
         labels, label_counts = _label_counts([d.labels for d in described], label_column)
         checks.append(_label_balance(label_counts, rows_per_file, alpha))
-        per_batch = _label_balance_per_batch([d.batches for d in described], labels, batch_size, alpha)
+        per_batch = _label_balance_per_batch(
+            [d.batches for d in described], labels, label_counts.sum(axis=0), batch_size, alpha
+        )
         if isinstance(per_batch, str):
             not_run.append(("label balance per batch", per_batch))
         else:
@@ -535,7 +537,9 @@ def _describe(
         counted = pc.value_counts(label[0].combine_chunks())
         values = [_one_nan(v) for v in counted.field("values").to_pylist()]
         labels = dict(zip(values, counted.field("counts").to_pylist(), strict=True))
-        batches = _batch_counts(label[0], batch_size)
+        # (a column of more labels than label balance takes is refused once every file is counted: its batches'
+        # Gram matrix would be labels squared, 114 GiB for a column of ids, a quality trial)
+        batches = _batch_counts(label[0], batch_size) if len(labels) <= MAX_LABELS + 1 else None
     return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order), batches)
 
 
@@ -817,12 +821,14 @@ def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) 
 
 
 def _label_balance_per_batch(
-    per_file: list[_Batches], labels: list, batch_size: int, alpha: float
+    per_file: list[_Batches], labels: list, label_rows: np.ndarray, batch_size: int, alpha: float
 ) -> QualityCheck | str:
     """The batches' label counts as a table of batches by labels, against independence (two-sided: batches of
     one label fail it, and so do batches dealt labels evenly), from the files' Gram matrices; or why it was not
     run.  Labels a batch holds fewer than 5 rows of on average are pooled, and the pool, if still that rare,
-    joins the commonest label: the chi-square's distribution holds only above that."""
+    joins the commonest label: the chi-square's distribution holds only above that.  That average is of every
+    row (``label_rows``, by label), not of the whole batches' alone: a rare label bunched at the ends of files,
+    in their last partial batches, was pooled away and the check not run (a quality trial)."""
     index = {value: i for i, value in enumerate([*labels, None] if None not in labels else labels)}
     gram = np.zeros((len(index), len(index)), dtype=np.int64)
     batches = 0
@@ -836,16 +842,21 @@ def _label_balance_per_batch(
     if batches < 2:
         return f"fewer than 2 whole batches of {batch_size:,} rows in a file"
     # Labels pooled into groups, each summed: a group's gram entries are sums of its labels'
-    expected = totals / batches  # rows of each label a batch holds on average
+    every = np.zeros(len(index))
+    every[: len(label_rows)] = label_rows
+    expected = every / max(every.sum(), 1) * batch_size  # rows of each label a batch holds on average
     order = np.argsort(-totals, kind="stable")
-    groups = [[k] for k in order if expected[k] >= 5]
+    groups = [[k] for k in order if expected[k] >= 5 and totals[k]]  # (a label in no whole batch: no column)
     rare = [k for k in order if expected[k] < 5 and totals[k]]
     if rare and expected[rare].sum() >= 5:
         groups.append(rare)
     elif rare and groups:
         groups[0] += rare  # (the commonest label's column takes them)
     if len(groups) < 2:
-        return f"fewer than 2 labels a batch of {batch_size:,} rows holds 5 of on average"
+        return (
+            f"a batch of {batch_size:,} rows holds 5 rows or more of fewer than 2 labels on average (the rarer "
+            "labels pooled): too few for its chi-square"
+        )
     member = np.zeros((len(groups), len(index)))
     for g, ks in enumerate(groups):
         member[g, ks] = 1

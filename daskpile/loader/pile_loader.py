@@ -338,7 +338,9 @@ class PileLoader:
 
     def _warn_of_streams_too_many_to_mix(self, canonical: int) -> None:
         files = len(self.units.paths)
-        if self.mix > 1 and files < self.mix * canonical:
+        # A stream mixes the piles it reads, up to mix of them: one that reads fewer than 2 mixes none (mix=100
+        # over streams of 8 piles each mixes those 8, and was warned of as mixing none: a quality trial)
+        if self.mix > 1 and files < 2 * canonical:
             warnings.warn(
                 f"PileLoader(mix={self.mix}): the dataset's {count(files, 'pile')} are cut into {canonical} streams "
                 "(canonical_ranks; with DataLoader workers, ranks x workers), each reading about "
