@@ -21,6 +21,7 @@ from _util import DASKPILE, daskpile_command, daskpile_in_process, start_lease_h
 
 import daskpile
 from daskpile.datasets import reference_table
+from daskpile.engine import _sizing
 from daskpile.window import snapshot
 
 PILES, SEED = 4, 11
@@ -110,6 +111,19 @@ def test_an_append_of_another_schema_is_refused_naming_the_column_and_writes_not
     with pytest.raises(ValueError, match="w: unexpected column"):
         daskpile.append(str(dest), str(extra))
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == before
+
+
+def test_an_append_refused_for_space_leaves_no_pending_append(sync_scheduler, days, tmp_path, monkeypatch):
+    # a pending append left behind would block the next append and fail verify, for a run that never began
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    before = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    monkeypatch.setattr(_sizing, "free_space", lambda fs, path: (1000, 0))
+    with pytest.raises(_sizing.NotEnoughSpace, match="not enough space"):
+        daskpile.append(str(dest), days[1])
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == before
+    monkeypatch.undo()
+    assert daskpile.append(str(dest), days[1]).generation == 1 and daskpile.verify(str(dest)).ok
 
 
 def test_columns_in_another_order_are_appended_in_the_windows_order(sync_scheduler, days, tmp_path):

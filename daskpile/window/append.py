@@ -13,6 +13,7 @@ from daskpile._words import count
 from daskpile.engine import _manifest, _passes
 from daskpile.engine._pipeline import shuffle_plan
 from daskpile.engine._places import check_dest_outside_source
+from daskpile.engine._sizing import NotEnoughSpace
 from daskpile.sources import MixedFormatsError, plan_sources
 from daskpile.sources.parquet import open_parquet
 from daskpile.sources.read import Reading
@@ -131,7 +132,7 @@ def append(
             progress=progress, blocksize=blocksize, on_oversize="split", rows_per_file=None,
             second_pass="lazy" if window.appends_lazily else "eager", window_generation=True,
         )  # fmt: skip
-    except (ValueError, TypeError):  # bad input, found in pass 1: nothing worth resuming
+    except (ValueError, TypeError, NotEnoughSpace):  # bad input found in pass 1, or no room: nothing worth resuming
         if not resuming:
             remove_tree(window.fs, generation_path)
             snapshot.finish(window.fs, window.path)
