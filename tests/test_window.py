@@ -273,6 +273,21 @@ def test_discard_drops_the_unfinished_change(sync_scheduler, days, tmp_path, mon
     assert not daskpile.discard(str(dest)).changed
 
 
+def test_verify_names_an_unfinished_first_append_as_what_the_unlisted_files_are(sync_scheduler, days, tmp_path,
+                                                                                monkeypatch):  # fmt: skip
+    """A result whose first append was interrupted: its own files are whole, the new generation's are not in its
+    manifest yet. Verify said only MISMATCH, rows equal (an operator's first thought: the result is corrupt)."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    append_killed_before_its_version(dest, days[1], monkeypatch)
+    checked = daskpile.verify(str(dest))
+    assert not checked.ok  # pd.read_parquet(dest) reads the new generation's files too
+    assert checked.unfinished_change.startswith("`daskpile append` (") and "gen-000001" in checked.unlisted_files[0]
+    assert "they are an unfinished `daskpile append` (" in str(checked) and "`daskpile discard`" in str(checked)
+    daskpile.discard(str(dest))
+    assert daskpile.verify(str(dest)).ok
+
+
 @pytest.mark.parametrize("command", ["append", "expire", "compact"])
 def test_discard_of_a_change_stopped_after_its_commit_says_it_was_committed(sync_scheduler, days, tmp_path,
                                                                            monkeypatch, command):  # fmt: skip

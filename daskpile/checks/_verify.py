@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 import re
 import uuid
@@ -110,6 +111,7 @@ class Verification:
     types_differing: tuple[str, ...] = ()
     skipped_files: tuple[str, ...] = ()
     other_version: tuple[int, int] | None = None
+    unfinished_change: str | None = None  # the window change under way whose files are the unlisted ones
 
     @property
     def ok(self) -> bool:
@@ -180,6 +182,11 @@ class Verification:
             f"  not in the manifest: {path} (other readers of the directory read it too)"
             for path in self.unlisted_files
         ]
+        if self.unlisted_files and self.unfinished_change:
+            lines.append(
+                f"  they are an unfinished {self.unfinished_change}'s: the result daskpile wrote is whole; run "
+                "that command again to finish it, or `daskpile discard` to drop it"
+            )
         if self.manifest is not None and self.manifest != self.dest:
             lines.append(f"  the manifest records another fingerprint ({count(self.manifest.rows, 'row')})")
         if self.source_changed:
@@ -221,6 +228,7 @@ class Verification:
             "types_differing": list(self.types_differing),
             "skipped_files": list(self.skipped_files),
             "other_version": None if self.other_version is None else list(self.other_version),
+            "unfinished_change": self.unfinished_change,
         }
 
 
@@ -396,7 +404,8 @@ def verify(
         missing_files=result.missing,
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
-        unlisted_files=_unlisted(dest_fs, dest, manifest, storage_options),
+        unlisted_files=(unlisted := _unlisted(dest_fs, dest, manifest, storage_options)),
+        unfinished_change=_unfinished_change(dest_fs, dest, storage_options) if unlisted else None,
         # (what the manifest recorded is of the rows of the version it was made from, in that version's columns)
         files_differing=() if other else _files_differing(dest_fs, dest_files, dest_sides, manifest, names),
         source_changed=() if other else _source_changed(plan, manifest),
@@ -459,6 +468,18 @@ def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ..
     )
 
 
+def _unfinished_change(fs, dest: str, storage_options) -> str | None:
+    """The window change under way on a result (its first ``append``, interrupted, has written a generation
+    its manifest does not list yet), as ``"`daskpile append` (of ..., started ...)"``; None if there is none."""
+    marker = posixpath.join(filesystem(dest, storage_options)[1].rstrip("/"), _manifest.WINDOW_PENDING)
+    try:
+        with fs.open(marker, "rb") as f:
+            pending = json.load(f)
+        return f"`daskpile {pending['command']}` ({pending['description']}, started {pending['started']})"
+    except (OSError, ValueError, KeyError, TypeError):  # none, or not a marker daskpile wrote: nothing to say
+        return None
+
+
 def _against_manifest(dest: str, storage_options, progress: bool) -> Verification:
     """A result's files, generation by generation, against the fingerprints its manifest recorded."""
     if not isinstance(dest, str):
@@ -508,7 +529,8 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         missing_files=result.missing,
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
-        unlisted_files=_unlisted(fs, dest, manifest, storage_options),
+        unlisted_files=(unlisted := _unlisted(fs, dest, manifest, storage_options)),
+        unfinished_change=_unfinished_change(fs, dest, storage_options) if unlisted else None,
         generations_differing=tuple(  # a moving window's: a plain result has no generations to name
             number
             for (number, _, _), side, want in zip(generations, per_generation, recorded, strict=True)
