@@ -712,8 +712,9 @@ class _Run:
                 else f"scratch {full_url(self.scratch.fs, self.scratch.directory)!r} holds, for dest {self.dest_url!r},"
             )
             # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
-            # The source's files or schema changed since: running the call that began it again is no way back
-            source_changed = all(d.startswith(("source files changed", "another schema")) for d in differences)
+            # The source's files or schema changed since: running the call that began it again is no way back,
+            # whatever else differs (a rerun with another seed too was told to run the same call again)
+            source_changed = any(d.startswith(("source files changed", "another schema")) for d in differences)
             other_files = any(d.startswith("other source files") for d in differences)
             if source_changed:
                 then = "The source changed since it began, so it cannot be resumed: pass"
