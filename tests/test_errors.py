@@ -11,7 +11,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
-from _util import daskpile_command, write_parts
+from _util import daskpile_command, daskpile_in_process, write_parts
 
 import daskpile
 from daskpile.datasets import reference_table
@@ -54,6 +54,24 @@ def test_no_permission_to_write_dest(sync_scheduler, source, immutable_dir):
     with pytest.raises(PermissionError, match=r"no permission to write dest .*locked.* is not writable"):
         daskpile.shuffle_parquet(source, str(dest), piles=2)
     assert not dest.exists()
+
+
+def test_window_commands_on_a_window_nobody_may_write_say_so_in_one_line(sync_scheduler, source, tmp_path):
+    """They failed with a bare "[Errno 30] Read-only file system: '.../_daskpile.lease.json'" and exit 1."""
+    window = tmp_path / "window"
+    daskpile.shuffle_parquet(source, str(window), piles=2, seed=1)
+    subprocess.run(["chattr", "+i", str(window)], capture_output=True)
+    try:
+        if os.access(window, os.W_OK):
+            pytest.skip("chattr +i is not available here")
+        with pytest.raises(PermissionError, match=r"no permission to write window .*window.* is not writable"):
+            daskpile.compact(str(window))
+        for command in (["compact", str(window)], ["expire", str(window), "--keep", "1"], ["discard", str(window)]):
+            refused = daskpile_in_process(*command)
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert "no permission to write window" in refused.stderr
+    finally:
+        subprocess.run(["chattr", "-i", str(window)], check=True)
 
 
 def test_scratch_inside_dest_is_refused_before_anything_is_written(sync_scheduler, source, tmp_path):

@@ -33,7 +33,7 @@ import numpy as np
 from dask.utils import parse_timedelta
 
 from daskpile import _random
-from daskpile._storage import exists, filesystem, full_url, reaching, remove_tree, write_bytes
+from daskpile._storage import check_writable, exists, filesystem, full_url, reaching, remove_tree, write_bytes
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
@@ -370,6 +370,7 @@ def one_change_at_a_time(command):
                 f"{full_url(fs, path)!r} does not exist: a window starts as an ordinary shuffle, its generation 0 "
                 f"(daskpile shuffle SOURCE {dest})"
             )
+        check_writable(fs, path, "window")  # (every command writes its lease: else a bare "Read-only file system")
         before = None
         try:
             with _lease.held(fs, path):
