@@ -126,6 +126,21 @@ def test_an_append_refused_for_space_leaves_no_pending_append(sync_scheduler, da
     assert daskpile.append(str(dest), days[1]).generation == 1 and daskpile.verify(str(dest)).ok
 
 
+def test_a_compact_the_disk_cannot_hold_is_refused_before_it_begins(sync_scheduler, days, tmp_path, monkeypatch):
+    """It failed halfway on "No space left on device" (exit 1), its change left under way."""
+    dest = tmp_path / "window"
+    daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)
+    daskpile.append(str(dest), days[1])
+    before = window_state(dest)
+    needed = sum(p.stat().st_size for p in dest.rglob("part-*.parquet"))
+    monkeypatch.setattr(_sizing, "free_space", lambda fs, path: (needed - 1, 0))
+    with pytest.raises(_sizing.NotEnoughSpace, match=f"window '{dest}'.*{needed:,} bytes.*expire generations"):
+        daskpile.compact(str(dest))
+    assert window_state(dest) == before
+    monkeypatch.setattr(_sizing, "free_space", lambda fs, path: (needed, 0))
+    assert daskpile.compact(str(dest)).changed
+
+
 def test_columns_in_another_order_are_appended_in_the_windows_order(sync_scheduler, days, tmp_path):
     dest = tmp_path / "window"
     daskpile.shuffle_parquet(days[0], str(dest), piles=PILES, seed=SEED)

@@ -448,8 +448,25 @@ def check_space(scratch_fs, scratch_dir: str, scratch_bytes: int, dest_fs, dest_
     for (_, free), (nbytes, where) in needs.items():
         if nbytes > free:
             elsewhere = "give scratch (--scratch)" if where[0].startswith("scratch") else "write the result"
-            raise NotEnoughSpace(
-                f"not enough space for {' and '.join(where)}: the run needs about {human_size(nbytes)} "
-                f"({nbytes:,} bytes) there, {human_size(free)} ({free:,} bytes) are free. "
-                f"Free some space or {elsewhere} on a larger disk or an object store",
-            )
+            raise _not_enough(" and ".join(where), nbytes, free, f"{elsewhere} on a larger disk or an object store")
+
+
+def check_room(fs, path: str, nbytes: int, what: str, elsewhere: str) -> None:
+    """Fail before anything is written if a local ``path`` lacks ``nbytes`` free (object stores: not checked).
+
+    >>> import fsspec
+    >>> check_room(fsspec.filesystem("file"), "/tmp", 2**80, "window", "expire generations first")
+    Traceback (most recent call last):
+    ...
+    daskpile.engine._sizing.NotEnoughSpace: not enough space for window '/tmp': ...
+    """
+    space = free_space(fs, path)
+    if space is not None and nbytes > space[0]:
+        raise _not_enough(f"{what} {full_url(fs, path)!r}", nbytes, space[0], elsewhere)
+
+
+def _not_enough(where: str, nbytes: int, free: int, elsewhere: str) -> NotEnoughSpace:
+    return NotEnoughSpace(
+        f"not enough space for {where}: the run needs about {human_size(nbytes)} ({nbytes:,} bytes) there, "
+        f"{human_size(free)} ({free:,} bytes) are free. Free some space or {elsewhere}"
+    )

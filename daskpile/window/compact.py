@@ -13,11 +13,11 @@ import pyarrow.compute as pc
 
 from daskpile import _kernels, _random
 from daskpile._compute import compute, total_threads
-from daskpile._storage import full_url, redacting_errors, remove_tree
+from daskpile._storage import full_url, is_local, redacting_errors, remove_tree
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _manifest, _passes
+from daskpile.engine import _manifest, _passes, _sizing
 from daskpile.engine._pipeline import VerificationError, _pile_groups
 from daskpile.sources.parquet import open_parquet, parquet_errors
 from daskpile.sources.schemas import nullable, with_geo_of_all
@@ -89,6 +89,7 @@ def compact(
     if len(window.generations) <= 1 and not any(g.cuts for g in window.generations):
         return report(window, False, "one generation and no cut: nothing to compact", removed=removed)
     numbers = [g.number for g in window.generations]
+    _check_room(window)
     description = f"compaction of generations {', '.join(map(str, numbers))}"
     pending = snapshot.begin(window, "compact", key, description, window.next_generation)
     generation = pending["generation"]
@@ -109,6 +110,17 @@ def compact(
         f"({count(new.rows, 'row')}{removed_rows})"
     )
     return report(window, True, summary, generation=generation, removed=removed)
+
+
+def _check_room(window: Window) -> None:
+    """Refuse before beginning where a local disk cannot hold the compacted copy beside the window's files
+    (about their size: it failed halfway on "No space left on device", its change left under way)."""
+    if not is_local(window.fs):
+        return
+    found = window.fs.find(window.path, withdirs=False, detail=True)
+    listed = {posixpath.join(window.path, name) for g in window.generations for name in g.files}
+    nbytes = sum(info["size"] for path, info in found.items() if path in listed)
+    _sizing.check_room(window.fs, window.path, nbytes, "window", "expire generations first (daskpile expire)")
 
 
 def _merge_piles(window: Window, generation: int, progress: bool) -> list[_Compacted]:
