@@ -56,6 +56,9 @@ def test_a_killed_runs_lease_is_taken_over_once_it_is_old(source, tmp_path):
     report = daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1)
     written = sorted([*(os.path.basename(f) for f in report.files), "_daskpile.json"])
     assert report.rows == 30_000 and sorted(os.listdir(dest)) == written  # the dead run's lease is gone
+    # one dated a day ahead (a machine whose clock ran fast) is as dead: it blocked the dest for that day
+    path.write_text(json.dumps({**record, "host": "another-machine", "renewed": time.time() + 86_400}))
+    assert daskpile.shuffle_parquet(source, str(dest), piles=4, seed=1, overwrite=True).rows == 30_000
 
 
 def test_a_killed_runs_lease_on_this_machine_is_taken_over_at_once(source, tmp_path):

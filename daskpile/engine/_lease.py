@@ -11,7 +11,8 @@ run's, and is taken over, as is one whose process, on the same machine, is
 gone (a pid now another process's, as in a container restarted in its pod,
 counts as gone: the lease records when its process started).  Freshness is read from the holder's clock, so
 machines sharing a dest need clocks within a minute or so of each other (as
-NTP keeps them).
+NTP keeps them): a lease renewed more than ``LEASE_SECONDS`` ahead of this
+machine's clock counts as dead too.
 """
 
 from __future__ import annotations
@@ -209,7 +210,9 @@ def _alive(record: dict) -> bool:
     """Renewed within ``LEASE_SECONDS``, unless its process, on this machine, is gone (a run killed and run
     again at once resumes, rather than waiting out its own lease)."""
     try:
-        recent = time.time() - float(record.get("renewed", 0)) < LEASE_SECONDS
+        # (one renewed in the future is a clock off, as one long before is: a lease dated a day ahead, by a
+        # machine whose clock ran fast, blocked the dest for that day, "alive 0 s ago")
+        recent = abs(time.time() - float(record.get("renewed", 0))) < LEASE_SECONDS
     except (TypeError, ValueError):
         return False
     if recent and record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
