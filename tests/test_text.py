@@ -1909,6 +1909,21 @@ def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_schedule
         str(numbers), str(tmp_path / "out-numbers"), piles=1, seed=1, read_options={"column_types": {"d": "date32"}}
     )
     assert datetime.date(2019, 4, 14) in pq.read_table(tmp_path / "out-numbers").column("d").to_pylist()
+    # a number in another column is that column's (it was blamed on the date column, its line not named), and
+    # epoch seconds are no day numbers (stored as dates past the year 9999, and verified)
+    wrong = tmp_path / "wrong.jsonl"
+    strings, numbers = '{"d": "2020-01-02", "s": "a"}\n' * 3_000, '{"d": 18000, "s": "a"}\n' * 3_000
+    dated = {"d": "date32", "s": "string"}
+    for first, line, said in [
+        (strings, '{"d": "2020-01-03", "s": 5}', "Column\\(/s\\) changed from string to number"),
+        (strings, '{"d": 18000, "s": "b"}', "Column\\(/d\\) changed from string to number"),  # (both: refused)
+        (numbers, '{"d": 1700000000, "s": "b"}', "column 'd' is of type date32, and 1,700,000,000 is no day number"),
+    ]:
+        wrong.write_text(first + line + "\n")
+        with pytest.raises(ValueError, match=f"the line at byte {len(first):,}: .*{said}"):
+            daskpile.shuffle_parquet(str(wrong), str(tmp_path / "out-wrong"), piles=1, seed=1,
+                                     read_options={"column_types": dated})  # fmt: skip
+    assert not (tmp_path / "out-wrong").exists()
 
     lines[50_000] = '{"id": 50000, "d": "2020-01-02T10:00:00", "e": "2021-02-03"}'  # past the first MiB
     source.write_text("\n".join(lines) + "\n")

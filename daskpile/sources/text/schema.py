@@ -354,8 +354,9 @@ def read_json(text: bytes, schema: pa.Schema | None, window: str | None = None, 
     every line), takes a time without its UTC offset as UTC in a column with a zone (where Arrow's cast and CSV
     reader refuse it: a window trial's local times stored as UTC), and makes no dictionary: such columns are
     read as strings (or the dictionary's values) and cast, a value the cast refuses raised as ``pa.ArrowInvalid``
-    naming its column, for the caller to name the line.  A date column written as day numbers, which Arrow
-    reads, is read so.  ``window``: the window whose types ``schema`` are, which no declaration changes.
+    naming its column, for the caller to name the line.  A date32 column written as day numbers, which Arrow
+    reads, is read so (a column of both is refused).  ``window``: the window whose types ``schema`` are, which
+    no declaration changes.
     Top-level columns: a date or zoned time nested in a struct or list is Arrow's to read.
 
     >>> read_json(b'{"d": "2020-01-02", "n": 1}', pa.schema([("d", pa.date32())])).schema.types
@@ -377,12 +378,44 @@ def read_json(text: bytes, schema: pa.Schema | None, window: str | None = None, 
     try:
         table = read(readable)
     except pa.ArrowInvalid as e:
-        if "changed from string to number" not in str(e) or not any(pa.types.is_date(t) for t in schema.types):
-            raise
-        dates = pa.schema([f.with_type(schema.field(f.name).type) if pa.types.is_date(schema.field(f.name).type)
-                           else f for f in readable], metadata=schema.metadata)  # fmt: skip
-        table = read(dates)  # (day numbers, as a date column was written before dates were cast from strings)
+        table = _read_day_numbers(read, readable, schema, e)
     return _as_typed(table, schema, window)
+
+
+_COLUMN_IN_ERROR = re.compile(r"Column\(/(.*)\) changed from (\w+) to (\w+)")
+FIRST_DAY, LAST_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days since 1970-01-01
+
+
+def _read_day_numbers(read, readable: pa.Schema, schema: pa.Schema, error: pa.ArrowInvalid) -> pa.Table:
+    """The block read again with the date32 columns Arrow found numbers in typed date32 (days since 1970, as a
+    date column was written before dates were read from strings); ``error`` raised where it is of another
+    column (whose name it says), or of a column holding both strings and numbers.
+
+    >>> read_json(b'{"d": 18000}', pa.schema([("d", pa.date32())])).column("d").to_pylist()
+    [datetime.date(2019, 4, 14)]
+    """
+    retyped, days, e = readable, [], error
+    while (found := _COLUMN_IN_ERROR.search(str(e))) is not None and found.groups()[1:] == ("string", "number"):
+        name = found.group(1)
+        if name not in schema.names or schema.field(name).type != pa.date32() or name in days:
+            break
+        days.append(name)
+        retyped = retyped.set(retyped.get_field_index(name), retyped.field(name).with_type(pa.date32()))
+        try:
+            table = read(retyped)
+        except pa.ArrowInvalid as again:
+            e = again
+            continue
+        for column in days:  # (Arrow takes any integer: epoch seconds made dates past the year 9999)
+            ends = pc.min_max(table.column(column).cast(pa.int32())).values()
+            wrong = next((v.as_py() for v in ends if v.is_valid and not FIRST_DAY <= v.as_py() <= LAST_DAY), None)
+            if wrong is not None:
+                raise pa.ArrowInvalid(
+                    f"column {column!r} is of type date32, and {wrong:,} is no day number (days since 1970-01-01, "
+                    f"from {FIRST_DAY:,} to {LAST_DAY:,}): write dates as YYYY-MM-DD strings"
+                )
+        return table
+    raise error if found is not None and found.group(1) in days else e
 
 
 def _json_read_type(kind: pa.DataType) -> pa.DataType:
