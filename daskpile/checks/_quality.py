@@ -828,7 +828,10 @@ def _label_balance_per_batch(
     run.  Labels a batch holds fewer than 5 rows of on average are pooled, and the pool, if still that rare,
     joins the commonest label: the chi-square's distribution holds only above that.  That average is of every
     row (``label_rows``, by label), not of the whole batches' alone: a rare label bunched at the ends of files,
-    in their last partial batches, was pooled away and the check not run (a quality trial)."""
+    in their last partial batches, was pooled away and the check not run (a quality trial).  To the table's
+    chi-square is added that of its columns, the whole batches' labels, against every row's (the two together
+    are the table against every row's shares): a label all of whose rows are in those partial batches, in no
+    whole batch, was left out, and the verdict uniform (the review)."""
     index = {value: i for i, value in enumerate([*labels, None] if None not in labels else labels)}
     gram = np.zeros((len(index), len(index)), dtype=np.int64)
     batches = 0
@@ -838,16 +841,15 @@ def _label_balance_per_batch(
         at = np.array([index[v] for v in f.values])
         np.add.at(gram, (at[:, None], at[None, :]), f.gram)
         batches += f.batches
-    totals = gram.sum(axis=1) // batch_size  # each label's rows in whole batches (a batch's counts sum to it)
     if batches < 2:
         return f"fewer than 2 whole batches of {batch_size:,} rows in a file"
     # Labels pooled into groups, each summed: a group's gram entries are sums of its labels'
     every = np.zeros(len(index))
     every[: len(label_rows)] = label_rows
     expected = every / max(every.sum(), 1) * batch_size  # rows of each label a batch holds on average
-    order = np.argsort(-totals, kind="stable")
-    groups = [[k] for k in order if expected[k] >= 5 and totals[k]]  # (a label in no whole batch: no column)
-    rare = [k for k in order if expected[k] < 5 and totals[k]]
+    order = np.argsort(-every, kind="stable")
+    groups = [[k] for k in order if expected[k] >= 5]
+    rare = [k for k in order if expected[k] < 5 and every[k]]
     if rare and expected[rare].sum() >= 5:
         groups.append(rare)
     elif rare and groups:
@@ -861,12 +863,22 @@ def _label_balance_per_batch(
     for g, ks in enumerate(groups):
         member[g, ks] = 1
     grouped = member @ gram @ member.T  # sums over batches of count products, by group
-    column = grouped.sum(axis=1) / batch_size  # each group's rows (a batch's counts sum to batch_size)
-    rows = batches * batch_size
-    # Pearson's chi-square of the batches x groups table, every batch of batch_size rows:
+    column = grouped.sum(axis=1) / batch_size  # each group's rows in the whole batches (a batch's sum to batch_size)
+    rows, everything = batches * batch_size, float(every.sum())
+    # Pearson's chi-square of the batches x groups table, every batch of batch_size rows, given its columns:
     # sum over groups of (sum over batches of count^2) / (batch_size * column / rows), less rows
-    chi2 = float((np.diag(grouped) / (batch_size * column / rows)).sum() - rows)
-    dof = (batches - 1) * (len(groups) - 1)
+    seen = column > 0
+    within = float((np.diag(grouped)[seen] / (batch_size * column[seen] / rows)).sum() - rows)
+    # and of its columns against every row's shares (rows drawn from all without replacement): a label the whole
+    # batches lack, bunched in the files' last partial batches, fails here
+    share = member @ every / everything
+    across = 0.0
+    if rows < everything:
+        across = float(((column - rows * share) ** 2 / (rows * share)).sum() * (everything - 1) / (everything - rows))
+    chi2 = within + across
+    dof = (batches - 1) * (int(seen.sum()) - 1) + (len(groups) - 1 if rows < everything else 0)
+    if dof < 1:
+        return f"the whole batches of {batch_size:,} rows hold a single label"
     p = two_sided(chi_square_cdf(chi2, dof), chi_square_sf(chi2, dof))
     side = (" (too even)" if chi2 < dof else " (too uneven)") if p < alpha else ""
     detail = f"chi-square {chi2:,.0f} on {dof:,} dof over {batches:,} batches of {batch_size:,} rows{side}, p={p:.3g}"
