@@ -19,7 +19,7 @@ from daskpile._storage import FileChangedError, FileVersion, full_url, is_local
 from daskpile.loader.plan import Group, Piece, Take, group_permutation, pile_permutation, pile_turn
 from daskpile.loader.units import Units, check_rows, parquet_dataset
 from daskpile.sources.parquet import open_parquet, parquet_errors
-from daskpile.sources.schemas import cast_column, view_free, without_views
+from daskpile.sources.schemas import cast_column, table_without_views, view_free
 
 
 def piece_order(units: Units, piece: Piece, seed: int, epoch: int) -> np.ndarray | None:
@@ -457,13 +457,7 @@ def _whole_unit(units: Units, unit: int, columns: list[str] | None) -> pa.Table:
             else:
                 with open_parquet(fs, path, listed=units.listed(unit, file)) as parquet:
                     table = parquet.read(columns=names, use_threads=False)
-        table = table.select(names)
-        schema = table.schema
-        plain = without_views(schema)
-        if plain is not schema:  # (views, read as their large forms: see Units)
-            columns = [cast_column(c, f.type) for c, f in zip(table.columns, plain, strict=True)]
-            table = pa.Table.from_arrays(columns, schema=plain)
-        parts.append(table)
+        parts.append(table_without_views(table.select(names)))  # (views, read as their large forms: see Units)
     table = pa.concat_tables(parts, promote_options="permissive") if parts else _kernels.empty_table(units.schema)
     check_rows(url, table.num_rows, expected, "pass the filter" if units.filter is not None else "")
     return table

@@ -16,7 +16,7 @@ import pyarrow.ipc as ipc
 import pyarrow.orc as orc
 
 from daskpile._storage import FileVersion, full_url, open_read
-from daskpile.sources.schemas import cast_column, without_views
+from daskpile.sources.schemas import table_without_views, without_views
 
 FORMATS = ("arrow", "orc")
 # An ORC file's size in memory, before it is read: this many times its size on disk (its default codec
@@ -69,10 +69,7 @@ def units(fs, path: str, format: str, listed: FileVersion | None = None):
             parts = (reader.read_stripe(k) for k in range(reader.nstripes))
         for part in parts:
             table = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else pa.table(part)
-            plain = without_views(table.schema)
-            if plain is not table.schema:
-                columns = [cast_column(c, f.type) for c, f in zip(table.columns, plain, strict=True)]
-                table = pa.Table.from_arrays(columns, schema=plain)
+            table = table_without_views(table)
             yield table.nbytes, table
 
 

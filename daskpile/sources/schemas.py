@@ -409,6 +409,23 @@ def without_views(schema: pa.Schema) -> pa.Schema:
     )
 
 
+def table_without_views(table: pa.Table) -> pa.Table:
+    """``table`` with its view columns as their large forms (``without_views``); ``table`` itself if it has none.
+
+    >>> table_without_views(pa.table({"s": pa.array(["a"], pa.string_view())})).schema.types
+    [DataType(large_string)]
+    >>> plain = pa.table({"n": [1]})
+    >>> table_without_views(plain) is plain  # (no copy, no cast: every Arrow IPC batch was cast before)
+    True
+    """
+    schema = table.schema  # (a new object at each access: compared to itself, every table was cast)
+    plain = without_views(schema)
+    if plain is schema:
+        return table
+    columns = [cast_column(c, f.type) for c, f in zip(table.columns, plain, strict=True)]
+    return pa.Table.from_arrays(columns, schema=plain)
+
+
 def view_free(kind: pa.DataType) -> pa.DataType:
     """``kind`` with its views, nested ones too, as their large forms (``without_views``)."""
     if pa.types.is_string_view(kind):
