@@ -718,8 +718,8 @@ class _Run:
             other_files = any(d.startswith("other source files") for d in differences)
             if source_changed:
                 then = "The source changed since it began, so it cannot be resumed: pass"
-            elif other_files:  # (another call, or its source's files since: a formats trial's fresh call was told
-                # the source changed)
+            elif other_files:  # (another source, no file in common: a formats trial's fresh call was told the
+                # source changed)
                 then = "Run the call that began it again to resume it, or pass"
             else:
                 then = "Run the same call again to resume it, or pass"

@@ -110,10 +110,17 @@ class RunSpec:
         """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
         found = []
         if tuple(source_files) != self.source_files:
-            found.append(
-                f"other source files ({len(source_files)} now, {len(self.source_files)} then: another source, or "
-                "files added or removed since)"
-            )
+            now, then = set(source_files), set(self.source_files)
+            if now & then:  # files added or removed since: the same call cannot resume it (it was told it could)
+                new, gone = sorted(now - then), sorted(then - now)
+                named = [f"{new[0]} is new"] if new else []
+                named += [f"{gone[0]} is gone"] if gone else []
+                found.append(
+                    f"source files changed since: {len(source_files):,} now, {len(self.source_files):,} then "
+                    f"({'; '.join(named) or 'in another order'})"
+                )
+            else:
+                found.append(f"other source files ({len(source_files):,} now, {len(self.source_files):,} then)")
         elif tuple(source_stamps) != self.source_stamps:
             changed = [f for f, a, b in zip(source_files, source_stamps, self.source_stamps, strict=True) if a != b]
             found.append(f"source files changed since: {', '.join(changed[:3])}")
