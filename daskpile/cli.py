@@ -566,17 +566,19 @@ def _cluster(
         yield
 
 
-SCHEDULER_ANSWER_SECONDS = 10.0
-
-
 def _require_a_scheduler_answers(address: str) -> None:
     """Refuse a ``tcp://`` address where something accepts connections but is no Dask scheduler (its dashboard's
     port, another service): distributed's ``Client`` waits for its greeting forever (a platform trial: a DaskJob
-    would sit silent to its deadline).  A scheduler greets a connection at once; one that cannot be reached is
-    ``Client``'s to name."""
+    would sit silent to its deadline).  A scheduler greets a connection at once, within distributed's connect
+    timeout (``distributed.comm.timeouts.connect``, 30 s: a scheduler that busy is out of reach for ``Client``
+    too); one that cannot be reached is ``Client``'s to name."""
     import socket
 
+    import dask
+    from dask.utils import parse_timedelta
     from distributed.comm.addressing import parse_address, parse_host_port
+
+    seconds = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
 
     try:
         scheme, location = parse_address(address)
@@ -586,11 +588,11 @@ def _require_a_scheduler_answers(address: str) -> None:
     if scheme != "tcp":  # (TLS: the client speaks first, and a server that is not one refuses it at once)
         return
     try:
-        connection = socket.create_connection((host, port), timeout=SCHEDULER_ANSWER_SECONDS)
+        connection = socket.create_connection((host, port), timeout=seconds)
     except OSError:
         return  # (Client retries, then names it)
     with connection:
-        connection.settimeout(SCHEDULER_ANSWER_SECONDS)
+        connection.settimeout(seconds)
         try:
             greeted = bool(connection.recv(1))
         except TimeoutError:
@@ -599,7 +601,7 @@ def _require_a_scheduler_answers(address: str) -> None:
             return
     if not greeted:
         raise SchedulerUnreachable(
-            f"{address} accepted a connection but no Dask scheduler answered in {SCHEDULER_ANSWER_SECONDS:.0f} s: "
+            f"{address} accepted a connection but no Dask scheduler answered in {seconds:g} s: "
             "is it the scheduler's port (8786 by default), not its dashboard's (8787) or another service's?"
         )
 
