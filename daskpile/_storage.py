@@ -130,8 +130,10 @@ environment or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_
         [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
     )
     if all(value is None for _, value in found) and _protocol_of(url or "") in ("s3", "s3a"):
-        # botocore's, where no option gives one (a Secret's AWS_ENDPOINT_URL: a platform trial)
-        found = [(f"${name}", os.environ.get(name)) for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")]
+        # botocore's, where no option gives one (a Secret's AWS_ENDPOINT_URL: a platform trial): the S3 one
+        # if set, which botocore takes before the other
+        name = next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(n)), None)
+        found = [(f"${name}", os.environ[name])] if name else []
     for name, value in found:
         if isinstance(value, str) and _USERINFO.match(value):
             raise ValueError(

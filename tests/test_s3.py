@@ -336,6 +336,13 @@ def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
     assert done.returncode == 2 and "$AWS_ENDPOINT_URL carries credentials" in done.stderr, done
     assert secret not in done.stdout + done.stderr, done
     assert not fs.exists("lake/leak")
+    # botocore takes AWS_ENDPOINT_URL_S3 before it: a clean one there is the endpoint used, and not refused
+    done = daskpile_command(
+        "shuffle", "s3://lake/small.txt", "s3://lake/clean", "--piles=2", "--scheduler=sync", *endpoint[1:],
+        env={**os.environ, "AWS_ENDPOINT_URL": endpoint_url,
+             "AWS_ENDPOINT_URL_S3": options["client_kwargs"]["endpoint_url"]},
+    )  # fmt: skip
+    assert done.returncode == 0 and fs.exists("lake/clean/_daskpile.json"), done
 
 
 def test_a_dest_or_scratch_naming_an_object_is_refused_as_locally(sync_scheduler, s3):
