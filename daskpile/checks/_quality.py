@@ -534,12 +534,16 @@ def _describe(
     last = order[len(order) - 1].as_py() if integer and len(order) else None
     labels, batches = {}, None
     if label:
-        counted = pc.value_counts(label[0].combine_chunks())
+        column = label[0].combine_chunks()
+        # (a column of more labels than label balance takes is refused before they are counted, in Python, and
+        # before its batches' Gram matrix, labels squared: 114 GiB for a column of ids, a quality trial)
+        distinct = pc.count_distinct(column, mode="all").as_py()
+        if distinct > MAX_LABELS:
+            raise _too_many_labels(label_column, distinct, f" in {path}")
+        counted = pc.value_counts(column)
         values = [_one_nan(v) for v in counted.field("values").to_pylist()]
         labels = dict(zip(values, counted.field("counts").to_pylist(), strict=True))
-        # (a column of more labels than label balance takes is refused once every file is counted: its batches'
-        # Gram matrix would be labels squared, 114 GiB for a column of ids, a quality trial)
-        batches = _batch_counts(label[0], batch_size) if len(labels) <= MAX_LABELS + 1 else None
+        batches = _batch_counts(label[0], batch_size)
     return _Described(len(order), order.null_count, integer, low, high, last, labels, _ranks.sample(order), batches)
 
 
@@ -784,13 +788,17 @@ def _label_counts(per_file: list[dict], label_column: str) -> tuple[list, np.nda
     """The label values, and rows by (file, value)."""
     values = list(dict.fromkeys(v for counts in per_file for v in counts))
     if len(values) > MAX_LABELS:
-        raise ValueError(
-            f"label column {label_column!r} has {len(values):,} distinct values; "
-            f"label balance needs a categorical column (at most {MAX_LABELS})"
-        )
+        raise _too_many_labels(label_column, len(values), "")
     values = sorted((v for v in values if v is not None), key=str) + ([None] if None in values else [])
     counts = np.array([[counts.get(v, 0) for v in values] for counts in per_file], dtype=np.int64)
     return values, counts.reshape(len(per_file), len(values))
+
+
+def _too_many_labels(label_column: str, distinct: int, where: str) -> ValueError:
+    return ValueError(
+        f"label column {label_column!r} has {distinct:,} distinct values{where}; "
+        f"label balance needs a categorical column (at most {MAX_LABELS})"
+    )
 
 
 def _label_balance(counts: np.ndarray, rows_per_file: np.ndarray, alpha: float) -> QualityCheck:
