@@ -120,7 +120,10 @@ class Output:
                     ) from None
             if not self._reads_back(decoded):  # (a half float, a decimal256: found in pass 2 otherwise)
                 field = next((f for f in decoded if not self._reads_back(pa.schema([f]))), None)
-                named = f"column {field.name!r} ({field.type})" if field else f"these columns ({decoded})"
+                shown = ", ".join(decoded.names[:10]) + (
+                    f", and {len(decoded) - 10:,} more" if len(decoded) > 10 else ""
+                )
+                named = f"column {field.name!r} ({field.type})" if field else f"these columns together ({shown})"
                 raise ValueError(
                     f"output_format={self.format!r} writes values as text, and Arrow cannot write {named} so, or "
                     "read it back: write another format (arrow)"
