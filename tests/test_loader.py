@@ -25,7 +25,7 @@ from fsspec.implementations.local import LocalFileSystem
 import daskpile
 from daskpile.loader.pile_loader import CoBatch, _numpy
 from tests._cluster import moto_s3
-from tests._util import daskpile_in_process, sorted_source
+from tests._util import daskpile_in_process, sorted_source, write_parts
 
 ROWS = 24_000
 
@@ -578,16 +578,29 @@ def test_a_state_of_another_seed_s_dataframe_files_of_the_same_sizes_is_refused(
     assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(5_000))
 
 
-def test_a_state_of_shuffle_parquet_files_named_one_by_one_keeps_the_key_states_had(datasets):
-    """Files named by a glob or a list are read without their manifest: their key is their sizes, as states
-    saved before footer stamps were part of keys have it (the review: such states were refused as another
-    shuffle's)."""
+def test_a_state_of_shuffle_parquet_files_named_one_by_one_is_told_from_another_seed_s(datasets, tmp_path):
+    """Files named by a glob or a list are read without their manifest: their key was their sizes alone, one
+    for two seeds' files of one pile (the review).  Their pile stamps are in it now; a state saved before, of
+    the sizes alone, still loads (the review: such states were refused as another shuffle's)."""
     from daskpile.loader.units import content_key
 
-    files = sorted(str(p) for p in Path(datasets["eager"]).glob("part-*.parquet"))
-    loader = daskpile.PileLoader(files, batch_size=700, seed=1)
-    sizes = [{"size": os.path.getsize(f)} for f in files]
-    assert loader.state_dict()["content"] == content_key(None, sizes)
+    source = tmp_path / "source"
+    rng = np.random.default_rng(0)  # (random floats: Snappy does not pay, and two seeds' files have one size)
+    write_parts(pa.table({"x": rng.random(5_000), "y": rng.random(5_000)}), source, 2)
+    with dask.config.set(scheduler="sync"):
+        for name, seed in (("first", 1), ("other seed", 2)):
+            daskpile.shuffle_parquet(str(source), str(tmp_path / name), seed=seed, piles=1)
+    named = {name: sorted(str(p) for p in (tmp_path / name).glob("part-*.parquet")) for name in ("first", "other seed")}
+    assert len({os.path.getsize(files[0]) for files in named.values()}) == 1
+    loader = daskpile.PileLoader(named["first"], batch_size=700, seed=1)
+    next(iter(loader))
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="the same files and rows per file, of another shuffle"):
+        daskpile.PileLoader(named["other seed"], batch_size=700, seed=1).load_state_dict(state)
+    sizes = [{"size": os.path.getsize(f)} for f in named["first"]]
+    daskpile.PileLoader(named["first"], batch_size=700, seed=1).load_state_dict(
+        {**state, "content": content_key(None, sizes)}
+    )
 
 
 def _written_again(path: Path) -> None:

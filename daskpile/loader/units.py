@@ -60,6 +60,7 @@ class Units:
     # version, or the loader says the dataset changed, not rows of two shuffles in one epoch
     versions: tuple[tuple[FileVersion | None, ...], ...] = ()
     content: str = ""  # see ``content_key``
+    content_before: str = ""  # the key states saved before pile stamps were part of it have (none: ``content``)
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -86,8 +87,9 @@ def content_key(manifest: dict | None, infos: list[dict | None], stamps: list[by
     """What tells a shuffle's files from another shuffle's of the same rows into files of the same names and
     rows (one pile, ``rows_per_file``), which ``Units.key`` does not: a result's seed and fingerprints, a
     window's generations; of other datasets, the files' sizes and footer stamps (``shuffle(ddf).to_parquet``'s
-    seed: two seeds' files of fixed-width columns have one size, and a state resumed on the other repeated
-    rows, a new user's trial).  A copy of the files, with their manifest, has the same."""
+    seed, ``shuffle_parquet``'s pile stamp: two seeds' files of fixed-width columns have one size, and a state
+    resumed on the other repeated rows, a new user's trial).  A copy of the files, with their manifest, has the
+    same."""
     if manifest is not None:
         generations = (manifest.get("window") or {}).get("generations", [])
         said = [
@@ -162,7 +164,9 @@ def discover(
     if infos is None:
         infos = [c.info for c in counted]
     listed = {p: None if info is None else FileVersion.listed(fs, info) for p, info in zip(paths, infos, strict=True)}
-    content = content_key(manifest, infos, [c.stamp for c in counted] if manifest is None else ())
+    content = content_key(manifest, infos, [c.stamp or c.pile for c in counted] if manifest is None else ())
+    # (files named one by one, which shuffle_parquet's pile stamps tell apart now: states saved before keep theirs)
+    before = content_key(manifest, infos, [c.stamp for c in counted]) if manifest is None else content
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
@@ -170,14 +174,16 @@ def discover(
     else:
         units = tuple((p,) for p in paths)
         versions = tuple((listed[p],) for p in paths)
-        return Units(fs, units, file_rows, lazy, schema, expression, version, None, nulls, uncounted, versions, content)
+        return Units(fs, units, file_rows, lazy, schema, expression, version, None, nulls, uncounted, versions, content,
+                     content_before=before)  # fmt: skip
     units = pile_files(paths, file_piles, piles)
     rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
     # a pile of several files (generations, key values) is in their order, so it is read whole and
     # permuted as a lazy pile is
     lazy = lazy or any(len(u) > 1 for u in units)
     versions = tuple(tuple(listed[p] for p in files) for files in units)
-    return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted, versions, content)
+    return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted, versions, content,
+                 content_before=before)  # fmt: skip
 
 
 def _nulls(manifest: dict | None, counted, keys: FolderKeys | None, schema: pa.Schema):
@@ -393,6 +399,7 @@ class _Counted:
     uncounted: frozenset[str] = frozenset()  # integer and boolean columns the footer has no null count of
     info: dict | None = None  # the file's, as the store lists it (size and version), before its footer was read
     stamp: bytes | None = None  # its footer's ``shuffle(ddf).to_parquet`` stamp (see ``content_key``)
+    pile: bytes | None = None  # its footer's ``shuffle_parquet`` pile stamp
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
@@ -401,15 +408,14 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
         footer = parquet.metadata.metadata or {}
         pile = footer.get(_manifest.PILE_METADATA_KEY)
         lazy = bool(pile) and json.loads(pile).get("lazy", False)
-        # (shuffle_parquet's pile stamp is left out: states of its files saved before keep their key)
         stamp = footer.get(_manifest.SHUFFLE_METADATA_KEY)
         schema, total = without_views(parquet.schema_arrow), parquet.metadata.num_rows  # (read so: see Units)
         nulls, uncounted = _null_counts(parquet.metadata, schema)
         if expression is None:
-            return _Counted(total, schema, lazy, total, nulls, uncounted, info, stamp)
+            return _Counted(total, schema, lazy, total, nulls, uncounted, info, stamp, pile)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, schema if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info, stamp)
+        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info, stamp, pile)
 
 
 def _info(fs, path: str) -> dict | None:
