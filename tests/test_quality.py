@@ -210,6 +210,13 @@ def test_a_rare_label_bunched_in_the_files_last_batches_fails_per_batch(tmp_path
             pq.write_table(pa.table({"id": ids, "label": label[ids]}), tmp_path / name / f"part-{k}.parquet")
         report = daskpile.quality(str(tmp_path / name), "id", "label")
         assert "label balance per batch" in failed(report), report
+    # a categorical label (pandas' Categorical, a dictionary in Arrow), and one of no value: counted as before
+    categorical = tmp_path / "categorical"
+    ids = rng.permutation(20_000)
+    kinds = pa.array(np.where(ids % 3 == 0, "a", "b")).dictionary_encode()
+    write_parts(pa.table({"id": ids, "label": kinds, "none": pa.nulls(20_000)}), categorical, 2)
+    assert daskpile.quality(str(categorical), "id", "label").ok
+    assert daskpile.quality(str(categorical), "id", "none").labels == [None]
     # a column of too many labels is refused before a Gram matrix of labels squared is made (114 GiB for ids)
     ids = rng.permutation(200_000)
     write_parts(pa.table({"id": ids, "label": ids.astype(str)}), tmp_path / "ids", 1)
