@@ -278,17 +278,29 @@ def test_a_run_whose_source_changed_since_is_not_said_resumable(tmp_path, sync_s
     with pytest.raises(daskpile.RunMismatchError, match=r"seed 2 instead of 1") as refused:
         daskpile.shuffle_parquet(source, dest, piles=4, seed=2, output_format="csv")
     assert "The source changed since it began, so it cannot be resumed" in str(refused.value)  # not "the same call"
-    # a file of the source gone (or one added): the source changed, even though the call is the same (the review:
-    # told to run the call that began it again, which was this one)
+    # another call, of some of its files: the call that began it resumes it (told it could not, by a review)
     one = str(sorted((tmp_path / "src").iterdir())[1])
-    said = r"source files changed since: 1 now, 2 then \(.*input-00000.parquet is gone\)\. The source changed since"
+    said = r"other source files \(1 now, 2 then: .*input-00000.parquet is not among them\)\. Run the call that began"
     with pytest.raises(daskpile.RunMismatchError, match=said):
         daskpile.shuffle_parquet(one, dest, piles=4, seed=1, output_format="csv")
     # another source for the same dest (a formats trial: told its source had changed)
     write_reference_dataset(tmp_path / "other", rows=1_000, files=1)
-    said = r"other source files \(1 now, 2 then\)\. Run the call that began it again to resume it, or pass overwrite"
+    said = (
+        r"other source files \(1 now, 2 then: .*\)\. Run the call that began it again to resume it, or pass overwrite"
+    )
     with pytest.raises(daskpile.RunMismatchError, match=said):
         daskpile.shuffle_parquet(str(tmp_path / "other"), dest, piles=4, seed=1, output_format="csv")
+    # a file added since, or one removed: the source changed, even though the call is the same (told to run the
+    # call that began it again, which was this one)
+    added = tmp_path / "src" / "input-00009.parquet"
+    shutil.copy(one, added)
+    with pytest.raises(daskpile.RunMismatchError, match=r"input-00009.parquet is new\)\. The source changed"):
+        call()
+    added.unlink()
+    os.rename(one, tmp_path / "elsewhere.parquet")
+    with pytest.raises(daskpile.RunMismatchError, match=r"input-00001.parquet is gone\)\. The source changed"):
+        call()
+    os.rename(tmp_path / "elsewhere.parquet", one)
     assert call(overwrite=True).rows == 4_000
 
 

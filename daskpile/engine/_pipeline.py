@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -704,6 +705,7 @@ class _Run:
         differences = self.previous.differences(
             self.plan.urls, self.plan.stamps, self.requested_piles, self.requested_seed, self.blocksize,
             self.rows_per_file, _schema_key(self.plan), self.second_pass, self.output.key(),
+            still_there=functools.partial(exists, self.plan.fs),
         )  # fmt: skip
         if differences and not self.overwrite:
             where = (

@@ -106,21 +106,25 @@ class RunSpec:
         schema_key: str | None = None,
         second_pass: str = "eager",
         output: str = "parquet",
+        still_there=lambda url: True,
     ) -> list[str]:
-        """How a new call differs from this run; [] if it can resume it (None: adopt the run's value)."""
+        """How a new call differs from this run; [] if it can resume it (None: adopt the run's value).
+
+        ``still_there(url)``: whether a source file of the run's, not among this call's, exists still (removed:
+        the source changed; there: another call, of some of its files, or of others).
+        """
         found = []
         if tuple(source_files) != self.source_files:
             now, then = set(source_files), set(self.source_files)
-            if now & then:  # files added or removed since: the same call cannot resume it (it was told it could)
-                new, gone = sorted(now - then), sorted(then - now)
-                named = [f"{new[0]} is new"] if new else []
-                named += [f"{gone[0]} is gone"] if gone else []
-                found.append(
-                    f"source files changed since: {len(source_files):,} now, {len(self.source_files):,} then "
-                    f"({'; '.join(named) or 'in another order'})"
-                )
+            new, gone = sorted(now - then), sorted(then - now)
+            removed = [url for url in gone if not still_there(url)]
+            said = f"{len(source_files):,} now, {len(self.source_files):,} then"
+            if removed or (new and not gone):  # the same call cannot resume it (it was told to run it again)
+                named = f"{removed[0]} is gone" if removed else f"{new[0]} is new"
+                found.append(f"source files changed since: {said} ({named})")
             else:
-                found.append(f"other source files ({len(source_files):,} now, {len(self.source_files):,} then)")
+                missing = f": {gone[0]} is not among them" if gone else ""
+                found.append(f"other source files ({said}{missing})")
         elif tuple(source_stamps) != self.source_stamps:
             changed = [f for f, a, b in zip(source_files, source_stamps, self.source_stamps, strict=True) if a != b]
             found.append(f"source files changed since: {', '.join(changed[:3])}")
