@@ -1913,11 +1913,15 @@ def test_json_dates_alone_are_dates_inferred_or_declared(tmp_path, sync_schedule
     # epoch seconds are no day numbers (stored as dates past the year 9999, and verified)
     wrong = tmp_path / "wrong.jsonl"
     strings, numbers = '{"d": "2020-01-02", "s": "a"}\n' * 3_000, '{"d": 18000, "s": "a"}\n' * 3_000
-    dated = {"d": "date32", "s": "string"}
+    two = '{"d": 18000, "e": "2020-01-01", "s": "a"}\n' * 3_000
+    dated = {"d": "date32", "e": "date32", "s": "string"}
+    both = "column '{}' is of type date32, and holds both dates as strings and day numbers"
     for first, line, said in [
         (strings, '{"d": "2020-01-03", "s": 5}', "Column\\(/s\\) changed from string to number"),
-        (strings, '{"d": 18000, "s": "b"}', "Column\\(/d\\) changed from string to number"),  # (both: refused)
+        (strings, '{"d": 18000, "s": "b"}', both.format("d")),
+        (two, '{"d": 18000, "e": 18001, "s": "b"}', both.format("e")),  # (it blamed d)
         (numbers, '{"d": 1700000000, "s": "b"}', "column 'd' is of type date32, and 1,700,000,000 is no day number"),
+        (numbers, '{"d": 18000.5, "s": "b"}', "18000.5 \\(date32 column 'd' holds numbers, read as days since"),
     ]:
         wrong.write_text(first + line + "\n")
         with pytest.raises(ValueError, match=f"the line at byte {len(first):,}: .*{said}"):

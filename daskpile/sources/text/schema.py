@@ -388,25 +388,36 @@ FIRST_DAY, LAST_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31, in days 
 
 def _read_day_numbers(read, readable: pa.Schema, schema: pa.Schema, error: pa.ArrowInvalid) -> pa.Table:
     """The block read again with the date32 columns Arrow found numbers in typed date32 (days since 1970, as a
-    date column was written before dates were read from strings); ``error`` raised where it is of another
-    column (whose name it says), or of a column holding both strings and numbers.
+    date column was written before dates were read from strings); refused where a column holds both strings
+    and numbers, or a number that is no day; Arrow's error where it is of another column (whose name it says).
 
     >>> read_json(b'{"d": 18000}', pa.schema([("d", pa.date32())])).column("d").to_pylist()
     [datetime.date(2019, 4, 14)]
     """
-    retyped, days, e = readable, [], error
-    while (found := _COLUMN_IN_ERROR.search(str(e))) is not None and found.groups()[1:] == ("string", "number"):
-        name = found.group(1)
-        if name not in schema.names or schema.field(name).type != pa.date32() or name in days:
-            break
-        days.append(name)
+    retyped, first_said, e = readable, {}, error  # first_said: a date32 column retyped -> the error that named it
+    while True:
+        found = _COLUMN_IN_ERROR.search(str(e))
+        name = found.group(1) if found else None
+        if name in first_said:
+            raise pa.ArrowInvalid(
+                f"column {name!r} is of type date32, and holds both dates as strings and day numbers: write one or "
+                f"the other ({first_said[name]})"
+            )
+        if found is None and first_said:  # (a fraction, or a number past int32: epoch milliseconds)
+            days = ", ".join(map(repr, first_said))
+            raise pa.ArrowInvalid(f"{e} (date32 column {days} holds numbers, read as days since 1970-01-01)")
+        if found is None or found.groups()[1:] != ("string", "number") or name not in schema.names:
+            raise e
+        if schema.field(name).type != pa.date32():
+            raise e
+        first_said[name] = e
         retyped = retyped.set(retyped.get_field_index(name), retyped.field(name).with_type(pa.date32()))
         try:
             table = read(retyped)
         except pa.ArrowInvalid as again:
             e = again
             continue
-        for column in days:  # (Arrow takes any integer: epoch seconds made dates past the year 9999)
+        for column in first_said:  # (Arrow takes any integer: epoch seconds made dates past the year 9999)
             ends = pc.min_max(table.column(column).cast(pa.int32())).values()
             wrong = next((v.as_py() for v in ends if v.is_valid and not FIRST_DAY <= v.as_py() <= LAST_DAY), None)
             if wrong is not None:
@@ -415,7 +426,6 @@ def _read_day_numbers(read, readable: pa.Schema, schema: pa.Schema, error: pa.Ar
                     f"from {FIRST_DAY:,} to {LAST_DAY:,}): write dates as YYYY-MM-DD strings"
                 )
         return table
-    raise error if found is not None and found.group(1) in days else e
 
 
 def _json_read_type(kind: pa.DataType) -> pa.DataType:
