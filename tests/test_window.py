@@ -299,6 +299,10 @@ def test_verify_names_an_unfinished_first_append_as_what_the_unlisted_files_are(
     assert not checked.ok  # pd.read_parquet(dest) reads the new generation's files too
     assert checked.unfinished_change.startswith("`daskpile append` (") and "gen-000001" in checked.unlisted_files[0]
     assert "they are an unfinished `daskpile append` (" in str(checked) and "`daskpile discard`" in str(checked)
+    assert "the files the manifest lists are whole" in str(checked)
+    (dest / "stray.parquet").write_bytes((dest / "part-00000.parquet").read_bytes())  # not the append's: unsaid
+    assert daskpile.verify(str(dest)).unfinished_change is None
+    (dest / "stray.parquet").unlink()
     daskpile.discard(str(dest))
     assert daskpile.verify(str(dest)).ok
 

@@ -21,6 +21,7 @@ from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.hive import UndeclaredKeysError
 from daskpile.sources.parquet import read_parquet
+from daskpile.window.snapshot import generation_dir
 
 COLUMNS_SHOWN = 10  # of the columns that differ: a result of another source differs in all of them
 
@@ -183,9 +184,15 @@ class Verification:
             for path in self.unlisted_files
         ]
         if self.unlisted_files and self.unfinished_change:
+            only = (
+                self.source == self.dest
+                and self.manifest in (None, self.dest)
+                and not (self.missing_files or self.unreadable_files or self.files_differing or self.types_differing)
+            )
             lines.append(
-                f"  they are an unfinished {self.unfinished_change}'s: the result daskpile wrote is whole; run "
-                "that command again to finish it, or `daskpile discard` to drop it"
+                f"  they are an unfinished {self.unfinished_change}'s"
+                + (": the files the manifest lists are whole" if only else "")
+                + "; finish it (that command again) or drop it (`daskpile discard`)"
             )
         if self.manifest is not None and self.manifest != self.dest:
             lines.append(f"  the manifest records another fingerprint ({count(self.manifest.rows, 'row')})")
@@ -405,7 +412,7 @@ def verify(
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
         unlisted_files=(unlisted := _unlisted(dest_fs, dest, manifest, storage_options)),
-        unfinished_change=_unfinished_change(dest_fs, dest, storage_options) if unlisted else None,
+        unfinished_change=_unfinished_change(dest_fs, dest, unlisted, storage_options),
         # (what the manifest recorded is of the rows of the version it was made from, in that version's columns)
         files_differing=() if other else _files_differing(dest_fs, dest_files, dest_sides, manifest, names),
         source_changed=() if other else _source_changed(plan, manifest),
@@ -468,13 +475,19 @@ def _unlisted(fs, dest, manifest: dict | None, storage_options) -> tuple[str, ..
     )
 
 
-def _unfinished_change(fs, dest: str, storage_options) -> str | None:
-    """The window change under way on a result (its first ``append``, interrupted, has written a generation
-    its manifest does not list yet), as ``"`daskpile append` (of ..., started ...)"``; None if there is none."""
-    marker = posixpath.join(filesystem(dest, storage_options)[1].rstrip("/"), _manifest.WINDOW_PENDING)
+def _unfinished_change(fs, dest: str, unlisted: tuple[str, ...], storage_options) -> str | None:
+    """The window change under way on a result whose files are all the ``unlisted`` ones (its first ``append``,
+    interrupted, has written a generation its manifest does not list yet), as ``"`daskpile append` (of ...,
+    started ...)"``; None if there is none, or if another file is unlisted too."""
+    if not unlisted:
+        return None
+    base = filesystem(dest, storage_options)[1].rstrip("/")
     try:
-        with fs.open(marker, "rb") as f:
+        with fs.open(posixpath.join(base, _manifest.WINDOW_PENDING), "rb") as f:
             pending = json.load(f)
+        folder = full_url(fs, posixpath.join(base, generation_dir(int(pending["generation"])))) + "/"
+        if not all(url.startswith(folder) for url in unlisted):
+            return None
         return f"`daskpile {pending['command']}` ({pending['description']}, started {pending['started']})"
     except (OSError, ValueError, KeyError, TypeError):  # none, or not a marker daskpile wrote: nothing to say
         return None
@@ -530,7 +543,7 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
         unreadable_files=result.unreadable,
         ignored_columns=result.ignored,
         unlisted_files=(unlisted := _unlisted(fs, dest, manifest, storage_options)),
-        unfinished_change=_unfinished_change(fs, dest, storage_options) if unlisted else None,
+        unfinished_change=_unfinished_change(fs, dest, unlisted, storage_options),
         generations_differing=tuple(  # a moving window's: a plain result has no generations to name
             number
             for (number, _, _), side, want in zip(generations, per_generation, recorded, strict=True)
