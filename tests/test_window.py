@@ -137,8 +137,27 @@ def test_a_compact_the_disk_cannot_hold_is_refused_before_it_begins(sync_schedul
     with pytest.raises(_sizing.NotEnoughSpace, match=f"window '{dest}'.*{needed:,} bytes.*expire generations"):
         daskpile.compact(str(dest))
     assert window_state(dest) == before
+    # interrupted after its first pile, it is resumed with the room for the rest (it was refused the whole copy)
+    from daskpile.engine import _passes
+
+    write, calls = _passes._write_stamped, []
+
+    def write_one_pile(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return write(*args, **kwargs)
+
     monkeypatch.setattr(_sizing, "free_space", lambda fs, path: (needed, 0))
+    with monkeypatch.context() as patched:
+        patched.setattr(_passes, "_write_stamped", write_one_pile)
+        with pytest.raises(KeyboardInterrupt):
+            daskpile.compact(str(dest))
+    written = sum(p.stat().st_size for p in (dest / "gen-000002").glob("part-*.parquet"))
+    assert 0 < written < needed
+    monkeypatch.setattr(_sizing, "free_space", lambda fs, path: (needed - written, 0))
     assert daskpile.compact(str(dest)).changed
+    assert sorted(window_ids(dest)) == ids_of(0, 1)
 
 
 def test_columns_in_another_order_are_appended_in_the_windows_order(sync_scheduler, days, tmp_path):

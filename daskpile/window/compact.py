@@ -119,7 +119,11 @@ def _check_room(window: Window) -> None:
         return
     found = window.fs.find(window.path, withdirs=False, detail=True)
     listed = {posixpath.join(window.path, name) for g in window.generations for name in g.files}
-    nbytes = sum(info["size"] for path, info in found.items() if path in listed)
+    # (less what an interrupted compaction wrote already: a resumed one was refused the space it had taken)
+    written = posixpath.join(window.path, snapshot.generation_dir(window.next_generation)) + "/"
+    nbytes = sum(info["size"] for path, info in found.items() if path in listed) - sum(
+        info["size"] for path, info in found.items() if path.startswith(written)
+    )
     _sizing.check_room(window.fs, window.path, nbytes, "window", "expire generations first (daskpile expire)")
 
 
