@@ -838,8 +838,9 @@ def _label_balance_per_batch(
     row (``label_rows``, by label), not of the whole batches' alone: a rare label bunched at the ends of files,
     in their last partial batches, was pooled away and the check not run (a quality trial).  To the table's
     chi-square is added that of its columns, the whole batches' labels, against every row's (the two together
-    are the table against every row's shares): a label all of whose rows are in those partial batches, in no
-    whole batch, was left out, and the verdict uniform (the review)."""
+    are the table against every row's shares), pooled where the whole batches hold fewer than 5 rows of a
+    label: a label all of whose rows are in those partial batches, in no whole batch, was left out, and the
+    verdict uniform (the review)."""
     index = {value: i for i, value in enumerate([*labels, None] if None not in labels else labels)}
     gram = np.zeros((len(index), len(index)), dtype=np.int64)
     batches = 0
@@ -851,46 +852,71 @@ def _label_balance_per_batch(
         batches += f.batches
     if batches < 2:
         return f"fewer than 2 whole batches of {batch_size:,} rows in a file"
-    # Labels pooled into groups, each summed: a group's gram entries are sums of its labels'
     every = np.zeros(len(index))
     every[: len(label_rows)] = label_rows
-    expected = every / max(every.sum(), 1) * batch_size  # rows of each label a batch holds on average
-    order = np.argsort(-every, kind="stable")
-    groups = [[k] for k in order if expected[k] >= 5]
-    rare = [k for k in order if expected[k] < 5 and every[k]]
-    if rare and expected[rare].sum() >= 5:
-        groups.append(rare)
-    elif rare and groups:
-        groups[0] += rare  # (the commonest label's column takes them)
-    if len(groups) < 2:
+    rows, everything = batches * batch_size, float(every.sum())
+    share = every / max(everything, 1)
+    within, within_dof = _batches_by_labels(gram, _pooled(every, share * batch_size), batch_size, batches)
+    across, across_dof = 0.0, 0
+    if rows < everything:  # (whole batches of every row: their labels are every row's)
+        across, across_dof = _whole_batches_labels(gram, _pooled(every, share * rows), share, batch_size, everything)
+    chi2, dof = within + across, within_dof + across_dof
+    if dof < 1:
         return (
             f"a batch of {batch_size:,} rows holds 5 rows or more of fewer than 2 labels on average (the rarer "
             "labels pooled): too few for its chi-square"
         )
-    member = np.zeros((len(groups), len(index)))
-    for g, ks in enumerate(groups):
-        member[g, ks] = 1
-    grouped = member @ gram @ member.T  # sums over batches of count products, by group
-    column = grouped.sum(axis=1) / batch_size  # each group's rows in the whole batches (a batch's sum to batch_size)
-    rows, everything = batches * batch_size, float(every.sum())
-    # Pearson's chi-square of the batches x groups table, every batch of batch_size rows, given its columns:
-    # sum over groups of (sum over batches of count^2) / (batch_size * column / rows), less rows
-    seen = column > 0
-    within = float((np.diag(grouped)[seen] / (batch_size * column[seen] / rows)).sum() - rows)
-    # and of its columns against every row's shares (rows drawn from all without replacement): a label the whole
-    # batches lack, bunched in the files' last partial batches, fails here
-    share = member @ every / everything
-    across = 0.0
-    if rows < everything:
-        across = float(((column - rows * share) ** 2 / (rows * share)).sum() * (everything - 1) / (everything - rows))
-    chi2 = within + across
-    dof = (batches - 1) * (int(seen.sum()) - 1) + (len(groups) - 1 if rows < everything else 0)
-    if dof < 1:
-        return f"the whole batches of {batch_size:,} rows hold a single label"
     p = two_sided(chi_square_cdf(chi2, dof), chi_square_sf(chi2, dof))
     side = (" (too even)" if chi2 < dof else " (too uneven)") if p < alpha else ""
     detail = f"chi-square {chi2:,.0f} on {dof:,} dof over {batches:,} batches of {batch_size:,} rows{side}, p={p:.3g}"
     return QualityCheck("label balance per batch", chi2, p, p >= alpha, detail)
+
+
+def _pooled(every: np.ndarray, expected: np.ndarray) -> list[list[int]]:
+    """Labels (indices, commonest first) grouped for a chi-square: each alone where ``expected`` holds 5 rows or
+    more of it; the rarer pooled, and the pool, if still that rare, joined to the commonest label."""
+    order = np.argsort(-every, kind="stable")
+    groups = [[int(k)] for k in order if expected[k] >= 5]
+    rare = [int(k) for k in order if expected[k] < 5 and every[k]]
+    if rare and expected[rare].sum() >= 5:
+        groups.append(rare)
+    elif rare and groups:
+        groups[0] += rare  # (the commonest label's column takes them)
+    return groups
+
+
+def _sums_by_group(gram: np.ndarray, groups: list[list[int]]) -> np.ndarray:
+    """The Gram matrix of the groups' counts: sums over batches of count products, by group."""
+    member = np.zeros((len(groups), len(gram)))
+    for g, ks in enumerate(groups):
+        member[g, ks] = 1
+    return member @ gram @ member.T
+
+
+def _batches_by_labels(gram: np.ndarray, groups: list[list[int]], batch_size: int, batches: int) -> tuple[float, int]:
+    """Pearson's chi-square of the batches x groups table, given its columns, and its dof: sum over groups of
+    (sum over batches of count^2) / (batch_size * column / rows), less rows (every batch of batch_size rows)."""
+    if len(groups) < 2:
+        return 0.0, 0
+    grouped = _sums_by_group(gram, groups)
+    column = grouped.sum(axis=1) / batch_size  # each group's rows in the whole batches (a batch's sum to batch_size)
+    seen = column > 0  # (a group in no whole batch has no column here: the whole batches' labels say it)
+    rows = batches * batch_size
+    chi2 = float((np.diag(grouped)[seen] / (batch_size * column[seen] / rows)).sum() - rows)
+    return chi2, (batches - 1) * max(int(seen.sum()) - 1, 0)
+
+
+def _whole_batches_labels(
+    gram: np.ndarray, groups: list[list[int]], share: np.ndarray, batch_size: int, everything: float
+) -> tuple[float, int]:
+    """Pearson's chi-square of the whole batches' rows by group against every row's shares, the whole batches'
+    rows drawn from all of them without replacement (its finite-population factor), and its dof."""
+    if len(groups) < 2:
+        return 0.0, 0
+    column = _sums_by_group(gram, groups).sum(axis=1) / batch_size
+    rows = float(column.sum())
+    expected = np.array([share[ks].sum() for ks in groups]) * rows
+    return float(((column - expected) ** 2 / expected).sum() * (everything - 1) / (everything - rows)), len(groups) - 1
 
 
 def _chi_square(table: np.ndarray) -> float:
