@@ -168,7 +168,7 @@ def test_in_pass_2_of_many_piles_on_threads_the_tasks_stop_at_their_next_pile(tm
     on after Ctrl-C (its thread cannot be stopped), and the command ended only then."""
     write_reference_dataset(tmp_path / "src", rows=20_000, files=2)
     dest = tmp_path / "out"
-    args = [DASKPILE, "shuffle", str(tmp_path / "src"), str(dest), "--piles", "20000", "--seed", "3",
+    args = [DASKPILE, "shuffle", str(tmp_path / "src"), str(dest), "--piles", "5000", "--seed", "3",
             "--scheduler", "threads", "--scratch", str(tmp_path)]  # fmt: skip
     at_sigint = []
 
