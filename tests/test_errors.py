@@ -74,6 +74,25 @@ def test_window_commands_on_a_window_nobody_may_write_say_so_in_one_line(sync_sc
         subprocess.run(["chattr", "-i", str(window)], check=True)
 
 
+def test_a_finished_call_retried_where_its_dest_is_no_longer_writable_is_already_done(sync_scheduler, source, tmp_path):
+    """A job's retry after its result was made read-only for its readers: "no permission to write dest", exit 2,
+    where the same retry in a writable dest said "already done", exit 0."""
+    dest = tmp_path / "out"
+    first = daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1)
+    subprocess.run(["chattr", "+i", str(dest)], capture_output=True)
+    try:
+        if os.access(dest, os.W_OK):
+            pytest.skip("chattr +i is not available here")
+        again = daskpile.shuffle_parquet(source, str(dest), piles=2, seed=1)
+        assert again.rows == first.rows and again.files == first.files and again.seconds_scatter == 0.0
+        done = daskpile_in_process("shuffle", source, str(dest), "--piles", "2", "--seed", "1", "--scheduler", "sync")
+        assert done.returncode == 0 and "already done" in done.stdout, done.stderr
+        with pytest.raises(PermissionError, match="no permission to write dest"):  # another call: refused as before
+            daskpile.shuffle_parquet(source, str(dest), piles=3, seed=1)
+    finally:
+        subprocess.run(["chattr", "-i", str(dest)], check=True)
+
+
 def test_scratch_inside_dest_is_refused_before_anything_is_written(sync_scheduler, source, tmp_path):
     """It left a folder in dest that a retry of the same call then refused as not daskpile's."""
     dest = tmp_path / "out"

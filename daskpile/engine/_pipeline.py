@@ -556,7 +556,13 @@ def shuffle_plan(
         plan, source, storage_options, overwrite, verify, memory_per_pile, progress, blocksize, on_oversize,
         rows_per_file, second_pass, output,
     )  # fmt: skip
-    run.check_places(dest, scratch, inside_a_window=window_generation)
+    try:
+        run.check_places(dest, scratch, inside_a_window=window_generation)
+    except PermissionError:
+        finished = None if overwrite or window_generation else _finished_where_nothing_may_be_written(run, piles, seed)
+        if finished is None:
+            raise
+        return finished
     current_client()  # the command's cluster, if it waits to be started: before dest's lease and any write
     # (an append's generation is run here inside the window's lease, taken first to say "nothing to do")
     said = _complete_if_interrupted(run) if not window_generation else contextlib.nullcontext()
@@ -578,6 +584,20 @@ def shuffle_plan(
             lease.check()
             run.commit_staged(names)
         return run.finish(scattered, names, gathered, fingerprint)
+
+
+def _finished_where_nothing_may_be_written(run: _Run, piles, seed) -> ShuffleReport | None:
+    """The report of this very call's finished result in a local dest this process may not write (mounted
+    read-only for its readers), or None: a retry of a finished command needs no write, and no lease, since no
+    run writes where nobody may.  It said "no permission to write dest", exit 2, where the same
+    retry in a dest it may write said "already done"."""
+    try:
+        run.read_dest()
+        run.find_previous(piles, seed)
+        run.size_piles()
+        return run.finished_already()
+    except Exception:  # no result, another call's, or one that changed: the permission is what to say
+        return None
 
 
 _FINISHED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("daskpile_finished_only", default=False)
