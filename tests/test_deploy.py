@@ -256,13 +256,7 @@ def test_the_kubernetes_option_starts_the_validated_spec(tmp_path):
     worker = spec["spec"]["worker"]
     assert worker["replicas"] == 8 and worker["spec"]["containers"][0]["resources"]["limits"]["memory"] == "16Gi"
     # No API server here: one line, exit 2, nothing written, and no traceback from dask-kubernetes at exit.
-    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
-    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-kubeconfig"), "HOME": str(tmp_path)}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    done = subprocess.run(
-        [DASKPILE, "shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    done = _shuffle_on_kubernetes(tmp_path, tmp_path / "no-kubeconfig")
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("daskpile: error: cannot start the Kubernetes cluster 'nightly': ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
@@ -283,16 +277,21 @@ def test_a_kubernetes_api_server_out_of_reach_is_named_and_worth_a_retry(tmp_pat
         "contexts:\n- name: here\n  context:\n    cluster: here\n    user: me\n"
         "users:\n- name: me\n  user:\n    token: not-a-secret\n"
     )
-    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
-    env = {**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig"), "HOME": str(tmp_path)}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    done = subprocess.run(
-        [DASKPILE, "shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    done = _shuffle_on_kubernetes(tmp_path, tmp_path / "kubeconfig")
     assert done.returncode == 75, done.stderr
     assert f"its API server {server} is out of reach" in done.stderr and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def _shuffle_on_kubernetes(tmp_path, kubeconfig) -> subprocess.CompletedProcess:
+    """``daskpile shuffle --kubernetes nightly`` of a small source, with ``kubeconfig`` and outside any pod."""
+    write_reference_dataset(str(tmp_path / "src"), rows=1_000, files=1)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return subprocess.run(
+        [DASKPILE, "shuffle", str(tmp_path / "src"), str(tmp_path / "out"), "--kubernetes", "nightly"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
 
 
 def test_the_kubernetes_option_runs_on_the_cluster_it_starts(tmp_path, monkeypatch):

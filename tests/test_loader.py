@@ -547,15 +547,7 @@ def test_a_state_of_another_seed_s_files_of_the_same_names_and_rows_is_refused(d
     with dask.config.set(scheduler="sync"):
         for name, seed in (("first", 1), ("other seed", 2), ("same call", 1)):
             daskpile.shuffle_parquet(datasets["source"], str(tmp_path / name), seed=seed, **layout)
-    loader = daskpile.PileLoader(str(tmp_path / "first"), batch_size=700, seed=1)
-    iterator = iter(loader)
-    seen = [next(iterator)["id"].to_numpy() for _ in range(5)]
-    state = loader.state_dict()
-    with pytest.raises(ValueError, match="the same files and rows per file, of another shuffle"):
-        daskpile.PileLoader(str(tmp_path / "other seed"), batch_size=700, seed=1).load_state_dict(state)
-    resumed = daskpile.PileLoader(str(tmp_path / "same call"), batch_size=700, seed=1)
-    resumed.load_state_dict(state)
-    assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(ROWS))
+    _a_state_resumes_on_the_same_call_alone(tmp_path, batches=5, rows=ROWS)
 
 
 def test_a_state_of_another_seed_s_dataframe_files_of_the_same_sizes_is_refused(tmp_path):
@@ -567,15 +559,21 @@ def test_a_state_of_another_seed_s_dataframe_files_of_the_same_sizes_is_refused(
         for name, seed in (("first", 1), ("other seed", 2), ("same call", 1)):
             daskpile.shuffle(frame, piles=1, seed=seed).to_parquet(tmp_path / name, compression=None, write_index=False)
     assert len({(tmp_path / name / "part.0.parquet").stat().st_size for name in ("first", "other seed")}) == 1
+    _a_state_resumes_on_the_same_call_alone(tmp_path, batches=3, rows=5_000)
+
+
+def _a_state_resumes_on_the_same_call_alone(tmp_path, batches: int, rows: int) -> None:
+    """A state taken after ``batches`` batches of the result in ``first``: refused on ``other seed``'s files,
+    resumed on ``same call``'s to every row once."""
     loader = daskpile.PileLoader(str(tmp_path / "first"), batch_size=700, seed=1)
     iterator = iter(loader)
-    seen = [next(iterator)["id"].to_numpy() for _ in range(3)]
+    seen = [next(iterator)["id"].to_numpy() for _ in range(batches)]
     state = loader.state_dict()
     with pytest.raises(ValueError, match="the same files and rows per file, of another shuffle"):
         daskpile.PileLoader(str(tmp_path / "other seed"), batch_size=700, seed=1).load_state_dict(state)
     resumed = daskpile.PileLoader(str(tmp_path / "same call"), batch_size=700, seed=1)
     resumed.load_state_dict(state)
-    assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(5_000))
+    assert sorted(np.concatenate(seen + ids(resumed)).tolist()) == list(range(rows))
 
 
 def test_a_state_of_shuffle_parquet_files_named_one_by_one_is_told_from_another_seed_s(datasets, tmp_path):
