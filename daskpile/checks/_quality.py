@@ -534,13 +534,11 @@ def _describe(
     last = order[len(order) - 1].as_py() if integer and len(order) else None
     labels, batches = {}, None
     if label:
-        column = label[0].combine_chunks()
-        # (a column of more labels than label balance takes is refused before they are counted, in Python, and
+        counted = pc.value_counts(label[0].combine_chunks())
+        # (a column of more labels than label balance takes is refused before they are made Python values, and
         # before its batches' Gram matrix, labels squared: 114 GiB for a column of ids, a quality trial)
-        distinct = len(column.unique())  # (count_distinct takes no dictionary: pandas' categoricals)
-        if distinct > MAX_LABELS:
-            raise _too_many_labels(label_column, distinct, f" in {path}")
-        counted = pc.value_counts(column)
+        if len(counted) > MAX_LABELS:
+            raise _too_many_labels(label_column, len(counted), f" in {path}")
         values = [_one_nan(v) for v in counted.field("values").to_pylist()]
         labels = dict(zip(values, counted.field("counts").to_pylist(), strict=True))
         batches = _batch_counts(label[0], batch_size)

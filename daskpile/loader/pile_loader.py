@@ -660,7 +660,7 @@ class PileLoader:
                 "(another shuffle of the same data has as many rows and files)"
             )
         # (states saved before it was recorded have none; before pile stamps were in it, another: see Units)
-        if state.get("content", self.units.content) not in (self.units.content, self.units.content_before or None):
+        if state.get("content", self.units.content) not in (self.units.content, self.units.content_before):
             raise ValueError(
                 "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
                 "seed, or other rows: written again since the state was taken)"

@@ -60,7 +60,7 @@ class Units:
     # version, or the loader says the dataset changed, not rows of two shuffles in one epoch
     versions: tuple[tuple[FileVersion | None, ...], ...] = ()
     content: str = ""  # see ``content_key``
-    content_before: str = ""  # the key states saved before pile stamps were part of it have (none: ``content``)
+    content_before: str | None = None  # the key states saved before pile stamps were part of it had, if other
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -166,7 +166,7 @@ def discover(
     listed = {p: None if info is None else FileVersion.listed(fs, info) for p, info in zip(paths, infos, strict=True)}
     content = content_key(manifest, infos, [c.stamp or c.pile for c in counted] if manifest is None else ())
     # (files named one by one, which shuffle_parquet's pile stamps tell apart now: states saved before keep theirs)
-    before = content_key(manifest, infos, [c.stamp for c in counted]) if manifest is None else content
+    before = content_key(manifest, infos, [c.stamp for c in counted]) if manifest is None else None
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:

@@ -406,10 +406,9 @@ def _read_day_numbers(read, readable: pa.Schema, schema: pa.Schema, error: pa.Ar
         if found is None and first_said:  # (a fraction, or a number past int32: epoch milliseconds)
             days = ", ".join(map(repr, first_said))
             raise pa.ArrowInvalid(f"{e} (date32 column {days} holds numbers, read as days since 1970-01-01)")
-        if found is None or found.groups()[1:] != ("string", "number") or name not in schema.names:
-            raise e
-        if schema.field(name).type != pa.date32():
-            raise e
+        day_numbers = found is not None and found.groups()[1:] == ("string", "number") and name in schema.names
+        if not day_numbers or schema.field(name).type != pa.date32():
+            raise e  # (another column's, named by Arrow, or no column's)
         first_said[name] = e
         retyped = retyped.set(retyped.get_field_index(name), retyped.field(name).with_type(pa.date32()))
         try:
