@@ -671,15 +671,24 @@ def conformer(
         }.get(policy, "(a column renamed after the file was written?)")
         untyped = [f.name for f in data_fields if pa.types.is_null(f.type) and f.name in casts]
         if policy == "window" and untyped:  # (converting the day cannot help: a null column holds no value)
-            hint = (
-                f"(the window's column {untyped[0]!r} is of type null: no row of its first data held a value, so it "
-                "can hold none; start a new window from data that gives the column its type, e.g. pandas' "
-                ".astype('string') or a pyarrow schema)"
-            )
+            hint = untyped_window_column(untyped[0])
         raise ValueError(f"schema of {url!r} differs from that of {reference!r}: {'; '.join(problems)} {hint}")
     identity = not keys and actual.remove_metadata().equals(pa.schema(data_fields).remove_metadata())
     return Conformer(
         plan_schema, dict(keys), frozenset(casts), missing, frozenset(check_nulls), identity, renamed, echoed
+    )
+
+
+def untyped_window_column(name: str | None = None) -> str:
+    """Why a window's column of type null refuses a value, and what to do, wherever an append finds it.
+
+    >>> untyped_window_column("coupon")[:46]
+    "(the window's column 'coupon' is of type null:"
+    """
+    column = f"the window's column {name!r}" if name else "the window's column"
+    return (
+        f"({column} is of type null: no row of its first data held a value, so it can hold none; start a new "
+        "window from data that gives the column its type, e.g. pandas' .astype('string') or a pyarrow schema)"
     )
 
 

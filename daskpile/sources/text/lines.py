@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from daskpile import _kernels
+from daskpile.sources.schemas import untyped_window_column
 from daskpile.sources.text.formats import JSON_TEXT, LINE, UTF8_BOM, arrow_type, error_line, with_column_names
 
 
@@ -247,12 +248,8 @@ def refused_line(
         return f"cannot read {url!r}, bytes {start:,} to {start + len(block):,} as {format}: {error_line(error)}"
     line = bytes(data[offsets[low] : offsets[low + 1] - 1])
     said = (named(line) if named else None) or (_not_json_lines(line) if format == "jsonl" else None)
-    untyped = (
-        " (the window's column is of type null: no row of its first data held a value, so it can hold none; start a "
-        "new window from data that gives the column its type)"
-    )
     if "conversion error to null" in message:
-        message += untyped if window else (
+        message += f" {untyped_window_column()}" if window else (
             " (the column was empty in every row of the first file's first MiB, so typed null: declare its type)"
         )  # fmt: skip
     hint = ""
@@ -269,7 +266,7 @@ def refused_line(
         )
     message = re.sub(r"(CSV parse error: )?Row #\d+: |^(JSON parse error: .*?)\.? in row \d+$", r"\2", message)
     if changed := re.search(r"Column\(/([^)]*)\) changed from null to (\w+)", message):
-        message += untyped if window else (
+        message += f" {untyped_window_column(changed[1])}" if window else (
             " (the field was null or absent in every line of the first file's first MiB, so typed null: "
             f"{_null_typed_fix(changed[1], changed[2], schema)})"
         )  # fmt: skip
