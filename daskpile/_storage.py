@@ -660,6 +660,11 @@ class FileChangedError(ValueError):
     """A file read is not the version listed before: written again since, under the same name."""
 
 
+class StoresApartError(ValueError):
+    """The workers find a file otherwise than this process does (another store behind one URL, another disk
+    behind one path): no later try mends that, whatever other errors it caused."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FileVersion:
     """A file's size and version (``_VERSION_KEYS``), as listed or as opened: a file written again under the

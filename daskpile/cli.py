@@ -46,6 +46,7 @@ from daskpile._interrupt import (
 )
 from daskpile._storage import (
     FileChangedError,
+    StoresApartError,
     StoreUnreachable,
     check_url,
     redact,
@@ -87,6 +88,8 @@ EXIT_TRY_AGAIN = 75
 def _exit_status(e: BaseException) -> int:
     """75 if running the same command again later may succeed (the scheduler or the store out of reach, the dest
     held by another run), 2 if the command could not run as asked, 1 if the run failed."""
+    if isinstance(e, StoresApartError):  # (caused by a FileChangedError, which alone would be worth a try)
+        return 2
     chain = exception_chain(e)
     lost = (_cancelled_by_the_scheduler(e) or "").startswith("lost the scheduler")
     if lost or any(isinstance(c, _TRY_AGAIN_ERRORS) or store_out_of_reach(c) for c in chain):

@@ -390,6 +390,31 @@ def moto_s3(buckets=("scratch",)):
         server.stop()
 
 
+@contextlib.contextmanager
+def moto_s3_process(env: dict | None = None):
+    """moto's S3 server on 127.0.0.1 in a process of its own: a store apart from any of this process's (moto's
+    state is its process's), or one started with ``env`` (``INITIAL_NO_AUTH_ACTION_COUNT``); yields its URL."""
+    pytest.importorskip("moto.server")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from moto.server import ThreadedMotoServer as S; import time; "
+         f"S(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(300)"],
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+
+
 @pytest.fixture(scope="module")
 def s3_server():
     """``(fs, storage_options)`` of a module-wide S3 server with the bucket ``scratch``."""

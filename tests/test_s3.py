@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _cluster import moto_s3_process
 from _util import daskpile_command, eventually, interrupted_after, read_store_output
 from click.testing import CliRunner
 
@@ -582,39 +583,18 @@ def test_secrets_are_never_printed_logged_or_written(s3):
 def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     """A server that checks credentials (moto with authentication on from its first request), for a source
     and for a dest (which said only "Forbidden": the dest's first request, its lease, named no URL)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    import os
-    import subprocess
-    import sys
-    import time
-
     from _util import sorted_source
 
     local = sorted_source(tmp_path / "local", 100, files=1)
-    server = subprocess.Popen(
-        [sys.executable, "-c", f"from moto.server import ThreadedMotoServer as S; import time; "
-         f"S(ip_address='127.0.0.1', port={port}, verbose=False).start(); time.sleep(120)"],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-    )  # fmt: skip
-    try:
-        for _ in range(100):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+    with moto_s3_process(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as endpoint:
         options = [
             "--scheduler=sync", "--storage-option=key=nobody", f"--storage-option=secret={SECRET}",
-            f"--storage-option=client_kwargs.endpoint_url=http://127.0.0.1:{port}",
+            f"--storage-option=client_kwargs.endpoint_url={endpoint}",
             "--storage-option=client_kwargs.region_name=eu-west-1",
         ]  # fmt: skip
         done = daskpile_command("shuffle", "s3://lake/in", str(tmp_path / "out"), *options)
         into = daskpile_command("shuffle", local, "s3://lake/out", *options)
         checked = daskpile_command("verify", local, "s3://lake/out", *options)
-    finally:
-        server.kill()
-        server.wait()
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("daskpile: error: source 's3://lake/in': access denied: The AWS Access Key Id")
     assert len(done.stderr.splitlines()) == 1 and SECRET not in done.stderr
@@ -625,6 +605,53 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     # verify said only "Forbidden"
     assert checked.returncode == 2, checked.stderr
     assert checked.stderr.startswith("daskpile: error: dest 's3://lake/out': access denied: "), checked.stderr
+
+
+def test_workers_that_reach_another_store_than_the_command_are_told_so_not_to_try_again(s3):
+    """Workers whose environment names another endpoint than the command's read another object under the same
+    name, or none: that was said "written again while it was read" with exit status 75, which a job runner
+    retries for ever, or "does not exist" of a file the command had just listed.  Where they found the same
+    bytes, they wrote the result's files to their store, and the command committed a manifest naming them in
+    its own, where there were none, and said "verified" (found beside an operator's trial)."""
+    fs, options = s3
+    with fs.open("lake/apart/a.parquet", "wb") as f:
+        pq.write_table(pa.table({"x": range(100)}), f)
+    keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "eu-west-1"}
+    command_env = {**os.environ, **keys, "AWS_ENDPOINT_URL": options["client_kwargs"]["endpoint_url"]}
+    from distributed import LocalCluster
+
+    with moto_s3_process() as elsewhere:
+        other = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": elsewhere})
+        for bucket in ("lake", "scratch"):
+            other.mkdir(bucket)
+        with other.open("lake/apart/a.parquet", "wb") as f:
+            pq.write_table(pa.table({"x": range(120)}), f)
+        workers_env = {**keys, "AWS_ENDPOINT_URL": elsewhere}
+        with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0", env=workers_env) as cluster:
+
+            def shuffle() -> str:
+                done = daskpile_command(
+                    "shuffle", "s3://lake/apart", "s3://lake/apart-out", "--scratch", "s3://scratch/apart",
+                    "--piles", "2", "--scheduler", cluster.scheduler_address, env=command_env,
+                )  # fmt: skip
+                assert done.returncode == 2, done.stderr
+                assert "do the workers reach the same store as this process" in done.stderr
+                fs.invalidate_cache()
+                return done.stderr
+
+            for found in ("was written again", "does not exist"):
+                if found == "does not exist":
+                    other.rm("lake/apart/a.parquet")
+                said = shuffle()
+                assert said.startswith("daskpile: error: the workers do not find source file 's3://lake/apart/a.pa")
+                assert found in said and fs.find("lake/apart-out") == [] and fs.find("scratch/apart") == []
+            other.pipe("lake/apart/a.parquet", fs.cat("lake/apart/a.parquet"))  # the same bytes: the same ETag
+            said = shuffle()
+            assert said.startswith(
+                "daskpile: error: the workers wrote 2 files of the result that this process does not find as written "
+                "in dest 's3://lake/apart-out' (part-00000.parquet, part-00001.parquet)"
+            ), said
+            assert [p for p in fs.find("lake/apart-out") if "/part-" in p or p.endswith("/_daskpile.json")] == []
 
 
 def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():

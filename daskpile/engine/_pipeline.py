@@ -44,6 +44,7 @@ from daskpile._compute import (
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     FileChangedError,
+    StoresApartError,
     as_urls,
     check_private_directory,
     check_writable,
@@ -640,6 +641,12 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
         _FINISHED_ONLY.reset(token)
 
 
+_SAME_STORE = (
+    "do the workers reach the same store as this process (the same endpoint and credentials, from the environment "
+    "or storage options) or, for local paths, the same disk"
+)
+
+
 @dataclasses.dataclass
 class _Run:
     """One shuffle from a planned source to dest, in steps: where, what was there, how many piles, pass 1,
@@ -955,10 +962,22 @@ class _Run:
 
     def refuse_sources_changed_under(self, failure: BaseException) -> None:
         """Where pass 1 failed on a source file written again or removed while it ran (a file gone, one cut
-        short as it was written), that is said: not the error it caused."""
-        if not isinstance(failure, FileChangedError):
-            with contextlib.suppress(OSError):  # (the store cannot be looked at now: the failure is said as it is)
-                self.plan.refuse_files_written_again()
+        short as it was written), that is said: not the error it caused.  Where the workers found a source file
+        changed or gone that this process finds as listed, they see another store (or disk) than this process:
+        that is said, not "written again", which every later try would meet again."""
+        try:
+            self.plan.refuse_files_written_again()
+        except OSError:  # (the store cannot be looked at now: the failure is said as it is)
+            return
+        if isinstance(failure, (FileChangedError, FileNotFoundError)):
+            said = str(failure)
+            seen_apart = next((f for f in self.plan.files if full_url(self.plan.fs, f.path) in said), None)
+            if seen_apart is not None:
+                raise StoresApartError(
+                    f"the workers do not find source file {full_url(self.plan.fs, seen_apart.path)!r} as this "
+                    f"process lists it ({said}), while this process finds every source file as listed: "
+                    f"{_SAME_STORE}? Nothing was written to dest"
+                ) from failure
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""
@@ -1126,6 +1145,22 @@ class _Run:
         if self.staging is not None:
             _dest.commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
 
+    def refuse_files_written_out_of_sight(self, names, gathered, written: list[dict | None]) -> None:
+        """Refuse to commit a result whose files, as the workers wrote them, this process does not find in dest:
+        its manifest would name files that are elsewhere (the workers' store under the same URL), and a reader
+        of dest would find none of them."""
+        apart = [
+            name
+            for name, result, info in zip(names, gathered, written, strict=True)
+            if info is None or (info.get("size") is not None and int(info["size"]) != result.bytes)
+        ]
+        if apart:
+            raise StoresApartError(
+                f"the workers wrote {count(len(apart), 'file')} of the result that this process does not find as "
+                f"written in dest {self.dest_url!r} ({', '.join(apart[:3])}{', ...' if len(apart) > 3 else ''}): "
+                f"{_SAME_STORE}? Nothing was committed: the same command again, once they do, resumes the run"
+            )
+
     def _commit(self, manifest: dict) -> str:
         """The manifest written: the result is complete."""
         self.manifest = manifest
@@ -1145,6 +1180,8 @@ class _Run:
 
     def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
         """The manifest, written last: the result is complete.  Then the run's state goes."""
+        written = listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])
+        self.refuse_files_written_out_of_sight(names, gathered, written)
         manifest = _manifest.build(
             piles=self.piles,
             seed=self.seed,
@@ -1160,7 +1197,7 @@ class _Run:
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.call_json(),
-            file_stamps=_stamps(listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
+            file_stamps=_stamps(written),
             second_pass=self.second_pass,
             output=self.output,
         )
