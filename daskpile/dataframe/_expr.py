@@ -221,7 +221,7 @@ def shuffle(
     ``pd.ArrowDtype`` (decimal, list, struct, map, large_string, timestamp);
     named, string and range indexes.  Columns of Python objects (lists, dicts,
     bytes, times, mixed types) and the dtypes Arrow lacks (complex, sparse)
-    are carried as one pickle per value: exact, about a microsecond a value.
+    are carried as one pickle per value: exact, a few microseconds a value.
     A partition whose columns are in another order than the meta's is taken
     by label; a column whose dtype differs from the meta's is cast to it where
     that changes no value (object strings under a string meta).

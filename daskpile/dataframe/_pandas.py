@@ -224,9 +224,16 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         # read_parquet comes as object)
         return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
     what = name if name.startswith("the index") else f"column {name}"
+    # (a meta Dask derived can be looser than the partitions: assign(t=dd.to_datetime(...)) of a read_csv frame
+    # says float64 of its int64 columns, so a partition's index cannot be "cast first" to a type it already has)
+    fix = (
+        "give the DataFrame its partitions' meta (ddf = ddf.map_partitions(lambda part: part, "
+        "meta=ddf.partitions[0].compute().iloc[:0]))"
+        if name.startswith("the index")
+        else f"cast it (ddf.astype({{{name}: ...}}))"
+    )
     refused = (
-        f"daskpile: {what} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: "
-        f"{'cast the index' if name.startswith('the index') else f'cast it (ddf.astype({{{name}: ...}}))'} first, "
+        f"daskpile: {what} of a partition is {values.dtype}, the DataFrame's meta says {dtype}: {fix} first, "
         "or give map_partitions or from_delayed a meta= that matches"
     )
     if _missing_as_dask_reads_them(values, dtype):
