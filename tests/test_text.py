@@ -398,9 +398,9 @@ def test_lines_table_keeps_bytes_exactly():
         (
             "value.jsonl",
             b'{"s": "ok"}\n' * 200000 + b'{"s": "\xff\xfe"}\n',
-            r"value\.jsonl' as jsonl: invalid UTF-8 at byte 2,400,007$",
+            r"value\.jsonl' as jsonl: the line at byte 2,400,000 is not UTF-8 text \(byte 2,400,007: ",
         ),
-        ("key.jsonl", b'{"a\xff": 1}\n', r"key\.jsonl' as jsonl: invalid UTF-8 at byte 3$"),
+        ("key.jsonl", b'{"a\xff": 1}\n', r"key\.jsonl' as jsonl: the line at byte 0 is not UTF-8 text \(byte 3: "),
         ("latin1.csv", b"Stra\xdfe,n\nA,1\n", r"latin1\.csv' as csv: a column name is not UTF-8 \(b'Stra\\xdfe'\)$"),
     ],
 )
@@ -1518,7 +1518,7 @@ def test_a_csv_header_that_is_not_utf8_is_named_in_whichever_file(tmp_path, sync
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not compressed", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "not compressed", "zstd", "empty"])
 def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_path, damage):
     """The codec's own message ("Truncated compressed stream") named no file, and exited as a failed run (1).
     An empty one (a failed upload) was read as no rows, verified (from the CSV trial)."""
@@ -1528,11 +1528,21 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
             gzip.compress(b"".join(b"line %d\n" % j for j in range(50_000)))
         )
     broken = tmp_path / "in" / "part-1.txt.gz"
-    damaged = {"truncated": broken.read_bytes()[:20_000], "not compressed": b"not gzip at all\n", "empty": b""}
+    damaged = {
+        "truncated": broken.read_bytes()[:20_000],
+        "not compressed": b"not gzip at all\n",
+        "zstd": pa.compress(b"line 1\n", "zstd", asbytes=True),
+        "empty": b"",
+    }
     broken.write_bytes(damaged[damage])
     done = daskpile_in_process("shuffle", str(tmp_path / "in"), str(tmp_path / "out"), "--scheduler", "sync", "-q")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    said = "it is empty, which no gzip data is" if damage == "empty" else "its gzip data is damaged or cut short ("
+    # (a plain file or zstd data named .gz was said "damaged or cut short": its user looked for a broken download)
+    said = {
+        "empty": "it is empty, which no gzip data is",
+        "not compressed": "its name says gzip, but it is no gzip data (it starts with b'not gzip at all\\n'): is it",
+        "zstd": "its name says gzip, but it holds zstd data: name it .zst",
+    }.get(damage, "its gzip data is damaged or cut short (")
     assert f"cannot read '{broken}': {said}" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
 

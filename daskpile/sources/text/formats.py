@@ -397,9 +397,33 @@ def open_decompressed(fs, path: str, listed: FileVersion | None = None, **option
         # subclasses of OSError are the storage's (a file gone, a connection reset or timed out): as they are.
         if compression is None or (isinstance(e, OSError) and type(e) is not OSError):
             raise
-        raise ValueError(
-            f"cannot read {full_url(fs, path)!r}: its {compression} data is damaged or cut short ({error_line(e)})"
-        ) from e
+        url = full_url(fs, path)
+        if (held := _held_instead_of(fs, path, compression)) is not None:
+            raise ValueError(f"cannot read {url!r}: its name says {compression}, but {held}") from e
+        said = error_line(e)
+        raise ValueError(f"cannot read {url!r}: its {compression} data is damaged or cut short ({said})") from e
+
+
+# The first bytes of each compression's data (a gzip member's, a zstd frame's, a bz2 stream's, an xz stream's)
+MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+
+
+def _held_instead_of(fs, path: str, compression: str) -> str | None:
+    """What a file whose codec failed holds, where it does not start as ``compression``'s data does (a plain
+    file named .gz, zstd data named .gz): "damaged or cut short" sent its user looking for a broken download.
+    None where it does, or cannot be read."""
+    try:
+        with open_read(fs, path) as raw:
+            head = raw.read(16)
+    except OSError:
+        return None
+    if head.startswith(MAGIC[compression]):
+        return None
+    other = next((name for name, magic in MAGIC.items() if head.startswith(magic)), None)
+    if other is not None:
+        extension = next(suffix for suffix, name in COMPRESSIONS.items() if name == other)
+        return f"it holds {other} data: name it {extension}"
+    return f"it is no {compression} data (it starts with {head!r}): is it compressed at all?"
 
 
 def with_column_names(message: str, names: list[str] | None) -> str:

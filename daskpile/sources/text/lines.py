@@ -132,7 +132,16 @@ def check_utf8(data: np.ndarray, start: int, where: str) -> None:
         try:
             bytes(data).decode("utf-8")  # only to say where
         except UnicodeDecodeError as e:
-            raise ValueError(f"cannot read {where} as jsonl: invalid UTF-8 at byte {start + e.start:,}") from None
+            # Named by its line's first byte, as every other error of a line is (and `tail -c +BYTE` shows it)
+            newlines = np.flatnonzero(data[: e.start] == ord("\n"))  # (a rare error's path: a scan is fine)
+            begins = int(newlines[-1]) + 1 if len(newlines) else 0
+            length = first_newline(data[begins:])
+            line = bytes(data[begins : begins + length if length >= 0 else len(data)])
+            raise ValueError(
+                f"cannot read {where} as jsonl: the line at byte {start + begins:,} is not UTF-8 text (byte "
+                f"{start + e.start:,}: {shown(line)}); JSON is UTF-8: convert the file "
+                "(iconv -f latin1 -t utf-8, if it is Latin-1)"
+            ) from None
         raise
 
 
