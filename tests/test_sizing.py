@@ -57,6 +57,9 @@ def test_auto_keeps_piles_small_enough_to_permute_fast():
     assert fewest < 8 and chosen.piles == 160
     assert chosen.bytes / chosen.piles <= _sizing.FAST_PILE_BYTES
     assert "32 MiB a pile on average, each planned to fit a budget of 4,096 MiB" in str(chosen)
+    assert "4 piles: about 46,200 rows, 2.0 MiB in memory, 512 KiB a pile on average" in str(
+        _sizing.PilePlan(4, 46_200, 2**21, 2**30)
+    )  # (a new user's plan said "0 MiB a pile on average")
     # a budget smaller than that still decides, and data too small for it keeps piles of 10,000 rows or 32 MiB,
     # whichever is more piles: rows of 53 KB (images) made 2 piles of 512 MiB, which a loader holds a few of
     assert (

@@ -21,9 +21,10 @@ import re
 import tempfile
 import time
 
-from dask.utils import format_bytes, parse_timedelta
+from dask.utils import parse_timedelta
 
 from daskpile._storage import REDACTED, exists, file_stamps, filesystem, full_url, is_local, remove_tree
+from daskpile._words import size
 from daskpile.engine import _lease, _manifest, _outputs, _passes
 from daskpile.engine import _run as run_state
 from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
@@ -41,7 +42,7 @@ class Leftover:
 
     def __str__(self) -> str:
         verb = "remove" if self.removable else "keep  "
-        return f"{verb} {self.url} ({format_bytes(self.bytes)}, {format_seconds(self.age_seconds)} old): {self.reason}"
+        return f"{verb} {self.url} ({size(self.bytes)}, {format_seconds(self.age_seconds)} old): {self.reason}"
 
 
 def clean(

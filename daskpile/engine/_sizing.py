@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from daskpile import _kernels
 from daskpile._compute import memory_per_thread, total_threads
 from daskpile._storage import free_space, full_url
-from daskpile._words import count, human_size
+from daskpile._words import count, human_size, size
 from daskpile.sources.parquet import open_parquet, parquet_errors, read_parquet
 
 MAX_PILES = 65_535  # pile numbers are uint16 in pass 1
@@ -126,8 +126,8 @@ class PilePlan:
 
     def __str__(self) -> str:
         return (
-            f"{count(self.piles, 'pile')}: about {count(self.rows, 'row')}, {self.bytes / 2**20:,.0f} MiB in memory, "
-            f"{self.bytes / self.piles / 2**20:,.0f} MiB a pile on average, "
+            f"{count(self.piles, 'pile')}: about {count(self.rows, 'row')}, {size(self.bytes)} in memory, "
+            f"{size(self.bytes / self.piles)} a pile on average, "  # (a small plan's "0 MiB a pile" said nothing)
             f"each planned to fit a budget of {self.memory_per_pile / 2**20:,.0f} MiB"
         )
 
