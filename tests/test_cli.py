@@ -302,6 +302,26 @@ def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_
     assert "of another call (this call: seed 2 instead of 1)" in other.stderr and "LocalCluster" not in other.stdout
 
 
+def test_a_rerun_an_unfinished_run_refuses_says_so_without_starting_a_cluster(sorted_source, tmp_path):
+    """A rerun with another seed of an interrupted run started a LocalCluster (a Kubernetes job's pods) only to
+    refuse it (a new user's trial of the command); the same call then resumes as before."""
+    from _util import interrupted_after
+
+    from daskpile.engine import _passes
+
+    dest = tmp_path / "out"
+    with dask.config.set(scheduler="sync"), interrupted_after(_passes, "write_parquet", 1):
+        daskpile.shuffle_parquet(sorted_source, str(dest), 3, seed=1)
+    assert (dest / "_daskpile.run.json").exists()
+    other = run("shuffle", sorted_source, str(dest), "--piles", "3", "--seed", "2",
+                "--kubernetes", "daskpile-test", "--namespace", "nowhere", check_status=2)  # fmt: skip
+    said = "an unfinished daskpile run (seed 1, 3 piles) that this call does not match: seed 2 instead of 1"
+    assert said in other.stderr and "LocalCluster" not in other.stdout + other.stderr, other.stderr
+    resumed = run("shuffle", sorted_source, str(dest), "--piles", "3", "--seed", "1", check_status=0)
+    assert "LocalCluster" in resumed.stdout and "resumed" in resumed.stdout, resumed.stdout
+    assert daskpile.verify(sorted_source, str(dest)).ok
+
+
 def test_append_with_the_window_and_the_day_swapped_says_so_before_starting_a_cluster(sorted_source, tmp_path):
     """Python's order is append(dest, source): `daskpile append WINDOW DAY/` started a cluster, then said the
     day's folder holds no manifest, naming no swap."""

@@ -615,9 +615,11 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     runs on the sync scheduler up to the point where a run would begin.  The
     command asks this before it starts a cluster, so that a retry of a
     finished run (a Kubernetes job's) reports it without one, and dest
-    holding another call's result or run is said without one too
-    (``FileExistsError``, ``RunMismatchError``).  None wherever the call would
-    run: no manifest in dest, a run to resume, or any other error, which may
+    holding another call's result or unfinished run (or one whose source
+    changed since) is said without one too (``FileExistsError``,
+    ``RunMismatchError``): a rerun with another seed started a cluster, or a
+    Kubernetes job's pods, to refuse.  None wherever the call would run: no
+    manifest or run in dest, a run to resume, or any other error, which may
     depend on the cluster (its memory, what its workers see) and which the
     call on its cluster says again.
 
@@ -629,8 +631,9 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     token = _FINISHED_ONLY.set(True)
     try:
         dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
-        if not exists(dest_fs, posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
-            return None  # (one request, before a second planning of the source)
+        names = (_manifest.MANIFEST_NAME, run_state.RUN_FILE)
+        if not any(exists(dest_fs, posixpath.join(dest_path, name)) for name in names):
+            return None  # (a request or two, before a second planning of the source)
         with dask.config.set(scheduler="sync"):
             return shuffle()
     except (FileExistsError, RunMismatchError):
