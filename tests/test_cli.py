@@ -319,6 +319,8 @@ def test_a_rerun_an_unfinished_run_refuses_says_so_without_starting_a_cluster(so
     assert said in other.stderr and "LocalCluster" not in other.stdout + other.stderr, other.stderr
     resumed = run("shuffle", sorted_source, str(dest), "--piles", "3", "--seed", "1", check_status=0)
     assert "LocalCluster" in resumed.stdout and "resumed" in resumed.stdout, resumed.stdout
+    # (a file the interrupted run wrote was said "written" again)
+    assert re.search(r"pass 2: .* written to 3 files \(.*\), 1 of them kept from the interrupted run", resumed.stdout)
     assert daskpile.verify(sorted_source, str(dest)).ok
 
 

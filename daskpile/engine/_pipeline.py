@@ -1091,6 +1091,8 @@ class _Run:
         split_note += f", cut into files of {count(self.rows_per_file, 'row')}" if self.rows_per_file else ""
         empty = sum(1 for r in gathered if not r.rows)
         split_note += f", {empty:,} of them empty" if empty else ""
+        kept = sum(r.reused for r in gathered)  # (a resumed run's files of its interrupted run: not written now)
+        split_note += f", {kept:,} of them kept from the interrupted run" if kept else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
             f"({size(sum(r.bytes for r in gathered))}){split_note}",
