@@ -409,6 +409,8 @@ def moto_s3_process(env: dict | None = None):
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.1)
+        else:
+            raise RuntimeError(f"moto's S3 server did not come up on port {port} in 10 s")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.kill()

@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -629,10 +630,10 @@ def test_workers_that_reach_another_store_than_the_command_are_told_so_not_to_tr
         workers_env = {**keys, "AWS_ENDPOINT_URL": elsewhere}
         with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0", env=workers_env) as cluster:
 
-            def shuffle() -> str:
+            def shuffle(dest: str = "s3://lake/apart-out", *options: str) -> str:
                 done = daskpile_command(
-                    "shuffle", "s3://lake/apart", "s3://lake/apart-out", "--scratch", "s3://scratch/apart",
-                    "--piles", "2", "--scheduler", cluster.scheduler_address, env=command_env,
+                    "shuffle", "s3://lake/apart", dest, "--scratch", "s3://scratch/apart", "--piles", "2",
+                    "--scheduler", cluster.scheduler_address, *options, env=command_env,
                 )  # fmt: skip
                 assert done.returncode == 2, done.stderr
                 assert "do the workers reach the same store as this process" in done.stderr
@@ -649,9 +650,19 @@ def test_workers_that_reach_another_store_than_the_command_are_told_so_not_to_tr
             said = shuffle()
             assert said.startswith(
                 "daskpile: error: the workers wrote 2 files of the result that this process does not find as written "
-                "in dest 's3://lake/apart-out' (part-00000.parquet, part-00001.parquet)"
+                "in dest 's3://lake/apart-out' (part-00000.parquet, part-00001.parquet), where 1 of 1 workers"
             ), said
             assert [p for p in fs.find("lake/apart-out") if "/part-" in p or p.endswith("/_daskpile.json")] == []
+            # an overwrite of a finished result: refused before the old result is taken apart for the new one
+            with dask.config.set(scheduler="sync"):
+                daskpile.shuffle_parquet("s3://lake/apart", "s3://lake/done", 3, seed=1, storage_options=options)
+            before = sorted(fs.find("lake/done"))
+            said = shuffle("s3://lake/done", "--overwrite")
+            assert "the workers wrote 2 files of the result that this process does not find as written" in said
+            fs.invalidate_cache()
+            assert [p for p in sorted(fs.find("lake/done")) if not p.endswith("/_daskpile.run.json")] == before
+            with dask.config.set(scheduler="sync"):
+                assert daskpile.verify("s3://lake/apart", "s3://lake/done", storage_options=options).ok
 
 
 def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():

@@ -1541,7 +1541,7 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
     said = {
         "empty": "it is empty, which no gzip data is",
         "not compressed": "its name says gzip, but it is no gzip data (it starts with b'not gzip at all\\n'): is it",
-        "zstd": "its name says gzip, but it holds zstd data: name it .zst",
+        "zstd": "its name says gzip, but it holds zstd data: rename it part-1.txt.zst",
     }.get(damage, "its gzip data is damaged or cut short (")
     assert f"cannot read '{broken}': {said}" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()

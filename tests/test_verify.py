@@ -321,6 +321,38 @@ def test_a_source_changed_while_pass_1_reads_it_is_refused_never_verified(sync_s
     assert again.rows == 3_000 - 1_000 * (happened == "removed") and daskpile.verify(str(source), str(dest)).ok
 
 
+def test_a_source_cut_short_and_restored_while_a_task_reads_it_is_still_worth_a_retry(
+    sync_scheduler, tmp_path, monkeypatch
+):
+    """``cp -p`` or ``rsync --inplace -t`` rewriting a file as pass 1 reads it: the task finds it cut short, and
+    by the time the command looks the copy has put it back with its stamp.  That was said as workers that see
+    another store (exit 2), on the sync scheduler whose worker is the command itself: it is a change, exit 75."""
+    from daskpile.cli import _exit_status
+    from daskpile.engine import _passes
+
+    source = tmp_path / "src"
+    write_parts(reference_table(0, 3_000, 3_000), source, parts=3)
+    victim = sorted(source.glob("*.parquet"))[1]
+    data, stat = victim.read_bytes(), victim.stat()
+    scatter = _passes.scatter_partition
+
+    def read_while_copied_over(fs, files, k, *args):
+        if k != 1:
+            return scatter(fs, files, k, *args)
+        victim.write_bytes(data[: len(data) // 2])
+        try:
+            return scatter(fs, files, k, *args)
+        finally:  # the copy done, its stamp set: the command finds the file as it listed it
+            victim.write_bytes(data)
+            os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    monkeypatch.setattr(_passes, "scatter_partition", read_while_copied_over)
+    with pytest.raises(daskpile.FileChangedError) as refused:
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=3, seed=0, blocksize=2**14)
+    assert f"{str(victim)!r} was cut short or written again" in str(refused.value)
+    assert _exit_status(refused.value) == 75
+
+
 def test_files_that_are_links_are_not_said_written_again(sync_scheduler, tmp_path):
     """A Hugging Face cache's files are links to its blobs: fsspec lists a link's own mtime, and gives its
     target's in ``info``, so a link made after its file was said written again."""

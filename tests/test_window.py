@@ -1284,8 +1284,8 @@ def test_a_window_s_column_of_type_null_says_why_no_day_with_a_value_can_be_appe
     # days of text: not "declare its type", which an append cannot
     (tmp_path / "d3.jsonl").write_text('{"id": 7, "coupon": "SAVE"}\n')
     (tmp_path / "d3.csv").write_text("id,coupon\n7,SAVE\n")
-    for day in ("d3.jsonl", "d3.csv"):
-        with pytest.raises(ValueError, match=r"\(the window's column ('coupon' )?is of type null: no row of its first"):
+    for day, named in (("d3.jsonl", "'coupon' "), ("d3.csv", "")):  # (CSV's message names it before)
+        with pytest.raises(ValueError, match=rf"\(the window's column {named}is of type null: no row of its first"):
             daskpile.append(dest, str(tmp_path / day))
 
 

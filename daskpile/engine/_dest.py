@@ -164,7 +164,11 @@ def _is_part_temporary(name: str) -> bool:
 
 
 def remove_temporaries(fs, directory: str) -> None:
-    for name, path in _entries_of(fs, directory).items():
+    try:
+        entries = _entries_of(fs, directory)
+    except FileNotFoundError:  # (a store's folder of no file: none to remove; what is missing is said after)
+        return
+    for name, path in entries.items():
         if _is_part_temporary(name):  # (not the lease's: the running command's renewal may be writing it)
             fs.rm(path)
 

@@ -44,6 +44,7 @@ from daskpile._compute import (
 from daskpile._random import resolve_seed
 from daskpile._storage import (
     FileChangedError,
+    FileVersion,
     StoresApartError,
     as_urls,
     check_private_directory,
@@ -56,6 +57,7 @@ from daskpile._storage import (
     make_private_directory,
     redacting_errors,
     urls_said,
+    versions_now,
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count, human_size, size
@@ -582,6 +584,7 @@ def shuffle_plan(
             scattered = run.scatter()
             names, gathered = run.gather(scattered)
             fingerprint = run.check_fingerprints(scattered, gathered) if verify else None
+            run.refuse_files_written_out_of_sight(gathered)
             lease.check()
             run.commit_staged(names)
         return run.finish(scattered, names, gathered, fingerprint)
@@ -972,15 +975,28 @@ class _Run:
             self.plan.refuse_files_written_again()
         except OSError:  # (the store cannot be looked at now: the failure is said as it is)
             return
-        if isinstance(failure, (FileChangedError, FileNotFoundError)):
-            said = str(failure)
-            seen_apart = next((f for f in self.plan.files if full_url(self.plan.fs, f.path) in said), None)
-            if seen_apart is not None:
-                raise StoresApartError(
-                    f"the workers do not find source file {full_url(self.plan.fs, seen_apart.path)!r} as this "
-                    f"process lists it ({said}), while this process finds every source file as listed: "
-                    f"{_SAME_STORE}? Nothing was written to dest"
-                ) from failure
+        if isinstance(failure, (FileChangedError, FileNotFoundError)) and self.plan.table is None:
+            self.refuse_a_source_the_workers_find_otherwise(str(failure))
+
+    def refuse_a_source_the_workers_find_otherwise(self, said: str) -> None:
+        """``StoresApartError`` where the source file a worker's error names (``said``), which this process finds
+        as listed, is found otherwise by a worker asked now: they see another store, or disk, under one URL.
+        Where every worker finds it as listed now, it changed and came back while the run read it (a file
+        restored with its stamp): the worker's error is said as it is."""
+        named = [f for f in self.plan.files if repr(full_url(self.plan.fs, f.path)) in said]  # (quoted: whole)
+        if len(named) != 1 or named[0].listed is None:  # (a table's files are never listed: nothing to compare)
+            return
+        here = versions_now(self.plan.fs, [named[0].path])[0]
+        if here is None or not named[0].listed.same_as(here):
+            return
+        url = full_url(self.plan.fs, named[0].path)
+        finding, otherwise = _places.workers_finding(self.plan.fs, named[0].path, named[0].listed)
+        if otherwise:
+            raise StoresApartError(
+                f"the workers do not find source file {url!r} as this process lists it ({said}; {len(otherwise)} of "
+                f"{len(finding) + len(otherwise)} asked again), while this process finds every source file as "
+                f"listed: {_SAME_STORE}? Nothing was written to dest"
+            )
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""
@@ -1091,7 +1107,8 @@ class _Run:
         split_note += f", cut into files of {count(self.rows_per_file, 'row')}" if self.rows_per_file else ""
         empty = sum(1 for r in gathered if not r.rows)
         split_note += f", {empty:,} of them empty" if empty else ""
-        kept = sum(r.reused for r in gathered)  # (a resumed run's files of its interrupted run: not written now)
+        # (a resumed run's files of its interrupted run, not written now; not a retried task's own file)
+        kept = sum(r.reused for r in gathered) if self.previous is not None else 0
         split_note += f", {kept:,} of them kept from the interrupted run" if kept else ""
         timer.say(
             f"pass 2: {count(sum(r.rows for r in gathered), 'row')} written to {count(len(names), 'file')} "
@@ -1150,20 +1167,29 @@ class _Run:
         if self.staging is not None:
             _dest.commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
 
-    def refuse_files_written_out_of_sight(self, names, gathered, written: list[dict | None]) -> None:
-        """Refuse to commit a result whose files, as the workers wrote them, this process does not find in dest:
-        its manifest would name files that are elsewhere (the workers' store under the same URL), and a reader
-        of dest would find none of them."""
-        apart = [
-            name
-            for name, result, info in zip(names, gathered, written, strict=True)
-            if info is None or (info.get("size") is not None and int(info["size"]) != result.bytes)
+    def refuse_files_written_out_of_sight(self, gathered) -> None:
+        """Before anything of dest is replaced, refuse a result whose files, as the workers wrote them, this
+        process does not find, where a worker asked now finds them: dest would be committed with a manifest
+        naming files it does not hold, which are in the workers' store under the same URL.  (Where no worker
+        finds them either, nobody does: they are said where the run looks at them next, as before.)"""
+        expected = {r.path: FileVersion(r.bytes, None) for r in gathered}
+        listed = listed_infos(self.dest_fs, list(expected))
+        unseen = [
+            path
+            for (path, version), info in zip(expected.items(), listed, strict=True)
+            if info is None or not version.same_as(FileVersion(info.get("size"), None))
         ]
-        if apart:
+        unseen = [path for path in unseen if not _places.finds(self.dest_fs, path, expected[path])]  # (a lag)
+        if not unseen:
+            return
+        finding, others = _places.workers_finding(self.dest_fs, unseen[0], expected[unseen[0]])
+        if finding:
+            names = [posixpath.relpath(p, self.dest_path) for p in unseen]
             raise StoresApartError(
-                f"the workers wrote {count(len(apart), 'file')} of the result that this process does not find as "
-                f"written in dest {self.dest_url!r} ({', '.join(apart[:3])}{', ...' if len(apart) > 3 else ''}): "
-                f"{_SAME_STORE}? Nothing was committed: the same command again, once they do, resumes the run"
+                f"the workers wrote {count(len(names), 'file')} of the result that this process does not find as "
+                f"written in dest {self.dest_url!r} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}), "
+                f"where {len(finding)} of {len(finding) + len(others)} workers asked find them: {_SAME_STORE}? "
+                "Nothing was committed: the same command again, once they do, resumes the run"
             )
 
     def _commit(self, manifest: dict) -> str:
@@ -1185,8 +1211,6 @@ class _Run:
 
     def finish(self, scattered, names, gathered, fingerprint) -> ShuffleReport:
         """The manifest, written last: the result is complete.  Then the run's state goes."""
-        written = listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])
-        self.refuse_files_written_out_of_sight(names, gathered, written)
         manifest = _manifest.build(
             piles=self.piles,
             seed=self.seed,
@@ -1202,7 +1226,7 @@ class _Run:
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.call_json(),
-            file_stamps=_stamps(written),
+            file_stamps=_stamps(listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
             second_pass=self.second_pass,
             output=self.output,
         )

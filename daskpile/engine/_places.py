@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import posixpath
 
-from daskpile._compute import workers_blind_to, workers_blind_to_memory, workers_missing
-from daskpile._storage import full_url, is_local, is_memory
+from daskpile._compute import current_client, workers_blind_to, workers_blind_to_memory, workers_missing
+from daskpile._storage import FileVersion, full_url, is_local, is_memory, versions_now
 
 
 def _real(fs):
@@ -102,3 +102,29 @@ def refuse_blind_workers(fs, path: str, named: str, remedy: str) -> None:
             f"{named} is {where}, which {len(blind)} of the cluster's {workers} workers cannot see "
             f"({', '.join(blind[:3])}): pass {remedy} or a path every worker shares"
         )
+
+
+def workers_finding(fs, path: str, version: FileVersion) -> tuple[list[str], list[str]]:
+    """(the current client's workers that find the file ``path`` of ``fs`` as ``version``, those that do not),
+    each asked now; ([], []) without a client.  What a worker saw while a task ran may have changed since (a
+    file rewritten and restored): what it sees now, against what this process sees now, says whether they look
+    at one store."""
+    client = current_client()
+    if client is None:
+        return [], []
+    seen = client.run(finds, fs, path, version)
+    return sorted(w for w, yes in seen.items() if yes), sorted(w for w, yes in seen.items() if not yes)
+
+
+def finds(fs, path: str, version: FileVersion) -> bool:
+    """Whether this process finds the file ``path`` of ``fs`` as ``version`` now.  A local file is opened: an
+    open revalidates what an NFS client cached of its folder (close-to-open), which a listing or a stat may
+    give as it was up to a minute before."""
+    try:
+        if is_local(fs):
+            with open(path, "rb") as f:
+                return version.same_as(FileVersion(os.fstat(f.fileno()).st_size, None))
+        found = versions_now(fs, [path])[0]
+    except (OSError, ValueError, NotImplementedError):
+        return False
+    return found is not None and version.same_as(found)

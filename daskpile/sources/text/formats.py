@@ -406,24 +406,29 @@ def open_decompressed(fs, path: str, listed: FileVersion | None = None, **option
 
 # The first bytes of each compression's data (a gzip member's, a zstd frame's, a bz2 stream's, an xz stream's)
 MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+_ZSTD_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18", re.S)  # a skippable frame's (pzstd writes one first)
 
 
 def _held_instead_of(fs, path: str, compression: str) -> str | None:
     """What a file whose codec failed holds, where it does not start as ``compression``'s data does (a plain
     file named .gz, zstd data named .gz): "damaged or cut short" sent its user looking for a broken download.
-    None where it does, or cannot be read."""
+    None where it does, where it is cut inside that start, or where it cannot be read."""
     try:
-        with open_read(fs, path) as raw:
-            head = raw.read(16)
-    except OSError:
+        head = fs.cat_file(path, start=0, end=16)  # (not fs.open: an object store's read-ahead is MiBs)
+    except (OSError, ValueError):
         return None
-    if head.startswith(MAGIC[compression]):
+    if _starts_as(head, compression) or MAGIC[compression].startswith(head):
         return None
-    other = next((name for name, magic in MAGIC.items() if head.startswith(magic)), None)
+    other = next((name for name in MAGIC if _starts_as(head, name)), None)
     if other is not None:
+        stem, _ = uncompressed_name(posixpath.basename(path))
         extension = next(suffix for suffix, name in COMPRESSIONS.items() if name == other)
-        return f"it holds {other} data: name it {extension}"
+        return f"it holds {other} data: rename it {stem}{extension}"
     return f"it is no {compression} data (it starts with {head!r}): is it compressed at all?"
+
+
+def _starts_as(head: bytes, compression: str) -> bool:
+    return head.startswith(MAGIC[compression]) or (compression == "zstd" and bool(_ZSTD_SKIPPABLE.match(head)))
 
 
 def with_column_names(message: str, names: list[str] | None) -> str:
