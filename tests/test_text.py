@@ -1528,6 +1528,8 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
             gzip.compress(b"".join(b"line %d\n" % j for j in range(50_000)))
         )
     broken = tmp_path / "in" / "part-1.txt.gz"
+    if damage == "zstd":  # (a name in its own case: the rename said is of that name)
+        broken = broken.rename(tmp_path / "in" / "Part-1.TXT.gz")
     damaged = {
         "truncated": broken.read_bytes()[:20_000],
         "not compressed": b"not gzip at all\n",
@@ -1541,7 +1543,7 @@ def test_a_damaged_compressed_file_is_one_line_naming_it_and_writes_nothing(tmp_
     said = {
         "empty": "it is empty, which no gzip data is",
         "not compressed": "its name says gzip, but it is no gzip data (it starts with b'not gzip at all\\n'): is it",
-        "zstd": "its name says gzip, but it holds zstd data: rename it part-1.txt.zst",
+        "zstd": "its name says gzip, but it holds zstd data: rename it Part-1.TXT.zst",
     }.get(damage, "its gzip data is damaged or cut short (")
     assert f"cannot read '{broken}': {said}" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()

@@ -353,6 +353,38 @@ def test_a_source_cut_short_and_restored_while_a_task_reads_it_is_still_worth_a_
     assert _exit_status(refused.value) == 75
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_file_of_the_result_gone_before_its_commit_is_refused_and_an_old_result_kept(
+    sync_scheduler, tmp_path, overwrite
+):
+    """A file pass 2 wrote, gone before the manifest: the manifest named it, the run said "verified", and an
+    overwrite left the old result's file of that name under the new manifest (found reviewing the check for
+    workers that write to another store)."""
+    from dask.callbacks import Callback
+
+    source = tmp_path / "src"
+    write_parts(reference_table(0, 3_000, 3_000), source, parts=3)
+    dest = tmp_path / "out"
+    if overwrite:
+        daskpile.shuffle_parquet(str(source), str(dest), piles=3, seed=1)
+    before = sorted(os.listdir(dest)) if overwrite else []
+    where = ".daskpile-staging-*/" if overwrite else ""
+
+    def remove_a_written_file(key, *_):
+        if key.startswith("daskpile-gather-"):
+            for path in dest.glob(f"{where}part-00000.parquet"):
+                path.unlink()
+
+    said = r"1 file of the result that pass 2 wrote in dest '.*' \(.*part-00000\.parquet\) is not there"
+    with Callback(posttask=remove_a_written_file), pytest.raises(FileNotFoundError, match=said):
+        daskpile.shuffle_parquet(str(source), str(dest), piles=2, seed=2, overwrite=overwrite)
+    if overwrite:  # the old result whole, its run to finish beside it
+        assert [n for n in sorted(os.listdir(dest)) if not n.startswith((".daskpile", "_daskpile.run"))] == before
+        assert daskpile.read_manifest(str(dest))["seed"] == 1 and daskpile.verify(str(source), str(dest)).ok
+    again = daskpile.shuffle_parquet(str(source), str(dest), piles=2, seed=2, overwrite=overwrite)
+    assert again.rows == 3_000 and daskpile.verify(str(source), str(dest)).ok
+
+
 def test_files_that_are_links_are_not_said_written_again(sync_scheduler, tmp_path):
     """A Hugging Face cache's files are links to its blobs: fsspec lists a link's own mtime, and gives its
     target's in ``info``, so a link made after its file was said written again."""

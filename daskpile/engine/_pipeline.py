@@ -618,11 +618,9 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     runs on the sync scheduler up to the point where a run would begin.  The
     command asks this before it starts a cluster, so that a retry of a
     finished run (a Kubernetes job's) reports it without one, and dest
-    holding another call's result or unfinished run (or one whose source
-    changed since) is said without one too (``FileExistsError``,
-    ``RunMismatchError``): a rerun with another seed started a cluster, or a
-    Kubernetes job's pods, to refuse.  None wherever the call would run: no
-    manifest or run in dest, a run to resume, or any other error, which may
+    holding another call's result or run is said without one too
+    (``FileExistsError``, ``RunMismatchError``).  None wherever the call would
+    run: no manifest in dest, a run to resume, or any other error, which may
     depend on the cluster (its memory, what its workers see) and which the
     call on its cluster says again.
 
@@ -634,9 +632,8 @@ def finished_result(dest: str, storage_options: dict | None, shuffle) -> Shuffle
     token = _FINISHED_ONLY.set(True)
     try:
         dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
-        names = (_manifest.MANIFEST_NAME, run_state.RUN_FILE)
-        if not any(exists(dest_fs, posixpath.join(dest_path, name)) for name in names):
-            return None  # (a request or two, before a second planning of the source)
+        if not exists(dest_fs, posixpath.join(dest_path, _manifest.MANIFEST_NAME)):
+            return None  # (one request, before a second planning of the source)
         with dask.config.set(scheduler="sync"):
             return shuffle()
     except (FileExistsError, RunMismatchError):
@@ -996,7 +993,7 @@ class _Run:
                 f"the workers do not find source file {url!r} as this process lists it ({said}; {len(otherwise)} of "
                 f"{len(finding) + len(otherwise)} asked again), while this process finds every source file as "
                 f"listed: {_SAME_STORE}? Nothing was written to dest"
-            )
+            ) from None  # (raised while the workers' error is handled: it is said in the message)
 
     def _scratch_written_said(self, scattered) -> str:
         """``"N MiB to scratch"``; a resumed run's own, apart from what it kept of the run it resumes."""
@@ -1168,10 +1165,10 @@ class _Run:
             _dest.commit_staged(self.dest_fs, self.dest_path, self.staging, names, self.old_result)
 
     def refuse_files_written_out_of_sight(self, gathered) -> None:
-        """Before anything of dest is replaced, refuse a result whose files, as the workers wrote them, this
-        process does not find, where a worker asked now finds them: dest would be committed with a manifest
-        naming files it does not hold, which are in the workers' store under the same URL.  (Where no worker
-        finds them either, nobody does: they are said where the run looks at them next, as before.)"""
+        """Before anything of dest is replaced, refuse a result whose files, as pass 2 wrote them, this process
+        does not find (each the listing misses looked at on its own): its manifest would name files dest does
+        not hold.  Where a worker asked now finds them, the workers write to another store under the same URL
+        (another endpoint in their environment): that is said."""
         expected = {r.path: FileVersion(r.bytes, None) for r in gathered}
         listed = listed_infos(self.dest_fs, list(expected))
         unseen = [
@@ -1179,18 +1176,24 @@ class _Run:
             for (path, version), info in zip(expected.items(), listed, strict=True)
             if info is None or not version.same_as(FileVersion(info.get("size"), None))
         ]
-        unseen = [path for path in unseen if not _places.finds(self.dest_fs, path, expected[path])]  # (a lag)
+        unseen = [path for path in unseen if _places.finds(self.dest_fs, path, expected[path]) is not True]
         if not unseen:
             return
+        names = [posixpath.relpath(p, self.dest_path) for p in unseen]
+        said = f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
         finding, others = _places.workers_finding(self.dest_fs, unseen[0], expected[unseen[0]])
         if finding:
-            names = [posixpath.relpath(p, self.dest_path) for p in unseen]
             raise StoresApartError(
                 f"the workers wrote {count(len(names), 'file')} of the result that this process does not find as "
-                f"written in dest {self.dest_url!r} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}), "
-                f"where {len(finding)} of {len(finding) + len(others)} workers asked find them: {_SAME_STORE}? "
-                "Nothing was committed: the same command again, once they do, resumes the run"
+                f"written in dest {self.dest_url!r} {said}, where {len(finding)} of {len(finding) + len(others)} "
+                f"workers asked find them: {_SAME_STORE}? Nothing was committed: the same command again, once they "
+                "do, resumes the run"
             )
+        raise FileNotFoundError(
+            f"{count(len(names), 'file')} of the result that pass 2 wrote in dest {self.dest_url!r} {said} "
+            f"{'is' if len(names) == 1 else 'are'} not there, or not as written: removed or written over while "
+            "the run ran? Nothing was committed: the same command again resumes the run"
+        )
 
     def _commit(self, manifest: dict) -> str:
         """The manifest written: the result is complete."""
@@ -1226,7 +1229,7 @@ class _Run:
             pile_plan=self.pile_plan,
             source=self.plan.describe(),
             run=self.spec.call_json(),
-            file_stamps=_stamps(listed_infos(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
+            file_stamps=_stamps(_infos_now(self.dest_fs, [posixpath.join(self.dest_path, n) for n in names])),
             second_pass=self.second_pass,
             output=self.output,
         )
@@ -1280,6 +1283,19 @@ def _files_near(partitions: list, partition: int, most: int = 64) -> list:
     """
     order = sorted(range(len(partitions)), key=lambda k: abs(k - partition))
     return [f for k in order for f in partitions[k][:16]][:most]
+
+
+def _infos_now(fs, paths: list[str]) -> list[dict | None]:
+    """``listed_infos``, each file a listing misses looked up on its own (an NFS client's cached folder lists
+    files another host has just written up to a minute late; their stamps would be None, and the finished
+    result said changed)."""
+    infos = listed_infos(fs, paths)
+    for k, (path, info) in enumerate(zip(paths, infos, strict=True)):
+        if info is None:
+            fs.invalidate_cache(path)
+            with contextlib.suppress(FileNotFoundError):
+                infos[k] = fs.info(path)
+    return infos
 
 
 def _stamps(infos: list[dict | None]) -> list[str | None]:

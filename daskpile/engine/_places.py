@@ -7,7 +7,7 @@ import os
 import posixpath
 
 from daskpile._compute import current_client, workers_blind_to, workers_blind_to_memory, workers_missing
-from daskpile._storage import FileVersion, full_url, is_local, is_memory, versions_now
+from daskpile._storage import FileVersion, full_url, is_local, is_memory
 
 
 def _real(fs):
@@ -106,25 +106,34 @@ def refuse_blind_workers(fs, path: str, named: str, remedy: str) -> None:
 
 def workers_finding(fs, path: str, version: FileVersion) -> tuple[list[str], list[str]]:
     """(the current client's workers that find the file ``path`` of ``fs`` as ``version``, those that do not),
-    each asked now; ([], []) without a client.  What a worker saw while a task ran may have changed since (a
-    file rewritten and restored): what it sees now, against what this process sees now, says whether they look
-    at one store."""
+    each asked now; ([], []) without a client.  A worker that cannot tell (no credentials, lost) is in neither.
+    What a worker saw while a task ran may have changed since (a file rewritten and restored): what it sees
+    now, against what this process sees now, says whether they look at one store."""
     client = current_client()
     if client is None:
         return [], []
-    seen = client.run(finds, fs, path, version)
-    return sorted(w for w, yes in seen.items() if yes), sorted(w for w, yes in seen.items() if not yes)
+    try:
+        seen = client.run(finds, fs, path, version, on_error="return")
+    except Exception:  # (the cluster cannot be asked: the error that led here is said as it is)
+        return [], []
+    return sorted(w for w, yes in seen.items() if yes is True), sorted(w for w, yes in seen.items() if yes is False)
 
 
-def finds(fs, path: str, version: FileVersion) -> bool:
-    """Whether this process finds the file ``path`` of ``fs`` as ``version`` now.  A local file is opened: an
-    open revalidates what an NFS client cached of its folder (close-to-open), which a listing or a stat may
-    give as it was up to a minute before."""
+def finds(fs, path: str, version: FileVersion) -> bool | None:
+    """Whether this process finds the file ``path`` of ``fs`` as ``version`` now (its size, and its stamp or
+    ETag where ``version`` has one); None where it cannot tell.  One request (a local file opened: an open
+    revalidates what an NFS client cached of its folder, close-to-open, which a listing or a stat may give as
+    it was up to a minute before)."""
     try:
         if is_local(fs):
-            with open(path, "rb") as f:
-                return version.same_as(FileVersion(os.fstat(f.fileno()).st_size, None))
-        found = versions_now(fs, [path])[0]
-    except (OSError, ValueError, NotImplementedError):
+            with open(path, "rb"):
+                pass
+            found = FileVersion.local(path)
+        else:
+            fs.invalidate_cache(path)
+            found = FileVersion.of(fs.info(path))
+    except FileNotFoundError:
         return False
-    return found is not None and version.same_as(found)
+    except Exception:  # (credentials, a store out of reach: nothing is known of the file)
+        return None
+    return version.same_as(found)

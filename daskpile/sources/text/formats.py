@@ -421,7 +421,8 @@ def _held_instead_of(fs, path: str, compression: str) -> str | None:
         return None
     other = next((name for name in MAGIC if _starts_as(head, name)), None)
     if other is not None:
-        stem, _ = uncompressed_name(posixpath.basename(path))
+        file_name = posixpath.basename(path)
+        stem = file_name[: len(uncompressed_name(file_name)[0])]  # (its own case: Events.CSV.gz, not events.csv)
         extension = next(suffix for suffix, name in COMPRESSIONS.items() if name == other)
         return f"it holds {other} data: rename it {stem}{extension}"
     return f"it is no {compression} data (it starts with {head!r}): is it compressed at all?"
