@@ -862,7 +862,7 @@ def shuffle(
     interruption to resume.
     """
     from daskpile import shuffle_parquet
-    from daskpile.engine._pipeline import finished_result
+    from daskpile.engine._pipeline import finished_result, refuse_another_calls_run
 
     storage_options = parse_storage_options(cluster.pop("storage_options"))
     call = functools.partial(
@@ -878,6 +878,8 @@ def shuffle(
     if cluster["scheduler"] is None and cluster["scheduler_file"] is None and not overwrite:  # a cluster to start
         _check_cluster_options(**cluster)
         report = finished_result(dest, storage_options, functools.partial(call, progress=False))
+        if report is None:
+            refuse_another_calls_run(dest, scratch, storage_options, piles, seed)
     if report is None:
         with _cluster(**cluster, quiet=quiet, when_needed=True):
             report = call(progress=not quiet)

@@ -302,6 +302,30 @@ def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_
     assert "of another call (this call: seed 2 instead of 1)" in other.stderr and "LocalCluster" not in other.stdout
 
 
+@pytest.mark.parametrize("stopped_in", ["pass 1", "pass 2"])  # (its run file in scratch alone, or in dest too)
+def test_a_rerun_of_another_seed_an_unfinished_run_refuses_says_so_before_a_cluster(sorted_source, tmp_path,
+                                                                                   stopped_in):  # fmt: skip
+    """A rerun with another seed of an interrupted run started a LocalCluster (a Kubernetes job's pods) only to
+    refuse it (a new user's trial of the command); the same call then resumes as before."""
+    from _util import interrupted_after
+
+    from daskpile.engine import _passes
+
+    dest, scratch = tmp_path / "out", tmp_path / "scratch"
+    writer, after = ("scatter_table", 1) if stopped_in == "pass 1" else ("write_parquet", 1)
+    with dask.config.set(scheduler="sync"), interrupted_after(_passes, writer, after):
+        daskpile.shuffle_parquet(sorted_source, str(dest), 3, seed=1, scratch=str(scratch), blocksize=2**16)
+    assert (dest / "_daskpile.run.json").exists() == (stopped_in == "pass 2")
+    where = ["--scratch", str(scratch), "--blocksize", str(2**16)]
+    other = run("shuffle", sorted_source, str(dest), "--piles", "3", "--seed", "2", *where,
+                "--kubernetes", "daskpile-test", "--namespace", "nowhere", check_status=2)  # fmt: skip
+    said = "an unfinished daskpile run (seed 1, 3 piles) that this call does not match: seed 2 instead of 1. Run"
+    assert said in other.stderr and "Kubernetes" not in other.stderr, other.stderr
+    resumed = run("shuffle", sorted_source, str(dest), "--piles", "3", "--seed", "1", *where, check_status=0)
+    assert ("resumed" in resumed.stdout) == (stopped_in == "pass 2")  # (no task of pass 1 had finished)
+    assert daskpile.verify(sorted_source, str(dest)).ok
+
+
 def test_a_resumed_run_says_the_files_it_kept_from_the_interrupted_run(sorted_source, tmp_path):
     """Its pass-2 line said them written (a new user's trial of the command)."""
     from _util import interrupted_after

@@ -590,6 +590,67 @@ def shuffle_plan(
         return run.finish(scattered, names, gathered, fingerprint)
 
 
+def _another_calls_run(dest_url: str, scratch: Scratch | None, previous, differences: list[str]) -> RunMismatchError:
+    """The refusal of an unfinished run (its run file in dest, or in ``scratch``) that a call does not match."""
+    where = (
+        f"{dest_url!r} has"
+        if scratch is None
+        else f"scratch {full_url(scratch.fs, scratch.directory)!r} holds, for dest {dest_url!r},"
+    )
+    # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
+    # The source's files or schema changed since: running the call that began it again is no way back,
+    # whatever else differs (a rerun with another seed too was told to run the same call again)
+    source_changed = any(d.startswith(("source files changed", "another schema")) for d in differences)
+    other_files = any(d.startswith("other source files") for d in differences)
+    if source_changed:
+        then = "The source changed since it began, so it cannot be resumed: pass"
+    elif other_files:  # (another source, no file in common: a formats trial's fresh call was told the source changed)
+        then = "Run the call that began it again to resume it, or pass"
+    else:
+        then = "Run the same call again to resume it, or pass"
+    return RunMismatchError(
+        f"{where} an unfinished daskpile run (seed {previous.seed}, {count(previous.piles, 'pile')}) that this call "
+        f"does not match: {'; '.join(differences)}. {then} overwrite=True (--overwrite) to discard it and run this "
+        "call."
+    )
+
+
+def refuse_another_calls_run(dest: str, scratch: str | None, storage_options: dict | None, piles, seed) -> None:
+    """Before a cluster starts (a Kubernetes job's pods): ``RunMismatchError`` where dest or its scratch holds an
+    unfinished run of another seed or pile count than the call's own, read from its run file alone (a read or
+    two, no planning of the source, no lease).  What else may differ is said once the run has planned the source;
+    anything that cannot be looked at now, too.  A rerun with another seed started a cluster only to be refused.
+
+    >>> refuse_another_calls_run("new/", None, None, piles=4, seed=1)  # nothing there: nothing said
+    """
+    requested_piles = None if piles == "auto" else check_piles(piles, auto_allowed=True)
+    requested_seed = None if seed is None else resolve_seed(seed)
+    try:
+        dest_fs, dest_path = filesystem(as_urls(dest, "dest"), storage_options)
+        dest_url = full_url(dest_fs, dest_path)
+        in_scratch = None
+        previous = run_state.read(dest_fs, dest_path)
+        if previous is None:
+            name = run_state.scratch_name(dest_url)
+            in_scratch = Scratch.create(as_urls(scratch, "scratch"), storage_options, 0, name=name, make=False)
+            check_private_directory(in_scratch.fs, in_scratch.directory)  # (as the run checks it, before its read)
+            previous = run_state.read(in_scratch.fs, in_scratch.directory)
+    except Exception:  # (unreadable, unreachable, not private: the run says it)
+        return
+    if previous is None:
+        return
+    differences = [
+        said
+        for said, differs in (
+            (f"piles {requested_piles} instead of {previous.piles}", requested_piles not in (None, previous.piles)),
+            (f"seed {requested_seed} instead of {previous.seed}", requested_seed not in (None, previous.seed)),
+        )
+        if differs
+    ]
+    if differences:
+        raise _another_calls_run(dest_url, in_scratch, previous, differences)
+
+
 def _finished_where_nothing_may_be_written(run: _Run, piles, seed) -> ShuffleReport | None:
     """The report of this very call's finished result in a local dest this process may not write (mounted
     read-only for its readers), or None: a retry of a finished command needs no write, and no lease, since no
@@ -738,28 +799,8 @@ class _Run:
             still_there=functools.partial(exists, self.plan.fs),
         )  # fmt: skip
         if differences and not self.overwrite:
-            where = (
-                f"{self.dest_url!r} has"
-                if in_dest is not None
-                else f"scratch {full_url(self.scratch.fs, self.scratch.directory)!r} holds, for dest {self.dest_url!r},"
-            )
-            # (not "daskpile clean": it keeps a run that can still be resumed, whether or not its dest is there)
-            # The source's files or schema changed since: running the call that began it again is no way back,
-            # whatever else differs (a rerun with another seed too was told to run the same call again)
-            source_changed = any(d.startswith(("source files changed", "another schema")) for d in differences)
-            other_files = any(d.startswith("other source files") for d in differences)
-            if source_changed:
-                then = "The source changed since it began, so it cannot be resumed: pass"
-            elif other_files:  # (another source, no file in common: a formats trial's fresh call was told the
-                # source changed)
-                then = "Run the call that began it again to resume it, or pass"
-            else:
-                then = "Run the same call again to resume it, or pass"
-            raise RunMismatchError(
-                f"{where} an unfinished daskpile run (seed {self.previous.seed}, {count(self.previous.piles, 'pile')}) "
-                f"that this call does not match: {'; '.join(differences)}. {then} overwrite=True (--overwrite) to "
-                "discard it and run this call."
-            )
+            raise _another_calls_run(self.dest_url, None if in_dest is not None else self.scratch, self.previous,
+                                     differences)  # fmt: skip
         if differences:
             self.scratch.remove()
             _dest.discard_unfinished(self.dest_fs, self.dest_path)
