@@ -53,7 +53,7 @@ from daskpile._storage import (
     store_out_of_reach,
     store_unusable,
 )
-from daskpile._words import count
+from daskpile._words import count, size
 from daskpile.engine._lease import DestBusyError
 from daskpile.engine._pipeline import PileTooLargeError, RunMismatchError
 from daskpile.engine._sizing import NotEnoughSpace
@@ -150,12 +150,12 @@ class _Bytes(click.ParamType):
         from dask.utils import parse_bytes
 
         try:
-            size = value if isinstance(value, int) else parse_bytes(value)
+            nbytes = value if isinstance(value, int) else parse_bytes(value)
         except ValueError:
             self.fail(f"{value!r} is not a size such as 512MiB or 2GB", param, ctx)
-        if size < self.minimum:
+        if nbytes < self.minimum:
             self.fail(f"{value!r} is under {self.minimum_text}: {self.why}", param, ctx)
-        return size
+        return nbytes
 
 
 # A text file is cut into ranges of a sixteenth of --blocksize, a pass-1 task and a scratch file per band each:
@@ -1063,10 +1063,8 @@ def clean(scratch_given, scratch, older_than, dry_run, storage_options, as_json,
             click.echo(redact(str(leftover)))
     removable = [f for f in found if f.removable]
     verb = "would remove" if dry_run else "removed"
-    freed = sum(f.bytes for f in removable) / 2**20
-    _result(
-        f"{verb} {count(len(removable), 'scratch directory')} ({freed:,.0f} MiB); kept {len(found) - len(removable)}"
-    )
+    freed = sum(f.bytes for f in removable)
+    _result(f"{verb} {count(len(removable), 'scratch directory')} ({size(freed)}); kept {len(found) - len(removable)}")
 
 
 _RETAIN = click.option(

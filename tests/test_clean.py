@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -102,6 +103,9 @@ def test_the_command(scratch_root):
     done = CliRunner().invoke(cli, ["clean", "--scratch", str(scratch_root), "--dry-run"])
     assert done.exit_code == 0, done.output
     assert "would remove 3 scratch directories" in done.output and "kept 4" in done.output
+    # sizes in the units of every other line (Dask's format_bytes said "kiB")
+    assert re.search(r"^keep   .* \(\d+(\.\d)? KiB, ", done.output, re.M) and "kiB" not in done.output
+    assert re.search(r"would remove 3 scratch directories \(\d+ KiB\)", done.output)  # (it said "0 MiB")
     done = CliRunner().invoke(cli, ["clean", str(scratch_root), "--json"])  # (SCRATCH as the other commands' paths)
     assert sum(f["removable"] for f in json.loads(done.output)) == 3
     assert len(os.listdir(scratch_root)) == 5
