@@ -1211,13 +1211,12 @@ class _Run:
         not hold.  Where a worker asked now finds them, the workers write to another store under the same URL
         (another endpoint in their environment): that is said."""
         expected = {r.path: FileVersion(r.bytes, None) for r in gathered}
-        listed = listed_infos(self.dest_fs, list(expected))
+        found = _infos_now(self.dest_fs, list(expected))
         unseen = [
             path
-            for (path, version), info in zip(expected.items(), listed, strict=True)
+            for (path, version), info in zip(expected.items(), found, strict=True)
             if info is None or not version.same_as(FileVersion(info.get("size"), None))
         ]
-        unseen = [path for path in unseen if _places.finds(self.dest_fs, path, expected[path]) is not True]
         if not unseen:
             return
         names = [posixpath.relpath(p, self.dest_path) for p in unseen]
@@ -1327,16 +1326,10 @@ def _files_near(partitions: list, partition: int, most: int = 64) -> list:
 
 
 def _infos_now(fs, paths: list[str]) -> list[dict | None]:
-    """``listed_infos``, each file a listing misses looked up on its own (an NFS client's cached folder lists
-    files another host has just written up to a minute late; their stamps would be None, and the finished
-    result said changed)."""
-    infos = listed_infos(fs, paths)
-    for k, (path, info) in enumerate(zip(paths, infos, strict=True)):
-        if info is None:
-            fs.invalidate_cache(path)
-            with contextlib.suppress(FileNotFoundError):
-                infos[k] = fs.info(path)
-    return infos
+    """``listed_infos``, each file a listing misses looked up on its own (``_places.info_now``: an NFS client's
+    cached folder lists files another host has just written up to a minute late; they would be taken for gone,
+    or their stamps be None, and the finished result said changed)."""
+    return [info or _places.info_now(fs, path) for path, info in zip(paths, listed_infos(fs, paths), strict=True)]
 
 
 def _stamps(infos: list[dict | None]) -> list[str | None]:

@@ -121,19 +121,23 @@ def workers_finding(fs, path: str, version: FileVersion) -> tuple[list[str], lis
 
 def finds(fs, path: str, version: FileVersion) -> bool | None:
     """Whether this process finds the file ``path`` of ``fs`` as ``version`` now (its size, and its stamp or
-    ETag where ``version`` has one); None where it cannot tell.  One request (a local file opened: an open
-    revalidates what an NFS client cached of its folder, close-to-open, which a listing or a stat may give as
-    it was up to a minute before)."""
+    ETag where ``version`` has one); None where it cannot tell."""
+    try:
+        info = info_now(fs, path)
+    except Exception:  # (credentials, a store out of reach: nothing is known of the file)
+        return None
+    return info is not None and version.same_as(FileVersion.listed(fs, info))
+
+
+def info_now(fs, path: str) -> dict | None:
+    """``fs.info`` of the file ``path`` as it is now, None if it is not there: one request, a local file opened
+    first (an open revalidates what an NFS client cached of its folder, close-to-open, which a listing or a
+    stat may give as it was up to a minute before)."""
     try:
         if is_local(fs):
             with open(path, "rb"):
                 pass
-            found = FileVersion.local(path)
-        else:
-            fs.invalidate_cache(path)
-            found = FileVersion.of(fs.info(path))
+        fs.invalidate_cache(path)
+        return fs.info(path)
     except FileNotFoundError:
-        return False
-    except Exception:  # (credentials, a store out of reach: nothing is known of the file)
         return None
-    return version.same_as(found)
