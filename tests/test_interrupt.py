@@ -35,6 +35,12 @@ def source(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    """The bytes of the uninterrupted run of ``shuffle_args``, made once for the tests that compare with it."""
+    return uninterrupted_run(source, tmp_path_factory.mktemp("reference") / "out", 8, 3, blocksize=16 * 2**20)
+
+
 def shuffle_args(source, tmp_path, *options):
     dest, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
@@ -125,7 +131,7 @@ def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(sour
 
 
 @pytest.mark.parametrize("scheduler", ["LocalCluster", "threads", "sync"])
-def test_in_pass_1_on_every_scheduler_the_run_resumes(source, tmp_path, scheduler):
+def test_in_pass_1_on_every_scheduler_the_run_resumes(source, reference, tmp_path, scheduler):
     options = [] if scheduler == "LocalCluster" else ["--scheduler", scheduler]
     args = shuffle_args(source, tmp_path, *options)
     status, _, stderr = interrupted_when(args, lambda _: finished_partitions(tmp_path / "scratch") >= 2)
@@ -136,7 +142,7 @@ def test_in_pass_1_on_every_scheduler_the_run_resumes(source, tmp_path, schedule
     assert str(tmp_path / "out") not in line and not (tmp_path / "out").exists()
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
-    assert file_bytes(tmp_path / "out") == uninterrupted_run(source, tmp_path / "reference", 8, 3, blocksize=16 * 2**20)
+    assert file_bytes(tmp_path / "out") == reference
 
 
 def test_in_pass_2_the_run_resumes(source, tmp_path):
