@@ -173,6 +173,10 @@ def test_not_a_dataframe():
         daskpile.shuffle(pd.DataFrame({"x": [1]}), piles=2)
     with pytest.raises(TypeError, match=r"dask DataFrame, got int$"):
         daskpile.shuffle(3, piles=2)
+    series = dd.from_pandas(pd.DataFrame({"x": range(6)}), npartitions=2)["x"]
+    with pytest.raises(TypeError, match=r"got a dask Series: shuffle series.to_frame\(\), then take its column$"):
+        daskpile.shuffle(series, piles=2)
+    assert sorted(daskpile.shuffle(series.to_frame(), piles=2)["x"].compute()) == list(range(6))  # as said
     with pytest.raises(ValueError, match="piles"):
         daskpile.shuffle(dd.from_pandas(frame(4), npartitions=1), piles=0)
 

@@ -511,6 +511,22 @@ def test_state_of_another_dataset_or_layout_is_refused(datasets):
         daskpile.PileLoader(datasets["ddf"], batch_size=100, seed=1, mix=2).load_state_dict(state)
 
 
+def test_a_state_of_other_filters_says_so_and_resumes_with_the_state_s(datasets):
+    """A new user's trial: a state taken under other filters of the same files was said to be "another dataset",
+    which sent them looking for another shuffle."""
+    taken = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=[("id", "<", 5_000)])
+    batches = iter(taken)
+    seen = [next(batches) for _ in range(3)]
+    state = taken.state_dict()
+    rest = list(batches)
+    for other in ([("id", ">=", 5_000)], None):
+        with pytest.raises(ValueError, match=r"^the state belongs to a loader of other filters: \(id < 5000\) \(this"):
+            daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=other).load_state_dict(state)
+    resumed = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=[("id", "<", 5_000)])
+    resumed.load_state_dict(state)
+    assert [b.equals(r) for b, r in zip(resumed, rest, strict=True)] == [True] * len(rest) and len(seen) == 3
+
+
 def test_a_state_of_another_shuffle_of_the_same_rows_is_refused_and_a_copy_elsewhere_resumes(datasets, tmp_path):
     """Another seed's piles have as many rows and files: its state loaded, and the epoch ended with a quarter
     of the rows read twice and a quarter never."""

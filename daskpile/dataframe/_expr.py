@@ -237,10 +237,12 @@ def shuffle(
     """
     if not isinstance(ddf, dd.DataFrame):
         in_memory = hasattr(ddf, "columns") and not hasattr(ddf, "npartitions")
+        series = isinstance(ddf, dd.Series)
         raise TypeError(
             f"shuffle takes a dask DataFrame, got {type_named(ddf)}"
             + (": one in memory shuffles there (pandas: df.sample(frac=1); Polars: df.sample(fraction=1, "
                "shuffle=True)), or give the files it was written to to shuffle_parquet" if in_memory else "")
+            + (": shuffle series.to_frame(), then take its column" if series else "")
         )  # fmt: skip
     if isinstance(ddf._meta.index, pd.MultiIndex):  # (a groupby of several keys): refused now, not at compute
         raise TypeError(

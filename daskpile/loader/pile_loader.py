@@ -490,6 +490,7 @@ class PileLoader:
             "data": self.units.key,
             "content": self.units.content,
             "lazy": self.units.lazy,
+            "filters": self._filters_said(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -640,7 +641,18 @@ class PileLoader:
             return pd.ArrowDtype(kind)
         return None
 
+    def _filters_said(self) -> str | None:
+        """The loader's filters as pyarrow writes their expression (None without): a state says them, so that a
+        loader of other filters is told so, not that the dataset is another."""
+        return None if self.units.filter is None else str(self.units.filter)
+
     def _check_state(self, state: dict) -> None:
+        # (states saved before it was recorded have none)
+        if state.get("filters", self._filters_said()) != self._filters_said():
+            raise ValueError(
+                f"the state belongs to a loader of other filters: {state['filters'] or 'none'} (this loader "
+                f"{self._filters_said() or 'none'}): make the loader with the state's filters to resume"
+            )
         ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
                 "files": len(self.units.paths)}  # fmt: skip
         differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
