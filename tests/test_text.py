@@ -6,6 +6,7 @@ lines, pyarrow's whole-file CSV and JSON readers for the others.
 
 import bz2
 import collections
+import contextlib
 import datetime
 import functools
 import gzip
@@ -314,6 +315,90 @@ def test_a_csv_not_in_utf8_without_its_encoding_is_refused_naming_the_line_unles
     assert b"Jos\xe9" in read_output(tmp_path / "out").column("name").to_pylist()
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"newlines_in_values": True}, {"blocksize": 2**20}, {"scheduler": "LocalCluster"}],
+    ids=["one block", "streamed", "ranges", "local cluster"],
+)
+def test_a_file_not_in_the_encoding_given_is_said_by_its_line_and_byte(tmp_path, options, request):
+    """From a CSV trial: a UTF-8 file read with encoding=gbk said "a column name is not UTF-8" with the first MiB
+    of the file after it (a line of 141,619 characters), or Python's bare "'gbk' codec can't decode byte 0xad in
+    position 5477800", or on a LocalCluster "UnicodeDecodeError" alone."""
+    import dask
+
+    plain = "".join(f"{i},plain {i}\n" for i in range(200_000))  # 2.6 MB: past the first MiB
+    at = len("id,name\n") + len(plain)
+    source = tmp_path / "a.csv"
+    source.write_bytes(f"id,name\n{plain}999,caf\u00e9 \u4e2d\n7,x\n".encode())  # (\xad\n: not GBK)
+    read_options = {"encoding": "gbk", **({"newlines_in_values": True} if "newlines_in_values" in options else {})}
+    kwargs = {"blocksize": options["blocksize"]} if "blocksize" in options else {}
+    said = rf"a\.csv' as csv: the line at byte {at:,} is not gbk text \(byte {at + 12:,}: '999,café 中'\): give the "
+    with contextlib.ExitStack() as stack:
+        if options.get("scheduler") == "LocalCluster":
+            stack.enter_context(request.getfixturevalue("client").as_current())
+        else:
+            stack.enter_context(dask.config.set(scheduler="sync"))
+        with pytest.raises(ValueError, match=said):
+            daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, read_options=read_options, **kwargs)
+    assert not (tmp_path / "out").exists()
+    source.write_bytes(b"id,name\n1,caf\xc3\xa9\n2,\xe4\xb8\xad\n")  # within the first block read: the same
+    with (
+        dask.config.set(scheduler="sync"),
+        pytest.raises(ValueError, match=r"line at byte 16 is not gbk text \(byte 20"),
+    ):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, read_options=read_options)
+
+
+def test_utf_8_sig_reads_as_utf_8(tmp_path, sync_scheduler):
+    """pandas' advice for Excel's "CSV UTF-8" files was refused as an encoding whose newline is not the byte 10
+    (Python's codec writes a BOM before it); the BOM is dropped, as without the option."""
+    (tmp_path / "a.csv").write_bytes("\ufeffid,name\r\n1,caf\u00e9\r\n2,x\r\n".encode())
+    for i, encoding in enumerate(["utf-8-sig", "UTF-8", "utf8"]):
+        report = daskpile.shuffle_parquet(
+            str(tmp_path / "a.csv"), str(tmp_path / f"o{i}"), piles=1, seed=1, read_options={"encoding": encoding}
+        )
+        assert read_output(tmp_path / f"o{i}").sort_by("id").to_pylist() == [
+            {"id": 1, "name": "caf\u00e9"}, {"id": 2, "name": "x"}
+        ], encoding  # fmt: skip
+        assert report.fingerprint is not None
+
+
+def test_a_header_name_holding_a_quoted_newline_is_read_whole_as_text_too(tmp_path, sync_scheduler):
+    """Excel's Alt+Enter in a header cell: with newlines_in_values, CSV out (every value its text) said "CSV
+    parse error: Empty CSV file or block" naming no file, where Parquet out read it; the header was cut at its
+    first newline."""
+    (tmp_path / "a.csv").write_bytes(b'id,"first\nname",x\n1,a,b\n2,"c\nd",e\n')
+    for output, as_text in [("csv", None), ("parquet", True)]:
+        dest = tmp_path / f"out-{output}"
+        options = {"newlines_in_values": True, **({"as_text": True} if as_text else {})}
+        daskpile.shuffle_parquet(
+            str(tmp_path / "a.csv"), str(dest), piles=1, seed=1, read_options=options, output_format=output
+        )
+        if output == "csv":
+            back = pa_csv.read_csv(next(dest.glob("*.csv")), parse_options=pa_csv.ParseOptions(newlines_in_values=True))
+        else:
+            back = read_output(dest)
+        assert back.column_names == ["id", "first\nname", "x"]
+        assert sorted(back.cast(pa.schema([(n, pa.string()) for n in back.column_names])).to_pylist(), key=str) == [
+            {"id": "1", "first\nname": "a", "x": "b"}, {"id": "2", "first\nname": "c\nd", "x": "e"}
+        ]  # fmt: skip
+
+
+@pytest.mark.parametrize("output", ["csv", "parquet"])
+def test_a_header_not_in_utf8_is_named_with_its_file_whatever_the_output(tmp_path, sync_scheduler, output):
+    """CSV out (every value its text) said Python's "'utf-8' codec can't decode byte 0xe9 in position 1", naming
+    no file, where Parquet out named it."""
+    (tmp_path / "a.csv").write_bytes(b"id,n\xe9m\n1,a\n")
+    said = r"a\.csv' as csv: a column name is not UTF-8 \(b'n\\xe9m'\); read option encoding names the file's"
+    for newlines in (False, True):
+        with pytest.raises(ValueError, match=said):
+            daskpile.shuffle_parquet(
+                str(tmp_path / "a.csv"), str(tmp_path / "out"), piles=1, output_format=output,
+                read_options={"newlines_in_values": newlines},
+            )  # fmt: skip
+        assert not (tmp_path / "out").exists()
+
+
 def test_a_declared_type_names_a_column_whose_name_has_dots(tmp_path):
     """``column_types.NAME=TYPE``: the rest of the key is the name (it was nested at each dot, and refused)."""
     (tmp_path / "a.csv").write_text("user.id,score\n7,1\n8,2\n")
@@ -401,7 +486,12 @@ def test_lines_table_keeps_bytes_exactly():
             r"value\.jsonl' as jsonl: the line at byte 2,400,000 is not UTF-8 text \(byte 2,400,007: ",
         ),
         ("key.jsonl", b'{"a\xff": 1}\n', r"key\.jsonl' as jsonl: the line at byte 0 is not UTF-8 text \(byte 3: "),
-        ("latin1.csv", b"Stra\xdfe,n\nA,1\n", r"latin1\.csv' as csv: a column name is not UTF-8 \(b'Stra\\xdfe'\)$"),
+        (
+            "latin1.csv",
+            b"Stra\xdfe,n\nA,1\n",
+            r"latin1\.csv' as csv: a column name is not UTF-8 \(b'Stra\\xdfe'\); read option encoding names the file's "
+            r"encoding \(latin1, cp1252...\)$",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_file_and_bytes_and_writes_nothing(tmp_path, name, content, message):
@@ -1177,7 +1267,7 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
     ):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=2)
     with pytest.raises(
-        ValueError, match=r"titles\.tsv' as tsv: a quote opening a value of column 'title' is never clo"
+        ValueError, match=r"titles\.tsv' as tsv: a quote opening a value of column 'title' at byte 112 is never clo"
     ):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o2"), piles=2, read_options={"newlines_in_values": True})
     assert not (tmp_path / "o2").exists()
@@ -1195,7 +1285,7 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
             path.write_bytes(f'id,note,qty\r\n1,"first\r\nsecond",5\r\n{last}'.encode())
         options = {"newlines_in_values": True}
         if refused:
-            with pytest.raises(ValueError, match="a quote opening a value of column 'note' is never closed"):
+            with pytest.raises(ValueError, match="a quote opening a value of column 'note' at byte 38 is never closed"):
                 daskpile.shuffle_parquet(str(path), str(tmp_path / f"o-{name}"), piles=1, read_options=options)
             continue
         daskpile.shuffle_parquet(str(path), str(tmp_path / f"o-{name}"), piles=1, read_options=options)

@@ -30,6 +30,7 @@ from daskpile.sources.text.schema import (
     Tail,
     column_names_in_utf8,
     csv_errors,
+    not_in_encoding,
     read_json,
     refuse_rounded_integers,
     stream_csv,
@@ -153,7 +154,7 @@ class BlockReader:
                 table = pa.Table.from_batches([batch])
                 yield table if order == self.schema.names else table.select(self.schema.names)
             if table is not None and table.num_rows:
-                self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail)
+                self._refuse_unclosed_quote(table.slice(table.num_rows - 1), stream.tail, stream.handed_out)
 
     def _batches(self, reader, stream):
         """The reader's batches; a record longer than a block said as such, with where and what to do (Arrow:
@@ -174,7 +175,7 @@ class BlockReader:
                 "option quote_char=false)"
             ) from None
 
-    def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes) -> None:
+    def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes, stream_bytes: int) -> None:
         """Arrow reads a quote never closed as a value running to the end of the file (pandas: "EOF inside
         string"): a TSV of 200,000 lines with one literal opening quote became 11 rows, verified.  Such a value
         holds a newline and ends with the file's last bytes, which a closed one could only do before a quote."""
@@ -190,10 +191,13 @@ class BlockReader:
             # (a value shorter than the tail runs to the end only if its quote opens just before it: a last
             # record whose quoted value was a line break, followed by another value, was refused)
             if tail.endswith(quote + value) if len(value) < len(tail) else tail == value[-len(tail) :]:
+                # Where the quote is, when the value's bytes are the file's: none of them unquoted or decoded
+                as_read = quote not in value and self.options.encoding == "utf8" and not self.options.escape_char
+                at = f" at byte {stream_bytes - len(value) - len(quote):,}" if as_read else ""
                 raise ValueError(
-                    f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r} "
-                    f"is never closed, and the value runs to the end of the file ({shown(value)}): if quotes are "
-                    "characters of the values, pass the read option quote_char=false"
+                    f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r}"
+                    f"{at} is never closed, and the value runs to the end of the file ({shown(value)}): if quotes "
+                    "are characters of the values, pass the read option quote_char=false"
                 )
 
     def parse(self, block: bytes, start: int) -> pa.Table:
@@ -216,6 +220,9 @@ class BlockReader:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(self._bad_line(block, start, e)) from None
+        except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
+            said = not_in_encoding([block], start, repr(self.url), self.options.format, self.options.encoding)
+            raise ValueError(said) from None
         if jsonl:
             _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
         else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)

@@ -3,6 +3,7 @@ file opened decompressed as its name says."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import lzma
@@ -137,6 +138,8 @@ class TextOptions:
             if not isinstance(texts, (list, tuple)) or not all(isinstance(v, str) for v in texts):
                 raise ValueError(f"read option {name} is a list of texts, got {options[name]!r}")
             options[name] = tuple(texts)
+        if _is_utf8(options.get("encoding")):  # Arrow's own UTF-8 (a BOM dropped), not Python's codec
+            options["encoding"] = "utf8"
         types = options.pop("column_types", None) or {}
         if not isinstance(types, dict):
             raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
@@ -256,6 +259,19 @@ _TIMESTAMP = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+?)
 
 
 _NESTED = re.compile(r"(large_list|list|struct|map)\s*<(.*)>", re.DOTALL)
+
+
+def _is_utf8(encoding) -> bool:
+    """Whether ``encoding`` names UTF-8: ``utf-8-sig`` (pandas' advice for Excel's CSV UTF-8) too, whose BOM
+    Arrow's reader drops as it reads UTF-8; its newline, encoded alone, is a BOM and a newline.
+
+    >>> _is_utf8("UTF-8-SIG"), _is_utf8("utf_8"), _is_utf8("latin1"), _is_utf8("no such codec")
+    (True, True, False, False)
+    """
+    try:
+        return isinstance(encoding, str) and codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+    except LookupError:
+        return False
 
 
 def arrow_type(name: str, column: str = "") -> pa.DataType:

@@ -3,6 +3,7 @@ newlines), inferred by Arrow's readers, and the inferences that would lose data 
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import decimal
@@ -174,6 +175,41 @@ def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = No
 
         said = re.sub(r"Row #(\d+): ", said_where, with_column_names(error_line(e), names))
         raise ValueError(f"cannot read {full_url(fs, path)!r} as {options.format}: {said}") from None
+    except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
+        with open_decompressed(fs, path) as f:
+            chunks = iter(lambda: f.read(2**20), b"")
+            said = not_in_encoding(chunks, 0, repr(full_url(fs, path)), options.format, options.encoding)
+        raise ValueError(said) from None
+
+
+def not_in_encoding(chunks, start: int, where: str, format: str, encoding: str) -> str:
+    """What to say of text of ``format`` that ``encoding`` cannot decode: the line holding the first byte it refuses,
+    by its byte in the file, as every other bad line is named.  ``chunks``: the text's bytes, from byte
+    ``start``.  An error's path: Python's codec, which Arrow's reader used, decodes them again.
+
+    >>> said = not_in_encoding([b"a\\n1,caf\\xc3\\xa9\\n2,\\xe4\\xb8\\xad\\n"], 0, "f.csv", "csv", "gbk")
+    >>> print(said.split(": give")[0])
+    cannot read f.csv as csv: the line at byte 10 is not gbk text (byte 14: '2,中')
+    """
+    decoder, offset, before = codecs.getincrementaldecoder(encoding)(), start, b""
+    for chunk in chunks:
+        try:
+            decoder.decode(chunk)
+        except UnicodeDecodeError as e:
+            text = before + chunk  # (what the decoder held back of the chunk before: a character cut in two)
+            at = len(text) - len(chunk) + e.start - len(decoder.getstate()[0])
+            at = max(min(at, len(text) - 1), 0)
+            begins = text.rfind(b"\n", 0, at) + 1
+            ends = text.find(b"\n", at)
+            line = text[begins : ends if ends >= 0 else len(text)]
+            return (
+                f"cannot read {where} as {format}: the line at byte {offset - len(before) + begins:,} is not "
+                f"{encoding} text (byte {offset - len(before) + at:,}: {shown(line)}): give the file's own "
+                "encoding (read option encoding), or none for UTF-8"
+            )
+        before = chunk[chunk.rfind(b"\n") + 1 :][-(2**16) :]  # (the line going on into the next chunk)
+        offset += len(chunk)
+    return f"cannot read {where} as {format}: it is not {encoding} text"
 
 
 def record_line(fs, path: str, options: TextOptions, record: int) -> int | None:
@@ -207,7 +243,8 @@ def infer_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     schema, rows = (
         _streamed_schema(fs, path, options) if options.newlines_in_values else _schema_of_sample(fs, path, options)
     )
-    repeated = [name for i, name in enumerate(schema.names) if name in schema.names[:i]]
+    seen = set()  # (a name looked for in the names before it took minutes at 20,000 columns: a trial's export)
+    repeated = [name for name in schema.names if name in seen or seen.add(name)]
     if repeated:
         raise ValueError(
             f"the header of {full_url(fs, path)!r} names the column {repeated[0]!r} twice: rename one of them"
@@ -221,24 +258,29 @@ def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, i
         check_json_lines(head, repr(full_url(fs, path)))
     if options.as_written:  # the lines are checked as they are read: a first line may be longer than the sample
         return pa.schema([JSON_TEXT]), int(bool(head.strip()))
-    declared = _declared(options, head)
     url = full_url(fs, path)
     if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
         return pa.schema([]), 0
     if options.format == "jsonl":
         check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
-    with column_names_in_utf8(repr(url), options.format):
-        return _inferred_schema(head, options, declared, url)
+    with column_names_in_utf8(repr(url), options.format, options.encoding, lambda: head):
+        return _inferred_schema(head, options, _declared(options, head), url)
 
 
 def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
-    declared = _declared(options, sample(fs, path, options) if options.as_text else b"")
+    declared = _declared(options, b"")
     url = full_url(fs, path)
-    with column_names_in_utf8(repr(url), options.format):
+    with column_names_in_utf8(repr(url), options.format, options.encoding, lambda: sample(fs, path, options)):
         table, head = first_records(fs, path, options, declared)
+        if options.as_text and table.num_columns:
+            # The header's names as Arrow's reader reads the records: a quoted name may hold a newline (Excel's
+            # Alt+Enter), which a header taken as the first line cut in two
+            declared = {**dict.fromkeys(table.schema.names, pa.string()), **declared}
+            table, head = first_records(fs, path, options, declared)
+        names = table.schema.names  # (Arrow decodes them as it hands them out: here, where they are named)
     if not head:
         return pa.schema([]), 0
-    unknown = [name for name in declared if name not in table.schema.names]
+    unknown = [name for name in declared if name not in names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
     # (in the first file's first MiB, where its text is at hand: the streamed reading does not see it)
@@ -266,12 +308,20 @@ def _declared(options: TextOptions, head: bytes) -> dict[str, pa.DataType]:
 
 
 @contextlib.contextmanager
-def column_names_in_utf8(where: str, format: str):
-    """A column name that is not UTF-8 named with its file: pyarrow decodes names as it hands them out."""
+def column_names_in_utf8(where: str, format: str, encoding: str = "utf8", head=None):
+    """A column name that is not UTF-8 named with its file: pyarrow decodes names as it hands them out.  With
+    another ``encoding``, Python's codec decodes the text as Arrow's reader reads it: a byte it refuses is said
+    by its line in ``head()``, the file's first bytes read."""
     try:
         yield
     except UnicodeDecodeError as e:
-        raise ValueError(f"cannot read {where} as {format}: a column name is not UTF-8 ({e.object!r})") from None
+        if e.encoding.replace("-", "").replace("_", "").lower() != "utf8" and head is not None:
+            raise ValueError(not_in_encoding([head()], 0, where, format, encoding)) from None
+        name = shown(e.object[max(e.start - 40, 0) : e.end + 40])
+        raise ValueError(
+            f"cannot read {where} as {format}: a column name is not UTF-8 ({name})"
+            + ("; read option encoding names the file's encoding (latin1, cp1252...)" if encoding == "utf8" else "")
+        ) from None
 
 
 def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str) -> tuple[pa.Schema, int]:
