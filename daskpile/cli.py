@@ -967,7 +967,7 @@ def quality(dest, order_column, label_column, neighbours, batch_size, alpha, plo
 
     DEST is a daskpile result in any output format (Parquet, Arrow, CSV, JSON
     lines, lines), or any Parquet directory, glob or file list; give the input
-    too to see the difference.
+    too (as Parquet, if it is not) to see the difference.
     """
     from daskpile import quality as measure
 

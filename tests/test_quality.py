@@ -292,6 +292,17 @@ def test_bad_columns_are_named(tmp_path):
         daskpile.quality(str(tmp_path / "many.parquet"), "id", "label")
 
 
+def test_an_input_of_text_is_said_to_be_given_as_parquet(tmp_path):
+    """A CSV user's trial: the help says to give the input too, and their CSV input was said to match "no
+    Parquet files", named as a dest."""
+    (tmp_path / "in.csv").write_text("id\n1\n2\n")
+    (tmp_path / "texts").mkdir()
+    with pytest.raises(ValueError, match=r"^quality reads daskpile results .*/in\.csv' is csv that no daskpile run"):
+        daskpile.quality(str(tmp_path / "in.csv"), "id")
+    with pytest.raises(FileNotFoundError, match="matches no Parquet files"):  # (a folder: as before)
+        daskpile.quality(str(tmp_path / "texts"), "id")
+
+
 def test_tiny_datasets(tmp_path):
     pq.write_table(pa.table({"id": [5]}), tmp_path / "one.parquet")
     report = daskpile.quality(str(tmp_path / "one.parquet"), "id")

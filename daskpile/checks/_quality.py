@@ -45,7 +45,7 @@ from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet
-from daskpile.sources.text import is_json_text, open_decompressed
+from daskpile.sources.text import detect, is_json_text, open_decompressed
 
 MAX_LABELS = 100
 UNIFORM_ENTROPY_SHORTFALL = 1.02  # bits under log2(rows - 1), for 1,000 to 2,000,000 rows uniformly shuffled
@@ -410,7 +410,7 @@ def quality(
     if batch_size < 2:
         raise ValueError(f"batch_size must be at least 2, got {batch_size!r}")
     _dest.refuse_unfinished(dest, storage_options)
-    fs, files, manifest = _manifest.result_files(dest, storage_options)
+    fs, files, manifest = _result_files(dest, storage_options)
     result = _ResultFiles.of(fs, manifest)
     where = _where(dest, storage_options)
     _check_columns(fs, files, manifest, [order_column, label_column], where)
@@ -522,6 +522,24 @@ class _Described:
     labels: dict
     sample: np.ndarray  # evenly spaced order values, for the bounds of a sort on Dask
     batches: _Batches | None  # its whole batches' label counts, with a label column
+
+
+def _result_files(dest: str | list[str], storage_options: dict | None):
+    """``_manifest.result_files``, and an input file of text said as such: quality reads daskpile results in any
+    format, but other files as Parquet (a trial's CSV input, given to see the difference, was said to match "no
+    Parquet files")."""
+    try:
+        return _manifest.result_files(dest, storage_options)
+    except FileNotFoundError as e:
+        first = dest if isinstance(dest, str) else (dest or [""])[0]
+        format, _ = detect(first.rstrip("/"))
+        if format is None or format == "parquet" or "matches no Parquet files" not in str(e):
+            raise
+        raise ValueError(
+            f"quality reads daskpile results (of any output format) and Parquet files: {first!r} is {format} that "
+            "no daskpile run wrote; to see the difference, give the input as Parquet (the rows in its order, e.g. "
+            "pyarrow's csv or json read_* then parquet.write_table)"
+        ) from None
 
 
 def _describe(
