@@ -297,7 +297,7 @@ def test_an_input_of_text_is_said_to_be_given_as_parquet(tmp_path):
     Parquet files", named as a dest."""
     (tmp_path / "in.csv").write_text("id\n1\n2\n")
     (tmp_path / "texts").mkdir()
-    with pytest.raises(ValueError, match=r"^quality reads daskpile results .*/in\.csv' is csv that no daskpile run"):
+    with pytest.raises(ValueError, match=r"^quality reads a daskpile result by its folder .*/in\.csv' is csv; give"):
         daskpile.quality(str(tmp_path / "in.csv"), "id")
     with pytest.raises(FileNotFoundError, match="matches no Parquet files"):  # (a folder: as before)
         daskpile.quality(str(tmp_path / "texts"), "id")

@@ -347,6 +347,44 @@ def test_a_file_not_in_the_encoding_given_is_said_by_its_line_and_byte(tmp_path,
         pytest.raises(ValueError, match=r"line at byte 16 is not gbk text \(byte 20"),
     ):
         daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), piles=2, read_options=read_options)
+    # A later file's header (read on its own by the reader of a range) too: it was "a column name is not UTF-8"
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.csv").write_bytes("id,名\n1,中\n".encode("gbk"))
+    (tmp_path / "folder" / "b.csv").write_bytes("id,名\n2,x\n".encode())
+    with (
+        dask.config.set(scheduler="sync"),
+        pytest.raises(ValueError, match=r"b\.csv'(, bytes 0 to 11)? as csv: the line at byte 0 is not gbk text \("),
+    ):
+        daskpile.shuffle_parquet(str(tmp_path / "folder"), str(tmp_path / "out"), piles=2, read_options=read_options)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data"),
+    [
+        ("utf-8", "a,b\n1,café 中文\n".encode() * 3 + b"2,x\xe4\xb8\n3,y\n"),
+        ("gbk", "a,b\n1,中文字\n".encode("gbk") * 3 + b"2,\x81\n3\n"),  # a lead byte, then a newline
+        ("shift_jis", "a,b\n1,日本語\n".encode("shift_jis") * 3 + b"2,\x81\n"),
+        ("big5", "a,b\n1,中文字\n".encode("big5") * 3 + b"2,\x81\x30\n"),
+        ("cp1252", "a,b\n1,café\n".encode("cp1252") * 3 + b"2,\x81\n"),
+        ("gbk", "a,b\n1,中\n".encode("gbk") + b"2,x\x81"),  # a character cut short by the end of the file
+        ("gbk", b"a,b\n1," + b"x" * 3000 + b"\xe4\xb8\xad" * 3 + b"\x81\n2,y\n"),  # a line over many chunks
+    ],
+    ids=["utf-8", "gbk", "shift_jis", "big5", "cp1252", "cut short at the end", "a long line"],
+)
+def test_the_byte_an_encoding_refuses_and_its_line_are_named_wherever_the_chunks_end(encoding, data):
+    """A review's finds: a CJK codec drops the bytes of a character begun in the chunk before as it raises (the
+    byte said one off), a line begun more than 64 KiB before its chunk was said to start there, and a character
+    cut short by the end was "not gbk text" without a byte."""
+    from daskpile.sources.text.schema import not_in_encoding
+
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as e:
+        byte, line = e.start, data.rfind(b"\n", 0, e.start) + 1
+    for size in [*range(1, 70), 1000, len(data)]:
+        said = not_in_encoding([data[i : i + size] for i in range(0, len(data), size)], 7, "f", "csv", encoding)
+        assert f"the line at byte {7 + line:,} is not {encoding} text (byte {7 + byte:,}: " in said, (size, said)
 
 
 def test_utf_8_sig_reads_as_utf_8(tmp_path, sync_scheduler):
@@ -361,6 +399,13 @@ def test_utf_8_sig_reads_as_utf_8(tmp_path, sync_scheduler):
             {"id": 1, "name": "caf\u00e9"}, {"id": 2, "name": "x"}
         ], encoding  # fmt: skip
         assert report.fingerprint is not None
+    # As given, in a run's identity: a run begun with encoding=UTF-8 before it was read as Arrow's utf8 resumes
+    assert daskpile.sources.text.TextOptions.of("csv", {"encoding": "UTF-8"}).read_options() == {"encoding": "UTF-8"}
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbfhello\n")
+    with pytest.raises(ValueError, match=r"^read option encoding applies to csv and tsv"):  # (lines keep their bytes)
+        daskpile.shuffle_parquet(
+            str(tmp_path / "a.txt"), str(tmp_path / "o"), piles=1, read_options={"encoding": "utf-8-sig"}
+        )
 
 
 def test_a_header_name_holding_a_quoted_newline_is_read_whole_as_text_too(tmp_path, sync_scheduler):

@@ -525,9 +525,9 @@ class _Described:
 
 
 def _result_files(dest: str | list[str], storage_options: dict | None):
-    """``_manifest.result_files``, and an input file of text said as such: quality reads daskpile results in any
-    format, but other files as Parquet (a trial's CSV input, given to see the difference, was said to match "no
-    Parquet files")."""
+    """``_manifest.result_files``, and a file of text that is not a result's folder said as such: quality reads a
+    daskpile result in any format, but other files as Parquet (a trial's CSV input, given to see the difference,
+    was said to match "no Parquet files")."""
     try:
         return _manifest.result_files(dest, storage_options)
     except FileNotFoundError as e:
@@ -536,8 +536,8 @@ def _result_files(dest: str | list[str], storage_options: dict | None):
         if format is None or format == "parquet" or "matches no Parquet files" not in str(e):
             raise
         raise ValueError(
-            f"quality reads daskpile results (of any output format) and Parquet files: {first!r} is {format} that "
-            "no daskpile run wrote; to see the difference, give the input as Parquet (the rows in its order, e.g. "
+            f"quality reads a daskpile result by its folder (of any output format), other data as Parquet: {first!r} "
+            f"is {format}; give its result's folder, or, for an input, its rows in their order as Parquet (e.g. "
             "pyarrow's csv or json read_* then parquet.write_table)"
         ) from None
 

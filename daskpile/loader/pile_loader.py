@@ -644,39 +644,13 @@ class PileLoader:
     def _filters_said(self) -> str | None:
         """The loader's filters as pyarrow writes their expression (None without): a state says them, so that a
         loader of other filters is told so, not that the dataset is another."""
-        return None if self.units.filter is None else str(self.units.filter)
+        return None if self.units.filter is None else " ".join(str(self.units.filter).split())  # (one line)
 
     def _check_state(self, state: dict) -> None:
-        # (states saved before it was recorded have none)
-        if state.get("filters", self._filters_said()) != self._filters_said():
-            raise ValueError(
-                f"the state belongs to a loader of other filters: {state['filters'] or 'none'} (this loader "
-                f"{self._filters_said() or 'none'}): make the loader with the state's filters to resume"
-            )
-        ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
-                "files": len(self.units.paths)}  # fmt: skip
-        differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
-        if differ:
-            hint = ""
-            if state["canonical_ranks"] != self.canonical_ranks and state["canonical_ranks"] == state["world_size"]:
-                hint = (
-                    f": a job resized between restarts keeps one canonical_ranks (the state's "
-                    f"{state['canonical_ranks']}, or a multiple of every world size, given from the first run on)"
-                )
-            raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
+        with self._other_filters_said(state):
+            self._check_dataset(state)
         if self.canonical_ranks % state["world_size"]:
             raise ValueError(f"the state's world_size {state['world_size']} does not divide canonical_ranks")
-        if state.get("data", self.units.key) != self.units.key:  # (states saved before it was recorded have none)
-            raise ValueError(
-                "the state belongs to another dataset: its files, or their rows, are not this loader's "
-                "(another shuffle of the same data has as many rows and files)"
-            )
-        # (states saved before it was recorded have none; before pile stamps were in it, another: see Units)
-        if state.get("content", self.units.content) not in (self.units.content, self.units.content_before):
-            raise ValueError(
-                "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
-                "seed, or other rows: written again since the state was taken)"
-            )
         # Mid-epoch, the rows read depend on the files' orders; states saved before it was recorded have no "lazy"
         if state.get("lazy", self.units.lazy) != self.units.lazy and not _at_start_or_end(state, self._ended(state)):
             piles = {True: "lazy piles (second_pass='lazy')", False: "eager piles"}
@@ -688,6 +662,47 @@ class PileLoader:
             raise ValueError(
                 f"the state's seed {state['seed']} is not this loader's seed {self.seed}: resuming goes on in the "
                 "state's order; make the loader with the state's seed, or seed=None to take it"
+            )
+
+    @contextlib.contextmanager
+    def _other_filters_said(self, state: dict):
+        """A state refused as of another dataset, taken under other filters than this loader's, said as such (a
+        new user's trial looked for another shuffle).  Only said, never a reason to refuse: the text of an
+        ``in`` filter of a set depends on the process's hash seed, and other filters may select the same rows."""
+        try:
+            yield
+        except ValueError:
+            theirs, ours = state.get("filters", self._filters_said()), self._filters_said()  # (older states: none)
+            if theirs == ours or (state["mix"], state["canonical_ranks"]) != (self.mix, self.canonical_ranks):
+                raise  # (a layout said as it is)
+            raise ValueError(
+                f"the state belongs to a loader of other filters: {theirs or 'none'} (this loader {ours or 'none'}): "
+                "make the loader with the state's filters to resume"
+            ) from None
+
+    def _check_dataset(self, state: dict) -> None:
+        """Refuse a state of other files, rows or shuffle than this loader's, or of another layout."""
+        ours = {"canonical_ranks": self.canonical_ranks, "mix": self.mix, "rows": self.units.total,
+                "files": len(self.units.paths)}  # fmt: skip
+        differ = [f"{key} {state[key]} (this loader {value})" for key, value in ours.items() if state[key] != value]
+        if differ:
+            hint = ""
+            if state["canonical_ranks"] != self.canonical_ranks and state["canonical_ranks"] == state["world_size"]:
+                hint = (
+                    f": a job resized between restarts keeps one canonical_ranks (the state's "
+                    f"{state['canonical_ranks']}, or a multiple of every world size, given from the first run on)"
+                )
+            raise ValueError(f"the state belongs to another loader or dataset: {', '.join(differ)}{hint}")
+        if state.get("data", self.units.key) != self.units.key:  # (states saved before it was recorded have none)
+            raise ValueError(
+                "the state belongs to another dataset: its files, or their rows, are not this loader's "
+                "(another shuffle of the same data has as many rows and files)"
+            )
+        # (states saved before it was recorded have none; before pile stamps were in it, another: see Units)
+        if state.get("content", self.units.content) not in (self.units.content, self.units.content_before):
+            raise ValueError(
+                "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
+                "seed, or other rows: written again since the state was taken)"
             )
 
 

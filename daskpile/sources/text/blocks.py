@@ -192,7 +192,7 @@ class BlockReader:
             # record whose quoted value was a line break, followed by another value, was refused)
             if tail.endswith(quote + value) if len(value) < len(tail) else tail == value[-len(tail) :]:
                 # Where the quote is, when the value's bytes are the file's: none of them unquoted or decoded
-                as_read = quote not in value and self.options.encoding == "utf8" and not self.options.escape_char
+                as_read = quote not in value and self.options.text_encoding == "utf8" and not self.options.escape_char
                 at = f" at byte {stream_bytes - len(value) - len(quote):,}" if as_read else ""
                 raise ValueError(
                     f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r}"
@@ -221,7 +221,7 @@ class BlockReader:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(self._bad_line(block, start, e)) from None
         except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
-            said = not_in_encoding([block], start, repr(self.url), self.options.format, self.options.encoding)
+            said = not_in_encoding([block], start, repr(self.url), self.options.format, self.options.text_encoding)
             raise ValueError(said) from None
         if jsonl:
             _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
@@ -306,7 +306,7 @@ class BlockReader:
             if block is None:  # a later range or block (a resumed run skips those done): the file's first line
                 where, block = repr(self.url), self._first_line()
             header = block[: block.find(b"\n") + 1 or len(block)]
-            with column_names_in_utf8(where, self.options.format):
+            with column_names_in_utf8(where, self.options.format, self.options.text_encoding, lambda: header):
                 found = pa_csv.read_csv(
                     io.BytesIO(header),
                     read_options=self.options.csv_read(block_size=len(header) + 2),  # (a header of over 1 MiB)

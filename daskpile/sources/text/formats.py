@@ -138,8 +138,6 @@ class TextOptions:
             if not isinstance(texts, (list, tuple)) or not all(isinstance(v, str) for v in texts):
                 raise ValueError(f"read option {name} is a list of texts, got {options[name]!r}")
             options[name] = tuple(texts)
-        if _is_utf8(options.get("encoding")):  # Arrow's own UTF-8 (a BOM dropped), not Python's codec
-            options["encoding"] = "utf8"
         types = options.pop("column_types", None) or {}
         if not isinstance(types, dict):
             raise ValueError(f"read option column_types maps column names to type names, got {types!r}")
@@ -185,10 +183,19 @@ class TextOptions:
         for name, type_name in self.column_types:
             arrow_type(type_name, name)
 
+    @property
+    def text_encoding(self) -> str:
+        """The encoding Arrow's reader is given: ``utf8``, its own, for any name of UTF-8 (``utf-8-sig``, pandas'
+        advice for Excel's "CSV UTF-8", too: Arrow drops a BOM as it reads UTF-8), else Python's codec, by the
+        name given (kept as given: it is part of a run's identity)."""
+        return "utf8" if _is_utf8(self.encoding) else self.encoding
+
     def _check_encoding(self) -> None:
         """An encoding in which a newline is the byte 10 alone, as the cuts into ranges and blocks take it."""
         if self.format not in ("csv", "tsv"):
             raise ValueError("read option encoding applies to csv and tsv (JSON is UTF-8; lines keep their bytes)")
+        if _is_utf8(self.encoding):  # (utf-8-sig encodes a newline alone as a BOM and a newline)
+            return
         try:
             newline = "\n".encode(self.encoding)
         except (LookupError, TypeError):
@@ -201,7 +208,7 @@ class TextOptions:
 
     def csv_read(self, **options) -> pa_csv.ReadOptions:
         """Arrow's read options for these files: ``options``, and the encoding."""
-        return pa_csv.ReadOptions(use_threads=False, encoding=self.encoding, **options)
+        return pa_csv.ReadOptions(use_threads=False, encoding=self.text_encoding, **options)
 
     def csv_convert(self, column_types) -> pa_csv.ConvertOptions:
         """Arrow's conversion of the values: ``column_types``; an empty field of a string column is a null (and

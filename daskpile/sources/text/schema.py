@@ -178,7 +178,7 @@ def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = No
     except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
         with open_decompressed(fs, path) as f:
             chunks = iter(lambda: f.read(2**20), b"")
-            said = not_in_encoding(chunks, 0, repr(full_url(fs, path)), options.format, options.encoding)
+            said = not_in_encoding(chunks, 0, repr(full_url(fs, path)), options.format, options.text_encoding)
         raise ValueError(said) from None
 
 
@@ -191,25 +191,40 @@ def not_in_encoding(chunks, start: int, where: str, format: str, encoding: str) 
     >>> print(said.split(": give")[0])
     cannot read f.csv as csv: the line at byte 10 is not gbk text (byte 14: '2,中')
     """
-    decoder, offset, before = codecs.getincrementaldecoder(encoding)(), start, b""
-    for chunk in chunks:
+    decoder = codecs.getincrementaldecoder(encoding)()
+    offset, line_start, line_head = start, start, b""  # where the current line starts, and its first bytes
+    for chunk in [*chunks, None]:  # (None: the end, where a character cut short is refused)
+        # Bytes of a character begun in the chunk before, counted before the decode: CJK codecs drop them as they
+        # raise
+        held = len(decoder.getstate()[0])
         try:
-            decoder.decode(chunk)
+            decoder.decode(chunk or b"", final=chunk is None)
         except UnicodeDecodeError as e:
-            text = before + chunk  # (what the decoder held back of the chunk before: a character cut in two)
-            at = len(text) - len(chunk) + e.start - len(decoder.getstate()[0])
-            at = max(min(at, len(text) - 1), 0)
-            begins = text.rfind(b"\n", 0, at) + 1
-            ends = text.find(b"\n", at)
-            line = text[begins : ends if ends >= 0 else len(text)]
+            at = offset - held + e.start  # the byte refused, in the file
+            data = chunk or b""
+            newline = data.rfind(b"\n", 0, max(at - offset, 0))
+            if newline >= 0:
+                line_start, line_head = offset + newline + 1, b""
+            ends = data.find(b"\n", max(at - offset, 0))
+            line = line_head + data[max(line_start - offset, 0) : ends if ends >= 0 else len(data)]
+            advice = "or none for UTF-8" if encoding != "utf8" else "latin1, cp1252..."
             return (
-                f"cannot read {where} as {format}: the line at byte {offset - len(before) + begins:,} is not "
-                f"{encoding} text (byte {offset - len(before) + at:,}: {shown(line)}): give the file's own "
-                "encoding (read option encoding), or none for UTF-8"
+                f"cannot read {where} as {format}: the line at byte {line_start:,} is not {encoding} text (byte "
+                f"{at:,}: {shown(line)}): give the file's own encoding (read option encoding), {advice}"
             )
-        before = chunk[chunk.rfind(b"\n") + 1 :][-(2**16) :]  # (the line going on into the next chunk)
+        if chunk is None:
+            break
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            line_start, line_head = offset + newline + 1, chunk[newline + 1 :][:SHOWN_BYTES]
+        else:
+            line_head = (line_head + chunk)[:SHOWN_BYTES]
         offset += len(chunk)
     return f"cannot read {where} as {format}: it is not {encoding} text"
+
+
+# Of a line said in an error: its first bytes (``shown`` shows 40 characters of at most 4 bytes)
+SHOWN_BYTES = 160
 
 
 def record_line(fs, path: str, options: TextOptions, record: int) -> int | None:
@@ -263,14 +278,14 @@ def _schema_of_sample(fs, path: str, options: TextOptions) -> tuple[pa.Schema, i
         return pa.schema([]), 0
     if options.format == "jsonl":
         check_utf8(np.frombuffer(head, dtype=np.uint8), 0, repr(url))
-    with column_names_in_utf8(repr(url), options.format, options.encoding, lambda: head):
+    with column_names_in_utf8(repr(url), options.format, options.text_encoding, lambda: head):
         return _inferred_schema(head, options, _declared(options, head), url)
 
 
 def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, int]:
     declared = _declared(options, b"")
     url = full_url(fs, path)
-    with column_names_in_utf8(repr(url), options.format, options.encoding, lambda: sample(fs, path, options)):
+    with column_names_in_utf8(repr(url), options.format, options.text_encoding, lambda: sample(fs, path, options)):
         table, head = first_records(fs, path, options, declared)
         if options.as_text and table.num_columns:
             # The header's names as Arrow's reader reads the records: a quoted name may hold a newline (Excel's
