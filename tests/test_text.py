@@ -386,6 +386,13 @@ def test_the_byte_an_encoding_refuses_and_its_line_are_named_wherever_the_chunks
         said = not_in_encoding([data[i : i + size] for i in range(0, len(data), size)], 7, "f", "csv", encoding)
         assert f"the line at byte {7 + line:,} is not {encoding} text (byte {7 + byte:,}: " in said, (size, said)
 
+    def file_of_many_chunks():  # the error in the first: the rest of a file far larger than memory is never read
+        yield data
+        raise AssertionError("read past the chunk holding the error")
+
+    if byte < len(data) - 1:  # (a character cut by the end is refused at the end)
+        assert f"(byte {byte:,}: " in not_in_encoding(file_of_many_chunks(), 0, "f", "csv", encoding)
+
 
 def test_utf_8_sig_reads_as_utf_8(tmp_path, sync_scheduler):
     """pandas' advice for Excel's "CSV UTF-8" files was refused as an encoding whose newline is not the byte 10

@@ -644,7 +644,13 @@ class PileLoader:
     def _filters_said(self) -> str | None:
         """The loader's filters as pyarrow writes their expression (None without): a state says them, so that a
         loader of other filters is told so, not that the dataset is another."""
-        return None if self.units.filter is None else " ".join(str(self.units.filter).split())  # (one line)
+        filters = self._source[2]
+        if filters is None:
+            return None
+        # The filters as given, a set's values in order: an expression of a set prints them in the order of the
+        # process's hash seed (a state taken in another process said its same filters were other ones)
+        said = str(_in_order(filters)) if isinstance(filters, (list, tuple)) else str(filters)
+        return " ".join(said.split())  # (one line)
 
     def _check_state(self, state: dict) -> None:
         with self._other_filters_said(state):
@@ -671,13 +677,13 @@ class PileLoader:
         ``in`` filter of a set depends on the process's hash seed, and other filters may select the same rows."""
         try:
             yield
-        except ValueError:
+        except ValueError as e:
             theirs, ours = state.get("filters", self._filters_said()), self._filters_said()  # (older states: none)
             if theirs == ours or (state["mix"], state["canonical_ranks"]) != (self.mix, self.canonical_ranks):
                 raise  # (a layout said as it is)
             raise ValueError(
                 f"the state belongs to a loader of other filters: {theirs or 'none'} (this loader {ours or 'none'}): "
-                "make the loader with the state's filters to resume"
+                f"make the loader with the state's filters to resume (refused as: {e})"
             ) from None
 
     def _check_dataset(self, state: dict) -> None:
@@ -704,6 +710,19 @@ class PileLoader:
                 "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
                 "seed, or other rows: written again since the state was taken)"
             )
+
+
+def _in_order(value):
+    """Filters (pyarrow's DNF) with each set's values sorted, lists and tuples kept as they are.
+
+    >>> _in_order([("city", "in", {"rome", "oslo"})])
+    [('city', 'in', ['oslo', 'rome'])]
+    """
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=lambda v: (type(v).__name__, repr(v)))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_in_order(v) for v in value)
+    return value
 
 
 _STATE_COUNTS = ("epoch", "canonical_ranks", "mix", "rows", "files", "world_size", "batch_size", "batches")

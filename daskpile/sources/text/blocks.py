@@ -220,7 +220,7 @@ class BlockReader:
             table = self._json(block) if jsonl else self._csv(block, first=start == 0, where=where)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(self._bad_line(block, start, e)) from None
-        except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
+        except UnicodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
             said = not_in_encoding([block], start, repr(self.url), self.options.format, self.options.text_encoding)
             raise ValueError(said) from None
         if jsonl:

@@ -198,7 +198,7 @@ class TextOptions:
             return
         try:
             newline = "\n".encode(self.encoding)
-        except (LookupError, TypeError):
+        except (LookupError, TypeError, UnicodeError):  # ("undefined": a codec that refuses everything)
             raise ValueError(f"read option encoding: {self.encoding!r} is not a codec name such as latin1") from None
         if newline != b"\n":
             raise ValueError(

@@ -8,6 +8,7 @@ import contextlib
 import csv
 import decimal
 import io
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -175,7 +176,7 @@ def csv_errors(fs, path: str, options: TextOptions, names: list[str] | None = No
 
         said = re.sub(r"Row #(\d+): ", said_where, with_column_names(error_line(e), names))
         raise ValueError(f"cannot read {full_url(fs, path)!r} as {options.format}: {said}") from None
-    except UnicodeDecodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
+    except UnicodeError:  # (Python's codec, in Arrow's reader: a file of another encoding than said)
         with open_decompressed(fs, path) as f:
             chunks = iter(lambda: f.read(2**20), b"")
             said = not_in_encoding(chunks, 0, repr(full_url(fs, path)), options.format, options.text_encoding)
@@ -193,7 +194,7 @@ def not_in_encoding(chunks, start: int, where: str, format: str, encoding: str) 
     """
     decoder = codecs.getincrementaldecoder(encoding)()
     offset, line_start, line_head = start, start, b""  # where the current line starts, and its first bytes
-    for chunk in [*chunks, None]:  # (None: the end, where a character cut short is refused)
+    for chunk in itertools.chain(chunks, [None]):  # (None: the end, where a character cut short is refused)
         # Bytes of a character begun in the chunk before, counted before the decode: CJK codecs drop them as they
         # raise
         held = len(decoder.getstate()[0])
@@ -211,6 +212,11 @@ def not_in_encoding(chunks, start: int, where: str, format: str, encoding: str) 
             return (
                 f"cannot read {where} as {format}: the line at byte {line_start:,} is not {encoding} text (byte "
                 f"{at:,}: {shown(line)}): give the file's own encoding (read option encoding), {advice}"
+            )
+        except UnicodeError as e:  # (iso2022_jp's "pending buffer overflow": no byte said)
+            return (
+                f"cannot read {where} as {format}: it is not {encoding} text ({e}, in the bytes from {line_start:,}): "
+                "give the file's own encoding (read option encoding)"
             )
         if chunk is None:
             break
@@ -329,9 +335,12 @@ def column_names_in_utf8(where: str, format: str, encoding: str = "utf8", head=N
     by its line in ``head()``, the file's first bytes read."""
     try:
         yield
-    except UnicodeDecodeError as e:
-        if e.encoding.replace("-", "").replace("_", "").lower() != "utf8" and head is not None:
+    except UnicodeError as e:
+        decoding = isinstance(e, UnicodeDecodeError)  # (else iso2022_jp's "pending buffer overflow", say)
+        if head is not None and (not decoding or e.encoding.replace("-", "").replace("_", "").lower() != "utf8"):
             raise ValueError(not_in_encoding([head()], 0, where, format, encoding)) from None
+        if not decoding:
+            raise
         name = shown(e.object[max(e.start - 40, 0) : e.end + 40])
         raise ValueError(
             f"cannot read {where} as {format}: a column name is not UTF-8 ({name})"
