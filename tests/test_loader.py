@@ -3,6 +3,7 @@
 import collections
 import contextlib
 import decimal
+import gc
 import json
 import operator
 import os
@@ -1549,6 +1550,7 @@ def test_a_replaced_iterator_lets_go_of_its_piles_and_loads_no_more(datasets):
     the old iterator was next asked (and refused): with two alive, Arrow held twice the piles.  Once replaced,
     it holds nothing, and the new one reads what it should."""
     loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=3, prefetch=2)
+    gc.collect()  # (an earlier test's loaders, in cycles with their threads, freed meanwhile made held negative)
     before = pa.total_allocated_bytes()  # (what the test's other datasets hold)
     first = iter(loader)
     next(first)
@@ -1557,7 +1559,9 @@ def test_a_replaced_iterator_lets_go_of_its_piles_and_loads_no_more(datasets):
     assert loads._held and loads._budget.held_rows > 0 and held > 0
     second = iter(loader)
     assert not loads._held and loads._budget.closed and [event[0] for event in loads._events.queue] == ["stopped"]
-    assert pa.total_allocated_bytes() - before < held / 4, (pa.total_allocated_bytes() - before, held)
+    # Less than the first held: its current group and two ahead. The new iterator may have loaded up to two groups
+    # already (prefetch=2), whose bytes a bound of a quarter counted against the first: it failed run alone
+    assert pa.total_allocated_bytes() - before < 0.9 * held, (pa.total_allocated_bytes() - before, held)
     seen = ids(second)
     with pytest.raises(RuntimeError, match="this iterator of the PileLoader was replaced"):
         next(first)
@@ -1568,6 +1572,7 @@ def test_a_loop_left_with_break_holds_nothing_of_what_it_loaded(datasets):
     """The loop's iterator, dropped, lets go of its piles and of the loads queued ahead (the reviewer: 4.2 MB
     held after a break, once the loader kept what its iterator loaded)."""
     loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=3, prefetch=2)
+    gc.collect()  # (an earlier test's garbage is not this loop's to free)
     before = pa.total_allocated_bytes()
     for batch in loader:  # noqa: B007 (held after the loop, as a caller holds it)
         time.sleep(0.3)  # (its thread loads ahead)
