@@ -642,8 +642,8 @@ class PileLoader:
         return None
 
     def _filters_said(self) -> str | None:
-        """The loader's filters as pyarrow writes their expression (None without): a state says them, so that a
-        loader of other filters is told so, not that the dataset is another."""
+        """The loader's filters on one line, as given, each set's values sorted (None without): a state says them,
+        so that a state refused for its rows, taken under other filters, is said to be of other filters."""
         filters = self._source[2]
         if filters is None:
             return None

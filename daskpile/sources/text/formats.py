@@ -188,13 +188,13 @@ class TextOptions:
         """The encoding Arrow's reader is given: ``utf8``, its own, for any name of UTF-8 (``utf-8-sig``, pandas'
         advice for Excel's "CSV UTF-8", too: Arrow drops a BOM as it reads UTF-8), else Python's codec, by the
         name given (kept as given: it is part of a run's identity)."""
-        return "utf8" if _is_utf8(self.encoding) else self.encoding
+        return "utf8" if is_utf8(self.encoding) else self.encoding
 
     def _check_encoding(self) -> None:
         """An encoding in which a newline is the byte 10 alone, as the cuts into ranges and blocks take it."""
         if self.format not in ("csv", "tsv"):
             raise ValueError("read option encoding applies to csv and tsv (JSON is UTF-8; lines keep their bytes)")
-        if _is_utf8(self.encoding):  # (utf-8-sig encodes a newline alone as a BOM and a newline)
+        if is_utf8(self.encoding):  # (utf-8-sig encodes a newline alone as a BOM and a newline)
             return
         try:
             newline = "\n".encode(self.encoding)
@@ -268,11 +268,11 @@ _TIMESTAMP = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+?)
 _NESTED = re.compile(r"(large_list|list|struct|map)\s*<(.*)>", re.DOTALL)
 
 
-def _is_utf8(encoding) -> bool:
+def is_utf8(encoding) -> bool:
     """Whether ``encoding`` names UTF-8: ``utf-8-sig`` (pandas' advice for Excel's CSV UTF-8) too, whose BOM
     Arrow's reader drops as it reads UTF-8; its newline, encoded alone, is a BOM and a newline.
 
-    >>> _is_utf8("UTF-8-SIG"), _is_utf8("utf_8"), _is_utf8("latin1"), _is_utf8("no such codec")
+    >>> is_utf8("UTF-8-SIG"), is_utf8("utf_8"), is_utf8("latin1"), is_utf8("no such codec")
     (True, True, False, False)
     """
     try:

@@ -27,6 +27,7 @@ from daskpile.sources.text.formats import (
     TextOptions,
     arrow_type,
     error_line,
+    is_utf8,
     open_decompressed,
     refuse_wide_encodings,
     with_column_names,
@@ -337,7 +338,7 @@ def column_names_in_utf8(where: str, format: str, encoding: str = "utf8", head=N
         yield
     except UnicodeError as e:
         decoding = isinstance(e, UnicodeDecodeError)  # (else iso2022_jp's "pending buffer overflow", say)
-        if head is not None and (not decoding or e.encoding.replace("-", "").replace("_", "").lower() != "utf8"):
+        if head is not None and (not decoding or not is_utf8(e.encoding)):
             raise ValueError(not_in_encoding([head()], 0, where, format, encoding)) from None
         if not decoding:
             raise
