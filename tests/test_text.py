@@ -488,6 +488,24 @@ def test_the_format_comes_from_the_names_or_is_given(tmp_path, sync_scheduler):
     assert said.rows == 1 and len(said.skipped_files) == 5  # as asked: the shards, the README, the JSON
 
 
+def test_files_named_as_data_under_hidden_names_are_listed_as_skipped_not_dropped_unsaid(tmp_path, sync_scheduler):
+    """Names starting with . or _ are not read (as Spark and pyarrow do not): a corpus's _b.txt, .c.txt and
+    _sub/d.txt were left out without a word, even with stray_files="error" (a new user's trial).  Files that are
+    never data (_SUCCESS, .DS_Store) are still said nowhere."""
+    corpus = tmp_path / "corpus"
+    (corpus / "_sub").mkdir(parents=True)
+    for name, first in [("a.txt", 1), ("_b.txt", 11), (".c.txt", 21), ("_sub/d.txt", 31)]:
+        (corpus / name).write_text("".join(f"{k}\n" for k in range(first, first + 10)))
+    (corpus / "_SUCCESS").write_text("")
+    (corpus / ".DS_Store").write_bytes(b"\0")
+    report = daskpile.shuffle_parquet(str(corpus), str(tmp_path / "out"), piles=1, format="lines")
+    assert report.rows == 10
+    assert sorted(p[len(str(corpus)) + 1 :] for p in report.skipped_files) == [".c.txt", "_b.txt", "_sub/d.txt"]
+    with pytest.raises(ValueError, match=r"\.c\.txt' is not read: a name starting with '\.' or '_'"):
+        daskpile.shuffle_parquet(str(corpus), str(tmp_path / "o2"), piles=1, format="lines", stray_files="error")
+    assert not (tmp_path / "o2").exists()
+
+
 def test_lines_table_keeps_bytes_exactly():
     assert lines_table(AWKWARD).column("line").to_pylist() == expected_lines(AWKWARD)
 

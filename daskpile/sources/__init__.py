@@ -272,7 +272,13 @@ def _plan_sources(
     files, strays, sidecars = _collect(listed, urls)
     kind = "Parquet" if format == "parquet" else format
     if stray_files == "error" and strays:
-        raise ValueError(f"{strays[0]!r} is not a {kind} file (stray_files='skip', the default, skips such files)")
+        why = (
+            "is not read: a name starting with '.' or '_', or in a folder so named, marks what is not data (as "
+            "for Spark and pyarrow)"
+            if listing.hidden(strays[0])
+            else f"is not a {kind} file"
+        )
+        raise ValueError(f"{strays[0]!r} {why} (stray_files='skip', the default, skips such files)")
     if not files:
         only = f" (only files that are not {kind}, such as {strays[0]!r})" if strays else ""
         said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format

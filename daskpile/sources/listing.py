@@ -5,7 +5,10 @@ A lake holds more than data.  Names starting with ``.`` or ``_`` (``_SUCCESS``,
 ``_metadata`` and ``_common_metadata`` sidecars, which are kept apart for
 planning.  A file whose extension says it is something else (``README.txt``)
 is a stray: skipped and listed in the report, or an error with
-``stray_files="error"``.
+``stray_files="error"``; so is a file whose name (or folder's) starts with
+``.`` or ``_`` but whose extension says the data's format (``_b.txt``,
+``_tmp/part-0.jsonl``): not read, as Spark and pyarrow do not, but not
+silently either.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         if base in SIDECARS and posixpath.dirname(name) == root:
             sidecars[base] = name
         elif _is_hidden(relative):
-            continue
+            if _named_as(base, format):  # (_SUCCESS, .crc and _delta_log/ are said nowhere: they are never data)
+                strays.append(full_url(fs, name))
         elif base.upper() in NOT_DATA if named else _is_stray(base, format):  # ('exports/*.DAT' with csv)
             strays.append(full_url(fs, name))
         else:
@@ -229,6 +233,23 @@ def literal_prefix(pattern: str) -> str:
 
 def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)
+
+
+def hidden(url: str) -> bool:
+    """Whether a listed file's name, or a folder's on its path, starts with ``.`` or ``_``."""
+    return _is_hidden(url.split("://", 1)[-1])
+
+
+def _named_as(name: str, format: str) -> bool:
+    """Whether ``name``'s extension says data of ``format`` (the format listed, or a text format for lines).
+
+    >>> _named_as("_b.txt", "lines"), _named_as(".part-0.parquet", "parquet"), _named_as("_SUCCESS", "parquet")
+    (True, True, False)
+    >>> _named_as("part-0.parquet.crc", "parquet"), _named_as("_tmp.jsonl.gz", "jsonl")
+    (False, True)
+    """
+    said = text.detect(name.lstrip("._"))[0]
+    return said in text.TEXT_FORMATS if format == "lines" else said == format
 
 
 # Files that sit beside data in the folders people publish (a Hugging Face dataset's LICENSE), named so by
