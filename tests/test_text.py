@@ -506,6 +506,46 @@ def test_files_named_as_data_under_hidden_names_are_listed_as_skipped_not_droppe
     assert not (tmp_path / "o2").exists()
 
 
+NOT_TEXT = {
+    "gzip": lambda text: gzip.compress(text),
+    "bz2": lambda text: bz2.compress(text),
+    "Parquet": lambda text: _parquet_bytes(),
+}
+
+
+def _parquet_bytes() -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"x": range(100)}), sink)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("kind", NOT_TEXT)
+@pytest.mark.parametrize(
+    ("format", "options"), [("lines", {}), ("jsonl", {}), ("csv", {}), ("csv", {"newlines_in_values": True})]
+)
+def test_a_file_of_compressed_or_parquet_data_named_as_text_is_refused_not_cut_into_lines(
+    tmp_path, sync_scheduler, kind, format, options
+):
+    """A .txt holding gzip data, or a Parquet file given as lines, was cut at its bytes 10 and shuffled,
+    verified (a new user's trial); gzip data named .jsonl was said not UTF-8, to be converted from Latin-1.
+    First file (found planning) or not (found reading it), nothing is written to dest; text that merely begins
+    as a signature does is read."""
+    rows = {"lines": b"PAR1 and BZh91AY&SY begin these lines\nORC\n", "jsonl": b'{"a": 1}\n{"a": 2}\n'}
+    text = rows.get(format, b"a,b\n1,2\n")
+    extension = {"lines": "txt"}.get(format, format)
+    for first, name in [("a", "b"), ("b", "a")]:  # the file not text: listed first, then second
+        folder = tmp_path / f"{kind}-{first}"
+        folder.mkdir()
+        (folder / f"{first}.{extension}").write_bytes(NOT_TEXT[kind](text))
+        (folder / f"{name}.{extension}").write_bytes(text)
+        dest = tmp_path / f"out-{kind}-{first}"
+        with pytest.raises(ValueError, match=rf"{first}\.{extension}' as {format}: it holds {kind} data, not text"):
+            daskpile.shuffle_parquet(str(folder), str(dest), piles=2, format=format, read_options=options)
+        assert not dest.exists()
+    (tmp_path / f"only.{extension}").write_bytes(text)
+    assert daskpile.shuffle_parquet(str(tmp_path / f"only.{extension}"), str(tmp_path / "o"), 2, format=format).rows
+
+
 def test_lines_table_keeps_bytes_exactly():
     assert lines_table(AWKWARD).column("line").to_pylist() == expected_lines(AWKWARD)
 

@@ -38,16 +38,45 @@ WIDE_BOMS = {  # (UTF-32's little-endian mark begins as UTF-16's: looked for fir
 }  # fmt: skip
 
 
-def refuse_wide_encodings(head: bytes, url: str, fmt: str) -> None:
-    """Refuse a file in UTF-16 or UTF-32, by the byte order mark its first bytes ``head`` begin with: cut at the
-    byte 10, half a newline, its lines were each other's halves (an Excel "Unicode Text" file came out as one
-    more row, verified)."""
+def refuse_what_is_not_text(head: bytes, url: str, fmt: str) -> None:
+    """Refuse a file read as text whose first bytes ``head`` say it is not (UTF-8) text: UTF-16 or UTF-32 by a
+    byte order mark, or compressed, Parquet, Arrow, ORC or zip data by its signature.  Cut at the byte 10, a
+    wide encoding's lines were each other's halves (an Excel "Unicode Text" file came out as one more row,
+    verified), and a .txt holding gzip data, or a Parquet file given as lines, was shuffled as lines, verified.
+    """
     encoding = next((name for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
     if encoding is not None:
         raise ValueError(
             f"cannot read {url!r} as {fmt}: it is {encoding} (its first bytes are a byte order mark), in which a "
             f"newline is not the byte 10: convert it to UTF-8 first (iconv -f {encoding} -t UTF-8)"
         )
+    kind = next((kind for kind, signature in _SIGNATURES.items() if signature.match(head)), None)
+    if kind is None or not _CONTROL.search(head[:64]):  # (text may begin "PAR1" or "ORC"; such data goes on binary)
+        return
+    name = posixpath.basename(url)
+    extension = next((suffix for suffix, codec in COMPRESSIONS.items() if codec == kind), None)
+    if extension is not None and compression_of(url) is not None:
+        what = f"it was compressed twice: decompress it once ({name}, decompressed, holds {kind} data again)"
+    elif extension is not None:
+        what = f"rename it {name}{extension}, and it is read decompressed"
+    elif kind == "zip":
+        what = "unzip it first"
+    elif kind == "Feather v1":
+        what = "rewrite it as Arrow (pyarrow.feather.write_feather(pyarrow.feather.read_table(path), new_path))"
+    else:
+        option = {"Parquet": "parquet", "Arrow": "arrow", "ORC": "orc"}[kind]
+        what = f"read it as {kind} (format={option!r}, --format {option})"
+    raise ValueError(f"cannot read {url!r} as {fmt}: it holds {kind} data, not text (it starts {head[:8]!r}): {what}")
+
+
+# The first bytes of data that is not text (MAGIC's codecs, with bz2's first block or its empty stream)
+_SIGNATURES = {
+    "gzip": re.compile(rb"\x1f\x8b"), "zstd": re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"),
+    "bz2": re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P)"), "xz": re.compile(rb"\xfd7zXZ\x00"),
+    "Parquet": re.compile(rb"PAR1"), "Arrow": re.compile(rb"ARROW1"), "ORC": re.compile(rb"ORC"),
+    "Feather v1": re.compile(rb"FEA1"), "zip": re.compile(rb"PK\x03\x04"),
+}  # fmt: skip
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")  # (no text format's: not tab, newline, CR, FF)
 
 
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types

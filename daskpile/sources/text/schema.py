@@ -29,7 +29,7 @@ from daskpile.sources.text.formats import (
     error_line,
     is_utf8,
     open_decompressed,
-    refuse_wide_encodings,
+    refuse_what_is_not_text,
     with_column_names,
 )
 from daskpile.sources.text.lines import check_json_lines, check_utf8, newline_ended, refused_line, shown
@@ -45,7 +45,7 @@ def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
     header = options is not None and options.format in ("csv", "tsv") and not options.autogenerate_column_names
     with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
-        refuse_wide_encodings(head, full_url(fs, path), options.format if options else "text")
+        refuse_what_is_not_text(head, full_url(fs, path), options.format if options else "text")
         if len(head) < SAMPLE_BYTES:
             return head  # the whole file
         lines = head.count(b"\n")
@@ -72,7 +72,7 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
     while True:
         with open_decompressed(fs, path) as f:
             head = f.read(block)
-        refuse_wide_encodings(head, full_url(fs, path), options.format)
+        refuse_what_is_not_text(head, full_url(fs, path), options.format)
         if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
             return pa.table({}), head
         try:
@@ -141,16 +141,18 @@ class Tail(io.RawIOBase):
         self.f, self.tail, self.first = f, b"", b""
         self.handed_out = 0  # bytes
 
-    def peek(self) -> bytes:
-        """Its first byte, still to be read."""
-        self.first = self.first or self.f.read(1)
-        return self.first
+    def peek(self, size: int = 1) -> bytes:
+        """Its first ``size`` bytes (fewer at its end), still to be read."""
+        if len(self.first) < size and not self.handed_out:
+            self.first += self.f.read(size - len(self.first))
+        return self.first[:size]
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        data, self.first = self.first + self.f.read(len(buffer) - len(self.first)), b""
+        held, self.first = self.first[: len(buffer)], self.first[len(buffer) :]
+        data = held + self.f.read(len(buffer) - len(held)) if len(held) < len(buffer) else held
         buffer[: len(data)] = data
         if data:
             self.tail = (self.tail + data)[-TAIL_BYTES:]
