@@ -8,7 +8,9 @@ import json
 import operator
 import os
 import subprocess
+import shutil
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -1740,3 +1742,38 @@ def test_piles_of_view_columns_are_read_as_their_large_forms(tmp_path):
         assert sorted(r["id"] for r in rows) == list(wanted)
         assert all(r["s"] == (None if r["id"] % 7 == 0 else f"{r['id']}" * (r["id"] % 5)) for r in rows)
         assert all(r["b"] == f"{r['id']}".encode() * 4 and r["nested"] == {"t": [f"{r['id']}"]} for r in rows)
+
+
+def test_a_ctrl_c_while_the_load_thread_starts_lets_go_of_it(datasets, monkeypatch):
+    """A KeyboardInterrupt landing in the load thread's start left the thread waiting for room for ever, its
+    piles held for the life of the process (a new user's trial: 21 threads after 60 Ctrl-C's in a notebook);
+    the thread now ends, as after a break."""
+    started, loading = threading.Thread.start, []
+
+    def start_then_interrupted(thread):
+        started(thread)
+        if thread.name == "daskpile-load":
+            loading.append(thread)
+            time.sleep(0.3)  # (it loads ahead until its budget is full)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupted)
+    loader = daskpile.PileLoader(datasets["eager"], batch_size=1000, seed=3, prefetch=1)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    loading[0].join(timeout=10)
+    assert not loading[0].is_alive()
+
+
+def test_a_file_of_a_dataset_without_manifest_removed_mid_epoch_says_the_dataset_changed(datasets, tmp_path):
+    """A shuffle(ddf).to_parquet folder written again with fewer files under a loader mid-epoch: a bare
+    "No such file or directory", where a result with a manifest says what happened and what to do (a trial)."""
+    copy = tmp_path / "ddf"
+    shutil.copytree(datasets["ddf"], copy)
+    loader = daskpile.PileLoader(str(copy), batch_size=100, seed=1, prefetch=0)
+    batches = iter(loader)
+    next(batches)
+    for part in sorted(copy.glob("part.*.parquet"))[1:]:
+        part.unlink()
+    with pytest.raises(FileNotFoundError, match=r"the dataset changed since this loader was made .*make the loader"):
+        list(batches)

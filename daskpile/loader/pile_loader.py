@@ -393,8 +393,11 @@ class PileLoader:
                 self._finished = None
                 yield converted
         except FileNotFoundError as error:
-            if units.version is None:  # not a daskpile result: nothing more to say
-                raise
+            if units.version is None:  # files listed when the loader was made (a ``shuffle(ddf).to_parquet``'s)
+                raise FileNotFoundError(
+                    f"{error}: the dataset changed since this loader was made (its files written again, or removed), "
+                    "so this epoch cannot go on; make the loader again"
+                ) from error
             raise FileNotFoundError(  # (the file system's error, with its filename, is its cause)
                 f"{error}: the result changed since this loader was made (written again, or a window whose version "
                 "this loader reads has its files removed once their grace period, retain= or --retain, is over): "

@@ -624,9 +624,10 @@ class Prefetcher:
     def __iter__(self) -> Iterator[Span]:
         """The rows of each take, in order."""
         begun = time.perf_counter()  # (before the thread starts: the first wait includes its first reads)
-        self._thread.start()
         groups = self._held
         try:
+            # (in the try: a Ctrl-C while it starts left the thread loading for ever, holding its piles)
+            self._thread.start()
             while True:
                 started = begun if begun is not None else time.perf_counter()
                 begun = None
