@@ -7,8 +7,8 @@ import gc
 import json
 import operator
 import os
-import subprocess
 import shutil
+import subprocess
 import sys
 import threading
 import time
