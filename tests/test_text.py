@@ -17,6 +17,7 @@ import pathlib
 import re
 from pathlib import Path
 
+import dask
 import fsspec
 import numpy as np
 import pyarrow as pa
@@ -544,6 +545,25 @@ def test_a_file_of_compressed_or_parquet_data_named_as_text_is_refused_not_cut_i
         assert not dest.exists()
     (tmp_path / f"only.{extension}").write_bytes(text)
     assert daskpile.shuffle_parquet(str(tmp_path / f"only.{extension}"), str(tmp_path / "o"), 2, format=format).rows
+
+
+@pytest.mark.parametrize("output_format", ["csv", "jsonl"])
+def test_a_line_not_utf8_written_as_text_is_refused_in_pass_1_naming_its_file(tmp_path, output_format):
+    """Lines written as CSV or JSON lines must be UTF-8: one that was not was refused in pass 2, naming no file,
+    and a different line from run to run (whichever pile failed first: a new user's trial)."""
+    lines = [b"line %d" % k for k in range(5000)]
+    lines[4321] = b"bad \xff here"
+    (tmp_path / "corpus.txt").write_bytes(b"\n".join(lines) + b"\n")
+    for run in range(2):
+        dest = tmp_path / f"out-{run}"
+        with pytest.raises(ValueError) as refused, dask.config.set(scheduler="threads"):
+            daskpile.shuffle_parquet(str(tmp_path / "corpus.txt"), str(dest), 8, blocksize=4096,
+                                     output_format=output_format)  # fmt: skip
+        assert str(refused.value) == (
+            f"column 'line' holds bytes that are not UTF-8 (b'bad \\xff here'), in {str(tmp_path / 'corpus.txt')!r}, "
+            f"which a reader of the {output_format} text refuses: write parquet or arrow, which keep them"
+        )
+        assert not dest.exists()
 
 
 def test_lines_table_keeps_bytes_exactly():
@@ -1085,21 +1105,24 @@ def test_json_objects_quote_text_beside_numbers_and_nulls_in_any_column_order(or
 
 @pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
 def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(tmp_path, scheduler):
-    """One pile fails in pass 2 while others are being written: the error waits for them, then removes them."""
-    path = tmp_path / "corpus.txt"
-    lines = [b"line %d" % i for i in range(40_000)]
-    lines[123] = b"not utf-8: \xff"  # a lines column holds bytes: JSON text cannot
-    path.write_bytes(b"\n".join(lines) + b"\n")
+    """One pile fails in pass 2 while others are being written: the error waits for them, then removes them.
+    (A text value holding a newline, written as lines: pass 2 finds it.  A line not UTF-8 written as JSON lines,
+    which this test wrote, is refused in pass 1 now, naming its file.)"""
+    (tmp_path / "lake").mkdir()
+    texts = [f"line {i}" for i in range(40_000)]
+    texts[123] = "two\nlines"
+    pq.write_table(pa.table({"text": texts}), tmp_path / "lake" / "a.parquet")
     options = ["--scheduler", "threads"] if scheduler == "threads" else ["--workers", "2"]
     # a process of its own on a cluster: its workers write to that process's stderr, which must hold one line
     command = daskpile_in_process if scheduler == "threads" else daskpile_command
     done = command(
-        "shuffle", str(path), str(tmp_path / "out"), "--output-format", "jsonl", "--piles", "16", "-q", *options
-    )
+        "shuffle", str(tmp_path / "lake"), str(tmp_path / "out"), "--output-format", "lines", "--piles", "16", "-q",
+        *options,
+    )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "daskpile: error: column 'line' holds bytes that are not UTF-8 (b'not utf-8: \\xff'), which a reader of "
-        "the jsonl text refuses: write parquet or arrow, which keep them"
+        "daskpile: error: column 'text' holds a value with a newline ('two\\nlines'), which a file of lines would "
+        "make two lines: write another format"
     ]
     assert not (tmp_path / "out").exists()
 
@@ -1637,8 +1660,7 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
         # Arrow's CSV reader types a Latin-1 value binary; its CSV writer then refused it with a bare message
         (
             {"id": [1, 2], "v": [b"ok", b"\xff\xfe"]},
-            "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), which a reader of the csv text refuses: "
-            "write parquet or arrow, which keep them",
+            "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), in '",
         ),
         # these failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped;
         # NaN is now refused in pass 1, naming its file
@@ -1655,6 +1677,8 @@ def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_pa
     assert not (tmp_path / "out").exists()
     if "NaN" in message:
         assert "in.parquet', which CSV readers read back as null: write another format" in str(refused.value)
+    if "UTF-8" in message:  # (refused in pass 1 now, naming its file)
+        assert "in.parquet', which a reader of the csv text refuses: write parquet or arrow" in str(refused.value)
 
 
 def test_format_lines_reads_every_text_file_of_a_folder_or_glob_as_lines(tmp_path, sync_scheduler):

@@ -162,6 +162,16 @@ class Output:
         """
         if self.format not in ("csv", "jsonl") or (self.format == "jsonl" and is_json_text(table.schema)):
             return
+        binary = [name for name, t in zip(table.column_names, table.schema.types, strict=True) if t in _BINARY]
+        # (plain lines written as CSV or JSON lines: a line not UTF-8 was said in pass 2, of no file, and of
+        # whichever pile failed first)
+        found = _not_utf8(table.select(binary)) if binary else None
+        if found is not None:
+            name, value = found
+            raise ValueError(
+                f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), in {where}, which a reader of the "
+                f"{self.format} text refuses: write parquet or arrow, which keep them"
+            )
         for name, column in zip(table.column_names, table.columns, strict=True):
             if not pa.types.is_floating(column.type):
                 continue
@@ -406,7 +416,8 @@ def _refuse_not_utf8(table: pa.Table, output: Output) -> None:
     ) from None
 
 
-_LINE_TYPES = (pa.binary(), pa.string())  # what ``Output.check`` lets out as lines
+_LINE_TYPES = (pa.binary(), pa.string())
+_BINARY = (pa.binary(), pa.large_binary())  # what ``Output.check`` lets out as lines
 
 
 def _lines_as_written(data: list[pa.Buffer], table: pa.Table, output: Output) -> bool:
