@@ -2199,3 +2199,13 @@ def test_a_json_line_that_is_not_an_object_says_what_it_is(tmp_path, sync_schedu
         (tmp_path / name).write_text('{"a": 1}\n' + line + "\n")
         with pytest.raises(ValueError, match=rf"the line at byte 9: '{line}' is a JSON {kind}, not an object"):
             daskpile.shuffle_parquet(str(tmp_path / name), str(tmp_path / f"out-{name}"), piles=1)
+
+
+def test_a_folder_of_logs_without_a_format_is_told_to_give_one(tmp_path, sync_scheduler):
+    """app.log with no --format: "matches no Parquet files (only files that are not Parquet...)" said nothing
+    of the --format lines that reads it (a new user's trial)."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "app.log").write_bytes(b"GET /\n")
+    with pytest.raises(FileNotFoundError, match=r"app\.log'\); to read them as text, give their format \(format='l"):
+        daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2)
+    assert daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2, format="lines").rows == 1

@@ -282,7 +282,13 @@ def _plan_sources(
     if not files:
         only = f" (only files that are not {kind}, such as {strays[0]!r})" if strays else ""
         said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format
-        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {said}{only}")
+        # (a log, app.log, or text by another name: the format its name does not say is to be given)
+        given = (
+            "; to read them as text, give their format (format='lines', --format lines; or csv, tsv, jsonl)"
+            if strays and detected
+            else ""
+        )
+        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {said}{only}{given}")
     key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
     infos = [info for info, _ in files]
     stamps = file_stamps(infos)
