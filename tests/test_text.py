@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import re
+import warnings
 from pathlib import Path
 
 import dask
@@ -2209,3 +2210,31 @@ def test_a_folder_of_logs_without_a_format_is_told_to_give_one(tmp_path, sync_sc
     with pytest.raises(FileNotFoundError, match=r"app\.log'\); to read them as text, give their format \(format='l"):
         daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2)
     assert daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2, format="lines").rows == 1
+
+
+def test_a_link_whose_target_is_gone_is_said_so_named_or_in_a_folder(tmp_path, sync_scheduler):
+    """A broken link named on the command line was said "does not exist" (it does: as a link), and one in a
+    folder of lines ended the run with a bare "[Errno 2] No such file or directory" (a new user's trial).  One
+    that is not data (a README) is skipped as before."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "ok.txt").write_bytes(b"a\nb\n")
+    (corpus / "README.md").symlink_to(tmp_path / "gone.md")
+    assert daskpile.shuffle_parquet(str(corpus), str(tmp_path / "o1"), 1, format="lines").rows == 2
+    (corpus / "more.txt").symlink_to(tmp_path / "gone.txt")
+    said = rf"'{re.escape(str(tmp_path))}/gone\.txt', which does not exist$"
+    with pytest.raises(FileNotFoundError, match=rf"^source file '.*corpus/more\.txt' is a link to {said}"):
+        daskpile.shuffle_parquet(str(corpus), str(tmp_path / "o2"), 1, format="lines")
+    with pytest.raises(FileNotFoundError, match=rf"^source '.*corpus/more\.txt' is a link to {said}"):
+        daskpile.shuffle_parquet(str(corpus / "more.txt"), str(tmp_path / "o3"), 1)
+
+
+def test_a_feather_v1_file_is_said_to_be_one_with_how_to_rewrite_it(tmp_path, sync_scheduler):
+    """Feather v1 was "Not an Arrow file", of a file named .feather (a new user's trial)."""
+    import pyarrow.feather as feather
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (pyarrow 25 deprecates writing v1)
+        feather.write_feather(pa.table({"x": [1, 2]}), tmp_path / "old.feather", version=1)
+    with pytest.raises(ValueError, match=r"old\.feather' as arrow: it is a Feather v1 file, which is not Arrow IPC"):
+        daskpile.shuffle_parquet(str(tmp_path / "old.feather"), str(tmp_path / "out"), 1)

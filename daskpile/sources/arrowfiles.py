@@ -45,6 +45,12 @@ def _ipc_reader(f):
         if "Not an Arrow file" not in str(e):
             raise
         f.seek(0)
+        if f.read(4) == b"FEA1":  # (pyarrow.feather.read_table reads it; a dataset's reader does not)
+            raise pa.ArrowInvalid(
+                "it is a Feather v1 file, which is not Arrow IPC: rewrite it "
+                "(pyarrow.feather.write_feather(pyarrow.feather.read_table(path), new_path))"
+            ) from None
+        f.seek(0)
         try:
             return ipc.open_stream(f)
         except pa.ArrowInvalid:

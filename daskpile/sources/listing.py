@@ -20,6 +20,7 @@ import posixpath
 import re
 
 import fsspec
+import fsspec.implementations.local
 
 from daskpile._storage import GLOB_CHARS, as_urls, exists, filesystem, full_url
 from daskpile.sources import tables, text
@@ -75,7 +76,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         try:
             info = fs.info(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"{role} {url!r} does not exist") from None
+            raise FileNotFoundError(f"{role} {url!r} {_gone_or_broken(fs, path)}") from None
         if info.get("type") == "other":  # (a pipe, /dev/stdin: fsspec's "File or stream is not seekable")
             raise ValueError(
                 f"{role} {url!r} is not a file (a pipe or a device): a shuffle reads its source in ranges and more "
@@ -99,6 +100,8 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
                 strays.append(full_url(fs, name))
         elif base.upper() in NOT_DATA if named else _is_stray(base, format):  # ('exports/*.DAT' with csv)
             strays.append(full_url(fs, name))
+        elif info.get("islink") and info.get("type") == "other" and not fs.exists(name):  # (its data is missing)
+            raise FileNotFoundError(f"{role} file {full_url(fs, name)!r} {_gone_or_broken(fs, name)}")
         else:
             files.append(info)
     return Listed(fs, root, files, sidecars, strays, nested, above)
@@ -163,6 +166,13 @@ def _refuse_splits(found: dict, url: str) -> None:
             f"{example['split']}{example['cut']}00000-of-{example['of']}): name the split to shuffle with a glob "
             f"('{url.rstrip('/')}/**/{shown}{example['cut']}*'), or give each split's glob to shuffle them together"
         )
+
+
+def _gone_or_broken(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """What is wrong with a path not found: a link whose target is gone, or nothing there."""
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem) and os.path.islink(path):
+        return f"is a link to {os.readlink(path)!r}, which does not exist"
+    return "does not exist"
 
 
 def _is_folder_marker(name: str, info: dict) -> bool:
