@@ -506,18 +506,38 @@ def test_files_named_as_data_under_hidden_names_are_listed_as_skipped_not_droppe
     with pytest.raises(ValueError, match=r"\.c\.txt' is not read: a name starting with '\.' or '_'"):
         daskpile.shuffle_parquet(str(corpus), str(tmp_path / "o2"), piles=1, format="lines", stray_files="error")
     assert not (tmp_path / "o2").exists()
+    # A glob naming such files reads them
+    assert daskpile.shuffle_parquet(str(corpus / "_*.txt"), str(tmp_path / "o3"), piles=1, format="lines").rows == 10
+    # Only such files: said so, not "matches no files" or "files that are not Parquet" (a Spark job's leftovers)
+    spark = tmp_path / "spark" / "_temporary" / "0"
+    spark.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), spark / "part-0.parquet")
+    with pytest.raises(FileNotFoundError, match=r"matches no Parquet files: '.*/_temporary/0/part-0\.parquet' is not"):
+        daskpile.shuffle_parquet(str(tmp_path / "spark"), str(tmp_path / "o4"), piles=1)
+    # The source's own path may hold such names (~/.cache, /tmp/_work): its files are read, and strays said as such
+    inside = tmp_path / "_work" / "lake"
+    inside.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), inside / "a.parquet")
+    (inside / "README.md").write_text("not data")
+    with pytest.raises(ValueError, match=r"README\.md' is not a Parquet file \(stray_files="):
+        daskpile.shuffle_parquet(str(inside / ".." / "lake"), str(tmp_path / "o5"), piles=1, stray_files="error")
 
 
 NOT_TEXT = {
     "gzip": lambda text: gzip.compress(text),
     "bz2": lambda text: bz2.compress(text),
-    "Parquet": lambda text: _parquet_bytes(),
+    "Parquet": lambda text: _written(pq.write_table),
+    "ORC": lambda text: _written(pa.orc.write_table),
+    "Arrow": lambda text: _written(pa.feather.write_feather),
 }
 
 
-def _parquet_bytes() -> bytes:
+def _written(write) -> bytes:
+    import pyarrow.feather
+    import pyarrow.orc  # noqa: F401
+
     sink = io.BytesIO()
-    pq.write_table(pa.table({"x": range(100)}), sink)
+    write(pa.table({"x": range(100)}), sink)
     return sink.getvalue()
 
 
@@ -532,7 +552,9 @@ def test_a_file_of_compressed_or_parquet_data_named_as_text_is_refused_not_cut_i
     verified (a new user's trial); gzip data named .jsonl was said not UTF-8, to be converted from Latin-1.
     First file (found planning) or not (found reading it), nothing is written to dest; text that merely begins
     as a signature does is read."""
-    rows = {"lines": b"PAR1 and BZh91AY&SY begin these lines\nORC\n", "jsonl": b'{"a": 1}\n{"a": 2}\n'}
+    # (text beginning as a signature does, control bytes after: a captured log's colours, Hive's \x01, a NUL)
+    lines = b"PAR1 and BZh91AY&SY begin \x00 these\nORCA job \x1b[32mOK\x1b[0m\n"
+    rows = {"lines": lines, "jsonl": b'{"a": 1}\n{"a": 2}\n', "csv": b"ORCID,name\n0000-0001,\x1b[31mbob\n"}
     text = rows.get(format, b"a,b\n1,2\n")
     extension = {"lines": "txt"}.get(format, format)
     for first, name in [("a", "b"), ("b", "a")]:  # the file not text: listed first, then second

@@ -416,8 +416,8 @@ def _refuse_not_utf8(table: pa.Table, output: Output) -> None:
     ) from None
 
 
-_LINE_TYPES = (pa.binary(), pa.string())
-_BINARY = (pa.binary(), pa.large_binary())  # what ``Output.check`` lets out as lines
+_LINE_TYPES = (pa.binary(), pa.string())  # what ``Output.check`` lets out as lines
+_BINARY = (pa.binary(), pa.large_binary())
 
 
 def _lines_as_written(data: list[pa.Buffer], table: pa.Table, output: Output) -> bool:

@@ -270,25 +270,13 @@ def _plan_sources(
     if others:
         raise ValueError(f"sources must share one filesystem: {others[0]!r} is not on that of {urls[0]!r}")
     files, strays, sidecars = _collect(listed, urls)
+    hidden = {name for item in listed for name in item.hidden}
     kind = "Parquet" if format == "parquet" else format
     if stray_files == "error" and strays:
-        why = (
-            "is not read: a name starting with '.' or '_', or in a folder so named, marks what is not data (as "
-            "for Spark and pyarrow)"
-            if listing.hidden(strays[0])
-            else f"is not a {kind} file"
-        )
+        why = _NOT_READ if strays[0] in hidden else f"is not a {kind} file"
         raise ValueError(f"{strays[0]!r} {why} (stray_files='skip', the default, skips such files)")
     if not files:
-        only = f" (only files that are not {kind}, such as {strays[0]!r})" if strays else ""
-        said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format
-        # (a log, app.log, or text by another name: the format its name does not say is to be given)
-        given = (
-            "; to read them as text, give their format (format='lines', --format lines; or csv, tsv, jsonl)"
-            if strays and detected
-            else ""
-        )
-        raise FileNotFoundError(f"source {urls[0] if len(urls) == 1 else urls!r} matches no {said}{only}{given}")
+        raise FileNotFoundError(_no_files(urls, kind, strays, hidden, detected))
     key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
     infos = [info for info, _ in files]
     stamps = file_stamps(infos)
@@ -321,6 +309,30 @@ def _plan_sources(
         keys = _key_tuples(fs, [(f.path, pairs) for f, (_, pairs) in zip(source_files, files, strict=True)], typed)
         source_files = [dataclasses.replace(f, keys=k) for f, k in zip(source_files, keys, strict=True)]
     return SourcePlan(fs, tuple(source_files), reading, tuple(strays), None, metadata, notes=(stale,) if stale else ())
+
+
+_NOT_READ = (
+    "is not read: a name starting with '.' or '_', or in a folder so named, marks what is not data (as for Spark "
+    "and pyarrow)"
+)
+
+
+def _no_files(urls: list[str], kind: str, strays: list[str], hidden: set[str], detected: bool) -> str:
+    """Why a source matches no data file: none there, only files of other formats (the format to give, where
+    they may be text), or only files under names starting with . or _."""
+    source = urls[0] if len(urls) == 1 else urls
+    said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format
+    others = [name for name in strays if name not in hidden]
+    if not others and strays:
+        return f"source {source!r} matches no {said}: {strays[0]!r} {_NOT_READ}; rename it to read it"
+    if not others:
+        return f"source {source!r} matches no {said}"
+    # (a log, app.log, or text by another name: the format its name does not say is to be given)
+    text_like = detected and not listing.is_stray(posixpath.basename(others[0]), "lines")
+    given = "; to read them as text, give their format (format='lines', --format lines; or csv, tsv, jsonl)"
+    return f"source {source!r} matches no {said} (only files that are not {kind}, such as {others[0]!r})" + (
+        given if text_like else ""
+    )
 
 
 def _as_output_keeps(options: text.TextOptions, key_fields: pa.Schema, written_as: str | None) -> text.TextOptions:
@@ -360,9 +372,9 @@ def _format_of(listed: list[listing.Listed], urls: list[str]) -> str:
     named = {text.detect(name)[0] for name in names} - {None}
     if len(named) == 1 and named != {"parquet"}:  # data by its folder's layout (save_to_disk's Arrow files)
         return named.pop()
-    if names and (_starts_as_parquet(listed[0].fs, names[0]) or not any(item.strays for item in listed)):
+    if names and (_starts_as_parquet(listed[0].fs, names[0]) or not any(_shown_strays(item) for item in listed)):
         return "parquet"
-    said = sorted({text.detect(name)[0] for item in listed for name in item.strays} - {None, "parquet"})
+    said = sorted({text.detect(name)[0] for item in listed for name in _shown_strays(item)} - {None, "parquet"})
     if len(said) > 1:
         raise MixedFormatsError(
             f"source {urls[0] if len(urls) == 1 else urls!r} holds files of several formats ({', '.join(said)})"
@@ -379,7 +391,7 @@ def _refuse_data_beside_parquet(listed: list[listing.Listed], urls: list[str]) -
     """Parquet files beside files named as data of another format (a corpus of JSON-lines shards with a
     Parquet file of metadata): refused, since reading the Parquet alone skipped every shard as not data, and
     the run verified what it read."""
-    others = [name for item in listed for name in item.strays
+    others = [name for item in listed for name in _shown_strays(item)
               if text.uncompressed_name(posixpath.basename(name))[0].lower().endswith(_DATA_SUFFIXES)]  # fmt: skip
     if others:
         kinds = sorted({text.detect(posixpath.basename(name))[0] for name in others})
@@ -387,6 +399,11 @@ def _refuse_data_beside_parquet(listed: list[listing.Listed], urls: list[str]) -
             f"source {urls[0] if len(urls) == 1 else urls!r} holds Parquet files and {', '.join(kinds)} files "
             f"({others[0]}{', ...' if len(others) > 1 else ''})"
         )
+
+
+def _shown_strays(item: listing.Listed) -> list[str]:
+    """The strays of a listing that say what the source holds: not those under names starting with . or _."""
+    return [name for name in item.strays if name not in item.hidden]
 
 
 class MixedFormatsError(ValueError):

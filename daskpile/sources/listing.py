@@ -40,6 +40,7 @@ class Listed:
     strays: list[str]
     nested_table: str | None = None  # a Delta or Iceberg table folder below root
     table_above: str | None = None  # a table folder the source lies inside
+    hidden: tuple[str, ...] = ()  # of the strays, those not read for a name (or folder's) starting with . or _
 
 
 def list_source(url: str, storage_options: dict | None = None, role: str = "source", format: str = "parquet") -> Listed:
@@ -51,8 +52,10 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
     """
     fs, path = filesystem(url, storage_options)
     named = False  # files the glob matched, which it names as a path names its file
+    named_hidden = False  # a glob's last part naming files that start with . or _ ('corpus/_b*.txt'): read
     if any(ch in path for ch in GLOB_CHARS) and not exists(fs, path):  # (a folder may be named "[2024]")
         found = fs.glob(path, detail=True)
+        named_hidden = posixpath.basename(path).startswith((".", "_"))
         # ('exports/*.DAT' names its files' suffix, as a path names its file; 'corpus/*' names none)
         named = format != "parquet" and _NAMED_SUFFIX.search(posixpath.basename(path)) is not None
         if all(info.get("type") == "directory" for info in found.values()):
@@ -82,10 +85,10 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
                 f"{role} {url!r} is not a file (a pipe or a device): a shuffle reads its source in ranges and more "
                 "than once; write it to a file first (zcat corpus.gz > corpus.txt), or name the file it comes from"
             )
-        if format == "parquet" and _is_stray(posixpath.basename(path)):
+        if format == "parquet" and is_stray(posixpath.basename(path)):
             return Listed(fs, "", [], {}, [full_url(fs, path)])
         return Listed(fs, "", [info], {}, [], table_above=tables.table_around(fs, posixpath.dirname(path)))
-    files, strays, sidecars = [], [], {}
+    files, strays, sidecars, hidden = [], [], {}, []
     nested = tables.nested_table(list(found), root)
     for name in sorted(found):
         info = found[name]
@@ -95,16 +98,17 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         base = posixpath.basename(name)
         if base in SIDECARS and posixpath.dirname(name) == root:
             sidecars[base] = name
-        elif _is_hidden(relative):
+        elif _is_hidden(relative if not named_hidden else posixpath.dirname(relative)):
             if _named_as(base, format):  # (_SUCCESS, .crc and _delta_log/ are said nowhere: they are never data)
                 strays.append(full_url(fs, name))
-        elif base.upper() in NOT_DATA if named else _is_stray(base, format):  # ('exports/*.DAT' with csv)
+                hidden.append(strays[-1])
+        elif base.upper() in NOT_DATA if named else is_stray(base, format):  # ('exports/*.DAT' with csv)
             strays.append(full_url(fs, name))
         elif info.get("islink") and info.get("type") == "other" and not fs.exists(name):  # (its data is missing)
             raise FileNotFoundError(f"{role} file {full_url(fs, name)!r} {_gone_or_broken(fs, name)}")
         else:
             files.append(info)
-    return Listed(fs, root, files, sidecars, strays, nested, above)
+    return Listed(fs, root, files, sidecars, strays, nested, above, tuple(hidden))
 
 
 _NAMED_SUFFIX = re.compile(r"\.[^.*?\[\]]+$")  # a glob's last part ending in a literal suffix
@@ -245,20 +249,18 @@ def _is_hidden(relative_path: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative_path.split("/") if part)
 
 
-def hidden(url: str) -> bool:
-    """Whether a listed file's name, or a folder's on its path, starts with ``.`` or ``_``."""
-    return _is_hidden(url.split("://", 1)[-1])
-
-
 def _named_as(name: str, format: str) -> bool:
-    """Whether ``name``'s extension says data of ``format`` (the format listed, or a text format for lines).
+    """Whether ``name``'s extension says data of ``format``: the format listed, a text format for lines, any
+    for Parquet (the format a source is first listed as when it is to be found from the names).
 
     >>> _named_as("_b.txt", "lines"), _named_as(".part-0.parquet", "parquet"), _named_as("_SUCCESS", "parquet")
     (True, True, False)
-    >>> _named_as("part-0.parquet.crc", "parquet"), _named_as("_tmp.jsonl.gz", "jsonl")
-    (False, True)
+    >>> _named_as("part-0.parquet.crc", "parquet"), _named_as("_tmp.jsonl.gz", "jsonl"), _named_as("_b.txt", "csv")
+    (False, True, False)
     """
     said = text.detect(name.lstrip("._"))[0]
+    if format == "parquet":
+        return said is not None
     return said in text.TEXT_FORMATS if format == "lines" else said == format
 
 
@@ -272,13 +274,13 @@ NOT_DATA = {"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CONTRIBUTORS"
 _TEXT_NAMES = re.compile(r".*\.(log|out|err|text)([.-][0-9][0-9-]*)?")
 
 
-def _is_stray(name: str, format: str = "parquet") -> bool:
+def is_stray(name: str, format: str = "parquet") -> bool:
     """A file whose extension says it is not of ``format`` (``B.PARQUET`` is Parquet), or a LICENSE.
 
-    >>> _is_stray("LICENSE", "jsonl"), _is_stray("part-0", "jsonl"), _is_stray("part-0.jsonl", "jsonl")
+    >>> is_stray("LICENSE", "jsonl"), is_stray("part-0", "jsonl"), is_stray("part-0.jsonl", "jsonl")
     (True, False, False)
     >>> lines = ("part-0.jsonl", "server.log.gz", "app.log.1", "access.log-20261128", "run.out", "part-0")
-    >>> [_is_stray(n, "lines") for n in (*lines, "p.parquet", "README.md", "model.pt", "report.xlsx", "a.crc")]
+    >>> [is_stray(n, "lines") for n in (*lines, "p.parquet", "README.md", "model.pt", "report.xlsx", "a.crc")]
     [False, False, False, False, False, False, True, True, True, True, True]
     """
     if name.upper() in NOT_DATA:
@@ -291,7 +293,7 @@ def _is_stray(name: str, format: str = "parquet") -> bool:
         return not named_text and posixpath.splitext(stem)[1] != ""
     if format != "parquet":
         said = text.detect(name)[0]
-        return said != format and (said is not None or _is_stray(name))
+        return said != format and (said is not None or is_stray(name))
     if text.detect(name)[0] not in (None, "parquet"):  # data.jsonl.bz2: "bz2" alone would pass for no extension
         return True
     stem = name.lower()

@@ -14,7 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from daskpile._storage import FileVersion, full_url, is_local, open_read, uncached
-from daskpile.sources.text.formats import UTF8_BOM, TextOptions, open_decompressed, refuse_what_is_not_text
+from daskpile.sources.text.formats import (
+    UTF8_BOM,
+    TextOptions,
+    ending_of,
+    open_decompressed,
+    refuse_what_is_not_text,
+)
 from daskpile.sources.text.lines import (
     AS_WRITTEN,
     check_utf8,
@@ -147,7 +153,7 @@ class BlockReader:
             stream = Tail(f)
             if not stream.peek():  # an empty file holds no rows (Arrow's reader calls it an error)
                 return
-            refuse_what_is_not_text(stream.peek(64), self.url, self.options.format)
+            refuse_what_is_not_text(stream.peek(64), self.url, self.options.format, ending_of(self.fs, self.path))
             reader = stream_csv(stream, self.options, self.schema, self.blocksize)
             order = names[:] = _columns_of_the_source(reader.schema.names, self.schema.names, where)
             table = None
@@ -204,7 +210,7 @@ class BlockReader:
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
         if start == 0:
-            refuse_what_is_not_text(block, self.url, self.options.format)
+            refuse_what_is_not_text(block, self.url, self.options.format, ending_of(self.fs, self.path))
         if self.options.format == "lines":
             return lines_table(block)
         if self.options.as_written:

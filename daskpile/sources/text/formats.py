@@ -9,6 +9,7 @@ import dataclasses
 import lzma
 import posixpath
 import re
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -38,11 +39,15 @@ WIDE_BOMS = {  # (UTF-32's little-endian mark begins as UTF-16's: looked for fir
 }  # fmt: skip
 
 
-def refuse_what_is_not_text(head: bytes, url: str, fmt: str) -> None:
+def refuse_what_is_not_text(head: bytes, url: str, fmt: str, ending: Callable[[], bytes] | None = None) -> None:
     """Refuse a file read as text whose first bytes ``head`` say it is not (UTF-8) text: UTF-16 or UTF-32 by a
     byte order mark, or compressed, Parquet, Arrow, ORC or zip data by its signature.  Cut at the byte 10, a
     wide encoding's lines were each other's halves (an Excel "Unicode Text" file came out as one more row,
     verified), and a .txt holding gzip data, or a Parquet file given as lines, was shuffled as lines, verified.
+
+    A signature is taken with the bytes its format puts after it, so that text beginning "PAR1" or "ORCA" is
+    read; ORC's (three letters and then anything) is taken only if the file's last bytes, ``ending()``, are an
+    ORC postscript's too.
     """
     encoding = next((name for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
     if encoding is not None:
@@ -51,32 +56,57 @@ def refuse_what_is_not_text(head: bytes, url: str, fmt: str) -> None:
             f"newline is not the byte 10: convert it to UTF-8 first (iconv -f {encoding} -t UTF-8)"
         )
     kind = next((kind for kind, signature in _SIGNATURES.items() if signature.match(head)), None)
-    if kind is None or not _CONTROL.search(head[:64]):  # (text may begin "PAR1" or "ORC"; such data goes on binary)
+    if kind is None and head.startswith(b"ORC") and ending is not None and ending()[-4:-1] == b"ORC":
+        kind = "ORC"
+    if kind is None:
         return
     name = posixpath.basename(url)
     extension = next((suffix for suffix, codec in COMPRESSIONS.items() if codec == kind), None)
-    if extension is not None and compression_of(url) is not None:
-        what = f"it was compressed twice: decompress it once ({name}, decompressed, holds {kind} data again)"
+    compressed = compression_of(url)
+    if extension is not None and compressed is not None:
+        what = f"decompressed as its name says ({compressed}), it holds {kind} data: decompress that too first"
     elif extension is not None:
         what = f"rename it {name}{extension}, and it is read decompressed"
     elif kind == "zip":
         what = "unzip it first"
     elif kind == "Feather v1":
         what = "rewrite it as Arrow (pyarrow.feather.write_feather(pyarrow.feather.read_table(path), new_path))"
+    elif compressed is not None:
+        what = f"decompress it, and read that as {kind}"
     else:
-        option = {"Parquet": "parquet", "Arrow": "arrow", "ORC": "orc"}[kind]
-        what = f"read it as {kind} (format={option!r}, --format {option})"
+        suffix, option = {"Parquet": (".parquet", "parquet"), "Arrow": (".arrow", "arrow"), "ORC": (".orc", "orc")}[
+            kind
+        ]
+        if name.lower().endswith(suffix):  # (named so, and given another format)
+            what = f"read it as {kind} (format={option!r}, --format {option}, or the format its name says)"
+        else:
+            what = f"rename it {posixpath.splitext(name)[0]}{suffix}, and it is read as {kind}"
     raise ValueError(f"cannot read {url!r} as {fmt}: it holds {kind} data, not text (it starts {head[:8]!r}): {what}")
 
 
-# The first bytes of data that is not text (MAGIC's codecs, with bz2's first block or its empty stream)
+def ending_of(fs, path: str) -> Callable[[], bytes]:
+    """The last bytes of an uncompressed file, read when called (b"" for a compressed one, or unreadable)."""
+
+    def ending() -> bytes:
+        if compression_of(path) is not None:
+            return b""
+        try:
+            return fs.cat_file(path, start=max(fs.size(path) - 4, 0))
+        except (OSError, ValueError):
+            return b""
+
+    return ending
+
+
+# The first bytes of data that is not text, with what its format puts after them (Parquet's first page or
+# footer, a thrift struct, begins 0x15; Arrow and Feather v1 pad to 8 bytes with zeros; bz2's first block,
+# or its empty stream's end, follows its header): text that begins as one does is read
 _SIGNATURES = {
-    "gzip": re.compile(rb"\x1f\x8b"), "zstd": re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"),
-    "bz2": re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P)"), "xz": re.compile(rb"\xfd7zXZ\x00"),
-    "Parquet": re.compile(rb"PAR1"), "Arrow": re.compile(rb"ARROW1"), "ORC": re.compile(rb"ORC"),
-    "Feather v1": re.compile(rb"FEA1"), "zip": re.compile(rb"PK\x03\x04"),
+    "gzip": re.compile(rb"\x1f\x8b\x08"), "zstd": re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"),
+    "bz2": re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "xz": re.compile(rb"\xfd7zXZ\x00"),
+    "Parquet": re.compile(rb"PAR1\x15"), "Arrow": re.compile(rb"ARROW1\x00\x00"),
+    "Feather v1": re.compile(rb"FEA1\x00\x00\x00\x00"), "zip": re.compile(rb"PK\x03\x04"),
 }  # fmt: skip
-_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")  # (no text format's: not tab, newline, CR, FF)
 
 
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types

@@ -26,6 +26,7 @@ from daskpile.sources.text.formats import (
     SAMPLE_BYTES,
     TextOptions,
     arrow_type,
+    ending_of,
     error_line,
     is_utf8,
     open_decompressed,
@@ -45,7 +46,7 @@ def sample(fs, path: str, options: TextOptions | None = None) -> bytes:
     header = options is not None and options.format in ("csv", "tsv") and not options.autogenerate_column_names
     with open_decompressed(fs, path) as f:
         head = f.read(SAMPLE_BYTES)
-        refuse_what_is_not_text(head, full_url(fs, path), options.format if options else "text")
+        refuse_what_is_not_text(head, full_url(fs, path), options.format if options else "text", ending_of(fs, path))
         if len(head) < SAMPLE_BYTES:
             return head  # the whole file
         lines = head.count(b"\n")
@@ -72,7 +73,7 @@ def first_records(fs, path: str, options: TextOptions, declared: dict) -> tuple[
     while True:
         with open_decompressed(fs, path) as f:
             head = f.read(block)
-        refuse_what_is_not_text(head, full_url(fs, path), options.format)
+        refuse_what_is_not_text(head, full_url(fs, path), options.format, ending_of(fs, path))
         if not head:  # an empty file: no rows, and no columns (Arrow's readers call it an error)
             return pa.table({}), head
         try:
