@@ -2232,6 +2232,10 @@ def test_a_folder_of_logs_without_a_format_is_told_to_give_one(tmp_path, sync_sc
     with pytest.raises(FileNotFoundError, match=r"app\.log'\); to read them as text, give their format \(format='l"):
         daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2)
     assert daskpile.shuffle_parquet(str(tmp_path / "logs"), str(tmp_path / "out"), 2, format="lines").rows == 1
+    (tmp_path / "pictures").mkdir()  # (not text: no such advice)
+    (tmp_path / "pictures" / "a.jpg").write_bytes(b"\xff\xd8\xff")
+    with pytest.raises(FileNotFoundError, match=r"such as '.*a\.jpg'\)$"):
+        daskpile.shuffle_parquet(str(tmp_path / "pictures"), str(tmp_path / "o2"), 2)
 
 
 def test_a_link_whose_target_is_gone_is_said_so_named_or_in_a_folder(tmp_path, sync_scheduler):
