@@ -1685,12 +1685,16 @@ def test_a_string_column_that_is_not_utf8_is_one_line_naming_it_and_writes_nothi
             {"id": [1, 2], "v": [b"ok", b"\xff\xfe"]},
             "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), in '",
         ),
+        (  # (a dictionary's values too: found in pass 2 only, naming no file)
+            {"id": [1, 2], "v": pa.array([b"ok", b"\xff\xfe"]).dictionary_encode()},
+            "column 'v' holds bytes that are not UTF-8 (b'\\xff\\xfe'), in '",
+        ),
         # these failed only at the end, as a fingerprint mismatch: NaN is read back as null, an empty line skipped;
         # NaN is now refused in pass 1, naming its file
         ({"id": [1, 2, 3], "x": [1.5, float("nan"), 2.5]}, "column 'x' holds NaN, in '"),
         ({"s": ["a", None, "b"]}, "column 's' holds nulls, which a CSV of one column writes as empty lines"),
     ],
-    ids=["bytes not UTF-8", "NaN", "nulls in one column"],
+    ids=["bytes not UTF-8", "a dictionary of bytes not UTF-8", "NaN", "nulls in one column"],
 )
 def test_values_csv_reads_back_as_others_are_named_and_nothing_is_written(tmp_path, sync_scheduler, table, message):
     pq.write_table(pa.table(table), tmp_path / "in.parquet")

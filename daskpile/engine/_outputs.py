@@ -162,10 +162,14 @@ class Output:
         """
         if self.format not in ("csv", "jsonl") or (self.format == "jsonl" and is_json_text(table.schema)):
             return
-        binary = [name for name, t in zip(table.column_names, table.schema.types, strict=True) if t in _BINARY]
         # (plain lines written as CSV or JSON lines: a line not UTF-8 was said in pass 2, of no file, and of
-        # whichever pile failed first)
-        found = _not_utf8(table.select(binary)) if binary else None
+        # whichever pile failed first); a dictionary's values as the rows hold them
+        binary = {
+            name: column if column.type in _BINARY else column.cast(column.type.value_type)
+            for name, column in zip(table.column_names, table.columns, strict=True)
+            if column.type in _BINARY or (pa.types.is_dictionary(column.type) and column.type.value_type in _BINARY)
+        }
+        found = _not_utf8(pa.table(binary)) if binary else None
         if found is not None:
             name, value = found
             raise ValueError(
