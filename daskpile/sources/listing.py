@@ -104,7 +104,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
                 hidden.append(strays[-1])
         elif base.upper() in NOT_DATA if named else is_stray(base, format):  # ('exports/*.DAT' with csv)
             strays.append(full_url(fs, name))
-        elif info.get("islink") and info.get("type") == "other" and not fs.exists(name):  # (its data is missing)
+        elif info.get("islink") and info.get("type") == "other" and not exists(fs, name):  # (its data is missing)
             raise FileNotFoundError(f"{role} file {full_url(fs, name)!r} {_gone_or_broken(fs, name)}")
         else:
             files.append(info)
