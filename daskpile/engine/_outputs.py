@@ -169,13 +169,8 @@ class Output:
             for name, column in zip(table.column_names, table.columns, strict=True)
             if column.type in _BINARY or (pa.types.is_dictionary(column.type) and column.type.value_type in _BINARY)
         }
-        found = _not_utf8(pa.table(binary)) if binary else None
-        if found is not None:
-            name, value = found
-            raise ValueError(
-                f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), in {where}, which a reader of the "
-                f"{self.format} text refuses: write parquet or arrow, which keep them"
-            )
+        if binary:
+            _refuse_not_utf8(pa.table(binary), self, where)
         for name, column in zip(table.column_names, table.columns, strict=True):
             if not pa.types.is_floating(column.type):
                 continue
@@ -406,15 +401,17 @@ def read_back(data: list[pa.Buffer], table: pa.Table, output: Output) -> pa.Tabl
         raise
 
 
-def _refuse_not_utf8(table: pa.Table, output: Output) -> None:
-    """Raise, naming the column and value, if a string or binary column holds bytes that are not UTF-8."""
+def _refuse_not_utf8(table: pa.Table, output: Output, where: str | None = None) -> None:
+    """Raise, naming the column and value (and ``where``: their file), if a string or binary column holds bytes
+    that are not UTF-8."""
     found = _not_utf8(table)
     if found is None:
         return
     name, value = found
-    binary = table.schema.field(name).type in (pa.binary(), pa.large_binary())
+    binary = table.schema.field(name).type in _BINARY
+    in_file = f", in {where}" if where else ""
     raise ValueError(
-        f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}), which a reader of the "
+        f"column {name!r} holds bytes that are not UTF-8 ({value[:40]!r}){in_file}, which a reader of the "
         f"{output.format} text refuses: write parquet or arrow, which keep them"
         + (", or cast the column to binary" if output.format == "lines" and not binary else "")
     ) from None

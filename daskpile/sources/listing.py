@@ -20,9 +20,8 @@ import posixpath
 import re
 
 import fsspec
-import fsspec.implementations.local
 
-from daskpile._storage import GLOB_CHARS, as_urls, exists, filesystem, full_url
+from daskpile._storage import GLOB_CHARS, as_urls, exists, filesystem, full_url, is_local
 from daskpile.sources import tables, text
 
 SIDECARS = ("_metadata", "_common_metadata")
@@ -174,7 +173,7 @@ def _refuse_splits(found: dict, url: str) -> None:
 
 def _gone_or_broken(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """What is wrong with a path not found: a link whose target is gone, or nothing there."""
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem) and os.path.islink(path):
+    if is_local(fs) and os.path.islink(path):
         return f"is a link to {os.readlink(path)!r}, which does not exist"
     return "does not exist"
 

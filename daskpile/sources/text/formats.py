@@ -61,7 +61,7 @@ def refuse_what_is_not_text(head: bytes, url: str, fmt: str, ending: Callable[[]
     if kind is None:
         return
     name = posixpath.basename(url)
-    extension = next((suffix for suffix, codec in COMPRESSIONS.items() if codec == kind), None)
+    extension = _extension_of(kind)
     compressed = compression_of(url)
     if extension is not None and compressed is not None:
         what = f"decompressed as its name says ({compressed}), it holds {kind} data: decompress that too first"
@@ -98,15 +98,26 @@ def ending_of(fs, path: str) -> Callable[[], bytes]:
     return ending
 
 
-# The first bytes of data that is not text, with what its format puts after them (Parquet's first page or
-# footer, a thrift struct, begins 0x15; Arrow and Feather v1 pad to 8 bytes with zeros; bz2's first block,
-# or its empty stream's end, follows its header): text that begins as one does is read
+# The first bytes of each compression's data (a gzip member's, a zstd frame's, a bz2 stream's, an xz stream's)
+MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
+_ZSTD_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18", re.S)  # a skippable frame's (pzstd writes one first)
+
+# The first bytes of data that is not text, with what its format puts after them (a gzip member's method,
+# deflate; bz2's first block, or its empty stream's end; Parquet's first page or footer, a thrift struct, begins
+# 0x15; Arrow and Feather v1 pad to 8 bytes with zeros): text that begins as one does is read
 _SIGNATURES = {
-    "gzip": re.compile(rb"\x1f\x8b\x08"), "zstd": re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"),
-    "bz2": re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "xz": re.compile(rb"\xfd7zXZ\x00"),
+    "gzip": re.compile(re.escape(MAGIC["gzip"]) + rb"\x08"),
+    "zstd": re.compile(re.escape(MAGIC["zstd"]) + rb"|" + _ZSTD_SKIPPABLE.pattern),
+    "bz2": re.compile(re.escape(MAGIC["bz2"]) + rb"[1-9](1AY&SY|\x17rE8P\x90)"),
+    "xz": re.compile(re.escape(MAGIC["xz"])),
     "Parquet": re.compile(rb"PAR1\x15"), "Arrow": re.compile(rb"ARROW1\x00\x00"),
     "Feather v1": re.compile(rb"FEA1\x00\x00\x00\x00"), "zip": re.compile(rb"PK\x03\x04"),
 }  # fmt: skip
+
+
+def _extension_of(compression: str) -> str | None:
+    """The file extension that says ``compression`` (".gz" for gzip); None for what is not one."""
+    return next((suffix for suffix, name in COMPRESSIONS.items() if name == compression), None)
 
 
 SAMPLE_BYTES = 2**20  # of the first file, for the column names and types
@@ -486,11 +497,6 @@ def open_decompressed(fs, path: str, listed: FileVersion | None = None, **option
         raise ValueError(f"cannot read {url!r}: its {compression} data is damaged or cut short ({said})") from e
 
 
-# The first bytes of each compression's data (a gzip member's, a zstd frame's, a bz2 stream's, an xz stream's)
-MAGIC = {"gzip": b"\x1f\x8b", "zstd": b"\x28\xb5\x2f\xfd", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}
-_ZSTD_SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18", re.S)  # a skippable frame's (pzstd writes one first)
-
-
 def _held_instead_of(fs, path: str, compression: str) -> str | None:
     """What a file whose codec failed holds, where it does not start as ``compression``'s data does (a plain
     file named .gz, zstd data named .gz): "damaged or cut short" sent its user looking for a broken download.
@@ -505,7 +511,7 @@ def _held_instead_of(fs, path: str, compression: str) -> str | None:
     if other is not None:
         file_name = posixpath.basename(path)
         stem = file_name[: len(uncompressed_name(file_name)[0])]  # (its own case: Events.CSV.gz, not events.csv)
-        extension = next(suffix for suffix, name in COMPRESSIONS.items() if name == other)
+        extension = _extension_of(other)
         return f"it holds {other} data: rename it {stem}{extension}"
     return f"it is no {compression} data (it starts with {head!r}): is it compressed at all?"
 
