@@ -1045,7 +1045,8 @@ def test_invalid_utf8_in_a_text_column_is_one_line_naming_the_file(tmp_path, syn
 def test_a_value_holding_a_newline_is_refused_as_lines_and_nothing_is_written(tmp_path, sync_scheduler):
     """Written as lines it would become two rows: the run refuses before anything lands in dest."""
     write_jsonl(pa.table({"s": ["a", "b", "x" * 100 + "\nsecond half"]}), tmp_path / "n.jsonl")
-    with pytest.raises(ValueError, match=r"column 's' holds a value with a newline \(\.\.\.'x{20}\\nsecond half'\)"):
+    said = r"column 's' holds a value with a newline \(\.\.\.'x{20}\\nsecond half'\), in '.*n\.jsonl', which"
+    with pytest.raises(ValueError, match=said):
         daskpile.shuffle_parquet(str(tmp_path / "n.jsonl"), str(tmp_path / "out"), 2, output_format="lines")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -1127,10 +1128,9 @@ def test_json_objects_quote_text_beside_numbers_and_nulls_in_any_column_order(or
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
-def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(tmp_path, scheduler):
-    """One pile fails in pass 2 while others are being written: the error waits for them, then removes them.
-    (A text value holding a newline, written as lines: pass 2 finds it.  A line not UTF-8 written as JSON lines,
-    which this test wrote, is refused in pass 1 now, naming its file.)"""
+def test_a_value_its_format_cannot_hold_fails_the_run_naming_its_file_and_leaves_no_file_in_dest(tmp_path, scheduler):
+    """A text value holding a newline, written as lines: pass 2 found it, naming no file, after a whole pass 1.
+    Pass 1 refuses it now, naming the file, on a cluster as on threads."""
     (tmp_path / "lake").mkdir()
     texts = [f"line {i}" for i in range(40_000)]
     texts[123] = "two\nlines"
@@ -1144,8 +1144,8 @@ def test_a_pile_its_format_cannot_hold_fails_the_run_and_leaves_no_file_in_dest(
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "daskpile: error: column 'text' holds a value with a newline ('two\\nlines'), which a file of lines would "
-        "make two lines: write another format"
+        f"daskpile: error: column 'text' holds a value with a newline ('two\\nlines'), in "
+        f"{str(tmp_path / 'lake' / 'a.parquet')!r}, which a file of lines would make two lines: write another format"
     ]
     assert not (tmp_path / "out").exists()
 

@@ -150,16 +150,23 @@ class Output:
             return False
         return True
 
-    def refuse_values(self, table: pa.Table, where: str) -> None:
+    def refuse_values(self, table: pa.Table, where: str, *, cut_at_newlines: bool = False) -> None:
         """Refuse, as pass 1 reads them (``where``: their file), values this format writes as others: a
-        NaN in CSV (read back as null), a NaN or infinity in JSON lines (which JSON cannot hold).  Pass 2's
-        writers refuse them too; found here, no more of pass 1 is spent on a run that cannot finish.
+        NaN in CSV (read back as null), a NaN or infinity in JSON lines (which JSON cannot hold), a value
+        holding a newline in lines (two lines read back; not looked for where the input's rows were
+        ``cut_at_newlines``).  Pass 2's writers refuse them too; found here, the message names the file, and
+        no more of pass 1 is spent on a run that cannot finish.
 
         >>> Output("csv").refuse_values(pa.table({"x": [1.0, float("nan")]}), "'a.parquet'")
         Traceback (most recent call last):
         ...
         ValueError: column 'x' holds NaN, in 'a.parquet', which CSV readers read back as null: write another format
         """
+        if self.format == "lines" and not cut_at_newlines:
+            for name, column in zip(table.column_names, table.columns, strict=True):
+                values = column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+                for chunk in values.chunks:
+                    _refuse_newline(chunk, name, where)
         if self.format not in ("csv", "jsonl") or (self.format == "jsonl" and is_json_text(table.schema)):
             return
         # (plain lines written as CSV or JSON lines: a line not UTF-8 was said in pass 2, of no file, and of
@@ -698,18 +705,7 @@ def _run_bytes(chunks: list[pa.Array], kind: pa.DataType, name: str) -> pa.Buffe
         values = _kernels.as_wide(values)
     if values.null_count:
         values = values.fill_null(_kernels.binary_scalar(b"", values.type))
-    if _holds_newline(values):
-        value = values[pc.index(pc.match_substring(values.cast(pa.large_binary()), "\n"), True).as_py()].as_py()
-        at = value.index("\n" if isinstance(value, str) else b"\n")
-        shown = (
-            ("..." if at > 20 else "")
-            + repr(value[max(at - 20, 0) : at + 20])
-            + ("..." if len(value) > at + 20 else "")
-        )
-        raise ValueError(
-            f"column {name!r} holds a value with a newline ({shown}), which a file of lines would make two lines: "
-            "write another format"
-        )
+    _refuse_newline(values, name)
     if not len(values):
         return pa.py_buffer(b"")
     # One list of the values and an empty one, joined by newlines: 3x faster than appending a newline to
@@ -721,6 +717,23 @@ def _run_bytes(chunks: list[pa.Array], kind: pa.DataType, name: str) -> pa.Buffe
     one_list = pa.Array.from_buffers(pa.int32(), 2, [None, pa.py_buffer(np.array([0, len(lines)], dtype=np.int32))])
     joined = pc.binary_join(pa.ListArray.from_arrays(one_list, lines), _kernels.binary_scalar(b"\n", values.type))
     return _kernels.value_bytes(joined)
+
+
+def _refuse_newline(values: pa.Array, name: str, where: str | None = None) -> None:
+    """Raise, naming the column and value (and ``where``: their file), if a value holds a newline, which a
+    file of lines would make two lines."""
+    if not _holds_newline(values):
+        return
+    value = values[pc.index(pc.match_substring(values.cast(pa.large_binary()), "\n"), True).as_py()].as_py()
+    at = value.index("\n" if isinstance(value, str) else b"\n")
+    shown = (
+        ("..." if at > 20 else "") + repr(value[max(at - 20, 0) : at + 20]) + ("..." if len(value) > at + 20 else "")
+    )
+    in_file = f", in {where}" if where else ""
+    raise ValueError(
+        f"column {name!r} holds a value with a newline ({shown}){in_file}, which a file of lines would make two "
+        "lines: write another format"
+    )
 
 
 def _holds_newline(values: pa.Array) -> bool:

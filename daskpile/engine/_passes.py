@@ -302,13 +302,14 @@ def _check_rows_scattered(files: list[SourceFile], reading: Reading, footers: in
 def _refuse_values(output: Output, table: pa.Table, fs, files: list[SourceFile], reading: Reading, blocksize: int):
     """``Output.refuse_values`` of a piece, naming the file that holds the value refused: a piece may span
     files, which are then read again, one at a time, to find it (bad input only)."""
+    cut_at_newlines = reading.text is not None and reading.text.format == "lines"  # (no value holds one)
     try:
-        output.refuse_values(table, _files_said(files))
+        output.refuse_values(table, _files_said(files), cut_at_newlines=cut_at_newlines)
     except ValueError:
         if len(files) > 1:
             for f in files:
                 for _, alone in read_pieces(fs, [f], reading, blocksize):
-                    output.refuse_values(alone, repr(f.path))
+                    output.refuse_values(alone, repr(f.path), cut_at_newlines=cut_at_newlines)
         raise
 
 
