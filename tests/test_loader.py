@@ -7,6 +7,7 @@ import gc
 import json
 import operator
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -539,6 +540,42 @@ def test_a_state_of_other_filters_says_so_and_resumes_with_the_state_s(datasets)
     with pytest.raises(ValueError, match=r"mix 2 \(this loader 1\)"):  # (a layout said as it is)
         other = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, mix=2, filters=[("id", "<", 10)])
         daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4).load_state_dict(other.state_dict())
+
+
+def test_a_state_of_filters_selecting_other_rows_as_many_in_each_file_is_refused(datasets):
+    """Fold 0 and fold 1 of a dataset whose folds are dealt out evenly: a state of one resumed on the other,
+    silently, as each file gave as many rows (and its batches were rows the state had never seen)."""
+    files = [
+        pq.read_table(path, columns=["id"])["id"].to_pylist() for path in Path(datasets["eager"]).glob("*.parquet")
+    ]
+    fold = {k: [("id", "in", {i for ids in files for i in ids[k : len(ids) // 2 * 2 : 2]})] for k in (0, 1)}
+    taken = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=fold[0])
+    batches = iter(taken)
+    next(batches)
+    state = taken.state_dict()
+    rest = list(batches)
+    with pytest.raises(ValueError) as refused:
+        daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=fold[1]).load_state_dict(state)
+    said = str(refused.value)  # (the filters said shortly: this set of ids, whole, took 130 kB)
+    assert (
+        re.fullmatch(
+            r"the state belongs to a loader of other filters: \[\('id', 'in', \[.{150,}\.\.\. \([\d,]+ characters\) "
+            r"\(this loader .*\): make the loader with the state's filters to resume \(refused as: the state belongs "
+            r"to other rows of the same files: its filters select as many rows of each file, and other ones\)",
+            said,
+        )
+        and len(said) < 700
+    ), said
+    # the same rows selected by other filters resume
+    same_rows = [("id", "in", {i for ids in files for i in ids[: len(ids) // 2 * 2 : 2]} | {-1})]
+    resumed = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=same_rows)
+    resumed.load_state_dict(state)
+    assert [b.equals(r) for b, r in zip(resumed, rest, strict=True)] == [True] * len(rest)
+    # and a filter that selects every row is no filter
+    everything = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4, filters=[("id", ">=", 0)])
+    plain = daskpile.PileLoader(datasets["eager"], batch_size=300, seed=4)
+    next(iter(everything))
+    plain.load_state_dict(everything.state_dict())
 
 
 def test_a_state_of_another_shuffle_of_the_same_rows_is_refused_and_a_copy_elsewhere_resumes(datasets, tmp_path):

@@ -494,6 +494,7 @@ class PileLoader:
             "content": self.units.content,
             "lazy": self.units.lazy,
             "filters": self._filters_said(),
+            "selection": self.units.selection,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -652,8 +653,9 @@ class PileLoader:
             return None
         # The filters as given, a set's values in order: an expression of a set prints them in the order of the
         # process's hash seed (a state taken in another process said its same filters were other ones)
-        said = str(_in_order(filters)) if isinstance(filters, (list, tuple)) else str(filters)
-        return " ".join(said.split())  # (one line)
+        said = " ".join((str(_in_order(filters)) if isinstance(filters, (list, tuple)) else str(filters)).split())
+        # (one line, and short: a set of ids said in a state and a message whole took 130 kB)
+        return said if len(said) <= _FILTERS_SHOWN else f"{said[:_FILTERS_SHOWN]}... ({len(said):,} characters)"
 
     def _check_state(self, state: dict) -> None:
         with self._other_filters_said(state):
@@ -713,6 +715,11 @@ class PileLoader:
                 "the state belongs to another dataset: the same files and rows per file, of another shuffle (another "
                 "seed, or other rows: written again since the state was taken)"
             )
+        if state.get("selection", self.units.selection) != self.units.selection:  # (older states: none)
+            raise ValueError(
+                "the state belongs to other rows of the same files: its filters select as many rows of each file, "
+                "and other ones"
+            )
 
 
 def _in_order(value):
@@ -727,6 +734,8 @@ def _in_order(value):
         return type(value)(_in_order(v) for v in value)
     return value
 
+
+_FILTERS_SHOWN = 200  # characters of the filters a state and its messages say
 
 _STATE_COUNTS = ("epoch", "canonical_ranks", "mix", "rows", "files", "world_size", "batch_size", "batches")
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from daskpile._kernels import integer_or_boolean
@@ -61,6 +62,9 @@ class Units:
     versions: tuple[tuple[FileVersion | None, ...], ...] = ()
     content: str = ""  # see ``content_key``
     content_before: str | None = None  # the key states saved before pile stamps were part of it had, if other
+    # Which rows of each file the filter selects (None: every row, or no filter): other filters that select as
+    # many rows of each file, other ones (fold 0 against fold 1), refuse each other's states
+    selection: str | None = None
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -167,6 +171,7 @@ def discover(
     content = content_key(manifest, infos, [c.stamp or c.pile for c in counted] if manifest is None else ())
     # (files named one by one, which shuffle_parquet's pile stamps tell apart now: states saved before keep theirs)
     before = content_key(manifest, infos, [c.stamp for c in counted]) if manifest is None else None
+    selection = _selection(counted)
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
@@ -175,7 +180,7 @@ def discover(
         units = tuple((p,) for p in paths)
         versions = tuple((listed[p],) for p in paths)
         return Units(fs, units, file_rows, lazy, schema, expression, version, None, nulls, uncounted, versions, content,
-                     content_before=before)  # fmt: skip
+                     content_before=before, selection=selection)  # fmt: skip
     units = pile_files(paths, file_piles, piles)
     rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
     # a pile of several files (generations, key values) is in their order, so it is read whole and
@@ -183,7 +188,14 @@ def discover(
     lazy = lazy or any(len(u) > 1 for u in units)
     versions = tuple(tuple(listed[p] for p in files) for files in units)
     return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted, versions, content,
-                 content_before=before)  # fmt: skip
+                 content_before=before, selection=selection)  # fmt: skip
+
+
+def _selection(counted: list[_Counted] | None) -> str | None:
+    """``Units.selection``: the files' selected rows, as one digest; None where every row of every file is."""
+    if counted is None or all(c.selected is None for c in counted):
+        return None
+    return hashlib.sha256(json.dumps([c.selected for c in counted]).encode()).hexdigest()[:16]
 
 
 def _nulls(manifest: dict | None, counted, keys: FolderKeys | None, schema: pa.Schema):
@@ -400,6 +412,7 @@ class _Counted:
     info: dict | None = None  # the file's, as the store lists it (size and version), before its footer was read
     stamp: bytes | None = None  # its footer's ``shuffle(ddf).to_parquet`` stamp (see ``content_key``)
     pile: bytes | None = None  # its footer's ``shuffle_parquet`` pile stamp
+    selected: str | None = None  # which of its rows the filter selects, as a digest (None: all of them)
 
 
 def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
@@ -415,7 +428,12 @@ def _count(fs, path: str, expression, keys: FolderKeys | None) -> _Counted:
             return _Counted(total, schema, lazy, total, nulls, uncounted, info, stamp, pile)
     with parquet_errors(full_url(fs, path)), _filter_errors([*schema.names, *(keys.schema.names if keys else [])]):
         dataset = parquet_dataset(fs, path, keys, schema if keys is None else _with_keys(schema, keys))
-        return _Counted(dataset.count_rows(filter=expression), schema, lazy, total, nulls, uncounted, info, stamp, pile)
+        # the filter's value on each row, rather than count_rows: a piles' row groups all span their columns'
+        # ranges, so statistics skip none, and the rows selected, not only their count, tell filters apart
+        passed = dataset.to_table(columns={"passed": expression}).column("passed").fill_null(False)
+    rows = pc.sum(passed.cast(pa.int64())).as_py() or 0
+    selected = None if rows == len(passed) else hashlib.sha256(np.packbits(passed.to_numpy())).hexdigest()[:16]
+    return _Counted(rows, schema, lazy, total, nulls, uncounted, info, stamp, pile, selected)
 
 
 def _info(fs, path: str) -> dict | None:
