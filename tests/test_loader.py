@@ -434,7 +434,7 @@ def test_numpy_integers_given_are_plain_ints_in_the_state(datasets):
     assert all(
         type(v) is int
         for k, v in state.items()
-        if k not in ("format", "drop_last", "starts", "version", "data", "content", "lazy", "filters")
+        if k not in ("format", "drop_last", "starts", "version", "data", "content", "lazy", "filters", "selection")
     )
 
 
