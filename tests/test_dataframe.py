@@ -3,6 +3,7 @@ import gc
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -297,6 +298,34 @@ def test_to_parquet_after_the_shuffle_writes_the_piles_in_order(uneven, tmp_path
     assert len(files) == 6
     back = pd.concat([pd.read_parquet(f) for f in files])
     np.testing.assert_array_equal(back["id"].to_numpy(), shuffled.compute()["id"].to_numpy())
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
+def test_a_to_parquet_that_fails_shows_no_pile_even_after_the_tasks_still_running(request, tmp_path, scheduler):
+    """A new user's trial: a value one pile cannot write (a string in a column of ints) failed the write with 8
+    of 16 piles in dest, which every reader took for the dataset; piles still being written appeared after the
+    error, one in a folder the user had removed. Piles are shown together by the write's last task now."""
+    if scheduler == "local cluster":
+        request.getfixturevalue("client")
+    values = np.arange(40_000).astype(object)
+    values[5] = "oops"
+    df = pd.DataFrame({"id": np.arange(40_000), "v": values})
+    dest = tmp_path / "out"
+    on_threads = {"scheduler": "threads"} if scheduler == "threads" else {}
+    with dask.config.set({"dataframe.convert-string": False, **on_threads}):  # (else Dask makes "v" strings)
+        shuffled = daskpile.shuffle(dd.from_pandas(df, npartitions=4), piles=16, seed=1)
+        with pytest.raises(Exception, match="Could not convert 'oops'"):
+            shuffled.to_parquet(str(dest), schema=None)
+    shown = lambda: [n for n in os.listdir(dest) if not n.startswith(".")] if dest.exists() else []  # noqa: E731
+    assert shown() == []
+    shutil.rmtree(dest)  # as a user cleaning up would: the tasks still running bring no folder back
+    time.sleep(2)
+    assert not dest.exists()
+    # and one that does not fail shows them all, the temporaries gone
+    good = daskpile.shuffle(dd.from_pandas(df.assign(v=df["id"]), npartitions=4), piles=16, seed=1)
+    good.to_parquet(str(dest))
+    assert sorted(os.listdir(dest)) == sorted(f"part.{i}.parquet" for i in range(16))
+    assert len(dd.read_parquet(str(dest))) == 40_000
 
 
 def test_to_parquet_is_one_task_per_input_partition_and_per_pile(uneven):

@@ -38,9 +38,7 @@ import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from dask._task_spec import Task, TaskRef
-from dask.dataframe.dask_expr._collection import new_collection
 from dask.dataframe.dask_expr._expr import (
     Blockwise,
     Expr,
@@ -52,8 +50,6 @@ from dask.dataframe.dask_expr._expr import (
 from dask.dataframe.dask_expr._reductions import Count, Max, Min, NBytes
 from dask.dataframe.dask_expr._util import _convert_to_list
 from dask.dataframe.dask_expr.io.io import IO, BlockwiseIO
-from dask.dataframe.dask_expr.io.parquet import ToParquetBarrier
-from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine, _index_in_schema
 from dask.tokenize import tokenize
 
 from daskpile._compute import (
@@ -65,7 +61,6 @@ from daskpile._compute import (
 )
 from daskpile._random import resolve_seed
 from daskpile._storage import (
-    atomic_sink,
     exists,
     full_url,
     is_local,
@@ -77,7 +72,8 @@ from daskpile._storage import (
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
-from daskpile.engine import _manifest, _passes, _sizing
+from daskpile.dataframe._to_parquet import write_piles
+from daskpile.engine import _passes, _sizing
 from daskpile.engine._places import refuse_blind_workers
 from daskpile.engine._scratch import Scratch, read_pile
 
@@ -286,94 +282,8 @@ class PileFrame(dd.DataFrame):
 
     @redacting_errors
     def to_parquet(self, path, *, compute: bool = True, compute_kwargs: dict | None = None, **kwargs):
-        categorical = [str(c) for c, t in self._meta.dtypes.items() if isinstance(t, pd.CategoricalDtype)]
-        counted = _null_counted(self._meta, kwargs.get("write_index", True))
-        kwargs.setdefault("write_statistics", counted or False)
-        kwargs.setdefault("use_dictionary", categorical or False)
-        if kwargs.get("engine", "auto") in ("auto", "pyarrow"):  # Dask's names of the engine this one extends
-            kwargs["engine"] = PileParquetEngine
-        if isinstance(kwargs["engine"], type) and issubclass(kwargs["engine"], PileParquetEngine):
-            kwargs.setdefault("compression", SNAPPY_WHERE_IT_PAYS)
         shuffled = next(iter(self.expr.find_operations(PileShuffle)))
-        stamp = json.dumps({"seed": shuffled.seed, "piles": shuffled.piles}).encode()
-        kwargs["custom_metadata"] = {_manifest.SHUFFLE_METADATA_KEY: stamp, **(kwargs.get("custom_metadata") or {})}
-        write = super().to_parquet(path, compute=False, **kwargs)
-        # Fused as ``persist()`` fuses: ``compute()`` does not (Dask 2026.8 optimizes what it computes
-        # without blockwise fusion), so reading a partition, its pass 1, and a pile's pass 2, index reset
-        # and write would each be a task of its own: 274 tasks for dataset A in 64 piles instead of 106.
-        write = new_collection(write.expr.optimize(fuse=True))
-        if not compute:
-            return write
-        result = write.compute(**(compute_kwargs or {}))
-        for barrier in write.expr.find_operations(ToParquetBarrier):
-            barrier.fs.invalidate_cache(barrier.path)  # as Dask's to_parquet does after writing
-        return result
-
-
-def _null_counted(meta: pd.DataFrame, write_index: bool) -> list[str]:
-    """The columns ``to_parquet`` writes statistics of, for their null counts (``PileLoader`` gives a column with
-    a null in any file one dtype in every batch): integers and booleans, the index too as Dask writes it.
-
-    >>> _null_counted(pd.DataFrame({"x": [1], "s": ["a"]}, index=pd.Index([7], name="user")), write_index=True)
-    ['x', 'user']
-    """
-
-    def counts(dtype) -> bool:
-        return pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
-
-    counted = [str(name) for name, dtype in meta.dtypes.items() if counts(dtype)]
-    if write_index and counts(meta.index.dtype):
-        counted.append("__null_dask_index__" if meta.index.name is None else str(meta.index.name))  # as Dask names it
-    return counted
-
-
-SNAPPY_WHERE_IT_PAYS = "daskpile: snappy where it pays"  # PileFrame.to_parquet's default compression
-
-
-class PileParquetEngine(ArrowDatasetEngine):
-    """Dask's pyarrow engine, writing each pile as ``shuffle_parquet`` writes one.
-
-    The files hold what Dask's own engine writes (the same table, schema and
-    pandas metadata); two things differ in how they are written:
-
-    - through ``atomic_sink``: a local file is written by Arrow without the
-      GIL (Dask's engine writes through a Python file object, 0.6 s of the
-      4.1 s of dataset A on one thread) under a temporary name, then renamed,
-      so a task killed mid-write leaves no partial file under a final name;
-    - with ``compression=SNAPPY_WHERE_IT_PAYS`` (``PileFrame.to_parquet``'s
-      default), Snappy on the columns of the pile it shrinks only
-      (``_passes.compression``).
-
-    ``partition_on`` (a file per pile and value) is left to Dask's engine.
-    """
-
-    @classmethod
-    def write_partition(
-        cls, df, path, fs, filename, partition_on, return_metadata, fmd=None, compression=None, index_cols=None,
-        schema=None, head=False, custom_metadata=None, **kwargs,
-    ):  # fmt: skip
-        if partition_on:
-            return super().write_partition(
-                df, path, fs, filename, partition_on, return_metadata, fmd,
-                "snappy" if compression == SNAPPY_WHERE_IT_PAYS else compression, index_cols, schema, head,
-                custom_metadata, **kwargs,
-            )  # fmt: skip
-        # The table as Dask's engine makes it
-        preserve_index = _index_in_schema(index_cols, schema)
-        if preserve_index:
-            df = df.set_index(index_cols)
-        table = cls._pandas_to_arrow_table(df, preserve_index=preserve_index, schema=schema)
-        if custom_metadata:
-            table = table.replace_schema_metadata({**table.schema.metadata, **custom_metadata})
-        if compression == SNAPPY_WHERE_IT_PAYS:
-            compression = _passes.compression(table)
-        collected: list = []
-        with atomic_sink(fs, fs.sep.join([path, filename])) as sink:
-            pq.write_table(table, sink, compression=compression, metadata_collector=collected, **kwargs)
-        if not return_metadata:
-            return []
-        collected[0].set_file_path(filename)
-        return [{"meta": collected[0], **({"schema": table.schema} if head else {})}]
+        return write_piles(self, path, shuffled.seed, shuffled.piles, compute, compute_kwargs, **kwargs)
 
 
 class ScratchRun:
