@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import dask
 import dask.dataframe as dd
@@ -105,6 +106,16 @@ def test_single_row_and_more_piles_than_rows(sync_scheduler):
     three = dd.from_pandas(frame(3), npartitions=1)
     out = daskpile.shuffle(three, piles=1, seed=0).compute()
     pd.testing.assert_frame_equal(out.sort_index(), three.compute())
+
+
+def test_a_pile_count_dask_would_take_minutes_to_schedule_is_warned_of_at_the_call():
+    """A new user's typo, piles=10**6 on 1,000 rows, ran 8 minutes and took 4.6 GB without a word."""
+    small = dd.from_pandas(frame(1_000), npartitions=2)
+    with pytest.warns(UserWarning, match=r"^piles=1,000,000: each pile is a partition of the result.*did you mean"):
+        daskpile.shuffle(small, piles=10**6, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        daskpile.shuffle(small, piles=50_000, seed=0)
 
 
 def test_scratch_lives_as_long_as_the_result(sync_scheduler, tmp_path):
