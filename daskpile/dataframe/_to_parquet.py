@@ -107,7 +107,9 @@ def show_piles(parts, fmd, fs, path, engine, write_metadata_file, append, compre
 
 
 def _temporary_name(filename: str, token: str) -> str:
-    return f".{filename}.{token}{TEMPORARY_SUFFIX}"
+    """Where a pile of ``filename`` (a name_function's may have folders) is written until it is shown."""
+    folder, name = posixpath.split(filename)
+    return posixpath.join(folder, f".{name}.{token}{TEMPORARY_SUFFIX}")
 
 
 def _remove_temporaries(fs, path: str, token: str) -> None:
