@@ -111,8 +111,11 @@ def test_single_row_and_more_piles_than_rows(sync_scheduler):
 def test_a_pile_count_dask_would_take_minutes_to_schedule_is_warned_of_at_the_call():
     """A new user's typo, piles=10**6 on 1,000 rows, ran 8 minutes and took 4.6 GB without a word."""
     small = dd.from_pandas(frame(1_000), npartitions=2)
-    with pytest.warns(UserWarning, match=r"^piles=1,000,000: each pile is a partition of the result.*did you mean"):
+    with pytest.warns(
+        UserWarning, match=r"^piles=1,000,000: each pile is a partition of the result.*did you mean"
+    ) as said:
         daskpile.shuffle(small, piles=10**6, seed=0)
+    assert said[0].filename == __file__  # the caller's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         daskpile.shuffle(small, piles=50_000, seed=0)
@@ -332,11 +335,35 @@ def test_a_to_parquet_that_fails_shows_no_pile_even_after_the_tasks_still_runnin
     shutil.rmtree(dest)  # as a user cleaning up would: the tasks still running bring no folder back
     time.sleep(2)
     assert not dest.exists()
-    # and one that does not fail shows them all, the temporaries gone
+    # Computed later (compute=False), a failed write leaves its piles hidden; the next write of those names
+    # removes them, and one that does not fail shows them all
+    with dask.config.set({"dataframe.convert-string": False, **on_threads}):
+        later = shuffled.to_parquet(str(dest), schema=None, compute=False)
+        with pytest.raises(Exception, match="Could not convert 'oops'"):
+            dask.compute(later)
+    assert shown() == []
     good = daskpile.shuffle(dd.from_pandas(df.assign(v=df["id"]), npartitions=4), piles=16, seed=1)
     good.to_parquet(str(dest))
     assert sorted(os.listdir(dest)) == sorted(f"part.{i}.parquet" for i in range(16))
     assert len(dd.read_parquet(str(dest))) == 40_000
+
+
+def test_to_parquet_of_names_in_folders_and_its_last_task_run_twice(tmp_path, sync_scheduler):
+    """A name_function's folders are made (the review: a pile's temporary was written in a folder not made);
+    the write's last task, run again (a retry), leaves the piles it showed as they are."""
+    from daskpile.dataframe._to_parquet import show_piles
+
+    shuffled = daskpile.shuffle(dd.from_pandas(frame(1_000), npartitions=2), piles=3, seed=0)
+    shuffled.to_parquet(str(tmp_path / "out"), name_function=lambda i: f"sub/part-{i}.parquet")
+    assert sorted(os.listdir(tmp_path / "out" / "sub")) == [f"part-{i}.parquet" for i in range(3)]
+    pd.testing.assert_frame_equal(dd.read_parquet(str(tmp_path / "out" / "sub")).compute(), shuffled.compute())
+    shuffled.to_parquet(str(tmp_path / "again"))
+    before = {name: (tmp_path / "again" / name).read_bytes() for name in os.listdir(tmp_path / "again")}
+    shown = [[{"shown_as": (str(tmp_path / "again" / f".part.{i}.parquet.0123456789ab.tmp"),
+                             str(tmp_path / "again" / f"part.{i}.parquet"))}] for i in range(3)]  # fmt: skip
+    show_piles(shown, None, None, str(tmp_path / "again"), None, False, False, None)  # (as its retry would)
+    assert {name: (tmp_path / "again" / name).read_bytes() for name in os.listdir(tmp_path / "again")} == before
+    assert sorted(os.listdir(tmp_path / "again")) == [f"part.{i}.parquet" for i in range(3)]
 
 
 def test_to_parquet_is_one_task_per_input_partition_and_per_pile(uneven):

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import posixpath
+import re
 import uuid
 
 import dask.dataframe as dd
@@ -48,13 +49,17 @@ def write_piles(frame, path, seed: int, piles: int, compute: bool, compute_kwarg
     stamp = json.dumps({"seed": seed, "piles": piles}).encode()
     kwargs["custom_metadata"] = {_manifest.SHUFFLE_METADATA_KEY: stamp, **(kwargs.get("custom_metadata") or {})}
     write = dd.DataFrame.to_parquet(frame, path, compute=False, **kwargs)  # (Dask's own)
-    token = None
-    (written,) = write.expr.find_operations(ToParquet)
-    if _shows_at_the_end(written):
+    (dask_write,) = write.expr.find_operations(ToParquet)
+    shown_at_the_end = _shows_at_the_end(dask_write)
+    if shown_at_the_end:
+        # The token reaches PileParquetEngine.write_partition among the writer's options, and the piles it
+        # writes under it are what ShowPiles, which replaces Dask's final task, renames
         token = uuid.uuid4().hex[:12]
-        operands = dict(zip(written._parameters, written.operands, strict=True))
+        operands = dict(zip(dask_write._parameters, dask_write.operands, strict=True))
         operands["write_kwargs"] = {**operands["write_kwargs"], _SHOWN_AT_THE_END: token}
         write = new_collection(PileToParquet(*operands.values()))
+        # (what an earlier write of these names left, failed with compute=False or still running at its error)
+        _remove_temporaries(dask_write.path, _file_names(dask_write))
     # Fused as ``persist()`` fuses: ``compute()`` does not (Dask 2026.8 optimizes what it computes
     # without blockwise fusion), so reading a partition, its pass 1, and a pile's pass 2, index reset
     # and write would each be a task of its own: 274 tasks for dataset A in 64 piles instead of 106.
@@ -64,19 +69,26 @@ def write_piles(frame, path, seed: int, piles: int, compute: bool, compute_kwarg
     try:
         return write.compute(**(compute_kwargs or {}))
     except BaseException:
-        if token is not None:  # (a pile task still running may write one more, hidden, after this)
-            _remove_temporaries(written.fs, written.path, token)
+        if shown_at_the_end:  # (a pile task still running may write one more, hidden, after this)
+            _remove_temporaries(dask_write.path, _file_names(dask_write))
         raise
     finally:
-        written.fs.invalidate_cache(written.path)  # as Dask's to_parquet does after writing
+        dask_write.fs.invalidate_cache(dask_write.path)  # as Dask's to_parquet does after writing
 
 
-def _shows_at_the_end(written: ToParquet) -> bool:
+def _shows_at_the_end(dask_write: ToParquet) -> bool:
     """Whether the piles are written under temporary names and renamed together: by daskpile's engine, on a
     local file system, one file per pile (``partition_on`` is Dask's engine's)."""
-    engine = written.engine
+    engine = dask_write.engine
     ours = isinstance(engine, type) and issubclass(engine, PileParquetEngine)
-    return ours and is_local(written.fs) and not written.partition_on
+    return ours and is_local(dask_write.fs) and not dask_write.partition_on
+
+
+def _file_names(dask_write: ToParquet) -> list[str]:
+    """The names of the files of a write, as Dask's writer gives them (``ToParquetFunctionWrapper``)."""
+    numbers = range(dask_write.offset, dask_write.offset + dask_write.frame.npartitions)
+    name = dask_write.name_function
+    return [f"part.{i}.parquet" if name is None else name(i) for i in numbers]
 
 
 class PileToParquet(ToParquet):
@@ -98,11 +110,15 @@ class ShowPiles(ToParquetBarrier):
 
 
 def show_piles(parts, fmd, fs, path, engine, write_metadata_file, append, compression) -> None:
+    """Rename every pile written under a temporary name (``parts``: what each pile's task returned), then write
+    Dask's ``_metadata`` where asked for.  Run again (a retried task), a pile already shown is left as it is."""
     for part in parts:
-        for written in part:
-            os.replace(*written["shown_as"])
+        for pile in part:
+            temporary, final = pile["shown_as"]
+            if os.path.exists(temporary) or not os.path.exists(final):
+                os.replace(temporary, final)
     if write_metadata_file:
-        parts = [[{k: v for k, v in written.items() if k != "shown_as"} for written in part] for part in parts]
+        parts = [[{k: v for k, v in pile.items() if k != "shown_as"} for pile in part] for part in parts]
         engine.write_metadata(parts, fmd, fs, path, append=append, compression=compression)
 
 
@@ -112,13 +128,20 @@ def _temporary_name(filename: str, token: str) -> str:
     return posixpath.join(folder, f".{name}.{token}{TEMPORARY_SUFFIX}")
 
 
-def _remove_temporaries(fs, path: str, token: str) -> None:
-    """The piles a failed or interrupted write left under its temporary names (best effort)."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(path):
-            if name.startswith(".") and name.endswith(f".{token}{TEMPORARY_SUFFIX}"):
-                with contextlib.suppress(OSError):
-                    os.remove(posixpath.join(path, name))
+def _remove_temporaries(path: str, names: list[str]) -> None:
+    """The piles of ``names`` a write left under temporary names (of any token), best effort."""
+    by_folder: dict[str, set[str]] = {}
+    for name in names:
+        folder, base = posixpath.split(name)
+        by_folder.setdefault(posixpath.join(path, folder), set()).add(base)
+    temporary = re.compile(rf"\.(.+)\.[0-9a-f]{{12}}{re.escape(TEMPORARY_SUFFIX)}")
+    for folder, bases in by_folder.items():
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(folder):
+                matched = temporary.fullmatch(entry)
+                if matched and matched.group(1) in bases:
+                    with contextlib.suppress(OSError):
+                        os.remove(posixpath.join(folder, entry))
 
 
 def _null_counted(meta: pd.DataFrame, write_index: bool) -> list[str]:
@@ -136,9 +159,6 @@ def _null_counted(meta: pd.DataFrame, write_index: bool) -> list[str]:
     if write_index and counts(meta.index.dtype):
         counted.append("__null_dask_index__" if meta.index.name is None else str(meta.index.name))  # as Dask names it
     return counted
-
-
-SNAPPY_WHERE_IT_PAYS = "daskpile: snappy where it pays"  # PileFrame.to_parquet's default compression
 
 
 class PileParquetEngine(ArrowDatasetEngine):
@@ -182,12 +202,14 @@ class PileParquetEngine(ArrowDatasetEngine):
             compression = _passes.compression(table)
         collected: list = []
         final = fs.sep.join([path, filename])
-        token = kwargs.pop(_SHOWN_AT_THE_END, None)
-        # (not making the folder: a task still running after a failure must not bring back one removed since)
-        written = final if token is None else fs.sep.join([path, _temporary_name(filename, token)])
-        with atomic_sink(fs, written, make_parents=token is None) as sink:
+        token = kwargs.pop(_SHOWN_AT_THE_END, None)  # (given by write_piles, for ShowPiles)
+        target = final if token is None else fs.sep.join([path, _temporary_name(filename, token)])
+        if token is not None and posixpath.dirname(filename) and os.path.isdir(path):  # (a name_function's)
+            os.makedirs(posixpath.dirname(target), exist_ok=True)
+        # (not making dest: a task still running after a failure must not bring back a dest removed since)
+        with atomic_sink(fs, target, make_parents=token is None) as sink:
             pq.write_table(table, sink, compression=compression, metadata_collector=collected, **kwargs)
-        shown = {} if token is None else {"shown_as": (written, final)}
+        shown = {} if token is None else {"shown_as": (target, final)}  # (for ShowPiles alone: it replaces Dask's)
         if not return_metadata:
             return [shown] if shown else []
         collected[0].set_file_path(filename)
