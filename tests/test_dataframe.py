@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -179,6 +180,48 @@ def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, capture_output=True)
     assert list((tmp_path / "scratch").iterdir()) == []
     assert len(pd.read_parquet(tmp_path / "out")) == 1000
+
+
+def test_the_scratch_of_a_killed_session_goes_at_the_next_shuffle_and_with_clean(sync_scheduler, tmp_path):
+    """A notebook's kernel killed (out of memory, SIGKILL, SIGTERM) removed nothing: its scratch, as large as its
+    data, stayed in /tmp for ever, and ``daskpile clean`` kept it as a live session's.  A live one keeps its own."""
+    from daskpile.engine._clean import clean
+
+    source, scratch = tmp_path / "src", tmp_path / "scratch"
+    source.mkdir(), scratch.mkdir()
+    pd.DataFrame({"x": range(1000)}).to_parquet(source / "part.parquet")
+    script = f"""
+        import os, signal, sys, dask, dask.dataframe as dd, daskpile
+        dask.config.set(scheduler="sync")
+        shuffled = daskpile.shuffle(dd.read_parquet({str(source)!r}), piles=3, seed=1, scratch={str(scratch)!r})
+        shuffled.partitions[0].compute()  # (pass 1's files written)
+        print("ready", flush=True)
+        if sys.argv[1] == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.stdin.readline()
+    """
+    sessions, directories = {}, {}
+    for how in ["killed", "live"]:
+        sessions[how] = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert sessions[how].stdout.readline() == "ready\n"
+        (directories[how],) = set(scratch.iterdir()) - set(directories.values())
+    assert sessions["killed"].wait(timeout=60) == -signal.SIGKILL
+    try:
+        said = {pathlib.Path(leftover.url).name: leftover for leftover in clean(str(scratch), dry_run=True)}
+        killed, live = said[directories["killed"].name], said[directories["live"].name]
+        assert killed.removable and f"whose Python session ended (process {sessions['killed'].pid} on " in killed.reason
+        assert not live.removable and "of a live Python session" in live.reason
+
+        kept = daskpile.shuffle(dd.from_pandas(frame(10), npartitions=1), piles=2, seed=0, scratch=str(scratch))
+        eventually(lambda: not directories["killed"].exists(), what="the killed session's scratch removed")
+        assert directories["live"].exists() and len(list(scratch.iterdir())) == 2
+        assert len(kept.compute()) == 10
+    finally:
+        sessions["live"].communicate("\n", timeout=60)
+    assert sessions["live"].returncode == 0 and not directories["live"].exists()  # (removed at its exit, as ever)
 
 
 def test_not_a_dataframe():

@@ -73,7 +73,7 @@ from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
 from daskpile.dataframe._pandas import FrameCodec
 from daskpile.dataframe._to_parquet import write_piles
-from daskpile.engine import _passes, _sizing
+from daskpile.engine import _passes, _session, _sizing
 from daskpile.engine._places import refuse_blind_workers
 from daskpile.engine._scratch import Scratch, read_pile
 
@@ -261,6 +261,8 @@ def shuffle(
             stacklevel=3,  # (the caller's line, through redacting_errors)
         )
     run = ScratchRun(Scratch.create(scratch, storage_options, 0))
+    _session.mark(run.scratch.fs, run.scratch.directory)
+    _remove_scratch_of_ended_sessions(run.scratch)
     return PileFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta, plan=plan))
 
 
@@ -739,6 +741,33 @@ def _remove_when_unused(scratch: Scratch) -> None:
     # started just before exit (a script's last line) is waited for there, up to REMOVAL_AT_EXIT_SECONDS, or it
     # dies with the scratch half removed
     thread = threading.Thread(target=remove_after, name="daskpile-remove-scratch", daemon=True)
+    _REMOVALS.add(thread)
+    thread.start()
+
+
+def _remove_scratch_of_ended_sessions(scratch: Scratch) -> None:
+    """Remove, on a thread of its own, the scratch that ``shuffle`` calls of sessions that have ended (killed,
+    as a notebook's kernel out of memory is) left beside ``scratch``, in a local directory.
+
+    The scratch of a session that ends normally goes at its exit; a killed one's stayed for ever, as large as
+    its data, until the disk was full.
+    """
+    if not is_local(scratch.fs):  # (a listing of a store's prefix at every call: ``daskpile clean`` does it)
+        return
+    ended = _session.ended_sessions(posixpath.dirname(scratch.directory))
+    if not ended:
+        return
+    for path, session in ended:
+        logger.info("removing %s, the scratch of shuffle(ddf) in %s, which ended without removing it", path, session)
+
+    def remove():
+        try:
+            for path, _ in ended:
+                _remove_quietly(Scratch(scratch.fs, path, 0))
+        finally:
+            _REMOVALS.discard(threading.current_thread())
+
+    thread = threading.Thread(target=remove, name="daskpile-remove-ended-scratch", daemon=True)
     _REMOVALS.add(thread)
     thread.start()
 

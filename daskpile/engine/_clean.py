@@ -9,15 +9,16 @@ scratch whose piles dest no longer holds.  A dest deleted while the scratch
 can still finish it is not a reason: the same command resumes from the scratch
 (and pass 1 writes nothing in dest to tell a deleted dest from one not made yet).  Anything else may be
 resumed, or be running: it stays, unless ``older_than`` says it is stale.
-Scratch without a description (``shuffle(ddf)``'s, owned by a live Python
-session) goes only when older than ``older_than``.
+``shuffle(ddf)``'s scratch has no description but its owner (``_session``):
+it goes once that Python session has ended on this machine (killed, as a
+notebook's kernel out of memory is, it removed nothing), or when older than
+``older_than``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import posixpath
-import re
 import tempfile
 import time
 
@@ -25,9 +26,9 @@ from dask.utils import parse_timedelta
 
 from daskpile._storage import REDACTED, exists, file_stamps, filesystem, full_url, is_local, remove_tree
 from daskpile._words import size
-from daskpile.engine import _lease, _manifest, _outputs, _passes
+from daskpile.engine import _lease, _manifest, _outputs, _passes, _session
 from daskpile.engine import _run as run_state
-from daskpile.engine._scratch import Scratch, band_bounds, parse_scratch_name
+from daskpile.engine._scratch import DIRECTORY_NAME, Scratch, band_bounds, parse_scratch_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +73,7 @@ def clean(
     found = []
     for path in sorted(fs.ls(root, detail=False)):
         path = path.rstrip("/")
-        if SCRATCH_NAME.match(posixpath.basename(path)) and fs.isdir(path):
+        if DIRECTORY_NAME.match(posixpath.basename(path)) and fs.isdir(path):
             leftover = _judge(fs, path, min_age, storage_options)
             if leftover is not None:
                 found.append(leftover)
@@ -97,14 +98,12 @@ def _age(older_than: str | float | None) -> float | None:
         raise ValueError(f"older_than: {older_than!r} is not an age such as 1d, 12h, 30m or 90s") from None
 
 
-SCRATCH_NAME = re.compile(r"^daskpile-[0-9a-f]{16}$")  # Scratch.create's names, and nothing else
-
-
 def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | None:
     """The verdict on one directory named like scratch; None if it holds no daskpile scratch."""
     files = fs.find(path, detail=True)
     names = {posixpath.basename(p) for p in files}
-    if not names or not (run_state.RUN_FILE in names or any(parse_scratch_name(n) for n in names)):
+    ours = {run_state.RUN_FILE, _session.SESSION_FILE} & names or any(parse_scratch_name(n) for n in names)
+    if not ours:
         return None
     size = sum(int(info.get("size") or 0) for info in files.values())
     age = max(0.0, time.time() - max(_mtime(info) for info in files.values()))
@@ -120,6 +119,12 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     running = spec is not None and _running(spec, storage_options)
     if running:  # (pass 2 only reads scratch: its files grow old while the run uses them)
         return Leftover(url, size, age, False, f"a run of {spec.dest} is writing it now ({running})")
+    session = _session.owner(fs, path) if spec is None else None
+    if session is not None and session.ended():
+        return Leftover(url, size, age, True, f"shuffle(ddf)'s, whose Python session ended ({session})")
+    if session is not None and min_age is None:
+        where = "a live Python session" if session.here() else "a Python session on another machine"
+        return Leftover(url, size, age, False, f"shuffle(ddf)'s, of {where} ({session}): give --older-than")
     if spec is None:
         if min_age is None:
             return Leftover(

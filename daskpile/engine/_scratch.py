@@ -300,6 +300,7 @@ def scratch_path(directory: str, partition: int, piece: int = 0, band: int | Non
     return posixpath.join(directory, f"scatter-{partition:06d}{suffix}.arrow")
 
 
+DIRECTORY_NAME = re.compile(r"^daskpile-[0-9a-f]{16}$")  # Scratch.create's fresh names, and nothing else
 DONE_SUFFIX = ".done.json"
 _DONE_NAME = re.compile(r"^scatter-(\d+)\.done\.json$")
 _SCRATCH_NAME = re.compile(r"^scatter-(\d+)(?:-(\d{4}))?(?:-b(\d+))?\.arrow$")
