@@ -182,46 +182,78 @@ def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
     assert len(pd.read_parquet(tmp_path / "out")) == 1000
 
 
+SESSION = """
+    import os, signal, sys, dask, dask.dataframe as dd, daskpile
+    dask.config.set(scheduler="sync")
+    shuffled = daskpile.shuffle(dd.read_parquet(sys.argv[2]), piles=3, seed=1, scratch=sys.argv[3])
+    shuffled.partitions[0].compute()  # (pass 1's files written)
+    print("ready", flush=True)
+    if sys.argv[1] == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[1] == "ended":  # (as killed, but as a pid namespace's first process, which SIGKILL spares)
+        os._exit(0)
+    sys.stdin.readline()
+"""
+
+
+def started_session(how: str, scratch, *before: str) -> tuple[subprocess.Popen, pathlib.Path]:
+    """A Python session that shuffles a DataFrame, its scratch in ``scratch``, then is ``killed``, ``ended`` or
+    ``live`` until a line comes on its stdin; and its scratch directory.  ``before``: a command it runs under."""
+    source = scratch.parent / "src"
+    if not source.exists():
+        source.mkdir()
+        pd.DataFrame({"x": range(1000)}).to_parquet(source / "part.parquet")
+    there = set(scratch.iterdir())
+    args = [*before, sys.executable, "-c", textwrap.dedent(SESSION), how, str(source), str(scratch)]
+    session = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert session.stdout.readline() == "ready\n"
+    (directory,) = set(scratch.iterdir()) - there
+    return session, directory
+
+
 def test_the_scratch_of_a_killed_session_goes_at_the_next_shuffle_and_with_clean(sync_scheduler, tmp_path):
     """A notebook's kernel killed (out of memory, SIGKILL, SIGTERM) removed nothing: its scratch, as large as its
     data, stayed in /tmp for ever, and ``daskpile clean`` kept it as a live session's.  A live one keeps its own."""
     from daskpile.engine._clean import clean
 
-    source, scratch = tmp_path / "src", tmp_path / "scratch"
-    source.mkdir(), scratch.mkdir()
-    pd.DataFrame({"x": range(1000)}).to_parquet(source / "part.parquet")
-    script = f"""
-        import os, signal, sys, dask, dask.dataframe as dd, daskpile
-        dask.config.set(scheduler="sync")
-        shuffled = daskpile.shuffle(dd.read_parquet({str(source)!r}), piles=3, seed=1, scratch={str(scratch)!r})
-        shuffled.partitions[0].compute()  # (pass 1's files written)
-        print("ready", flush=True)
-        if sys.argv[1] == "killed":
-            os.kill(os.getpid(), signal.SIGKILL)
-        sys.stdin.readline()
-    """
-    sessions, directories = {}, {}
-    for how in ["killed", "live"]:
-        sessions[how] = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(script), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        assert sessions[how].stdout.readline() == "ready\n"
-        (directories[how],) = set(scratch.iterdir()) - set(directories.values())
-    assert sessions["killed"].wait(timeout=60) == -signal.SIGKILL
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    killed, killed_directory = started_session("killed", scratch)
+    live, live_directory = started_session("live", scratch)
+    assert killed.wait(timeout=60) == -signal.SIGKILL
     try:
         said = {pathlib.Path(leftover.url).name: leftover for leftover in clean(str(scratch), dry_run=True)}
-        killed, live = said[directories["killed"].name], said[directories["live"].name]
-        assert killed.removable and f"whose Python session ended (process {sessions['killed'].pid} on " in killed.reason
-        assert not live.removable and "of a live Python session" in live.reason
+        of_killed, of_live = said[killed_directory.name], said[live_directory.name]
+        assert of_killed.removable and f"whose Python session ended (process {killed.pid} on " in of_killed.reason
+        assert not of_live.removable and "of a live Python session" in of_live.reason
 
         kept = daskpile.shuffle(dd.from_pandas(frame(10), npartitions=1), piles=2, seed=0, scratch=str(scratch))
-        eventually(lambda: not directories["killed"].exists(), what="the killed session's scratch removed")
-        assert directories["live"].exists() and len(list(scratch.iterdir())) == 2
+        eventually(lambda: not killed_directory.exists(), what="the killed session's scratch removed")
+        assert live_directory.exists() and len(list(scratch.iterdir())) == 2
         assert len(kept.compute()) == 10
     finally:
-        sessions["live"].communicate("\n", timeout=60)
-    assert sessions["live"].returncode == 0 and not directories["live"].exists()  # (removed at its exit, as ever)
+        live.communicate("\n", timeout=60)
+    assert live.returncode == 0 and not live_directory.exists()  # (removed at its exit, as ever)
+
+
+def test_the_scratch_of_a_session_in_another_pid_namespace_is_kept(sync_scheduler, tmp_path):
+    """Two containers of a pod share a host name, and may share /tmp, but not their pids: a session of the other
+    one cannot be told to have ended (its pid 1 is this one's init), so its scratch stays."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    try:
+        elsewhere, directory = started_session("ended", scratch, "unshare", "--pid", "--fork", "--mount-proc")
+    except (OSError, AssertionError) as e:
+        pytest.skip(f"no pid namespace of its own here (unshare --pid needs root on Linux): {e}")
+    assert elsewhere.wait(timeout=60) == 0 and directory.exists()
+    kept = daskpile.shuffle(dd.from_pandas(frame(10), npartitions=1), piles=2, seed=0, scratch=str(scratch))
+    assert len(kept.compute()) == 10
+    time.sleep(0.5)  # (what a removal would have had: the one above took 20 ms)
+    assert directory.exists()
+    from daskpile.engine._clean import clean
+
+    (leftover,) = [lo for lo in clean(str(scratch), dry_run=True) if lo.url.endswith(directory.name)]
+    assert not leftover.removable and "of a Python session of another machine or container" in leftover.reason
 
 
 def test_not_a_dataframe():

@@ -123,7 +123,7 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     if session is not None and session.ended():
         return Leftover(url, size, age, True, f"shuffle(ddf)'s, whose Python session ended ({session})")
     if session is not None and min_age is None:
-        where = "a live Python session" if session.here() else "a Python session on another machine"
+        where = "a live Python session" if session.here() else "a Python session of another machine or container"
         return Leftover(url, size, age, False, f"shuffle(ddf)'s, of {where} ({session}): give --older-than")
     if spec is None:
         if min_age is None:

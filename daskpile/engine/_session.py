@@ -30,11 +30,13 @@ _SAME_START_SECONDS = 0.5  # (a process's start time is read in clock ticks, the
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """The process that owns a scratch directory: its pid, when it started, and its machine."""
+    """The process that owns a scratch directory: its pid, when it started, its machine and its pid namespace
+    (two containers of a pod may share a host name and a ``/tmp``, not their pids)."""
 
     pid: int
     started: float
     host: str
+    pids: str | None = None
 
     @classmethod
     def this_one(cls) -> Session:
@@ -43,16 +45,16 @@ class Session:
         >>> Session.this_one().ended()
         False
         """
-        return cls(os.getpid(), psutil.Process().create_time(), socket.gethostname())
+        return cls(os.getpid(), psutil.Process().create_time(), socket.gethostname(), _pid_namespace())
 
     def here(self) -> bool:
-        """Whether it ran on this machine (only there can it be told to have ended)."""
-        return self.host == socket.gethostname()
+        """Whether it ran on this machine, among this process's pids (only there can it be told to have ended)."""
+        return (self.host, self.pids) == (socket.gethostname(), _pid_namespace())
 
     def ended(self) -> bool:
         """Whether its process has ended: on this machine only, and a later process given its pid is not it.
 
-        >>> Session(os.getpid(), 0.0, socket.gethostname()).ended()  # (another start: the pid was reused)
+        >>> Session(os.getpid(), 0.0, socket.gethostname(), _pid_namespace()).ended()  # (the pid reused)
         True
         """
         if not self.here():
@@ -66,6 +68,14 @@ class Session:
 
     def __str__(self) -> str:
         return f"process {self.pid} on {self.host}"
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[4026531836]``), where Linux says; None elsewhere."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def mark(fs: fsspec.AbstractFileSystem, directory: str) -> None:
@@ -87,7 +97,7 @@ def owner(fs: fsspec.AbstractFileSystem, directory: str) -> Session | None:
     try:
         with fs.open(posixpath.join(directory, SESSION_FILE), "rb") as file:
             said = json.loads(file.read())
-        return Session(int(said["pid"]), float(said["started"]), str(said["host"]))
+        return Session(int(said["pid"]), float(said["started"]), str(said["host"]), said.get("pids"))
     except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
         return None
 
