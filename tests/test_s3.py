@@ -446,7 +446,8 @@ def test_shuffle_dataframe_with_scratch_on_s3(sync_scheduler, s3):
     pd.testing.assert_frame_equal(out.sort_index(), ddf.compute())
     fs.invalidate_cache()
     names = [p.rsplit("/", 1)[-1] for p in fs.find("scratch/df")]
-    assert sorted(names) == ["_scattered.json"] + [f"scatter-00000{k}.arrow" for k in range(4)]  # one per partition
+    scattered = ["_scattered.json"] + [f"scatter-00000{k}.arrow" for k in range(4)]  # one per partition
+    assert sorted(names) == ["_daskpile.session.json", *scattered]
     del shuffled
     gc.collect()
     eventually(lambda: fs.invalidate_cache() or fs.find("scratch/df") == [], what="scratch removed")
