@@ -98,7 +98,7 @@ def owner(fs: fsspec.AbstractFileSystem, directory: str) -> Session | None:
         with fs.open(posixpath.join(directory, SESSION_FILE), "rb") as file:
             said = json.loads(file.read())
         return Session(int(said["pid"]), float(said["started"]), str(said["host"]), said.get("pids"))
-    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # (another user's folder, 0700: not ours to judge)
         return None
 
 
