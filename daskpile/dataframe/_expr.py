@@ -359,6 +359,7 @@ class ScratchRun:
             )
         try:
             fs.mkdir(directory, create_parents=False)
+            _session.mark(fs, directory)  # (or, this session killed, nothing would remove it)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"daskpile's scratch {directory} was removed, and so was the directory it was in; pass another "
