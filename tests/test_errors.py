@@ -305,3 +305,25 @@ def test_dest_full_in_pass_2_says_so_and_the_same_call_resumes(sync_scheduler, t
     report = daskpile.shuffle_parquet(str(tmp_path / "src"), str(dest), piles=4, seed=1, scratch=str(tmp_path / "s"))
     assert report.rows == 400_000 and report.resumed_piles > 0
     assert daskpile.verify(str(tmp_path / "src"), str(dest)).ok
+
+
+@pytest.mark.parametrize("kind", ["gzipped JSON lines as written", "Parquet as JSON lines"])
+def test_a_result_larger_than_its_source_is_found_too_large_before_anything_is_written(
+    sync_scheduler, tiny_filesystem, tmp_path, kind
+):
+    """A new user's gzipped corpus (13.7 MB) written out as JSON lines (99 MiB) passed the check, which took the
+    result for the source's size on disk, and filled dest in pass 2 (exit 1, 4 piles of 8 left); Parquet written
+    as JSON lines is two to three times its size too."""
+    import gzip
+
+    source = tmp_path / "src"
+    source.mkdir()
+    if kind.startswith("gzipped"):
+        lines = "".join(f'{{"id": {i}, "text": "{"lorem ipsum " * 8}"}}\n' for i in range(20_000))
+        (source / "corpus.jsonl.gz").write_bytes(gzip.compress(lines.encode()))  # 2.2 MB of lines in 0.05 MB
+    else:
+        write_parts(reference_table(0, 12_000, 12_000), source, parts=2)  # 0.6 MB, 1.5 MB as JSON lines
+    dest = tiny_filesystem / "out"
+    with pytest.raises(OSError, match=r"^not enough space for dest .*tiny/out.*: the run needs about ") as e:
+        daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, output_format="jsonl")
+    assert e.value.errno == errno.ENOSPC and not dest.exists() and os.listdir(tiny_filesystem) == []

@@ -939,10 +939,13 @@ class _Run:
             scratch_bytes = _scratch.scratch_bytes(
                 self.estimated_bytes, self.pieces, self.scratch.band_count, self.piles, self.plan.schema
             )
-            _sizing.check_space(
-                self.scratch.fs, self.scratch.directory, scratch_bytes, self.dest_fs, self.dest_path,
-                sum(self.plan.sizes),
+            result_bytes = _sizing.result_bytes(
+                sum(self.plan.sizes), self.estimated_bytes, self.output.format, self.output.compression,
+                self.plan.schema,
             )  # fmt: skip
+            _sizing.check_space(
+                self.scratch.fs, self.scratch.directory, scratch_bytes, self.dest_fs, self.dest_path, result_bytes
+            )
         make_private_directory(self.scratch.fs, self.scratch.directory)
         run_state.write(self.scratch.fs, self.scratch.directory, self.spec)
 
