@@ -2242,6 +2242,25 @@ def test_a_folder_of_logs_without_a_format_is_told_to_give_one(tmp_path, sync_sc
         daskpile.shuffle_parquet(str(tmp_path / "pictures"), str(tmp_path / "o2"), 2)
 
 
+def test_a_file_named_with_its_format_is_read_whatever_its_name_and_a_folder_is_told_its_glob(tmp_path, sync_scheduler):
+    """A new user's trial: a Parquet file named p1.dat was refused even with --format parquet (a text file so
+    named is read), its message saying nothing of --format; JSON lines named .txt in a folder, with --format
+    jsonl, were refused naming no way to read them."""
+    pq.write_table(pa.table({"x": list(range(10))}), tmp_path / "p1.dat")
+    assert daskpile.shuffle_parquet(str(tmp_path / "p1.dat"), str(tmp_path / "o1"), 2, format="parquet").rows == 10
+    assert daskpile.shuffle_parquet(str(tmp_path / "p*.dat"), str(tmp_path / "o2"), 2, format="parquet").rows == 10
+    with pytest.raises(FileNotFoundError, match=r"p1\.dat'\); to read it, give its format \(format=, --format: par"):
+        daskpile.shuffle_parquet(str(tmp_path / "p1.dat"), str(tmp_path / "o3"), 2)
+    (tmp_path / "jt").mkdir()
+    (tmp_path / "jt" / "part1.txt").write_text('{"a": 1}\n{"a": 2}\n')
+    glob = f"{tmp_path}/jt/*.txt"
+    with pytest.raises(
+        FileNotFoundError, match=rf"; to read files named otherwise as jsonl, .* \('{re.escape(glob)}'\)$"
+    ):
+        daskpile.shuffle_parquet(f"{tmp_path}/jt/", str(tmp_path / "o4"), 2, format="jsonl")
+    assert daskpile.shuffle_parquet(glob, str(tmp_path / "o4"), 2, format="jsonl").rows == 2  # (as it said)
+
+
 def test_a_link_whose_target_is_gone_is_said_so_named_or_in_a_folder(tmp_path, sync_scheduler):
     """A broken link named on the command line was said "does not exist" (it does: as a link), and one in a
     folder of lines ended the run with a bare "[Errno 2] No such file or directory" (a new user's trial).  One

@@ -256,7 +256,8 @@ def _plan_sources(
     if version is not None:
         raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
     declared = hive.parse_partitioning(partitioning)
-    listed = [listing.list_source(url, storage_options, format=_listed_format(format)) for url in urls]
+    guessed = format == "auto"  # (a file named alone, or by a glob of its suffix, is read as the format given)
+    listed = [listing.list_source(url, storage_options, format=_listed_format(format), guessed=guessed) for url in urls]
     detected = format == "auto"
     if detected:
         format = _format_of(listed, urls)
@@ -276,7 +277,8 @@ def _plan_sources(
         why = _NOT_READ if strays[0] in hidden else f"is not a {kind} file"
         raise ValueError(f"{strays[0]!r} {why} (stray_files='skip', the default, skips such files)")
     if not files:
-        raise FileNotFoundError(_no_files(urls, kind, strays, hidden, detected))
+        named_alone = all(item.root == "" for item in listed)  # (files named, not folders or globs)
+        raise FileNotFoundError(_no_files(urls, kind, strays, hidden, detected, named_alone))
     key_fields = hive.key_schema([k for _, k in files], declared, [full_url(fs, info["name"]) for info, _ in files])
     infos = [info for info, _ in files]
     stamps = file_stamps(infos)
@@ -317,9 +319,12 @@ _NOT_READ = (
 )
 
 
-def _no_files(urls: list[str], kind: str, strays: list[str], hidden: set[str], detected: bool) -> str:
+def _no_files(
+    urls: list[str], kind: str, strays: list[str], hidden: set[str], detected: bool, named_alone: bool = False
+) -> str:
     """Why a source matches no data file: none there, only files of other formats (the format to give, where
-    they may be text), or only files under names starting with . or _."""
+    they may be text or were named alone; the glob that reads a folder's files by another name), or only files
+    under names starting with . or _."""
     source = urls[0] if len(urls) == 1 else urls
     said = f"{kind} files" if strays or not detected else "files"  # an empty folder is of no format
     others = [name for name in strays if name not in hidden]
@@ -329,10 +334,17 @@ def _no_files(urls: list[str], kind: str, strays: list[str], hidden: set[str], d
         return f"source {source!r} matches no {said}"
     # (a log, app.log, or text by another name: the format its name does not say is to be given)
     text_like = detected and not listing.is_stray(posixpath.basename(others[0]), "lines")
-    given = "; to read them as text, give their format (format='lines', --format lines; or csv, tsv, jsonl)"
-    return f"source {source!r} matches no {said} (only files that are not {kind}, such as {others[0]!r})" + (
-        given if text_like else ""
-    )
+    if text_like:
+        hint = "; to read them as text, give their format (format='lines', --format lines; or csv, tsv, jsonl)"
+    elif detected and named_alone:  # (p1.dat, named: its name says no format)
+        hint = "; to read it, give its format (format=, --format: parquet, csv, tsv, jsonl, lines, arrow, orc)"
+    elif detected:  # (a folder of pictures: no advice)
+        hint = ""
+    else:  # (JSON lines named .txt in a folder: a folder's files are taken by their names)
+        folder = source.rstrip("/") if isinstance(source, str) else "folder"
+        glob = f"{folder}/*{posixpath.splitext(others[0])[1] or '.txt'}"
+        hint = f"; to read files named otherwise as {kind}, name them with a glob of their suffix ({glob!r})"
+    return f"source {source!r} matches no {said} (only files that are not {kind}, such as {others[0]!r}){hint}"
 
 
 def _as_output_keeps(options: text.TextOptions, key_fields: pa.Schema, written_as: str | None) -> text.TextOptions:

@@ -42,12 +42,14 @@ class Listed:
     hidden: tuple[str, ...] = ()  # of the strays, those not read for a name (or folder's) starting with . or _
 
 
-def list_source(url: str, storage_options: dict | None = None, role: str = "source", format: str = "parquet") -> Listed:
+def list_source(
+    url: str, storage_options: dict | None = None, role: str = "source", format: str = "parquet", guessed: bool = True
+) -> Listed:
     """The data files under one URL (a file, a directory, searched recursively, or a glob), sorted by path.
 
     ``format`` says which files are data: those whose name says that format, or nothing (a file
-    named alone, or matched by a glob, is data whatever its name, unless the format was only guessed,
-    ``"parquet"``).
+    named alone, or matched by a glob naming their suffix, is data whatever its name, unless the format
+    is Parquet and was only ``guessed``).
     """
     fs, path = filesystem(url, storage_options)
     named = False  # files the glob matched, which it names as a path names its file
@@ -56,7 +58,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
         found = fs.glob(path, detail=True)
         named_hidden = posixpath.basename(path).startswith((".", "_"))
         # ('exports/*.DAT' names its files' suffix, as a path names its file; 'corpus/*' names none)
-        named = format != "parquet" and _NAMED_SUFFIX.search(posixpath.basename(path)) is not None
+        named = (format != "parquet" or not guessed) and _NAMED_SUFFIX.search(posixpath.basename(path)) is not None
         if all(info.get("type") == "directory" for info in found.values()):
             named = False
             # a glob of folders only ('lake/day=0[1-5]') names the data in them, as a folder named does; one that
@@ -84,7 +86,7 @@ def list_source(url: str, storage_options: dict | None = None, role: str = "sour
                 f"{role} {url!r} is not a file (a pipe or a device): a shuffle reads its source in ranges and more "
                 "than once; write it to a file first (zcat corpus.gz > corpus.txt), or name the file it comes from"
             )
-        if format == "parquet" and is_stray(posixpath.basename(path)):
+        if format == "parquet" and guessed and is_stray(posixpath.basename(path)):
             return Listed(fs, "", [], {}, [full_url(fs, path)])
         return Listed(fs, "", [info], {}, [], table_above=tables.table_around(fs, posixpath.dirname(path)))
     files, strays, sidecars, hidden = [], [], {}, []
