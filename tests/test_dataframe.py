@@ -418,10 +418,24 @@ def test_a_to_parquet_that_fails_shows_no_pile_even_after_the_tasks_still_runnin
         with pytest.raises(Exception, match="Could not convert 'oops'"):
             dask.compute(later)
     assert shown() == []
+    time.sleep(2)  # (its pile tasks still running, as above; the next write's last task removes what they left)
     good = daskpile.shuffle(dd.from_pandas(df.assign(v=df["id"]), npartitions=4), piles=16, seed=1)
     good.to_parquet(str(dest))
     assert sorted(os.listdir(dest)) == sorted(f"part.{i}.parquet" for i in range(16))
     assert len(dd.read_parquet(str(dest))) == 40_000
+
+
+def test_a_pile_a_failed_write_left_after_the_next_write_began_goes_with_that_write(tmp_path, sync_scheduler):
+    """A pile task of a failed write still running when the next write of those names began (a loaded machine)
+    left its hidden pile after that write's removal of them, for good: its last task removes them too."""
+    dest = tmp_path / "out"
+    dest.mkdir()
+    later = daskpile.shuffle(dd.from_pandas(frame(100), npartitions=2), piles=4, seed=1).to_parquet(
+        str(dest), compute=False
+    )
+    (dest / ".part.3.parquet.0123456789ab.tmp").write_bytes(b"a pile task of the failed write, late")
+    later.compute()
+    assert sorted(os.listdir(dest)) == [f"part.{i}.parquet" for i in range(4)]
 
 
 def test_to_parquet_of_names_in_folders_and_its_last_task_run_twice(tmp_path, sync_scheduler):

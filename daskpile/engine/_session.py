@@ -12,6 +12,7 @@ remove the scratch of owners that have ended on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -79,10 +80,11 @@ def _pid_namespace() -> str | None:
 
 
 def mark(fs: fsspec.AbstractFileSystem, directory: str) -> None:
-    """Record this process as the owner of the scratch ``directory``."""
-    write_bytes(
-        fs, posixpath.join(directory, SESSION_FILE), json.dumps(dataclasses.asdict(Session.this_one())).encode()
-    )
+    """Record this process as the owner of the scratch ``directory``, if it can be written there: where it cannot
+    (a store read-only to these credentials), the first task that writes scratch says so, naming it."""
+    record = json.dumps(dataclasses.asdict(Session.this_one())).encode()
+    with contextlib.suppress(Exception):
+        write_bytes(fs, posixpath.join(directory, SESSION_FILE), record)
 
 
 def owner(fs: fsspec.AbstractFileSystem, directory: str) -> Session | None:
