@@ -8,6 +8,7 @@ import pty
 import re
 import subprocess
 import sys
+import warnings
 
 import dask
 import pyarrow as pa
@@ -140,6 +141,22 @@ def test_the_api_is_quiet_unless_asked(sorted_source, tmp_path, sync_scheduler, 
     assert capsys.readouterr().out == ""
     daskpile.shuffle_parquet(sorted_source, str(tmp_path / "loud"), piles=2, seed=1, progress=True)
     assert "pass 2: 30,000 rows written to 2 files" in capsys.readouterr().out
+
+
+def test_piles_of_a_few_rows_each_are_said_before_the_run(tmp_path, sync_scheduler, monkeypatch):
+    """A new user's --piles 200000 on a file of 200,000 lines ran 5 minutes to 162,000 files of a line each,
+    without a word: many piles of a few rows each are said, at the caller's line (here with fewer piles)."""
+    from daskpile.engine import _pipeline
+
+    monkeypatch.setattr(_pipeline, "MANY_PILES", 50)
+    pq.write_table(pa.table({"x": list(range(1_000))}), tmp_path / "k.parquet")
+    with pytest.warns(UserWarning, match=r"^60 piles of about 17 rows: a file each, .* did you mean fewer\?") as w:
+        daskpile.shuffle_parquet(str(tmp_path / "k.parquet"), str(tmp_path / "out"), piles=60, seed=1)
+    assert [warning.filename for warning in w] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (piles of 100 rows or more: nothing said)
+        daskpile.shuffle_parquet(str(tmp_path / "k.parquet"), str(tmp_path / "o2"), piles=10, seed=1)
+        daskpile.shuffle_parquet(str(tmp_path / "k.parquet"), str(tmp_path / "o3"), piles=40, seed=1)  # (< 50)
 
 
 def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path, sync_scheduler, capsys):
