@@ -327,3 +327,11 @@ def test_a_result_larger_than_its_source_is_found_too_large_before_anything_is_w
     with pytest.raises(OSError, match=r"^not enough space for dest .*tiny/out.*: the run needs about ") as e:
         daskpile.shuffle_parquet(str(source), str(dest), piles=4, seed=1, output_format="jsonl")
     assert e.value.errno == errno.ENOSPC and not dest.exists() and os.listdir(tiny_filesystem) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_dest_that_cannot_be_made_is_named_as_dest(sync_scheduler, source):
+    """Under /proc, writable to root yet where nothing can be made, the command said a bare "[Errno 2] No such
+    file or directory: '/proc/nope'", naming no dest (a new user's trial)."""
+    with pytest.raises(OSError, match=r"^dest '/proc/daskpile-nope/out' cannot be made: "):
+        daskpile.shuffle_parquet(source, "/proc/daskpile-nope/out", piles=2, seed=1)
