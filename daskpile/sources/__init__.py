@@ -256,9 +256,10 @@ def _plan_sources(
     if version is not None:
         raise ValueError(f"version={version!r} applies to Delta and Iceberg tables, and {urls[0]!r} is not one")
     declared = hive.parse_partitioning(partitioning)
-    guessed = format == "auto"  # (a file named alone, or by a glob of its suffix, is read as the format given)
-    listed = [listing.list_source(url, storage_options, format=_listed_format(format), guessed=guessed) for url in urls]
-    detected = format == "auto"
+    detected = format == "auto"  # (else a file named alone, or by a glob of its suffix, is read as that format)
+    listed = [
+        listing.list_source(url, storage_options, format=_listed_format(format), guessed=detected) for url in urls
+    ]
     if detected:
         format = _format_of(listed, urls)
         if format != "parquet":  # the files named so; one without an extension (LICENSE) is not data then
