@@ -31,8 +31,9 @@ _SAME_START_SECONDS = 0.5  # (a process's start time is read in clock ticks, the
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """The process that owns a scratch directory: its pid, when it started, its machine and its pid namespace
-    (two containers of a pod may share a host name and a ``/tmp``, not their pids)."""
+    """The process that owns a scratch directory: its pid, when it started, its machine, and where its pid
+    means that process (``pids``: the machine's boot and the pid namespace; two containers of a pod share a
+    host name and may share a ``/tmp``, not their pids, and two machines may share a host name and a disk)."""
 
     pid: int
     started: float
@@ -46,16 +47,20 @@ class Session:
         >>> Session.this_one().ended()
         False
         """
-        return cls(os.getpid(), psutil.Process().create_time(), socket.gethostname(), _pid_namespace())
+        return cls(os.getpid(), psutil.Process().create_time(), socket.gethostname(), _pid_space())
 
     def here(self) -> bool:
-        """Whether it ran on this machine, among this process's pids (only there can it be told to have ended)."""
-        return (self.host, self.pids) == (socket.gethostname(), _pid_namespace())
+        """Whether it ran on this machine, among this process's pids (only there can it be told to have ended).
+
+        >>> Session(1, 0.0, socket.gethostname(), "another-boot pid:[4026531836]").here()  # (same name, a disk)
+        False
+        """
+        return (self.host, self.pids) == (socket.gethostname(), _pid_space())
 
     def ended(self) -> bool:
         """Whether its process has ended: on this machine only, and a later process given its pid is not it.
 
-        >>> Session(os.getpid(), 0.0, socket.gethostname(), _pid_namespace()).ended()  # (the pid reused)
+        >>> Session(os.getpid(), 0.0, socket.gethostname(), _pid_space()).ended()  # (the pid reused)
         True
         """
         if not self.here():
@@ -71,10 +76,12 @@ class Session:
         return f"process {self.pid} on {self.host}"
 
 
-def _pid_namespace() -> str | None:
-    """This process's pid namespace (``pid:[4026531836]``), where Linux says; None elsewhere."""
+def _pid_space() -> str | None:
+    """Where this process's pids mean what they say: this boot of the machine (every machine's first pid
+    namespace is ``pid:[4026531836]``) and the pid namespace, where Linux says; None elsewhere."""
     try:
-        return os.readlink("/proc/self/ns/pid")
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return f"{boot.read().strip()} {os.readlink('/proc/self/ns/pid')}"
     except OSError:
         return None
 
