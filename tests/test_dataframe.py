@@ -254,7 +254,74 @@ def test_the_scratch_of_a_session_in_another_pid_namespace_is_kept(sync_schedule
     from daskpile.engine._clean import clean
 
     (leftover,) = [lo for lo in clean(str(scratch), dry_run=True) if lo.url.endswith(directory.name)]
-    assert not leftover.removable and "of a Python session of another machine or container" in leftover.reason
+    assert not leftover.removable and "of a Python session this machine cannot judge" in leftover.reason
+
+
+def planted(root: pathlib.Path, name: str, record) -> pathlib.Path:
+    """A folder named as shuffle(ddf)'s scratch, its session record ``record`` (bytes, or a callable that makes
+    the record's path), a file of rows beside it."""
+    folder = root / f"daskpile-{name}"
+    (folder / "v").mkdir(parents=True)
+    (folder / "v" / "scatter-000000.arrow").write_bytes(b"rows")
+    session = folder / "_daskpile.session.json"
+    session.write_bytes(record) if isinstance(record, bytes) else record(session)
+    return folder
+
+
+def test_the_sweep_of_ended_sessions_judges_only_this_users_folders_and_survives_what_is_planted(tmp_path):
+    """A review: another user's folder readable in a shared root was judged (and, with /proc's hidepid, a live
+    one removed); a FIFO planted as a record hung every shuffle() and ``daskpile clean`` on the machine, a link
+    to /dev/zero read for ever, a pid of -1 or a record nested 100,000 deep failed them."""
+    import json
+    import socket
+    import threading
+
+    from daskpile.engine import _session
+    from daskpile.engine._clean import clean
+
+    ended = json.dumps({"pid": 2**22 + 1, "started": 1, "host": socket.gethostname(), "pids": _session._pid_space()})
+    root = tmp_path / "shared"
+    folders = {
+        "fifo": planted(root, "000000000000f1f0", lambda path: os.mkfifo(path)),
+        "link": planted(root, "00000000000011c0", lambda path: path.symlink_to("/dev/zero")),
+        "pid": planted(root, "00000000000000d1", json.dumps({"pid": -1, "started": 1, "host": "h"}).encode()),
+        "deep": planted(root, "00000000000000dd", b"[" * 100_000),
+    }
+    if os.geteuid() == 0:  # (another user's folder, as root can make one)
+        folders["other"] = planted(root, "0000000000000be5", ended.encode())
+        for path in [folders["other"], *folders["other"].rglob("*")]:
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+    mine = planted(root, "00000000000000e5", ended.encode())  # (this user's, ended: the one to remove)
+    results = []
+    judging = threading.Thread(target=lambda: results.append(_session.ended_sessions(str(root))), daemon=True)
+    judging.start()
+    judging.join(30)
+    assert results == [[(str(mine), _session.owner(fsspec_local(), str(mine)))]]
+    said = {pathlib.Path(leftover.url).name: leftover for leftover in clean(str(root), dry_run=True)}
+    assert [name for name, leftover in said.items() if leftover.removable] == [mine.name]
+    daskpile.shuffle(dd.from_pandas(frame(10), npartitions=1), piles=2, seed=0, scratch=str(root))
+    eventually(lambda: not mine.exists(), what="the ended session's scratch removed")
+    assert all(folder.exists() for folder in folders.values())
+
+
+def fsspec_local():
+    import fsspec
+
+    return fsspec.filesystem("file")
+
+
+def test_clean_keeps_a_live_sessions_scratch_whatever_its_age(sync_scheduler, tmp_path):
+    """A review: ``daskpile clean --older-than 1d`` removed the scratch of a live session idle for two days (its
+    files are read, not written), as "no run description", which it knew to be a live session's."""
+    from daskpile.engine._clean import clean
+
+    shuffled = daskpile.shuffle(dd.from_pandas(frame(100), npartitions=2), piles=2, seed=0, scratch=str(tmp_path))
+    shuffled.compute()
+    two_days_ago = time.time() - 2 * 86400
+    for path in [*tmp_path.rglob("*"), tmp_path]:
+        os.utime(path, (two_days_ago, two_days_ago))
+    (leftover,) = clean(str(tmp_path), older_than="1d", dry_run=True)
+    assert not leftover.removable and "of a live Python session" in leftover.reason, leftover
 
 
 def test_not_a_dataframe():
@@ -418,24 +485,11 @@ def test_a_to_parquet_that_fails_shows_no_pile_even_after_the_tasks_still_runnin
         with pytest.raises(Exception, match="Could not convert 'oops'"):
             dask.compute(later)
     assert shown() == []
-    time.sleep(2)  # (its pile tasks still running, as above; the next write's last task removes what they left)
+    time.sleep(2)  # (its pile tasks still running, as above, would leave theirs after the next write's removal)
     good = daskpile.shuffle(dd.from_pandas(df.assign(v=df["id"]), npartitions=4), piles=16, seed=1)
     good.to_parquet(str(dest))
     assert sorted(os.listdir(dest)) == sorted(f"part.{i}.parquet" for i in range(16))
     assert len(dd.read_parquet(str(dest))) == 40_000
-
-
-def test_a_pile_a_failed_write_left_after_the_next_write_began_goes_with_that_write(tmp_path, sync_scheduler):
-    """A pile task of a failed write still running when the next write of those names began (a loaded machine)
-    left its hidden pile after that write's removal of them, for good: its last task removes them too."""
-    dest = tmp_path / "out"
-    dest.mkdir()
-    later = daskpile.shuffle(dd.from_pandas(frame(100), npartitions=2), piles=4, seed=1).to_parquet(
-        str(dest), compute=False
-    )
-    (dest / ".part.3.parquet.0123456789ab.tmp").write_bytes(b"a pile task of the failed write, late")
-    later.compute()
-    assert sorted(os.listdir(dest)) == [f"part.{i}.parquet" for i in range(4)]
 
 
 def test_to_parquet_of_names_in_folders_and_its_last_task_run_twice(tmp_path, sync_scheduler):

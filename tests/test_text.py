@@ -2259,6 +2259,12 @@ def test_a_file_named_with_its_format_is_read_whatever_its_name_and_a_folder_is_
     ):
         daskpile.shuffle_parquet(f"{tmp_path}/jt/", str(tmp_path / "o4"), 2, format="jsonl")
     assert daskpile.shuffle_parquet(glob, str(tmp_path / "o4"), 2, format="jsonl").rows == 2  # (as it said)
+    (tmp_path / "deep" / "2024").mkdir(parents=True)  # (in a subfolder: a glob of the folder's own files is not it)
+    (tmp_path / "deep" / "2024" / "a.txt").write_text('{"a": 1}\n')
+    deep = f"{tmp_path}/deep/**/*.txt"
+    with pytest.raises(FileNotFoundError, match=rf"\('{re.escape(deep)}'\)$"):
+        daskpile.shuffle_parquet(f"{tmp_path}/deep", str(tmp_path / "o5"), 2, format="jsonl")
+    assert daskpile.shuffle_parquet(deep, str(tmp_path / "o5"), 2, format="jsonl").rows == 1
 
 
 def test_a_link_whose_target_is_gone_is_said_so_named_or_in_a_folder(tmp_path, sync_scheduler):

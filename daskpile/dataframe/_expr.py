@@ -261,7 +261,7 @@ def shuffle(
             stacklevel=3,  # (the caller's line, through redacting_errors)
         )
     run = ScratchRun(Scratch.create(scratch, storage_options, 0))
-    _session.mark(run.scratch.fs, run.scratch.directory)
+    _session.mark(run.scratch.fs, run.scratch.directory, run.session)
     _remove_scratch_of_ended_sessions(run.scratch)
     return PileFrame(PileShuffle(ddf.expr, piles, resolve_seed(seed), run, ddf._meta, plan=plan))
 
@@ -312,6 +312,8 @@ class ScratchRun:
         self.scratch = scratch
         self._checked_clients: set[str] = set()
         self._removal = weakref.finalize(self, _remove_when_unused, scratch) if owner else None
+        # (taken once: a forked child that makes the folder again must record its parent, which holds it)
+        self.session = _session.Session.this_one() if owner else None
 
     def __reduce__(self):
         return ScratchRun, (self.scratch, False)
@@ -359,7 +361,7 @@ class ScratchRun:
             )
         try:
             fs.mkdir(directory, create_parents=False)
-            _session.mark(fs, directory)  # (or, this session killed, nothing would remove it)
+            _session.mark(fs, directory, self.session)  # (or, this session killed, nothing would remove it)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"daskpile's scratch {directory} was removed, and so was the directory it was in; pass another "
@@ -748,29 +750,29 @@ def _remove_when_unused(scratch: Scratch) -> None:
 
 def _remove_scratch_of_ended_sessions(scratch: Scratch) -> None:
     """Remove, on a thread of its own, the scratch that ``shuffle`` calls of sessions that have ended (killed,
-    as a notebook's kernel out of memory is) left beside ``scratch``, in a local directory.
+    as a notebook's kernel out of memory is) left beside ``scratch``, in a local directory: once a process for
+    each directory.
 
     The scratch of a session that ends normally goes at its exit; a killed one's stayed for ever, as large as
-    its data, until the disk was full.
+    its data, until the disk was full.  The thread is not waited for at exit: a removal cut short leaves the
+    session's record, removed last, and the next sweep finishes it.
     """
-    if not is_local(scratch.fs):  # (a listing of a store's prefix at every call: ``daskpile clean`` does it)
+    root = posixpath.dirname(scratch.directory)
+    if not is_local(scratch.fs) or root in _SWEPT:  # (a store's prefix: ``daskpile clean`` lists it)
         return
-    ended = _session.ended_sessions(posixpath.dirname(scratch.directory))
-    if not ended:
-        return
-    for path, session in ended:
-        logger.info("removing %s, the scratch of shuffle(ddf) in %s, which ended without removing it", path, session)
+    _SWEPT.add(root)
 
-    def remove():
-        try:
-            for path, _ in ended:
-                _remove_quietly(Scratch(scratch.fs, path, 0))
-        finally:
-            _REMOVALS.discard(threading.current_thread())
+    def sweep():
+        for path, session in _session.ended_sessions(root):
+            logger.info(
+                "removing %s, the scratch of shuffle(ddf) in %s, which ended without removing it", path, session
+            )
+            _session.remove(path)
 
-    thread = threading.Thread(target=remove, name="daskpile-remove-ended-scratch", daemon=True)
-    _REMOVALS.add(thread)
-    thread.start()
+    threading.Thread(target=sweep, name="daskpile-remove-ended-scratch", daemon=True).start()
+
+
+_SWEPT: set[str] = set()  # the scratch roots swept by this process
 
 
 def _wait_for_pending(futures: list) -> None:

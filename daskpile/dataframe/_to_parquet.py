@@ -111,17 +111,12 @@ class ShowPiles(ToParquetBarrier):
 
 def show_piles(parts, fmd, fs, path, engine, write_metadata_file, append, compression) -> None:
     """Rename every pile written under a temporary name (``parts``: what each pile's task returned), then write
-    Dask's ``_metadata`` where asked for.  Run again (a retried task), a pile already shown is left as it is.
-    Temporaries of the same names left then are an earlier write's (a pile task of a failed write, still running
-    when the write began): removed."""
-    finals = []
+    Dask's ``_metadata`` where asked for.  Run again (a retried task), a pile already shown is left as it is."""
     for part in parts:
         for pile in part:
             temporary, final = pile["shown_as"]
             if os.path.exists(temporary) or not os.path.exists(final):
                 os.replace(temporary, final)
-            finals.append(posixpath.relpath(final, path))
-    _remove_temporaries(path, finals)
     if write_metadata_file:
         parts = [[{k: v for k, v in pile.items() if k != "shown_as"} for pile in part] for part in parts]
         engine.write_metadata(parts, fmd, fs, path, append=append, compression=compression)

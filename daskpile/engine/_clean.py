@@ -122,9 +122,14 @@ def _judge(fs, path: str, min_age: float | None, storage_options) -> Leftover | 
     session = _session.owner(fs, path) if spec is None else None
     if session is not None and session.ended():
         return Leftover(url, size, age, True, f"shuffle(ddf)'s, whose Python session ended ({session})")
+    if session is not None and session.here():  # (whatever its age: a notebook idle for days still holds it)
+        return Leftover(url, size, age, False, f"shuffle(ddf)'s, of a live Python session ({session}): it goes with it")
     if session is not None and min_age is None:
-        where = "a live Python session" if session.here() else "a Python session of another machine or container"
-        return Leftover(url, size, age, False, f"shuffle(ddf)'s, of {where} ({session}): give --older-than")
+        return Leftover(
+            url, size, age, False,
+            f"shuffle(ddf)'s, of a Python session this machine cannot judge ({session}: another machine, container "
+            "or boot, or not Linux): give --older-than",
+        )  # fmt: skip
     if spec is None:
         if min_age is None:
             return Leftover(

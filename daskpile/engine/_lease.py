@@ -80,7 +80,7 @@ class Lease:
             try:
                 fs.makedirs(dest_path, exist_ok=True)
             except OSError as e:  # (under /proc: writable to root, yet nothing can be made there) named as dest
-                raise type(e)(f"dest {dest_path!r} cannot be made: {e.strerror or e} ({e.filename!r})") from None
+                raise type(e)(e.errno, f"dest {dest_path!r} cannot be made: {e.strerror or e}", e.filename) from None
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         lease = cls(fs, dest_path, uuid.uuid4().hex, now, made)
         try:

@@ -759,7 +759,7 @@ class _Run:
         finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
-        for note in [*self.plan.notes, self._empty_piles_said()]:
+        for note in [*self.plan.notes, self._pile_count_said()]:
             if note and self.progress:
                 print(f"note: {note}", flush=True)
             elif note:
@@ -851,7 +851,7 @@ class _Run:
             self.piles, len(self.partitions), f"about {self.estimated_rows:,} rows"
         )
 
-    def _empty_piles_said(self) -> str | None:
+    def _pile_count_said(self) -> str | None:
         """A note that more piles were asked for than there are rows (most of their files empty), or so many that
         each is a file of a few rows (a new user's 200,000 piles of a row each: 162,000 files in 5 minutes,
         without a word), or None."""
@@ -865,8 +865,8 @@ class _Run:
             )
         if self.piles > MANY_PILES and rows < self.piles * FEW_ROWS_A_PILE:
             return (
-                f"{self.piles:,} piles of about {count(round(rows / self.piles), 'row')}: a file each, and a task's "
-                "share of pass 2; did you mean fewer? (piles='auto', --piles auto, sizes them from the data)"
+                f"{self.piles:,} piles of about {count(round(rows / self.piles), 'row')}: as many files of a few rows "
+                "each; did you mean fewer? (piles='auto', --piles auto, sizes them from the data)"
             )
         return None
 

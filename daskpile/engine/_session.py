@@ -4,10 +4,13 @@
 removed when the last expression holding it is garbage collected, or at the
 interpreter's exit.  A session killed (a notebook's kernel killed for memory,
 SIGTERM, SIGKILL) removes nothing, and its scratch (the size of the data) stays
-in the temporary directory for ever.  So the directory records its owner, the
-process and when it started (a pid alone may be a new process's), and the
-machine: a later ``shuffle(ddf)`` on the same root, and ``daskpile clean``,
-remove the scratch of owners that have ended on this machine.
+in the temporary directory for ever.  So the directory records its owner: the
+process, when it started in clock ticks since boot (which no change of the
+wall clock moves; a pid alone may be a new process's), the machine's name, its
+boot and the pid namespace.  A later ``shuffle(ddf)`` on the same root, and
+``daskpile clean``, remove the scratch of owners that have ended in this
+machine's boot and pid namespace, of this user, on Linux; nothing is judged
+elsewhere.
 """
 
 from __future__ import annotations
@@ -17,26 +20,28 @@ import dataclasses
 import json
 import os
 import posixpath
+import shutil
 import socket
+import stat
 
 import fsspec
-import psutil
 
-from daskpile._storage import filesystem, write_bytes
+from daskpile._storage import is_local, write_bytes
 from daskpile.engine._scratch import DIRECTORY_NAME
 
 SESSION_FILE = "_daskpile.session.json"
-_SAME_START_SECONDS = 0.5  # (a process's start time is read in clock ticks, then added to the boot time)
+_RECORD_BYTES = 4096  # a record is about 150 bytes: more is not one (a file planted to be read for ever)
 
 
 @dataclasses.dataclass(frozen=True)
 class Session:
-    """The process that owns a scratch directory: its pid, when it started, its machine, and where its pid
-    means that process (``pids``: the machine's boot and the pid namespace; two containers of a pod share a
-    host name and may share a ``/tmp``, not their pids, and two machines may share a host name and a disk)."""
+    """The process that owns a scratch directory: its pid, when it started (clock ticks since boot), its
+    machine's name, and where its pid means that process (``pids``: the machine's boot and the pid namespace;
+    two containers of a pod share a host name and may share a ``/tmp``, not their pids, and two machines may
+    share a host name and a disk).  None of those known (not Linux): never judged."""
 
     pid: int
-    started: float
+    started: int | None
     host: str
     pids: str | None = None
 
@@ -47,33 +52,47 @@ class Session:
         >>> Session.this_one().ended()
         False
         """
-        return cls(os.getpid(), psutil.Process().create_time(), socket.gethostname(), _pid_space())
+        return cls(os.getpid(), _started(os.getpid()), socket.gethostname(), _pid_space())
 
     def here(self) -> bool:
-        """Whether it ran on this machine, among this process's pids (only there can it be told to have ended).
+        """Whether it ran in this machine's boot, among this process's pids (only there can it be told to have
+        ended).
 
-        >>> Session(1, 0.0, socket.gethostname(), "another-boot pid:[4026531836]").here()  # (same name, a disk)
+        >>> Session(1, 0, socket.gethostname(), "another-boot pid:[4026531836]").here()  # (same name, a disk)
         False
         """
-        return (self.host, self.pids) == (socket.gethostname(), _pid_space())
+        return self.pids is not None and (self.host, self.pids) == (socket.gethostname(), _pid_space())
 
     def ended(self) -> bool:
-        """Whether its process has ended: on this machine only, and a later process given its pid is not it.
+        """Whether its process has ended: judged here only, a later process given its pid not being it.
 
-        >>> Session(os.getpid(), 0.0, socket.gethostname(), _pid_space()).ended()  # (the pid reused)
+        >>> Session(os.getpid(), -1, socket.gethostname(), _pid_space()).ended()  # (the pid reused)
         True
         """
-        if not self.here():
+        if not self.here() or self.started is None:
             return False
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) > _SAME_START_SECONDS
-        except psutil.NoSuchProcess:
+            return _started(self.pid) != self.started
+        except FileNotFoundError:  # (no such process)
             return True
-        except psutil.Error:  # (not ours to look at: alive)
-            return False
 
     def __str__(self) -> str:
         return f"process {self.pid} on {self.host}"
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``'s 22nd field); None where
+    Linux does not say.  FileNotFoundError if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()  # (after the command's name, which may hold anything)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            raise
+        return None
+    except OSError:
+        return None
+    return int(fields[19])
 
 
 def _pid_space() -> str | None:
@@ -86,43 +105,85 @@ def _pid_space() -> str | None:
         return None
 
 
-def mark(fs: fsspec.AbstractFileSystem, directory: str) -> None:
-    """Record this process as the owner of the scratch ``directory``, if it can be written there: where it cannot
+def mark(fs: fsspec.AbstractFileSystem, directory: str, session: Session) -> None:
+    """Record ``session`` as the owner of the scratch ``directory``, if it can be written there: where it cannot
     (a store read-only to these credentials), the first task that writes scratch says so, naming it."""
-    record = json.dumps(dataclasses.asdict(Session.this_one())).encode()
+    record = json.dumps(dataclasses.asdict(session)).encode()
     with contextlib.suppress(Exception):
         write_bytes(fs, posixpath.join(directory, SESSION_FILE), record)
 
 
 def owner(fs: fsspec.AbstractFileSystem, directory: str) -> Session | None:
-    """The session recorded in ``directory``; None if none is (a ``shuffle_parquet`` run's) or it cannot be read.
+    """The session recorded in ``directory``; None if none is (a ``shuffle_parquet`` run's), it is not one, or
+    the directory is another user's (whose processes this one may not see: /proc's ``hidepid``).
 
     >>> import tempfile; directory = tempfile.mkdtemp(); fs = fsspec.filesystem("file")
     >>> owner(fs, directory) is None
     True
-    >>> mark(fs, directory); owner(fs, directory).pid == os.getpid()
+    >>> mark(fs, directory, Session.this_one()); owner(fs, directory).pid == os.getpid()
     True
     """
+    path = posixpath.join(directory, SESSION_FILE)
     try:
-        with fs.open(posixpath.join(directory, SESSION_FILE), "rb") as file:
-            said = json.loads(file.read())
-        return Session(int(said["pid"]), float(said["started"]), str(said["host"]), said.get("pids"))
-    except (OSError, ValueError, KeyError, TypeError):  # (another user's folder, 0700: not ours to judge)
+        if is_local(fs) and os.stat(directory, follow_symlinks=False).st_uid != os.geteuid():
+            return None
+        said = json.loads(_read_local(path) if is_local(fs) else fs.cat_file(path, 0, _RECORD_BYTES))
+        session = Session(said["pid"], said["started"], said["host"], said.get("pids"))
+        typed = isinstance(session.pid, int) and session.pid > 0 and isinstance(session.host, str)
+        return session if typed and isinstance(session.started, (int, type(None))) else None
+    except Exception:  # (another user's folder, 0700; a file that is not a record): not judged
         return None
 
 
+def _read_local(path: str) -> bytes:
+    """A small regular file, never through a link, never waiting (a FIFO planted under the name)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        return os.read(descriptor, _RECORD_BYTES)
+    finally:
+        os.close(descriptor)
+
+
 def ended_sessions(root: str) -> list[tuple[str, Session]]:
-    """The ``shuffle(ddf)`` scratch directories in the local directory ``root`` whose Python session has
-    ended on this machine, with their session: one listing of ``root``, one small read a directory of
+    """The ``shuffle(ddf)`` scratch directories of this user in the local directory ``root`` whose Python
+    session has ended here, with their session: one listing of ``root``, one small read a directory of
     daskpile's.
 
     >>> import tempfile; ended_sessions(tempfile.mkdtemp())
     []
     """
+    found = []
     try:
-        found = [entry.path for entry in os.scandir(root) if DIRECTORY_NAME.match(entry.name) and entry.is_dir()]
+        entries = list(os.scandir(root))
     except OSError:  # (not there yet, or not ours to list: nothing to remove)
         return []
-    fs = filesystem(root)[0]
-    owners = ((path, owner(fs, path)) for path in found)
-    return [(path, session) for path, session in owners if session is not None and session.ended()]
+    for entry in entries:
+        try:
+            ours = DIRECTORY_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)
+            if not ours or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            session = owner(fsspec.filesystem("file"), entry.path)
+            if session is not None and session.ended():
+                found.append((entry.path, session))
+        except Exception:  # (gone meanwhile, or anything else: that one is not judged)
+            continue
+    return found
+
+
+def remove(path: str) -> None:
+    """Remove an ended session's local scratch ``path``, its record last: stopped halfway, what is left is
+    still known as an ended session's, and removed by the next sweep."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            if entry.name == SESSION_FILE:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(posixpath.join(path, SESSION_FILE))
+        os.rmdir(path)

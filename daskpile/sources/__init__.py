@@ -343,7 +343,8 @@ def _no_files(
         hint = ""
     else:  # (JSON lines named .txt in a folder: a folder's files are taken by their names)
         folder = source.rstrip("/") if isinstance(source, str) else "folder"
-        glob = f"{folder}/*{posixpath.splitext(others[0])[1] or '.txt'}"
+        below = posixpath.basename(posixpath.dirname(others[0])) != posixpath.basename(folder)  # (in a subfolder)
+        glob = f"{folder}/{'**/' if below else ''}*{posixpath.splitext(others[0])[1] or '.txt'}"
         hint = f"; to read files named otherwise as {kind}, name them with a glob of their suffix ({glob!r})"
     return f"source {source!r} matches no {said} (only files that are not {kind}, such as {others[0]!r}){hint}"
 
