@@ -10,9 +10,10 @@ can still finish it is not a reason: the same command resumes from the scratch
 (and pass 1 writes nothing in dest to tell a deleted dest from one not made yet).  Anything else may be
 resumed, or be running: it stays, unless ``older_than`` says it is stale.
 ``shuffle(ddf)``'s scratch has no description but its owner (``_session``):
-it goes once that Python session has ended on this machine (killed, as a
-notebook's kernel out of memory is, it removed nothing), or when older than
-``older_than``.
+it goes once that Python session has ended here (killed, as a notebook's
+kernel out of memory is, it removed nothing), stays while it lives whatever
+``older_than`` says, and goes when older than ``older_than`` where it cannot
+be judged (another machine, container or user).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ SIGTERM, SIGKILL) removes nothing, and its scratch (the size of the data) stays
 in the temporary directory for ever.  So the directory records its owner: the
 process, when it started in clock ticks since boot (which no change of the
 wall clock moves; a pid alone may be a new process's), the machine's name, its
-boot and the pid namespace.  A later ``shuffle(ddf)`` on the same root, and
-``daskpile clean``, remove the scratch of owners that have ended in this
+boot and the pid namespace.  A process's first ``shuffle(ddf)`` on a root,
+and ``daskpile clean``, remove the scratch of owners that have ended in this
 machine's boot and pid namespace, of this user, on Linux; nothing is judged
 elsewhere.
 """
