@@ -55,6 +55,7 @@ def azure(tmp_path_factory):
         server.wait()
 
 
+@pytest.mark.slow
 def test_abfs_source_dest_and_scratch(azure):
     fs, options = azure
     write_reference_dataset("abfs://lake/events", rows=20_000, files=3, storage_options=options)

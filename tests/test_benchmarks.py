@@ -99,6 +99,7 @@ def test_the_text_benchmark_runs(tmp_path):
     assert 0 < lines["output_mib"] - results["summary"]["shuf"]["output_mib"] < 0.1
 
 
+@pytest.mark.slow
 def test_the_object_columns_benchmark_runs():
     """benchmarks/dataframe_objects.py end to end on 2,000 rows: both systems, both list columns."""
     script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "dataframe_objects.py")

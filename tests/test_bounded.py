@@ -171,6 +171,7 @@ def test_a_reused_piece_holding_other_rows_than_its_files_is_refused(tmp_path, s
     assert shuffle().rows == 54_000
 
 
+@pytest.mark.slow
 def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_disk(tmp_path, capsys):
     """Country names dictionary-encoded take a byte a row in a footer and 12 in memory: a file of 0.6 MB on
     disk was one piece of 19 MB with a blocksize of 4 MiB (a 29 MiB file, 426 MiB in memory, one 423 MiB piece at
@@ -201,6 +202,7 @@ def test_a_piece_of_dictionary_encoded_strings_is_blocksize_in_memory_not_on_dis
     assert daskpile.verify(str(path), str(dest)).ok
 
 
+@pytest.mark.slow
 def test_a_categorical_s_dictionary_counts_once_not_once_a_piece(tmp_path, sync_scheduler):
     """Each piece's scratch carries the categorical's dictionary: counted in every pile once a piece, 20 pieces
     of a 2 MB dictionary made every pile "40 MB" and a run of 1.5 MB piles was refused or split for nothing."""
@@ -219,6 +221,7 @@ def test_a_categorical_s_dictionary_counts_once_not_once_a_piece(tmp_path, sync_
     assert report.rows == 100_000 and len(report.files) == 8 and daskpile.verify(str(source), str(dest)).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", [3, 1 / 3], ids=["three row groups a piece", "a row group in three pieces"])
 def test_a_file_larger_than_blocksize_is_shuffled_in_pieces(big_files, tmp_path, client, cut):
     blocksize = int(cut * group_bytes(os.path.join(big_files, "a.parquet"))) + 1
@@ -246,6 +249,7 @@ print(json.dumps({"peak": pa.default_memory_pool().max_memory(), "pieces": resul
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row_groups", [10, 1])
 def test_pass_1_memory_is_bounded_by_blocksize_not_by_the_file(tmp_path, row_groups):
     """Arrow's peak allocation in a fresh process scattering a file of 10 row groups or of one, whole and in
@@ -287,6 +291,7 @@ def split_orders(part, seeds, directory, permute) -> list[tuple]:
     return [tuple(split_shuffle([[0, 1], [2, 3]], 3, seed, directory / f"{permute}-{seed}", permute)) for seed in seeds]
 
 
+@pytest.mark.slow
 def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path, two_processes):
     """4 rows in 2 partitions, all in one pile that is split in 3: chi-square on 960 seeds (40 an order), alpha 1e-3.
 
@@ -302,6 +307,7 @@ def test_all_24_orders_equally_likely_when_a_pile_is_split(tmp_path, two_process
     assert pvalue(permute=False, seeds=480) < 1e-3  # teeth: sub-piles left in input order
 
 
+@pytest.mark.slow
 def test_piles_over_memory_per_pile_are_split_into_consecutive_files(big_files, tmp_path, client):
     dest = str(tmp_path / "out")
     budget = 2 * group_bytes(os.path.join(big_files, "a.parquet"))  # about 2 of the 12.5 row groups in a pile
@@ -343,6 +349,7 @@ def blob_files(directory, blobs_per_file: int = 3, files: int = 3) -> str:
     return str(directory)
 
 
+@pytest.mark.slow
 def test_a_pile_is_sized_by_its_own_rows_not_the_average_row(tmp_path, sync_scheduler):
     """15 rows of 2 MiB among 30,000 tiny ones, in 8 piles: a pile with three of them was over memory_per_pile,
     taken as its rows times the average row, neither split nor refused (on_oversize="error" said nothing), and
@@ -490,6 +497,7 @@ print(json.dumps({"growth": max([*samples, process.memory_info().rss]) - before}
 """
 
 
+@pytest.mark.slow
 def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
     """One task gathering 32 piles of 4 MB from 128 MB of scratch: mapped pages are dropped as they add up.
 
@@ -510,6 +518,7 @@ def test_pass_2_memory_is_bounded_by_a_pile_not_by_the_task(tmp_path):
     assert read_output(tmp_path / "out").num_rows == partitions * rows
 
 
+@pytest.mark.slow
 def test_rows_a_task_cannot_hold_are_refused_before_pass_1(tmp_path):
     """Three rows of 300 MiB on workers of 1 GiB: pass 1's workers died four times over, then the advice was a
     smaller blocksize (a piece is at least a row).  Here rows of 70 MiB (zeros: a small file) on 512 MiB."""

@@ -130,6 +130,7 @@ def test_in_a_log_progress_is_one_line_per_pass(sorted_source, tmp_path):
     assert "Completed" not in result.output  # no bars redrawn into a batch job's log
 
 
+@pytest.mark.slow
 def test_bars_without_a_cluster_in_a_terminal(sorted_source, tmp_path):
     output = run_in_a_terminal("shuffle", sorted_source, str(tmp_path / "out"), "--piles=3", "--scheduler=threads")
     assert output.count("100% Completed") == 2  # dask.diagnostics.ProgressBar, once per pass
@@ -204,6 +205,7 @@ def test_more_piles_than_the_machine_holds_the_counts_of_are_refused(tmp_path, s
         daskpile.shuffle_parquet(str(tmp_path / "ten.parquet"), str(tmp_path / "out"), piles=2**33, seed=1)
 
 
+@pytest.mark.slow
 def test_pass_1_s_pile_counts_are_summed_on_the_workers_not_held_a_task_at_a_time(tmp_path, monkeypatch):
     """Each pass-1 task counts its rows, bytes and largest row for every pile (24 bytes a pile), and the
     command held every task's: piles of 32 MiB over 1 TiB of files of 16 MiB, 32,768 piles over 65,536 tasks,
@@ -254,6 +256,7 @@ def test_usage_errors_exit_2(sorted_source, tmp_path):
     assert not os.path.exists(dest)
 
 
+@pytest.mark.slow
 def test_bad_requests_are_one_line_on_stderr_and_exit_2(sorted_source, tmp_path):
     missing = str(tmp_path / "missing")
     done = run("shuffle", missing, str(tmp_path / "out"), "--scheduler", "sync", check_status=2)
@@ -282,6 +285,7 @@ def test_verification_failure_exits_1(sorted_source, tmp_path):
     assert result.exit_code == 1 and "MISMATCH" in result.output
 
 
+@pytest.mark.slow
 def test_json_alone_on_stdout_and_every_log_line_on_stderr(sorted_source, tmp_path):
     done = run("shuffle", sorted_source, str(tmp_path / "out"), "--piles", "3", "--seed", "1", "--json")
     assert done.returncode == 0, done.stderr
@@ -292,6 +296,7 @@ def test_json_alone_on_stdout_and_every_log_line_on_stderr(sorted_source, tmp_pa
     assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True
 
 
+@pytest.mark.slow
 def test_a_reader_gone_from_its_output_stops_the_run_as_sigpipe_would_and_it_resumes(sorted_source, tmp_path):
     """`daskpile shuffle ... | head -1`: exit 141, one line on stderr saying what the run left, no
     "[Errno 32] Broken pipe" error (it was exit 1) and no traceback of the flush at exit."""
@@ -308,6 +313,7 @@ def test_a_reader_gone_from_its_output_stops_the_run_as_sigpipe_would_and_it_res
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
 
 
+@pytest.mark.slow
 def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_source, tmp_path):
     """A Kubernetes job's retry: `--kubernetes` here has no cluster to reach (and maybe no dask-kubernetes),
     so a run that started one would fail; nor is a LocalCluster started for a retry."""
@@ -321,6 +327,7 @@ def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_
     assert "of another call (this call: seed 2 instead of 1)" in other.stderr and "LocalCluster" not in other.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stopped_in", ["pass 1", "pass 2"])  # (its run file in scratch alone, or in dest too)
 def test_a_rerun_of_another_seed_an_unfinished_run_refuses_says_so_before_a_cluster(sorted_source, tmp_path,
                                                                                    stopped_in):  # fmt: skip
@@ -345,6 +352,7 @@ def test_a_rerun_of_another_seed_an_unfinished_run_refuses_says_so_before_a_clus
     assert daskpile.verify(sorted_source, str(dest)).ok
 
 
+@pytest.mark.slow
 def test_a_resumed_run_says_the_files_it_kept_from_the_interrupted_run(sorted_source, tmp_path):
     """Its pass-2 line said them written (a new user's trial of the command)."""
     from _util import interrupted_after
@@ -364,6 +372,7 @@ def test_a_resumed_run_says_the_files_it_kept_from_the_interrupted_run(sorted_so
     assert "kept from" not in fresh.stdout
 
 
+@pytest.mark.slow
 def test_append_with_the_window_and_the_day_swapped_says_so_before_starting_a_cluster(sorted_source, tmp_path):
     """Python's order is append(dest, source): `daskpile append WINDOW DAY/` started a cluster, then said the
     day's folder holds no manifest, naming no swap."""
@@ -458,6 +467,7 @@ def test_exit_status_says_whether_running_again_may_mend_it(error, status):
     assert _exit_status(error()) == status
 
 
+@pytest.mark.slow
 def test_a_missing_extra_is_named_with_exit_status_2_before_a_cluster_starts(sorted_source, tmp_path):
     """A package a store or a feature needs, not installed (here: a module of that name that fails to import,
     first on the path): one line naming daskpile's extra to install, exit 2 (it was 1, which ``quality`` uses
@@ -480,6 +490,7 @@ def test_a_missing_extra_is_named_with_exit_status_2_before_a_cluster_starts(sor
     assert torch.returncode and "pip install 'daskpile[torch]'" in torch.stderr, torch
 
 
+@pytest.mark.slow
 def test_what_needs_no_cluster_is_said_without_one(sorted_source, tmp_path):
     """The cluster is started (here: reached) when the run first needs it: a source refused, a verify of a
     source that is not there and an append with nothing to do are said with the scheduler out of reach (they
@@ -507,6 +518,7 @@ def test_what_needs_no_cluster_is_said_without_one(sorted_source, tmp_path):
     assert done.returncode == 75 and "cannot reach the scheduler at tcp://127.0.0.1:9" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_scheduler_address_where_no_scheduler_answers_is_said_not_waited_on(sorted_source, tmp_path):
     """A port that accepts connections but is no Dask scheduler (its dashboard's): distributed's Client waits
     for a greeting forever, and the command sat silent (a platform trial: a DaskJob to its 48 h deadline)."""
@@ -529,6 +541,7 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_said_not_waited_on(so
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = run("shuffle", sorted_source, str(tmp_path / "a-file"), "--scheduler", "sync", check_status=2)
@@ -578,6 +591,7 @@ def test_exit_status_2_for_every_request_that_cannot_run(sorted_source, tmp_path
     assert not any((tmp_path / f"o{i}").exists() for i in (2, 3, 4, 5, 6, 7, 8))
 
 
+@pytest.mark.slow
 def test_rows_per_file_plurals_and_a_quiet_demo(sorted_source, tmp_path):
     done = run("shuffle", sorted_source, str(tmp_path / "out"), "--rows-per-file", "10000", "--seed", "1",
                "--piles", "3", "--scheduler", "sync", check_status=0)  # fmt: skip
@@ -633,6 +647,7 @@ def test_an_error_raised_while_a_ctrl_c_is_handled_is_said_as_the_interruption()
     )
 
 
+@pytest.mark.slow
 def test_a_retry_of_a_finished_run_says_no_fresh_plan_before_already_done(tmp_path):
     """A retry on a cluster given by address printed a plan line with another pile count (the cluster had
     more workers then), then "already done: ... in 12 piles": two lines that disagree in a job's log."""

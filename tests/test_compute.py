@@ -46,6 +46,7 @@ if __name__ == "__main__":
     assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
 
 
+@pytest.mark.slow
 def test_the_local_cluster_of_the_command_admits_no_other_process():
     """Its scheduler talks TLS with a key held in its own memory, so another process (another user of the
     machine) connecting to its port cannot run code on it, with or without TLS of its own; its dashboard
@@ -178,6 +179,7 @@ def test_progress_counts_the_piles_tasks_report_as_they_go(request, where, capsy
     assert counted == sorted(counted) and any(0 < n < 10 and n % 5 for n in counted), lines
 
 
+@pytest.mark.slow
 def test_after_a_ctrl_c_the_wait_for_running_tasks_is_said_and_lasts_until_they_end(client, capsys):
     """A pass-2 task writing to an object store ran for 30 s after a Ctrl-C with nothing said (a pod's grace
     period is 30 s).  Here a task sleeps 4 s; the wait says so once, on stderr, and ends when the task does.
@@ -274,6 +276,7 @@ def test_compute_reports_no_failed_task(sync_scheduler):
     assert done == [0]
 
 
+@pytest.mark.slow
 def test_the_commands_cluster_keeps_its_workers_from_repeating_what_the_command_reports():
     """distributed's race: a worker's heartbeat in flight as the scheduler closes logs a 30-line traceback
     to the command's stderr, after its one-line error (seen in test_s3's secrets test on a loaded machine)."""
@@ -324,6 +327,7 @@ def _die_in(frame):
     return frame
 
 
+@pytest.mark.slow
 def test_workers_killed_measuring_a_partition_for_piles_auto_are_said_so():
     """shuffle(ddf, piles="auto") computes partitions to measure them: a worker killed there raised Dask's bare
     KilledWorker ("Attempted to run task ('_frame_size-...', ...)"), naming none of what to change.  The task
@@ -391,6 +395,7 @@ def _die_once(marker: str) -> int:
     return 1
 
 
+@pytest.mark.slow
 def test_workers_that_died_in_a_compute_that_succeeded_are_counted(tmp_path):
     """A run whose worker ran out of memory, and whose task then ran again elsewhere, succeeded and said nothing:
     the user learnt of the memory only from a larger run that failed."""
@@ -444,6 +449,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_worker_gives_back_the_memory_of_its_tasks(tmp_path):
     """Arrow's allocator and glibc kept a task's peak for reuse: an idle worker held it, Dask paused it at 80 % of
     its limit, and a paused worker took no task that could free it (a run on 3 GiB workers waited forever after
@@ -483,6 +489,7 @@ def test_workers_killed_reading_a_large_column_chunk_are_told_of_its_pages(tmp_p
     assert said(2**20, "daskpile-gather-000000-abc") == ""  # pass 2's: piles, not pages
 
 
+@pytest.mark.slow
 def test_rows_too_large_for_a_task_are_refused_by_the_task_about_to_read_them(tmp_path):
     """Giant rows in a file the estimate does not sample (the ninth) pass the check before pass 1.  They killed
     the worker that read them, four times, and the message advised a smaller blocksize, which cannot cut a row.
@@ -515,6 +522,7 @@ def test_rows_too_large_for_a_task_are_refused_by_the_task_about_to_read_them(tm
     assert not (tmp_path / "out").exists() and os.listdir(tmp_path / "s") == []  # nothing written, scratch removed
 
 
+@pytest.mark.slow
 def test_workers_killed_loading_a_pile_are_told_which_and_how_large(tmp_path):
     """Pass 1 reads 1 MiB rows in pieces of 16 MiB; pass 2 holds all of them in one pile, too many for the worker.
     Pass 1 measured the pile and its largest row: the message says them, beside its advice."""

@@ -41,6 +41,7 @@ def frame(rows: int) -> pd.DataFrame:
     )
 
 
+@pytest.mark.slow
 def test_partitions_are_piles_and_rows_keep_their_index(client):
     df = frame(1000)
     ddf = dd.from_pandas(df, npartitions=4)
@@ -90,6 +91,7 @@ def test_empty_partitions_and_empty_input(sync_scheduler):
     assert result.npartitions == 3 and len(result.compute()) == 0
 
 
+@pytest.mark.slow
 def test_many_partitions_have_their_pile_counts_summed_in_a_tree(sync_scheduler):
     """Pass 1's counts are summed 16 partitions' at a time (one task holding 10,000 partitions' counts of 32,768
     piles would hold 5 GiB): 300 partitions, two levels of sums, every row once, each pile its counted rows."""
@@ -161,6 +163,7 @@ def test_a_graph_taken_out_of_a_dropped_result_says_to_keep_the_result(sync_sche
         graph.compute()
 
 
+@pytest.mark.slow
 def test_scratch_is_removed_when_the_shuffle_is_a_scripts_last_line(tmp_path):
     """The removal runs on a thread of its own; started by the collector just before exit, it was killed with
     the interpreter (half the runs of a new user's script left their scratch in /tmp).  A removal slowed down
@@ -212,6 +215,7 @@ def started_session(how: str, scratch, *before: str) -> tuple[subprocess.Popen, 
     return session, directory
 
 
+@pytest.mark.slow
 def test_the_scratch_of_a_killed_session_goes_at_the_next_shuffle_and_with_clean(sync_scheduler, tmp_path):
     """A notebook's kernel killed (out of memory, SIGKILL, SIGTERM) removed nothing: its scratch, as large as its
     data, stayed in /tmp for ever, and ``daskpile clean`` kept it as a live session's.  A live one keeps its own."""
@@ -237,6 +241,7 @@ def test_the_scratch_of_a_killed_session_goes_at_the_next_shuffle_and_with_clean
     assert live.returncode == 0 and not live_directory.exists()  # (removed at its exit, as ever)
 
 
+@pytest.mark.slow
 def test_the_scratch_of_a_session_in_another_pid_namespace_is_kept(sync_scheduler, tmp_path):
     """Two containers of a pod share a host name, and may share /tmp, but not their pids: a session of the other
     one cannot be told to have ended (its pid 1 is this one's init), so its scratch stays."""
@@ -398,6 +403,7 @@ def as_meta_says(computed: pd.DataFrame, ddf: dd.DataFrame) -> pd.DataFrame:
     return computed.astype({c: t for c, t in ddf.dtypes.items() if computed[c].dtype == plain and t != plain})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", INPUTS.values(), ids=INPUTS.keys())
 def test_every_row_once_whatever_the_optimizer_does_and_the_same_order_everywhere(uneven, make, request):
     """Every row once, dtypes intact, and one order for a seed on sync, threads and a LocalCluster.
@@ -457,6 +463,7 @@ def test_to_parquet_after_the_shuffle_writes_the_piles_in_order(uneven, tmp_path
     np.testing.assert_array_equal(back["id"].to_numpy(), shuffled.compute()["id"].to_numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
 def test_a_to_parquet_that_fails_shows_no_pile_even_after_the_tasks_still_running(request, tmp_path, scheduler):
     """A new user's trial: a value one pile cannot write (a string in a column of ints) failed the write with 8
@@ -572,6 +579,7 @@ def test_an_index_dropped_after_the_shuffle_is_not_shuffled_and_the_rows_keep_th
     assert sorted(schemas.values()) == [[str(i) for i in range(9)], [str(i) for i in range(1, 9)]]
 
 
+@pytest.mark.slow
 def test_pass_2_keeps_scratch_files_open_between_piles_and_closes_them_once_idle(sync_scheduler, monkeypatch):
     from daskpile.engine import _scratch
 
@@ -660,6 +668,7 @@ def test_a_projection_of_an_input_made_partition_by_partition_is_still_pushed_be
     assert list(shuffle.frame.columns) == ["row"]
 
 
+@pytest.mark.slow
 def test_piles_auto_refuses_piles_far_over_its_plan_when_the_partitions_measured_were_small(sync_scheduler):
     """plan_piles measures partitions 0, 2 and 4 of 5; 1 and 3 are 200 times larger.  The plan (a pile of
     about 80 KiB) would have given a pile of 12 MiB, 190 times its budget, with no word of it."""

@@ -432,6 +432,7 @@ TRICKIEST = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [CASES[name].param for name in TRICKIEST])
 def test_dtype_round_trips_on_a_cluster(case, parquet_dir, client):
     with convert_string(case):

@@ -167,6 +167,7 @@ def test_the_python_rendering_is_kustomizes():
     assert _comparable(render_in_python()) == _comparable(render())
 
 
+@pytest.mark.slow
 def test_every_rendered_object_validates_strictly():
     objects = render()
     assert [o["kind"] for o in _comparable(objects)] == ["ConfigMap", "DaskJob", "Namespace", "NetworkPolicy"]
@@ -196,6 +197,7 @@ def test_the_kubecluster_spec_validates_strictly():
     assert spill["emptyDir"]["sizeLimit"] == "50Gi"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "break_it",
     [
@@ -248,6 +250,7 @@ def test_the_runners_exact_command_runs_against_a_local_scheduler(tmp_path, monk
         assert fs.find("scratch/daskpile") == []
 
 
+@pytest.mark.slow
 def test_the_kubernetes_option_starts_the_validated_spec(tmp_path):
     from daskpile.cli import kubernetes_shape
 
@@ -337,6 +340,7 @@ def test_a_kubernetes_cluster_whose_pods_never_start_says_where_to_look(tmp_path
     assert "kubectl -n jobs get pods" in result.output and "the Secret daskpile-storage" in result.output
 
 
+@pytest.mark.slow
 def test_a_cluster_without_workers_is_refused_after_a_wait(tmp_path, monkeypatch):
     from click.testing import CliRunner
 

@@ -326,6 +326,7 @@ def _line(check: dict) -> str:
     return f"{check['check_id']} {check['check_name']!r} on {check['resource']} ({check['where']})"
 
 
+@pytest.mark.slow
 def test_checkov_is_the_pinned_version(scan):
     assert scan["version"] == makefile_checkov_version(), (
         f"checkov {scan['version']} at {CHECKOV}, the Makefile pins {makefile_checkov_version()}: "

@@ -28,6 +28,7 @@ def run(source, dest, seed=11):
     return file_bytes(dest)
 
 
+@pytest.mark.slow
 def test_byte_identical_whatever_the_scheduler_or_worker_count(cluster, source, tmp_path):
     with Client(cluster):
         reference = run(source, tmp_path / "distributed-2-workers")

@@ -154,6 +154,7 @@ def test_a_worker_killed_in_an_append_is_said_in_its_report(source, tmp_path):
     assert said in str(report)
 
 
+@pytest.mark.slow
 def test_a_scheduler_lost_mid_run_is_one_line(tmp_path):
     """The scheduler's pod restarted in pass 2: the client logged a 35-line traceback a reconnection attempt,
     then the command named an internal task ("daskpile-gather-... cancelled for reason:

@@ -49,6 +49,7 @@ def gcs():
         server.wait()
 
 
+@pytest.mark.slow
 def test_gs_source_dest_and_scratch(gcs, tmp_path):
     fs, options = gcs
     write_reference_dataset("gs://lake/events", rows=20_000, files=3, storage_options=options)

@@ -44,6 +44,7 @@ def written(report) -> bytes:
     return b"".join(Path(f).read_bytes() for f in report.files)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocksize", [2**10, 2**30])  # ranges of 64 bytes, and the whole file in one
 def test_json_lines_out_are_the_input_lines_as_written_permuted(tmp_path, sync_scheduler, blocksize):
     source = tmp_path / "corpus.jsonl"
@@ -237,6 +238,7 @@ def test_a_true_or_false_read_option_takes_only_true_or_false(tmp_path, value):
         daskpile.shuffle_parquet(str(tmp_path / "a.jsonl"), str(tmp_path / "out"), read_options={"as_written": value})
 
 
+@pytest.mark.slow
 def test_dates_times_and_durations_go_out_as_json_lines_and_verify(tmp_path, sync_scheduler):
     """Dates and times are written as text, durations as their count: the read-back for the fingerprints took
     dates for day numbers ("changed from number to string") and had no conversion to times or durations."""

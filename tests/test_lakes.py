@@ -439,6 +439,7 @@ def test_a_folder_with_data_only_in_sub_folders_is_read_recursively(sync_schedul
 # -- many small files ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_many_small_files_are_read_in_groups_decided_by_bytes(tmp_path, client):
     table = pa.table({"id": pa.array(range(30_000), pa.int64()), "v": pa.array(range(30_000), pa.float64())})
     os.makedirs(tmp_path / "small")
@@ -604,6 +605,7 @@ print(json.dumps(report.rows))
 """
 
 
+@pytest.mark.slow
 def test_a_group_of_more_files_than_may_be_open_at_once(tmp_path):
     """A task reads hundreds of tiny files one after the other: it never holds them all open."""
     from _util import run_in_fresh_process

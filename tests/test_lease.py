@@ -22,6 +22,7 @@ def source(tmp_path_factory):
     return sorted_source(tmp_path_factory.mktemp("lease-src"), rows=30_000, files=3)
 
 
+@pytest.mark.slow
 def test_a_live_run_holding_dest_refuses_another_which_writes_nothing(source, tmp_path):
     dest = tmp_path / "out"
     holder = start_lease_holder(dest)
@@ -198,6 +199,7 @@ def test_the_same_command_twice_at_once_one_runs_the_other_is_told_to_wait(tmp_p
     assert np.array_equal(ids, np.arange(1_000_000))
 
 
+@pytest.mark.slow
 def test_retry_for_runs_again_once_the_dest_is_free_and_gives_up_on_what_no_retry_mends(source, tmp_path):
     """--retry-for: a scheduled job's run that meets another's lease (exit 75) tries again, and succeeds once that
     run has ended; a run that cannot succeed (exit 2) or whose next pause would outlast --retry-for stops at once."""

@@ -855,6 +855,7 @@ def test_only_the_columns_asked_for_are_read(datasets, tmp_path):
     assert everything >= size and CountingFileSystem.read < 0.2 * size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefetch", [1, 0])
 def test_prefetch_keeps_a_fast_consumer_fed(datasets, prefetch, monkeypatch):
     """A consumer slower than the reader waits for the first pile only; without prefetch it waits for every one.
@@ -983,6 +984,7 @@ print(rows, pa.default_memory_pool().max_memory() / pile.nbytes)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mix, prefetch, files", [(4, 1, 8), (2, 1, 5)])
 def test_mix_holds_mix_plus_prefetch_files_not_two_groups(tmp_path, mix, prefetch, files):
     """A group is let go part by part as it is consumed, and the next one's files read as room is made.
@@ -1419,6 +1421,7 @@ def test_pandas_batches_of_arrow_list_and_struct_columns_whatever_columns_are_re
         assert got.astype(object).map(str).equals(expected.astype(object).map(str))
 
 
+@pytest.mark.slow
 def test_on_s3(datasets):
     """Through fsspec, by row groups: two ranks over an S3-compatible server read every row once."""
     with moto_s3(buckets=("lake",)) as (fs, options):
@@ -1626,6 +1629,7 @@ def test_a_loop_left_with_break_holds_nothing_of_what_it_loaded(datasets):
     assert pa.total_allocated_bytes() <= before
 
 
+@pytest.mark.slow
 def test_an_iterator_replaced_while_another_thread_reads_it_says_so(datasets, monkeypatch):
     """Replaced from another thread while it waited for a load, a reader hung (its loads' queue emptied) or
     got a bare CancelledError; it says it was replaced, and the new iterator reads the rest of the epoch."""

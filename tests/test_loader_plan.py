@@ -110,6 +110,7 @@ def test_worker_share_is_a_finer_world():
     assert sorted(shares) == [(i, 12) for i in range(12)]
 
 
+@pytest.mark.slow
 def test_random_resize_sequences_read_every_row_once():
     """Stopped and resumed up to three times on world sizes dividing 12, with other batch sizes, 150 times.
 

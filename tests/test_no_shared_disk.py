@@ -50,6 +50,7 @@ def frame(n: int) -> pd.DataFrame:
     return pd.DataFrame({"x": np.arange(n), "s": [f"row-{i:06d}" for i in range(n)]})
 
 
+@pytest.mark.slow
 def test_workers_do_not_share_tmp(isolated_cluster, isolated_client):
     client = isolated_client
     pids = client.run(os.getpid)
@@ -229,6 +230,7 @@ def test_the_command_refuses_local_scratch_then_runs_on_s3(isolated_cluster, s3_
     assert verified.returncode == 0 and "match" in verified.stdout, verified.stderr
 
 
+@pytest.mark.slow
 def test_a_local_source_the_workers_cannot_see_is_refused_before_pass_1(isolated_cluster, s3_server, tmp_path):
     """Each task said "Failed to open local file ... No such file or directory", of a file this machine has."""
     from daskpile.datasets import write_reference_dataset

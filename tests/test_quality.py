@@ -113,6 +113,7 @@ def test_json_lines_kept_as_written_are_measured_by_their_fields(sync_scheduler,
         daskpile.quality(str(dest), order_column="idx")
 
 
+@pytest.mark.slow
 def test_uniform_permutations_pass(tmp_path):
     """20 uniform permutations with fixed seeds: each passes (expected failures 20 x 0.5 % = 0.1)."""
     for seed in range(20):
@@ -145,6 +146,7 @@ def test_orders_with_structure_left_fail(tmp_path):
     assert "rank correlation" not in failed(report) and report.longest_run == 2
 
 
+@pytest.mark.slow
 def test_orders_too_even_to_be_random_fail(tmp_path):
     """From the quality trial: every check rejected one tail only, so orders that keep input neighbours apart
     on purpose passed: rows dealt to piles round-robin (the trap the algorithm page names), a stride through
@@ -194,6 +196,7 @@ def test_batches_of_one_label_fail_however_balanced_the_files(tmp_path):
         daskpile.quality(str(tmp_path / "uniform"), "id", "label", batch_size=1)
 
 
+@pytest.mark.slow
 def test_a_rare_label_bunched_in_the_files_last_batches_fails_per_batch(tmp_path):
     """A label of 1 % at the end of every file: most of its rows were in the files' last partial batches, which
     the per-batch check leaves out, so it was pooled away as rarer than 5 a batch and the check not run, the
@@ -225,6 +228,7 @@ def test_a_rare_label_bunched_in_the_files_last_batches_fails_per_batch(tmp_path
         daskpile.quality(str(tmp_path / "ids"), "id", "label")
 
 
+@pytest.mark.slow
 def test_label_balance_per_batch_with_rare_labels_and_where_it_cannot_run(tmp_path):
     """From the review: rare labels pooled into a column still too rare made uniform orders fail far above
     alpha, and the check was left out of the report without a word where it could not run.  The chi-square's
@@ -339,6 +343,7 @@ def test_repeated_positions_are_refused_file_by_file(tmp_path):
         daskpile.quality(ordered(ids, tmp_path / "twice"), "id")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["timestamp", "sparse ints", "text"])
 def test_a_sort_on_dask_gives_the_in_memory_figures(client, tmp_path, key, monkeypatch):
     """Past IN_MEMORY_ROWS, a key that is not a dense range is ranked by a sort on the cluster's workers

@@ -197,6 +197,7 @@ def test_a_retry_after_the_commit_removes_what_the_killed_run_left(source, tmp_p
     assert not (dest / "_daskpile.run.json").exists() and not left.exists()
 
 
+@pytest.mark.slow
 def test_a_retry_does_not_call_a_damaged_result_done(source, tmp_path):
     dest = tmp_path / "out"
     with dask.config.set(scheduler="sync"):

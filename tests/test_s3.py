@@ -55,6 +55,7 @@ def s3():
     server.stop()
 
 
+@pytest.mark.slow
 def test_shuffle_parquet_on_s3(client, s3):
     fs, options = s3
     write_reference_dataset("s3://lake/sorted", rows=20_000, files=4, storage_options=options)
@@ -88,6 +89,7 @@ def _count_s3_calls(on: bool) -> list[tuple[str, str | None]]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("format", ["parquet", "jsonl"])
 def test_pass_1_reads_each_source_object_without_looking_it_up_again(client, s3, format):
     """The listing gave every object's size and ETag: s3fs' HEAD before the first GET of each file a worker
@@ -116,6 +118,7 @@ def test_pass_1_reads_each_source_object_without_looking_it_up_again(client, s3,
     assert [c for c in source if c[0] == "get_object"] and not [c for c in source if c[0] == "head_object"], source
 
 
+@pytest.mark.slow
 def test_a_pass_2_task_reads_a_small_scratch_file_on_a_store_in_one_request(client, s3):
     """Each pass-2 task opens every scratch file of its band: s3fs looked each up (a HEAD) and Arrow read its
     footer in two requests, before the pile's own: 4 requests a file and task, 1,203 HEADs and 3,600 GETs
@@ -161,6 +164,7 @@ def test_an_object_written_again_since_it_was_listed_is_refused_by_its_reads(s3)
         f.read()
 
 
+@pytest.mark.slow
 def test_a_range_of_a_text_object_is_fetched_with_the_line_past_its_end_only(s3, monkeypatch):
     """fsspec's read-ahead (s3fs' blocks of 50 MiB) fetched a range's object to its end: 19 MB for a range of
     1 MB of a 20 MB object, a range task's bytes many times over."""
@@ -187,6 +191,7 @@ def test_a_range_of_a_text_object_is_fetched_with_the_line_past_its_end_only(s3,
     assert ranges == [f"bytes=1000000-{2_000_000 + LINE_SCAN_BYTES - 1}"]
 
 
+@pytest.mark.slow
 def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkeypatch):
     """Fewer GETs than one per file and pile: a batch of piles is read once per task, not once per pile."""
     _, options = s3
@@ -206,6 +211,7 @@ def test_pass_2_reads_remote_scratch_in_runs_of_piles(sync_scheduler, s3, monkey
     assert 0 < len(scratch_gets) < 4 * 64 / 2
 
 
+@pytest.mark.slow
 def test_pass_2_reads_the_scratch_files_of_a_pile_on_a_store_at_once(sync_scheduler, s3, monkeypatch, tmp_path):
     """A pile is a slice of every pass-1 task's file: on an object store, each costs requests of tens of
     milliseconds, so a pass-2 task reads REMOTE_FILES_AT_ONCE of them at once (one at a time, a corpus of 543
@@ -237,6 +243,7 @@ def test_pass_2_reads_the_scratch_files_of_a_pile_on_a_store_at_once(sync_schedu
     assert read_store_output(fs, "lake/at-once").equals(read_store_output(fs, "lake/at-once-2"))  # the same order
 
 
+@pytest.mark.slow
 def test_a_pile_read_from_a_store_at_once_says_a_file_gone_and_leaves_none_open(s3, monkeypatch):
     """An error in one of the files read at once is raised, once the others are done or cancelled, and every
     file opened for the pile is closed; so is the case of a reader closed partway."""
@@ -295,6 +302,7 @@ def test_a_band_of_remote_scratch_is_removed_in_one_go(s3):
     run.remove()
 
 
+@pytest.mark.slow
 def test_credentials_in_an_s3_url_are_refused_and_never_printed(s3, tmp_path):
     """s3://KEY:SECRET@bucket/...: botocore took the credentials for part of the bucket's name and quoted it,
     without s3://, in its error, which --debug's traceback and the Python API's printed whole."""
@@ -369,6 +377,7 @@ def test_a_dest_inside_the_source_on_s3_is_named_by_its_url(sync_scheduler, s3):
         daskpile.shuffle_parquet("s3://lake/r4/", "s3://lake/r4/out", piles=1, storage_options=options)
 
 
+@pytest.mark.slow
 def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_scheduler, s3):
     """A text file's stamp lies beside it: on a store, it must name the object as a later HEAD sees it."""
     fs, options = s3
@@ -386,6 +395,7 @@ def test_a_text_run_on_s3_interrupted_in_pass_2_keeps_the_files_it_wrote(sync_sc
     assert daskpile.verify(source, dest, storage_options=options).ok
 
 
+@pytest.mark.slow
 def test_a_run_on_s3_that_fails_verification_says_so_and_leaves_nothing(sync_scheduler, s3, monkeypatch):
     """The clean-up after the failure must not fail in its place: the dest prefix is gone with its objects."""
     fs, options = s3
@@ -406,6 +416,7 @@ def test_a_run_on_s3_that_fails_verification_says_so_and_leaves_nothing(sync_sch
     assert fs.find("lake/verr-out") == [] and fs.find("scratch/verr") == []
 
 
+@pytest.mark.slow
 def test_a_live_runs_lease_in_an_s3_dest_refuses_a_second_run_and_two_racing_runs_leave_one(sync_scheduler, s3):
     """A store has no create-if-absent: of two runs writing the lease at once, the one whose write lands last
     holds it, and the other, reading it back, is refused."""
@@ -471,6 +482,7 @@ def test_a_scratch_file_removed_from_the_store_under_a_live_result_runs_pass_1_a
     eventually(lambda: other.invalidate_cache() or other.find("scratch/lifecycle") == [], what="scratch removed")
 
 
+@pytest.mark.slow
 def test_the_command_on_s3(s3):
     _, options = s3
     write_reference_dataset("s3://lake/cli-in", rows=5_000, files=2, storage_options=options)
@@ -510,6 +522,7 @@ def test_clean_of_a_scratch_prefix_whose_last_run_went_finds_nothing(s3):
     assert clean("s3://scratch/emptied/", storage_options=options) == []
 
 
+@pytest.mark.slow
 def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(sync_scheduler, s3):
     """S3 consoles make "folders" as empty objects named dest/: s3fs lists them; they are not user files."""
     fs, options = s3
@@ -535,6 +548,7 @@ def test_a_folder_marker_is_not_a_foreign_file_and_overwrite_keeps_user_objects(
 SECRET = "s3cr3t-daskpile-7f3a9c"  # moto takes any key; this one must never be seen again
 
 
+@pytest.mark.slow
 def test_secrets_are_never_printed_logged_or_written(s3):
     import os
 
@@ -582,6 +596,7 @@ def test_secrets_are_never_printed_logged_or_written(s3):
         assert SECRET.encode() not in fs.cat_file(path), path
 
 
+@pytest.mark.slow
 def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     """A server that checks credentials (moto with authentication on from its first request), for a source
     and for a dest (which said only "Forbidden": the dest's first request, its lease, named no URL)."""
@@ -609,6 +624,7 @@ def test_wrong_credentials_are_one_line_and_exit_2(tmp_path):
     assert checked.stderr.startswith("daskpile: error: dest 's3://lake/out': access denied: "), checked.stderr
 
 
+@pytest.mark.slow
 def test_workers_that_reach_another_store_than_the_command_are_told_so_not_to_try_again(s3):
     """Workers whose environment names another endpoint than the command's read another object under the same
     name, or none: that was said "written again while it was read" with exit status 75, which a job runner
@@ -676,6 +692,7 @@ def test_a_shuffle_whose_scratch_store_is_unreachable_says_so_naming_it():
         daskpile.shuffle(ddf, piles=2, scratch="s3://lake/tmp", storage_options=unreachable)
 
 
+@pytest.mark.slow
 def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     """Before any data is read: a dest whose store cannot be reached is one line naming it, nothing written."""
     write_reference_dataset(tmp_path / "events", rows=1_000, files=1)
@@ -688,6 +705,7 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     assert len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("endpoint", "status", "said"),
     [
@@ -710,6 +728,7 @@ def test_a_misspelt_endpoint_is_said_as_such(tmp_path, endpoint, status, said):
     assert re.match(r"daskpile: error: dest 's3://lake/out': " + said, done.stderr.strip()), done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -331,6 +331,7 @@ def test_combining_a_pile_s_slices_changes_nothing_in_the_output(tmp_path, monke
         assert pq.read_table(tmp_path / "100" / name).equals(pq.read_table(tmp_path / str(10**9) / name))
 
 
+@pytest.mark.slow
 def test_a_wide_source_in_small_partitions_is_scattered_in_fewer_bands_to_the_same_output(tmp_path, monkeypatch):
     """300 columns in ranges of 32 KiB: split in 8 bands, each range's files would be mostly schema."""
     import dask

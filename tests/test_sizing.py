@@ -189,6 +189,7 @@ def test_the_estimate_of_unusual_files_is_the_footers_at_least_and_never_fails(t
     assert rows == 1000 and estimate > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["gzip", "bz2", "zstd", "xz"])
 def test_the_size_of_compressed_text_is_estimated_from_its_own_ratio(sync_scheduler, tmp_path, codec):
     """Taken as 5 times its size on disk, a corpus that compresses 100 times was estimated at a twentieth of

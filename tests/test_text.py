@@ -59,6 +59,7 @@ def expected_lines(data: bytes) -> list[bytes]:
     return lines[:-1] if data.endswith(b"\n") else lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("range_bytes", [1, 2, 3, 7, 64, 1000, 10**6])
 def test_ranges_cut_on_line_boundaries_give_every_line_once_in_order(tmp_path, range_bytes):
     """Ranges at every size down to one byte: each line lands whole in the range where it starts."""
@@ -128,6 +129,7 @@ def write_jsonl(table: pa.Table, path, opener=open):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocksize", [2**14, 2**30])  # ranges of 1 KiB, and the whole file in one
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
 def test_csv_tsv_and_json_lines_come_through_as_pyarrow_reads_them(tmp_path, sync_scheduler, fmt, blocksize):
@@ -317,6 +319,7 @@ def test_a_csv_not_in_utf8_without_its_encoding_is_refused_naming_the_line_unles
     assert b"Jos\xe9" in read_output(tmp_path / "out").column("name").to_pylist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
     [{}, {"newlines_in_values": True}, {"blocksize": 2**20}, {"scheduler": "LocalCluster"}],
@@ -570,6 +573,7 @@ def test_a_file_of_compressed_or_parquet_data_named_as_text_is_refused_not_cut_i
     assert daskpile.shuffle_parquet(str(tmp_path / f"only.{extension}"), str(tmp_path / "o"), 2, format=format).rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_format", ["csv", "jsonl"])
 def test_a_line_not_utf8_written_as_text_is_refused_in_pass_1_naming_its_file(tmp_path, output_format):
     """Lines written as CSV or JSON lines must be UTF-8: one that was not was refused in pass 2, naming no file,
@@ -692,6 +696,7 @@ def test_lines_out_are_the_input_lines_permuted_byte_for_byte(tmp_path, sync_sch
         assert {pathlib.Path(f).read_bytes()[8] for f in report.files} == {0}  # (XFL: 2 at level 9, 4 at 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_format", ["lines", "jsonl"])
 def test_a_threaded_shuffle_of_text_does_not_import_pandas(tmp_path, output_format):
     """``pa.scalar`` imports pandas, as ``pa.array`` and ``Schema.empty_table`` do: 0.16 s holding the GIL, a fifth
@@ -911,6 +916,7 @@ def test_a_quoted_crlf_that_two_blocks_share_keeps_its_newline(tmp_path, sync_sc
     assert read_output(tmp_path / "out").sort_by("id").to_pylist() == [{"id": i, "note": n} for i, n in rows]
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_bytes_on_a_cluster_and_on_one_thread(tmp_path, cluster):
     """Ranges, blocks and generators depend on the file, blocksize and seed, never on the scheduler."""
     import dask
@@ -1127,6 +1133,7 @@ def test_json_objects_quote_text_beside_numbers_and_nulls_in_any_column_order(or
     assert lines[1] == "{" + ",".join(f'"{k}":' + {"s": '"q\\""', "n": "null", "t": "null"}[k] for k in order) + "}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["threads", "local cluster"])
 def test_a_value_its_format_cannot_hold_fails_the_run_naming_its_file_and_leaves_no_file_in_dest(tmp_path, scheduler):
     """A text value holding a newline, written as lines: pass 2 found it, naming no file, after a whole pass 1.
@@ -1590,6 +1597,7 @@ def test_a_csv_pile_is_written_and_read_back_in_runs_of_whole_records(sync_sched
     assert daskpile.verify(str(source), str(tmp_path / "out")).ok
 
 
+@pytest.mark.slow
 def test_csv_files_are_cut_into_runs_at_record_ends_whatever_the_quotes_hold(monkeypatch):
     """Random text of quotes, commas and newlines: the runs are the file's bytes, each parsed alone as a block."""
     import random
@@ -1858,6 +1866,7 @@ def interrupted_text_run(source, dest, scratch, after_files: int, **kwargs) -> l
     return [Path(p) for p in written]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_format, compression", [("lines", None), ("jsonl", "zstd")])
 def test_a_text_run_interrupted_in_pass_2_resumes_with_the_files_it_wrote(
     tmp_path, sync_scheduler, output_format, compression

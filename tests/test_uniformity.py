@@ -87,6 +87,7 @@ def kernel_orders(part, seeds, partitions, piles, key_pieces=True):
     return [kernel_shuffle(partitions, piles, seed, key_pieces=key_pieces) for seed in seeds]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("piles", [1, 3, 7])
 def test_all_24_orders_equally_likely_for_the_kernels(piles, two_processes):
     """4,800 seeds of the kernels alone, for several pile counts (piles > rows included)."""
@@ -94,6 +95,7 @@ def test_all_24_orders_equally_likely_for_the_kernels(piles, two_processes):
     assert uniformity_pvalue(counts) > ALPHA
 
 
+@pytest.mark.slow
 def test_all_24_orders_equally_likely_when_a_file_is_read_in_pieces(two_processes):
     """Partition 0 read as two one-row pieces (a file larger than blocksize), partition 1 whole."""
     pieces = [[[0], [1]], [2, 3]]
@@ -104,6 +106,7 @@ def test_all_24_orders_equally_likely_when_a_file_is_read_in_pieces(two_processe
     assert uniformity_pvalue(biased) < ALPHA
 
 
+@pytest.mark.slow
 def test_the_uniformity_test_has_teeth():
     """Two plausible wrong shuffles must fail the same test."""
     # Within-partition shuffle only: what ddf.sample(frac=1) does.
@@ -117,6 +120,7 @@ def test_the_uniformity_test_has_teeth():
     assert uniformity_pvalue(biased) < ALPHA
 
 
+@pytest.mark.slow
 def test_the_api_test_has_teeth(sync_scheduler):
     """ddf.sample(frac=1), run through Dask like the API test, fails it."""
     ddf = tiny_input()
@@ -226,6 +230,7 @@ def test_all_24_orders_of_a_window_equally_likely_through_append_expire_and_the_
     assert uniformity_pvalue(counts) > ALPHA
 
 
+@pytest.mark.slow
 def test_the_window_test_has_teeth(sync_scheduler, tmp_path):
     """Appends without a random pile draw fail it: rows 0 and 2 always share a pile, so do 1 and 3."""
     counts = order_counts(window_orders(0, range(48), tmp_path, biased=True))  # p about 1e-14 here

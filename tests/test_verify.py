@@ -609,6 +609,7 @@ def test_times_wrapped_past_int64_nanoseconds_are_a_mismatch(sync_scheduler, tmp
     assert daskpile.verify(str(source), str(tmp_path / "ours")).ok
 
 
+@pytest.mark.slow
 def test_a_text_source_is_read_with_the_format_and_read_options_given(sync_scheduler, tmp_path):
     """From the CSV trial: verify took no format or read options, so a result of shuffle(dd.read_csv(...,
     sep=";")) was compared with the source read with commas (a false mismatch, or a refusal), and a .txt source

@@ -352,6 +352,7 @@ def test_discard_of_a_change_stopped_after_its_commit_says_it_was_committed(sync
                                                       "compact": ids_of(0, 1)}[command]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_killed_append_leaves_the_previous_version_whole_and_the_same_command_finishes_it(days, tmp_path):
     """SIGKILL of `daskpile append` in pass 1 of the new generation; then the same command."""
     dest = tmp_path / "window"
@@ -580,6 +581,7 @@ def test_a_loader_on_a_version_whose_files_were_removed_says_so_in_a_short_trace
     assert len("".join(traceback.format_exception(raised.value)).splitlines()) < 80
 
 
+@pytest.mark.slow
 def test_the_same_commands_give_byte_identical_files_on_any_cluster(client, days, tmp_path):
     def run(dest, scheduler):
         with dask.config.set(scheduler=scheduler) if scheduler else contextlib.nullcontext():
@@ -644,6 +646,7 @@ def test_the_commands(days, tmp_path):
     assert sorted(window_ids(dest)) == ids_of(2)
 
 
+@pytest.mark.slow
 def test_a_window_on_an_object_store(days, tmp_path):
     from _cluster import moto_s3
 
@@ -663,6 +666,7 @@ def test_a_window_on_an_object_store(days, tmp_path):
         assert pc.sum(pa.array(manifest["rows_per_file"])).as_py() == 2 * DAY_ROWS
 
 
+@pytest.mark.slow
 def test_quality_after_10_appends_and_5_expiries_sees_no_arrival_order_in_the_loaders_order(sync_scheduler, tmp_path):
     """Ids are arrival order.  Read in the loader's order the window passes ``quality`` (each check at alpha 1e-3);
     its files read one after the other, as a plain reader bypassing the loader would, fail it."""
@@ -968,6 +972,7 @@ def test_compact_keeps_an_unverified_generation_unverified_and_counts_its_rows(s
     assert daskpile.verify([days[0], days[1]], dest).ok
 
 
+@pytest.mark.slow
 def test_a_day_expired_then_appended_again_by_mistake_is_refused_unless_asked(sync_scheduler, days, tmp_path):
     """A week-old day appended again came back as the newest generation, and the next expire --keep 2 dropped
     day 2 in its place: the window of the last two days held days 1 and 3."""
