@@ -13,6 +13,7 @@ import numbers
 import secrets
 
 import numpy as np
+import numpy.random  # (now: numpy imports it on first use, and a Ctrl-C landing in that import is lost)
 
 SCATTER = 1  # pass 1: which pile each row of a partition goes to
 GATHER = 2  # pass 2: the order of the rows inside a pile (or a sub-pile: piece = sub-pile + 1)

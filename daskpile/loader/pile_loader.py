@@ -199,12 +199,14 @@ class PileLoader:
     ):
         batch_size, world_size, mix = _positive(batch_size=batch_size, world_size=world_size, mix=mix)
         (threads,) = _positive(threads=available_cores() if threads is None else threads)
-        (canonical,) = _positive(canonical_ranks=canonical_ranks or world_size)
+        (canonical,) = _positive(canonical_ranks=world_size if canonical_ranks is None else canonical_ranks)
         epoch, rank, prefetch = _at_least_zero(epoch=epoch, rank=rank, prefetch=prefetch)
         if rank >= world_size:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+        if output == "pandas":  # now, not in the first batch: a Ctrl-C landing in Arrow's import of it there
+            import pandas  # noqa: F401  left it half imported, and every batch after failed with AttributeError
         path = as_urls(path, "path")
         if world_size == 1 and canonical_ranks is None:
             warn_if_one_rank_of_many("PileLoader", job_world_size())

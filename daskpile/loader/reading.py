@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import queue
 import threading
@@ -77,17 +78,39 @@ class GroupLoad:
     """A group's reads and takes, queued in a pool; ``parts()`` waits for them.
 
     The parts are the group's rows in its permuted order: consecutive tables
-    of equal rows (the last one the rest).
+    of equal rows (the last one the rest).  Each take's outcome is handed to
+    the consumer in a queue of C's, by the thread that finished it: the
+    consumer's thread takes Ctrl-C, and a KeyboardInterrupt landing in a wait
+    on a future (Python's ``Condition``) can leave its lock held, on which the
+    pool's threads then hang, and the process with them (one trial in two,
+    a Ctrl-C at random moments).  An interrupted ``SimpleQueue.get`` holds
+    nothing.
     """
 
     def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata, readers):
-        self.fields, self._taken, self._stopped, self.metadata = fields, taken, stopped, metadata
+        self.fields, self._stopped, self.metadata = fields, stopped, metadata
         # its pieces' readers (weakly) and their lock: a file they hold is let go if the load is stopped
         self._readers = readers
+        self._shape = [len(futures) for futures in taken]
+        self._arrived: queue.SimpleQueue = queue.SimpleQueue()  # ((column, part), parts, error), as done
+        for column, futures in enumerate(taken):
+            for k, future in enumerate(futures):
+                future.add_done_callback(functools.partial(self._arrive, (column, k)))
+
+    def _arrive(self, where: tuple[int, int], future: Future) -> None:
+        try:
+            self._arrived.put((where, future.result(), None))  # (done: no wait)
+        except BaseException as error:
+            self._arrived.put((where, None, error))
 
     def parts(self) -> list[pa.Table]:
-        taken, self._taken = self._taken, []  # the parts' only owner is then the caller
-        columns = [[part for future in futures for part in future.result()] for futures in taken]
+        found, errors = {}, {}  # (taken from the queue: the parts' only owner is then the caller)
+        for _ in range(sum(self._shape)):
+            where, value, error = self._arrived.get()
+            (found if error is None else errors)[where] = value if error is None else error
+        if errors:
+            raise errors[min(errors)]  # (the first column's, whatever finished first)
+        columns = [[part for k in range(n) for part in found.pop((column, k))] for column, n in enumerate(self._shape)]
         return [self._table(arrays) for arrays in zip(*columns, strict=True)]
 
     def _table(self, arrays) -> pa.Table:
@@ -487,38 +510,46 @@ class Budget:
     differ in size (200 files of 20 rows are 200 opens, not a tenth of a
     pile of 40,000 rows).  ``reserve`` waits for room (a piece larger than
     the whole budget waits for an empty one); ``close`` wakes every waiter
-    with ``BudgetClosed``.
+    with ``BudgetClosed``.  Only the loading thread reserves, and counts
+    what is held; the consumer gives back through a queue of C's (a Ctrl-C
+    landing in a ``Condition`` of Python's could leave its lock held, and the
+    loading thread waiting on it for ever).
     """
 
     def __init__(self, rows: int, files: int):
         self.rows, self.files = rows, files
         self.held_rows = self.held_files = 0
         self.closed = False
-        self._changed = threading.Condition()
+        self._given_back: queue.SimpleQueue = queue.SimpleQueue()  # (rows, files), or None once closed
 
     def reserve(self, rows: int) -> None:
         """Room for a piece of ``rows`` rows, one file."""
-        with self._changed:
-            while not self.closed and self.held_files and not self._fits(rows):
-                self._changed.wait()
-            if self.closed:
-                raise BudgetClosed
-            self.held_rows += rows
-            self.held_files += 1
+        self._count_given_back(wait=False)
+        while not self.closed and self.held_files and not self._fits(rows):
+            self._count_given_back(wait=True)
+        if self.closed:
+            raise BudgetClosed
+        self.held_rows += rows
+        self.held_files += 1
+
+    def _count_given_back(self, wait: bool) -> None:
+        with contextlib.suppress(queue.Empty):
+            returned = self._given_back.get(block=wait)
+            while True:
+                if returned is not None:
+                    self.held_rows -= returned[0]
+                    self.held_files -= returned[1]
+                returned = self._given_back.get_nowait()
 
     def _fits(self, rows: int) -> bool:
         return self.held_rows + rows <= self.rows and self.held_files < self.files
 
     def release(self, rows: int, files: int) -> None:
-        with self._changed:
-            self.held_rows -= rows
-            self.held_files -= files
-            self._changed.notify_all()
+        self._given_back.put((rows, files))
 
     def close(self) -> None:
-        with self._changed:
-            self.closed = True
-            self._changed.notify_all()
+        self.closed = True
+        self._given_back.put(None)  # (wakes a reserve waiting)
 
 
 class BudgetClosed(Exception):
@@ -594,7 +625,8 @@ class Prefetcher:
 
     def __init__(self, takes: Iterator[Take], load: StartLoad, budget: Budget):
         self._budget = budget
-        self._events: queue.Queue = queue.Queue()
+        # (C's queue: a Ctrl-C in the consumer's wait on Python's left its lock held, and stop() then hung on it)
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: set[GroupLoad] = set()  # queued, not yet received: cancelled if the consumer stops
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
         self.waited = 0.0
