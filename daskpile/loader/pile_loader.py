@@ -921,6 +921,10 @@ def _check_format(state: dict, lazy: bool, ended: bool) -> None:
     raise ValueError(f"not a PileLoader state of format {STATE_FORMAT!r}: {found!r}{why}")
 
 
+# CPython's words for releasing a lock not held (RLock, Lock)
+_BROKEN_BY_AN_INTERRUPT = ("cannot release un-acquired lock", "release unlocked lock")
+
+
 class _WhileCurrent:
     """A loader's batches while the iterator is its current one; then RuntimeError (``_check_current``).
 
@@ -941,6 +945,12 @@ class _WhileCurrent:
             return next(self._batches)
         except StopIteration:
             self._batches = None
+            raise
+        except RuntimeError as error:
+            # A Ctrl-C landing in a threading primitive of Python's (a thread's start waits on one) can break
+            # its lock's release on the way out: what the user pressed is still Ctrl-C
+            if isinstance(error.__context__, KeyboardInterrupt) and str(error) in _BROKEN_BY_AN_INTERRUPT:
+                raise error.__context__ from None
             raise
 
     def close(self) -> None:

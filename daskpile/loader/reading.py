@@ -98,10 +98,11 @@ class GroupLoad:
                 future.add_done_callback(functools.partial(self._arrive, (column, k)))
 
     def _arrive(self, where: tuple[int, int], future: Future) -> None:
-        try:
-            self._arrived.put((where, future.result(), None))  # (done: no wait)
-        except BaseException as error:
-            self._arrived.put((where, None, error))
+        # The error as it is, not raised again here: raised in each take's thread, one error shared by the
+        # takes after a failed read gained their frames (a missing pile's traceback of hundreds of lines), and
+        # a frame of this method in it held the group's parts until a garbage collection
+        error = CancelledError() if future.cancelled() else future.exception()
+        self._arrived.put((where, None if error is not None else future.result(), error))
 
     def parts(self) -> list[pa.Table]:
         found, errors = {}, {}  # (taken from the queue: the parts' only owner is then the caller)
@@ -609,6 +610,20 @@ class _HeldGroup:
         self.budget.release(rows, files)
 
 
+def _to_the_end(step: Callable[[], None]) -> None:
+    """``step()`` run to its end though Ctrl-C lands in it (pressed again as a loop stops), then that
+    KeyboardInterrupt raised: cut short, a stop left its load thread waiting for room for ever, its piles held."""
+    interrupted = None
+    while True:
+        try:
+            step()
+            break
+        except KeyboardInterrupt as error:
+            interrupted = error
+    if interrupted is not None:
+        raise interrupted
+
+
 class LoadsStopped(Exception):
     """The loads a consumer waited for were stopped (``Prefetcher.stop``): its iterator was replaced."""
 
@@ -692,7 +707,8 @@ class Prefetcher:
                 raise LoadsStopped from None
             raise
         finally:
-            self.stop()  # (a loop left early: what it held and loaded ahead is let go now, not when collected)
+            # (a loop left early: what it held and loaded ahead is let go now, not when collected)
+            _to_the_end(self.stop)
 
     def _produce(self, takes: Iterator[Take], load: StartLoad) -> None:
         current: dict[int, Group] = {}
