@@ -1,4 +1,10 @@
-"""Loading a group of piles (reading its row ranges, permuting them), ahead of the consumer, in a thread."""
+"""Loading a group of piles (reading its row ranges, permuting them), ahead of the consumer, in a thread.
+
+The consumer's thread takes Ctrl-C, so it waits and hands over only through C's ``queue.SimpleQueue``,
+never through Python's ``Condition`` (a ``queue.Queue``, a future's ``result()``): a KeyboardInterrupt
+landing in one of those can leave its lock held, and a new user's Ctrl-C at random moments hung the process
+on it, two runs in three.  An interrupted ``SimpleQueue.get`` holds nothing.
+"""
 
 from __future__ import annotations
 
@@ -79,12 +85,8 @@ class GroupLoad:
 
     The parts are the group's rows in its permuted order: consecutive tables
     of equal rows (the last one the rest).  Each take's outcome is handed to
-    the consumer in a queue of C's, by the thread that finished it: the
-    consumer's thread takes Ctrl-C, and a KeyboardInterrupt landing in a wait
-    on a future (Python's ``Condition``) can leave its lock held, on which the
-    pool's threads then hang, and the process with them (one trial in two,
-    a Ctrl-C at random moments).  An interrupted ``SimpleQueue.get`` holds
-    nothing.
+    the consumer in a ``SimpleQueue`` by the thread that finished it, not
+    waited for on its future (see the module's docstring).
     """
 
     def __init__(self, fields, taken: list[list[Future]], stopped: threading.Event, metadata, readers):
@@ -512,9 +514,8 @@ class Budget:
     pile of 40,000 rows).  ``reserve`` waits for room (a piece larger than
     the whole budget waits for an empty one); ``close`` wakes every waiter
     with ``BudgetClosed``.  Only the loading thread reserves, and counts
-    what is held; the consumer gives back through a queue of C's (a Ctrl-C
-    landing in a ``Condition`` of Python's could leave its lock held, and the
-    loading thread waiting on it for ever).
+    what is held; the consumer gives back through a ``SimpleQueue``, never
+    taking a lock (see the module's docstring).
     """
 
     def __init__(self, rows: int, files: int):
@@ -640,7 +641,6 @@ class Prefetcher:
 
     def __init__(self, takes: Iterator[Take], load: StartLoad, budget: Budget):
         self._budget = budget
-        # (C's queue: a Ctrl-C in the consumer's wait on Python's left its lock held, and stop() then hung on it)
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: set[GroupLoad] = set()  # queued, not yet received: cancelled if the consumer stops
         self._thread = threading.Thread(target=self._produce, args=(takes, load), daemon=True, name="daskpile-load")
