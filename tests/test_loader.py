@@ -4,6 +4,7 @@ import collections
 import contextlib
 import decimal
 import gc
+import glob
 import json
 import operator
 import os
@@ -70,6 +71,19 @@ def test_every_row_once_per_epoch_across_ranks(datasets, kind, world):
     assert set(seen) == set(range(ROWS))
     repeats = sum(seen.values()) - ROWS  # the short ranks wrap around to rows of their own
     assert repeats < world * 500 and (repeats == 0) == (ROWS % world == 0 or world == 1)
+
+
+def test_a_folder_daskpile_did_not_write_is_read_with_a_warning_that_batches_mix_one_files_rows(datasets):
+    """A sorted folder read as piles gives batches of neighbouring rows: the user is told, not left to find out."""
+    with pytest.warns(UserWarning, match=r"source is not a daskpile result .* each of its 6 files is read as a pile"):
+        batches = epoch(datasets["source"])[0]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(ROWS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kind in ("eager", "lazy", "ddf"):
+            epoch(datasets[kind])
+        piles = sorted(glob.glob(os.path.join(datasets["lazy"], "*.parquet")))
+        epoch(piles)  # a result's files named one by one carry its pile stamps
 
 
 def test_drop_last_drops_only_the_remainder(datasets):

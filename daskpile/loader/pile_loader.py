@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from daskpile._cores import available_cores
 from daskpile._random import seed_for_ranks
-from daskpile._storage import FileChangedError, as_urls, redacting_errors, redacting_iteration
+from daskpile._storage import FileChangedError, as_urls, redact, redacting_errors, redacting_iteration
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, LoadsStopped, Prefetcher, TaskPool, group_row_ids, load_group
@@ -219,6 +219,7 @@ class PileLoader:
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
         self._warn_of_uncounted_nulls()
+        self._warn_of_files_not_shuffled(path)
         self._warn_of_streams_too_many_to_mix(canonical)
         self._warn_of_piles_smaller_than_a_batch()
         if self.units.total == 0 and filters is not None:  # (a training loop would run no step, silently)
@@ -335,6 +336,18 @@ class PileLoader:
                 f"of them holding one is float64{' (booleans: object)' if self.output == 'pandas' else ''} and the "
                 "others keep their dtype; shuffle the data again for one dtype in every batch, or read "
                 "output='arrow'",
+                stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
+            )
+
+    def _warn_of_files_not_shuffled(self, path) -> None:
+        # (a folder of files in some order, read as piles, mixes each file's rows with its own only)
+        if not self.units.from_daskpile and len(self.units.paths) > 1:
+            named = redact(path) if isinstance(path, str) else "the files given"
+            warnings.warn(
+                f"PileLoader: {named} is not a daskpile result (no _daskpile.json, no daskpile stamp in its files' "
+                f"footers): each of its {count(len(self.units.paths), 'file')} is read as a pile, so a batch mixes "
+                "the rows of one file (of mix files) only, as random as the files' split of the rows already is; "
+                "shuffle it first (daskpile shuffle, or daskpile.shuffle(ddf).to_parquet)",
                 stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 

@@ -62,6 +62,8 @@ class Units:
     versions: tuple[tuple[FileVersion | None, ...], ...] = ()
     content: str = ""  # see ``content_key``
     content_before: str | None = None  # the key states saved before pile stamps were part of it had, if other
+    # a manifest or a footer stamp says daskpile wrote the files (else they are some folder's, maybe in order)
+    from_daskpile: bool = True
 
     def url(self, unit: int) -> str:
         files = self.paths[unit]
@@ -184,6 +186,7 @@ def discover(
     content = content_key(manifest, infos, [c.stamp or c.pile for c in counted] if manifest is None else ())
     # (files named one by one, which shuffle_parquet's pile stamps tell apart now: states saved before keep theirs)
     before = content_key(manifest, infos, [c.stamp for c in counted]) if manifest is None else None
+    ours = manifest is not None or any(c.stamp or c.pile for c in counted)
     if window is not None:
         file_piles, piles = window["file_piles"], manifest["piles"]
     elif keys is not None:
@@ -192,7 +195,7 @@ def discover(
         units = tuple((p,) for p in paths)
         versions = tuple((listed[p],) for p in paths)
         return Units(fs, units, file_rows, lazy, schema, expression, version, None, nulls, uncounted, versions, content,
-                     content_before=before)  # fmt: skip
+                     content_before=before, from_daskpile=ours)  # fmt: skip
     units = pile_files(paths, file_piles, piles)
     rows = np.bincount(np.array(file_piles, dtype=np.int64), weights=file_rows, minlength=piles).astype(np.int64)
     # a pile of several files (generations, key values) is in their order, so it is read whole and
@@ -200,7 +203,7 @@ def discover(
     lazy = lazy or any(len(u) > 1 for u in units)
     versions = tuple(tuple(listed[p] for p in files) for files in units)
     return Units(fs, units, rows, lazy, schema, expression, version, keys, nulls, uncounted, versions, content,
-                 content_before=before)  # fmt: skip
+                 content_before=before, from_daskpile=ours)  # fmt: skip
 
 
 def _nulls(manifest: dict | None, counted, keys: FolderKeys | None, schema: pa.Schema):
