@@ -74,14 +74,16 @@ def terminated() -> bool:
 def _on_sigterm(signum, frame) -> None:
     _terminated.set()
     _killed_soon(True)
+    # Sent to the whole process group (``timeout``, systemd, Slurm), it kills the cluster's workers too, whatever
+    # the moment: their scheduler and nannies, in this process, log each lost worker (40 lines of tracebacks)
+    silence_shutdown_logs()
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
     elif _ignored_from_the_start.is_set() and not (_over.is_set() or _ignored_by_us.is_set()):
         # Ctrl-C is not the command's, SIGTERM still is (it was ignored, and Slurm killed the run at its grace's end).
-        # Quiet first, as quiet_on_ctrl_c's handler is: a cluster's client logged each abandoned gather (1,500
-        # "Task exception was never retrieved" tracebacks before the command's one line)
-        silence_shutdown_logs()
+        # Quiet first (above), as quiet_on_ctrl_c's handler is: a cluster's client logged each abandoned gather
+        # (1,500 "Task exception was never retrieved" tracebacks before the command's one line)
         signal.default_int_handler(signal.SIGINT, frame)
     # else ignored: the command has said how it ended, or its cluster closes, as for Ctrl-C
 
@@ -191,11 +193,22 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
     if not _in_main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # (ignored from the start)
         return start()
     pressed = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.set())
+
+    def press(signum, frame) -> None:
+        pressed.set()
+        silence_shutdown_logs()  # (the start's own failures, which the signal may cause, are logged meanwhile)
+
+    previous = signal.signal(signal.SIGINT, press)
     try:
-        started = start()
+        try:
+            started = start()
+        except Exception as error:
+            # A signal sent to the whole process group (``timeout``, systemd, Slurm: SIGTERM) also reaches the
+            # processes being started, and the start fails ("Nanny failed to start"): it is that stop, not an error
+            if pressed.is_set():
+                raise KeyboardInterrupt from error
+            raise
         if pressed.is_set():
-            silence_shutdown_logs()
             undo(started)
             raise KeyboardInterrupt
         return started

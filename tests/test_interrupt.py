@@ -51,9 +51,10 @@ def shuffle_args(source, tmp_path, *options):
     ]  # fmt: skip
 
 
-def interrupted_when(args, stage, timeout=120, sigterm=False, sigint=signal.SIG_DFL):
+def interrupted_when(args, stage, timeout=120, sigterm=False, sigint=signal.SIG_DFL, sigterm_group=False):
     """Run ``args``, SIGINT its process group as soon as ``stage(process)`` holds; (status, stdout, stderr).
-    With ``sigterm``, SIGTERM the command's process alone, as Kubernetes (tini, its PID 1) or ``kill`` do.
+    With ``sigterm``, SIGTERM the command's process alone, as Kubernetes (tini, its PID 1) or ``kill`` do;
+    with ``sigterm_group``, its whole process group, as ``timeout``, systemd and Slurm do.
     ``sigint``: SIGINT's disposition the command starts with (``SIG_IGN``: started in the background by a
     shell without job control)."""
     process = subprocess.Popen(
@@ -67,6 +68,8 @@ def interrupted_when(args, stage, timeout=120, sigterm=False, sigint=signal.SIG_
         time.sleep(0.002)
     if sigterm:
         process.send_signal(signal.SIGTERM)
+    elif sigterm_group:
+        os.killpg(process.pid, signal.SIGTERM)
     else:
         os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=timeout)
@@ -115,16 +118,21 @@ def test_while_python_imports_the_command(source, tmp_path):
     assert the_one_line(stderr).startswith(INTERRUPTED)
 
 
-def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(source, tmp_path):
+@pytest.mark.parametrize("sent", ["SIGINT", "SIGTERM"])
+def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(source, tmp_path, sent):
+    """Sent to the whole process group, as a terminal sends Ctrl-C and ``timeout``, systemd and Slurm send
+    SIGTERM.  SIGTERM killed the workers being started: the command said "daskpile: error: Nanny failed to start."
+    after 57 lines of tracebacks and exited 1, which a Job's podFailurePolicy takes for a failure not to retry."""
     seen = []
 
     def cluster_starting(process):  # a worker is forked from the fork server (both run its command line)
         seen[:] = descendants(process)
         return sum("forkserver" in command_line(p) for p in seen) >= 2
 
-    status, stdout, stderr = interrupted_when(shuffle_args(source, tmp_path), cluster_starting)
-    assert status == 130
-    assert the_one_line(stderr) == INTERRUPTED
+    term = sent == "SIGTERM"
+    status, stdout, stderr = interrupted_when(shuffle_args(source, tmp_path), cluster_starting, sigterm_group=term)
+    assert status == (143 if term else 130)
+    assert the_one_line(stderr) == ("daskpile: terminated (SIGTERM)" if term else INTERRUPTED)
     assert "pass 1" not in stdout
     _, alive = psutil.wait_procs(seen, timeout=30)
     assert not alive
