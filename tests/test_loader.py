@@ -86,6 +86,26 @@ def test_a_folder_daskpile_did_not_write_is_read_with_a_warning_that_batches_mix
         epoch(piles)  # a result's files named one by one carry its pile stamps
 
 
+def test_a_folder_holding_piles_of_two_shuffles_is_refused_naming_a_file_of_each(tmp_path):
+    """Dask's to_parquet of 4 piles into a folder of 8 left 4 of the first write: a trial's loader read rows twice."""
+    frame = dd.from_pandas(pd.DataFrame({"id": range(3000)}), npartitions=3)
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(frame, piles=8, seed=2).to_parquet(str(tmp_path / "s"))
+        daskpile.shuffle(frame, piles=4, seed=1).to_parquet(str(tmp_path / "s"))
+    with pytest.raises(ValueError, match=r"part.4.parquet is a pile of another shuffle \(seed 2, 8 piles\) than "
+                       r".*part.0.parquet \(seed 1, 4 piles\)"):  # fmt: skip
+        daskpile.PileLoader(str(tmp_path / "s"), batch_size=100, seed=0)
+    for name in sorted(os.listdir(tmp_path / "s"))[4:]:  # (part.4 to part.7: the first write's)
+        os.remove(tmp_path / "s" / name)
+    batches = epoch(str(tmp_path / "s"), batch_size=100)[0]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(3000))
+    files = sorted(glob.glob(str(tmp_path / "s" / "*.parquet")))
+    with dask.config.set(scheduler="sync"):  # files named one by one: piles of two shuffles on purpose
+        daskpile.shuffle(frame, piles=2, seed=3).to_parquet(str(tmp_path / "t"))
+    files += sorted(glob.glob(str(tmp_path / "t" / "*.parquet")))
+    assert len(np.concatenate(epoch(files, batch_size=100)[0])) == 6000
+
+
 def test_drop_last_drops_only_the_remainder(datasets):
     per_rank = epoch(datasets["eager"], 7, batch_size=1000, drop_last=True)
     flat = np.concatenate([np.concatenate(b) for b in per_rank])

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from daskpile._kernels import integer_or_boolean
 from daskpile._storage import FileVersion, filesystem, full_url, is_local, listed_infos, stamp_size
+from daskpile._words import count
 from daskpile.engine import _dest, _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
@@ -172,6 +173,8 @@ def discover(
                 check_rows(full_url(fs, path), c.total, listed, since="the result was written")
         if manifest is None:
             _check_same_columns(fs, paths, [c.schema for c in counted], columns)
+            if isinstance(path, str):  # (files named one by one may be piles of two shuffles on purpose)
+                _check_one_shuffle(fs, paths, counted)
         schema = counted[0].schema if keys is None else _with_keys(counted[0].schema, keys)
         # files of a lazy result named one by one or by a glob: their footers say they are lazy piles
         lazy = any(c.lazy for c in counted)
@@ -520,6 +523,34 @@ def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema], columns=
             f"{full_url(fs, path)} has other columns than {full_url(fs, paths[0])}, the dataset's first file: "
             f"{'; '.join(said)}"
         )
+
+
+def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
+    """A folder's files must not be piles of two shuffles, as their footers' stamps tell: Dask's ``to_parquet``
+    of fewer piles into a folder leaves the earlier write's other part files, and a trial's loader read 45,163
+    rows of a 30,000-row source, as ``dd.read_parquet`` would, rows twice and nothing said."""
+    first = None
+    for path, c in zip(paths, counted, strict=True):
+        shuffle = _shuffle_of(c)
+        if shuffle is None:
+            continue
+        if first is None:
+            first = (path, shuffle)
+        elif shuffle != first[1]:
+            raise ValueError(
+                f"{full_url(fs, path)} is a pile of another shuffle ({shuffle}) than {full_url(fs, first[0])} "
+                f"({first[1]}), their footers say: a write of fewer piles into a folder leaves the earlier write's "
+                "other part files; remove the older ones (or write with overwrite=True), or name the files to read"
+            )
+
+
+def _shuffle_of(c: _Counted) -> str | None:
+    """Which shuffle wrote a file, by its footer's stamp: its seed and piles (None: no stamp)."""
+    for stamp in (c.stamp, c.pile):
+        with contextlib.suppress(ValueError, TypeError, KeyError):  # (none, or not one daskpile wrote)
+            said = json.loads(stamp)
+            return f"seed {said['seed']}, {count(int(said['piles']), 'pile')}"
+    return None
 
 
 def check_rows(url: str, found: int, expected: int, what: str = "", since: str = "the loader was made") -> None:
