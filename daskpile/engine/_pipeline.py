@@ -759,7 +759,7 @@ class _Run:
         finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
-        for note in [*self.plan.notes, self._pile_count_said()]:
+        for note in [*self.plan.notes, self._pile_count_said(), self._task_count_said()]:
             if note and self.progress:
                 print(f"note: {note}", flush=True)
             elif note:
@@ -869,6 +869,20 @@ class _Run:
                 "each; did you mean fewer? (piles='auto', --piles auto, sizes them from the data)"
             )
         return None
+
+    def _task_count_said(self) -> str | None:
+        """A note that pass 1 is cut into thousands of tasks of little data each, or None: a trial's --blocksize
+        1MiB on a 1 GB text file (ranges of a sixteenth of it) made 16,000 tasks, 550 s against 10 at the
+        default, for each task has a cost of its own and each pile reads every task's scratch file."""
+        tasks, data = len(self.partitions), sum(f.size for f in self.plan.files)
+        if tasks <= MANY_TASKS or data >= tasks * SMALL_TASK_BYTES:
+            return None
+        return (
+            f"pass 1 is cut into {tasks:,} tasks of about {size(data / tasks)} each (blocksize {size(self.blocksize)}: "
+            "text is read in ranges of a sixteenth of it, small files are grouped up to that): each task has a cost "
+            "of its own and each pile reads every task's scratch file, so the run takes many times longer than with "
+            f"fewer; a larger blocksize (the default is {size(_passes.BLOCKSIZE)}) makes fewer"
+        )
 
     @property
     def pieces(self) -> float:
@@ -1653,6 +1667,9 @@ def _summed(tasks: list, piles: int, key: str):
 # A pile count beyond which piles of fewer rows than this on average are said (files of a few rows each)
 MANY_PILES = 10_000
 FEW_ROWS_A_PILE = 100
+# A count of pass-1 tasks beyond which tasks of less data than this on average are said
+MANY_TASKS = 1_000
+SMALL_TASK_BYTES = 2**20
 
 
 def _estimate(plan) -> tuple[int, int, int]:
