@@ -764,9 +764,12 @@ def test_a_partition_that_disagrees_with_the_meta_is_aligned_by_label_or_refused
     swapped = swapped.map_partitions(lambda f: f[["b", "a"]], meta=swapped._meta, enforce_metadata=False)
     out = daskpile.shuffle(swapped, piles=1, seed=0).compute()
     assert out.sort_index().to_dict("list") == {"a": [0, 1], "b": [1000, 1001]}
-    floats = dd.from_pandas(pd.DataFrame({"a": [0, 1]}), npartitions=1)
-    floats = floats.map_partitions(lambda f: f.assign(a=f.a + 0.5), meta=floats._meta)  # meta says int64
+    floats = dd.from_pandas(pd.DataFrame({"a": [0, 1, 2]}), npartitions=3)
+    floats = floats.map_partitions(lambda f: f.assign(a=f.a + 0.5 * (f.a == 2)), meta=floats._meta)  # says int64
     with pytest.raises(TypeError, match="column 'a' of a partition is float64, the DataFrame's meta says int64"):
+        daskpile.shuffle(floats, piles=1, seed=0).compute()
+    # which one, of hundreds, a trial could not tell
+    with pytest.raises(TypeError, match=r"meta= that matches.*\(found in partition 2\)$"):
         daskpile.shuffle(floats, piles=1, seed=0).compute()
 
 

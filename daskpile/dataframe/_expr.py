@@ -71,7 +71,7 @@ from daskpile._storage import (
 )
 from daskpile._validate import check_bytes, check_piles
 from daskpile._words import count
-from daskpile.dataframe._pandas import FrameCodec
+from daskpile.dataframe._pandas import FrameCodec, MetaMismatch
 from daskpile.dataframe._to_parquet import write_piles
 from daskpile.engine import _passes, _session, _sizing
 from daskpile.engine._places import refuse_blind_workers
@@ -606,7 +606,11 @@ def scatter_partition(
             pass
         except FileNotFoundError:
             raise run.gone() from None
-    result = _passes.scatter_table(codec.to_arrow(frame), partition, piles, seed, scratch)
+    try:
+        table = codec.to_arrow(frame)
+    except MetaMismatch as e:  # (which of hundreds: a trial could not tell)
+        raise MetaMismatch(f"{e} (found in partition {partition})") from None
+    result = _passes.scatter_table(table, partition, piles, seed, scratch)
     return {"partition": partition, "counts": result.counts, "pile_bytes": result.pile_bytes}
 
 
