@@ -227,11 +227,11 @@ def _command(f):
         except Exception as e:
             if _reader_gone(e):
                 # `daskpile ... | head`: the run stops at its next line, as a program ended by SIGPIPE does,
-                # and says on stderr what it left (nothing, when it had left nothing to resume)
+                # and says on stderr what it left (a trial's `| head -1` before anything was written: exit 141,
+                # no dest, and not a word of why)
                 _stop_writing_to_stdout()
-                left = _interruption_said(e)
-                if left:
-                    click.echo(redact(f"daskpile: stopped: the reader of its output went away{left}"), err=True)
+                left = _interruption_said(e) or "; it had written nothing"
+                click.echo(redact(f"daskpile: stopped: the reader of its output went away{left}"), err=True)
                 sys.exit(141)
             if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)[1:]):
                 # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the

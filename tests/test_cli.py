@@ -313,6 +313,19 @@ def test_a_reader_gone_from_its_output_stops_the_run_as_sigpipe_would_and_it_res
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
 
 
+def test_a_reader_gone_before_anything_was_written_is_said_too(tmp_path):
+    """The run's first line (a note of its plan) written after the reader went: exit 141 without a word."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"a\nb\nc\n")
+    args = [DASKPILE, "shuffle", str(corpus), str(tmp_path / "out"), "--piles", "8", "--scheduler", "threads"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        process.stdout.close()  # as a reader gone at once does
+        stderr = process.stderr.read()
+    assert process.returncode == 141, stderr
+    assert stderr == "daskpile: stopped: the reader of its output went away; it had written nothing\n"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_a_retry_of_a_finished_run_reports_it_without_starting_a_cluster(sorted_source, tmp_path):
     """A Kubernetes job's retry: `--kubernetes` here has no cluster to reach (and maybe no dask-kubernetes),
