@@ -1009,6 +1009,23 @@ def test_the_same_day_under_another_path_is_refused_by_its_rows(sync_scheduler, 
     assert len(window_ids(dest)) == len(ids_of(0, 1, 1, 2))
 
 
+def test_an_expired_day_under_another_path_is_refused_by_its_rows(sync_scheduler, days, tmp_path):
+    """Expire refuses a dropped day's paths; a trial's copy of one, under another path, came back as the newest
+    generation, and the next expire --keep would have dropped a recent day in its place."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    daskpile.append(dest, days[1])
+    daskpile.append(dest, days[2])
+    daskpile.expire(dest, keep_generations=2)
+    copy = tmp_path / "relanded" / "day-0"
+    shutil.copytree(days[0], copy)
+    with pytest.raises(ValueError, match=r"are those of generation 0, row for row, which expire has dropped since"):
+        daskpile.append(dest, str(copy))
+    assert sorted(window_ids(dest)) == ids_of(1, 2)
+    daskpile.append(dest, str(copy), again=True)  # a backfill, asked for
+    assert sorted(window_ids(dest)) == ids_of(0, 1, 2)
+
+
 def test_a_json_lines_day_fills_a_windows_dictionary_columns(sync_scheduler, tmp_path):
     """Arrow's JSON reader converts to no dictionary type: a day of JSON lines into a window with a categorical
     column failed "JSON conversion to dictionary<...> is not supported", where a CSV day filled it."""

@@ -144,8 +144,8 @@ def append(
         snapshot.finish(window.fs, window.path)
         raise ValueError(
             f"the rows of {plan.urls[0]}{' and the rest' if len(plan.urls) > 1 else ''} are those of generation "
-            f"{twin.number} (from {twin.source_files[0] if twin.source_files else 'its sources'}), row for row: the "
-            "same day under another path? Pass again=True (--again on the command line) to append them anyway"
+            f"{twin}: the same day under another path? Pass again=True (--again on the command line) to append "
+            "them anyway"
         )
     window = window.commit([*window.generations, new], next_generation=generation + 1, retain=retain)
     snapshot.finish(window.fs, window.path)
@@ -291,11 +291,22 @@ def _local_file(path: str, stamp: str) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-def _same_rows(window: Window, new: Generation) -> Generation | None:
-    """The generation of the window whose rows are exactly ``new``'s (by their fingerprints), if one is."""
+def _same_rows(window: Window, new: Generation) -> str | None:
+    """The generation of the window, or one expire dropped, whose rows are exactly ``new``'s (by their
+    fingerprints), said, if one is."""
     if not new.rows or not new.fingerprint:
         return None
-    return next((g for g in window.generations if g.fingerprint == new.fingerprint), None)
+    twin = next((g for g in window.generations if g.fingerprint == new.fingerprint), None)
+    if twin is not None:
+        return f"{twin.number} (from {twin.source_files[0] if twin.source_files else 'its sources'}), row for row"
+    held = {g.number for g in window.generations}  # (recorded by an expire that was then discarded)
+    number = snapshot.read_expired(window.fs, window.path).get(snapshot.rows_key(new.fingerprint))
+    if number is not None and number not in held:
+        return (
+            f"{number}, row for row, which expire has dropped since (appended again, they would come back as the "
+            "newest generation, and the next expire --keep drop a recent day in their place)"
+        )
+    return None
 
 
 def _refuse_expired(window: Window, plan) -> None:

@@ -36,7 +36,7 @@ def expire(
 
     Only a new version of the manifest is written (and, for
     ``keep_generations`` and ``before``, the dropped generations' source files
-    are remembered, so that :func:`append` refuses them): no data file is read
+    and rows' fingerprints are remembered, so that :func:`append` refuses them): no data file is read
     for ``keep_generations``, and only ``column`` for ``before``.  The files
     dropped stay for readers of older versions until ``retain`` has passed,
     and are removed by a later command.  A generation whose rows straddle

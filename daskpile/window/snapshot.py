@@ -531,6 +531,9 @@ def record_expired(fs, path: str, generations: list[Generation]) -> None:
         return
     known = read_expired(fs, path)
     known.update({source_key(url): g.number for g in generations for url in g.source_files})
+    # and their rows' fingerprints: a day copied to another path is the same rows (a trial's expired day, copied,
+    # came back as the newest generation)
+    known.update({rows_key(g.fingerprint): g.number for g in generations if g.rows and g.fingerprint})
     write_bytes(fs, posixpath.join(path, EXPIRED), json.dumps(known).encode())
 
 
@@ -547,6 +550,16 @@ def source_key(url: str, stamp: str | None = None) -> str:
     ('d6ba77c63c4c452d', 'a377d28ee54fed74')
     """
     return hashlib.sha256((url if stamp is None else f"{url}\n{stamp}").encode()).hexdigest()[:16]
+
+
+def rows_key(fingerprint: dict) -> str:
+    """A generation's rows as ``expired.json`` keeps them: ``rows:`` and 16 hex digits of the SHA-256 of their
+    fingerprint (which does not depend on their order, nor on where they were read).
+
+    >>> rows_key({"rows": 2, "sum": 7, "xor": 5})
+    'rows:d2fa9677bfd3f316'
+    """
+    return "rows:" + hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def read_retired(fs, path: str) -> list[dict]:
