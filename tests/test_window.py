@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import dask
@@ -1339,3 +1340,17 @@ def test_a_geoparquet_windows_files_say_the_extent_of_their_own_rows(sync_schedu
     assert boxes() == {"window": [0, 0, 1, 1], "gen-000001": [100, 100, 101, 101]}
     daskpile.compact(str(tmp_path / "window"))
     assert boxes()["gen-000002"] == [0, 0, 101, 101]
+
+
+def test_an_append_of_no_row_is_warned_of(sync_scheduler, days, tmp_path):
+    """A 0-byte day (a file cut short upstream) came in as an empty generation without a word, and counted
+    toward expire --keep as a day: one real day fell out of the window early."""
+    dest = str(tmp_path / "window")
+    daskpile.shuffle_parquet(days[0], dest, piles=PILES, seed=SEED)
+    empty = tmp_path / "day-9.jsonl"
+    empty.write_bytes(b"")
+    with pytest.warns(UserWarning, match=r"day-9.jsonl held no row: generation 1 is empty, and counts toward"):
+        daskpile.append(dest, str(empty))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        daskpile.append(dest, days[1])

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import os
 import posixpath
+import warnings
 
 from daskpile._storage import file_stamp, full_url, is_local, redacting_errors, remove_tree
 from daskpile._validate import check_bytes
@@ -151,6 +152,12 @@ def append(
     snapshot.finish(window.fs, window.path)
     removed += snapshot.collect(window, retain)  # those due now (all of them with retain=0)
     summary = f"appended generation {generation} ({count(new.rows, 'row')})"
+    if not new.rows:  # (a file cut short upstream: a 0-byte day came in as one, a trial found)
+        warnings.warn(
+            f"{plan.urls[0]}{' and the rest' if len(plan.urls) > 1 else ''} held no row: generation {generation} is "
+            "empty, and counts toward expire --keep as a day of rows would",
+            stacklevel=3,
+        )
     return report(window, True, summary, generation=generation, shuffle=shuffled, removed=removed)
 
 
