@@ -2317,3 +2317,18 @@ def test_a_blocksize_cutting_pass_1_into_thousands_of_tiny_tasks_is_said(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         daskpile.shuffle_parquet(str(corpus), str(tmp_path / "default"), 2, seed=1)
+
+
+def test_a_field_declared_a_string_that_holds_numbers_is_refused_with_a_way_forward(tmp_path, sync_scheduler):
+    """``column_types.v=string`` over a field written as a number in some lines: Arrow's "changed from string to
+    number", which gave a trial no way forward; the line named is the first whose value is a number."""
+    source = tmp_path / "drift.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "v": str(i) if i < 50 else i}) + "\n" for i in range(100)))
+    first_number = len("".join(json.dumps({"id": i, "v": str(i)}) + "\n" for i in range(50)))
+    said = (
+        rf"the line at byte {first_number:,}: .*column 'v' is read as a string \(declared.*reads no number as one: "
+        r".* \(JSON lines out, or the read option as_written"
+    )
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), 2, read_options={"column_types": {"v": "string"}})
+    assert not (tmp_path / "out").exists()

@@ -451,13 +451,39 @@ def read_json(text: bytes, schema: pa.Schema | None, window: str | None = None, 
     if schema is None:
         return read(None)
     readable = pa.schema([f.with_type(_json_read_type(f.type)) for f in schema], metadata=schema.metadata)
-    if readable.equals(schema):
-        return read(schema)
     try:
-        table = read(readable)
+        if readable.equals(schema):
+            return read(schema)
+        try:
+            table = read(readable)
+        except pa.ArrowInvalid as e:
+            table = _read_day_numbers(read, readable, schema, e)
     except pa.ArrowInvalid as e:
-        table = _read_day_numbers(read, readable, schema, e)
+        raise _no_string_of_numbers(e, readable) from None
     return _as_typed(table, schema, window)
+
+
+def _no_string_of_numbers(error: pa.ArrowInvalid, readable: pa.Schema) -> pa.ArrowInvalid:
+    """Arrow's "changed from string to number" of a column read as a string, with what to do: a trial's
+    ``column_types.v=string`` over a field that is a number in some lines gave no way forward.
+
+    >>> try:
+    ...     read_json(b'{"v": 1}', pa.schema([("v", pa.string())]))
+    ... except pa.ArrowInvalid as e:
+    ...     print("column 'v' is read as a string" in str(e))
+    True
+    """
+    found = _COLUMN_IN_ERROR.search(str(error))
+    name = found.group(1) if found else None
+    if found is None or found.group(2) != "string" or name not in readable.names:
+        return error
+    if readable.field(name).type not in (pa.string(), pa.large_string()):
+        return error
+    return pa.ArrowInvalid(
+        f"{error}: column {name!r} is read as a string (declared, or a window's column), and Arrow's JSON reader "
+        f"reads no {found.group(3)} as one: write it as a string in every line, or keep the lines as written "
+        "(JSON lines out, or the read option as_written=true)"
+    )
 
 
 _COLUMN_IN_ERROR = re.compile(r"Column\(/(.*)\) changed from (\w+) to (\w+)")
