@@ -156,7 +156,7 @@ def append(
         warnings.warn(
             f"{plan.urls[0]}{' and the rest' if len(plan.urls) > 1 else ''} held no row: generation {generation} is "
             "empty, and counts toward expire --keep as a day of rows would",
-            stacklevel=3,
+            stacklevel=4,  # (the caller's line, above one_change_at_a_time and redacting_errors)
         )
     return report(window, True, summary, generation=generation, shuffle=shuffled, removed=removed)
 
