@@ -32,6 +32,8 @@ _DISTRIBUTED_PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 
 _over = threading.Event()  # the command has printed its result: Ctrl-C stays ignored to the end
 
+_starting: list[threading.Event | None] = [None]  # set by SIGTERM while ``uninterrupted`` starts a cluster
+
 
 _terminated = threading.Event()  # SIGTERM came: the command stops as on Ctrl-C, and says it was terminated
 
@@ -77,6 +79,10 @@ def _on_sigterm(signum, frame) -> None:
     # Sent to the whole process group (``timeout``, systemd, Slurm), it kills the cluster's workers too, whatever
     # the moment: their scheduler and nannies, in this process, log each lost worker (40 lines of tracebacks)
     silence_shutdown_logs()
+    starting = _starting[0]
+    if starting is not None:  # a cluster is starting (see ``uninterrupted``), which an exception would leave half
+        starting.set()
+        return
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):  # (Python's default raises KeyboardInterrupt; ours do what this moment needs)
         handler(signal.SIGINT, frame)
@@ -185,12 +191,13 @@ def workers_ignoring_ctrl_c():
 
 
 def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
-    """``start()``, which Ctrl-C does not interrupt: if pressed meanwhile, ``undo`` its result, then stop.
+    """``start()``, which neither Ctrl-C nor SIGTERM interrupts: if one comes meanwhile, ``undo`` its result (a
+    start that failed meanwhile failed of it), then raise KeyboardInterrupt.
 
     >>> uninterrupted(lambda: "cluster", undo=print)
     'cluster'
     """
-    if not _in_main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # (ignored from the start)
+    if not _in_main_thread():
         return start()
     pressed = threading.Event()
 
@@ -198,7 +205,10 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
         pressed.set()
         silence_shutdown_logs()  # (the start's own failures, which the signal may cause, are logged meanwhile)
 
-    previous = signal.signal(signal.SIGINT, press)
+    # SIGINT ignored from the start (a script's `daskpile ... &`) stays ignored; SIGTERM stops the start all the same
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    previous = None if ignored else signal.signal(signal.SIGINT, press)
+    _starting[0] = pressed
     try:
         try:
             started = start()
@@ -213,7 +223,9 @@ def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:
             raise KeyboardInterrupt
         return started
     finally:
-        _restore(previous)
+        _starting[0] = None
+        if previous is not None:
+            _restore(previous)
 
 
 @contextlib.contextmanager

@@ -118,7 +118,7 @@ def test_while_python_imports_the_command(source, tmp_path):
     assert the_one_line(stderr).startswith(INTERRUPTED)
 
 
-@pytest.mark.parametrize("sent", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sent", ["SIGINT", "SIGTERM", "SIGTERM-started-in-the-background"])
 def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(source, tmp_path, sent):
     """Sent to the whole process group, as a terminal sends Ctrl-C and ``timeout``, systemd and Slurm send
     SIGTERM.  SIGTERM killed the workers being started: the command said "daskpile: error: Nanny failed to start."
@@ -129,8 +129,10 @@ def test_while_the_local_cluster_starts_it_is_stopped_and_leaves_no_process(sour
         seen[:] = descendants(process)
         return sum("forkserver" in command_line(p) for p in seen) >= 2
 
-    term = sent == "SIGTERM"
-    status, stdout, stderr = interrupted_when(shuffle_args(source, tmp_path), cluster_starting, sigterm_group=term)
+    term = sent.startswith("SIGTERM")
+    sigint = signal.SIG_IGN if sent.endswith("background") else signal.SIG_DFL  # (as a script's `daskpile ... &`)
+    args = shuffle_args(source, tmp_path)
+    status, stdout, stderr = interrupted_when(args, cluster_starting, sigterm_group=term, sigint=sigint)
     assert status == (143 if term else 130)
     assert the_one_line(stderr) == ("daskpile: terminated (SIGTERM)" if term else INTERRUPTED)
     assert "pass 1" not in stdout
