@@ -344,10 +344,11 @@ class PileLoader:
         if not self.units.from_daskpile and len(self.units.paths) > 1:
             named = redact(path) if isinstance(path, str) else "the files given"
             warnings.warn(
-                f"PileLoader: {named} is not a daskpile result (no _daskpile.json, no daskpile stamp in its files' "
-                f"footers): each of its {count(len(self.units.paths), 'file')} is read as a pile, so a batch mixes "
-                "the rows of one file (of mix files) only, as random as the files' split of the rows already is; "
-                "shuffle it first (daskpile shuffle, or daskpile.shuffle(ddf).to_parquet)",
+                f"PileLoader: {named} has no _daskpile.json and no daskpile stamp in its files' footers (nor has "
+                "shuffle(ddf).to_parquet's output before 2026-12-01): if it was not shuffled, know that each of its "
+                f"{count(len(self.units.paths), 'file')} is read as a pile, so a batch mixes the rows of one file (of "
+                "mix files) only, as random as the files' split of the rows already is; shuffle it first (daskpile "
+                "shuffle, or daskpile.shuffle(ddf).to_parquet)",
                 stacklevel=4,  # (the caller's line, above __init__ and its redacting_errors)
             )
 

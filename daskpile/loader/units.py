@@ -526,30 +526,37 @@ def _check_same_columns(fs, paths: list[str], schemas: list[pa.Schema], columns=
 
 
 def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
-    """A folder's files must not be piles of two shuffles, as their footers' stamps tell: Dask's ``to_parquet``
-    of fewer piles into a folder leaves the earlier write's other part files, and a trial's loader read 45,163
-    rows of a 30,000-row source, as ``dd.read_parquet`` would, rows twice and nothing said."""
-    first = None
+    """Refuse a folder holding part of a shuffle beside the files of another, as their footers' stamps tell:
+    Dask's ``to_parquet`` of fewer piles into a folder leaves the earlier write's other part files, and a trial's
+    loader read 45,163 rows of a 30,000-row source, as ``dd.read_parquet`` would, rows twice and nothing said.
+    Whole shuffles side by side (``to_parquet(append=True)``, a glob over two results) are read."""
+    shuffles: dict[tuple[int, int], tuple[str, set]] = {}  # (seed, piles) -> (its first file, its piles seen)
     for path, c in zip(paths, counted, strict=True):
-        shuffle = _shuffle_of(c)
-        if shuffle is None:
-            continue
-        if first is None:
-            first = (path, shuffle)
-        elif shuffle != first[1]:
+        stamp = _stamp_of(c)
+        if stamp is not None:
+            seed, piles, pile = stamp
+            # (a pile of to_parquet(partition_on=...) is a file of one name in each key folder)
+            shuffles.setdefault((seed, piles), (path, set()))[1].add(posixpath.basename(path) if pile is None else pile)
+    if len(shuffles) < 2:
+        return
+    for (seed, piles), (path, seen) in shuffles.items():
+        if len(seen) < piles:
+            other = next(first for key, (first, _) in shuffles.items() if key != (seed, piles))
             raise ValueError(
-                f"{full_url(fs, path)} is a pile of another shuffle ({shuffle}) than {full_url(fs, first[0])} "
-                f"({first[1]}), their footers say: a write of fewer piles into a folder leaves the earlier write's "
-                "other part files; remove the older ones (or write with overwrite=True), or name the files to read"
+                f"{full_url(fs, path)} is one of {count(len(seen), 'pile')} of a shuffle into {piles:,} (seed "
+                f"{seed}), beside the files of another shuffle ({full_url(fs, other)}), their footers say: a write "
+                "of fewer piles into a folder leaves the earlier write's other part files; remove them (or write "
+                "with overwrite=True), or name the files to read"
             )
 
 
-def _shuffle_of(c: _Counted) -> str | None:
-    """Which shuffle wrote a file, by its footer's stamp: its seed and piles (None: no stamp)."""
+def _stamp_of(c: _Counted) -> tuple[int, int, int | None] | None:
+    """(seed, piles, the pile, if the stamp says it) of the shuffle that wrote a file, by its footer's stamp."""
     for stamp in (c.stamp, c.pile):
         with contextlib.suppress(ValueError, TypeError, KeyError):  # (none, or not one daskpile wrote)
             said = json.loads(stamp)
-            return f"seed {said['seed']}, {count(int(said['piles']), 'pile')}"
+            pile = said.get("pile")
+            return int(said["seed"]), int(said["piles"]), None if pile is None else int(pile)
     return None
 
 
