@@ -198,6 +198,9 @@ def parse_storage_options(
     return options or None
 
 
+WRITING = {"shuffle", "append", "expire", "compact", "discard", "demo"}  # the commands whose purpose is a write
+
+
 def _command(f):
     """Options every command shares, and the translation of exceptions into one line and an exit status."""
 
@@ -230,8 +233,9 @@ def _command(f):
                 # and says on stderr what it left (a trial's `| head -1` before anything was written: exit 141,
                 # no dest, and not a word of why)
                 _stop_writing_to_stdout()
-                left = _interruption_said(e) or "; it had written nothing"
-                click.echo(redact(f"daskpile: stopped: the reader of its output went away{left}"), err=True)
+                left = _interruption_said(e) or ("; it had written nothing" if f.__name__ in WRITING else "")
+                if left:  # (a command that only reads ends silently, as a program ended by SIGPIPE does)
+                    click.echo(redact(f"daskpile: stopped: the reader of its output went away{left}"), err=True)
                 sys.exit(141)
             if any(isinstance(c, KeyboardInterrupt) for c in exception_chain(e)[1:]):
                 # An error raised while a Ctrl-C was handled (a file closed twice as scratch was removed): the

@@ -324,6 +324,14 @@ def test_a_reader_gone_before_anything_was_written_is_said_too(tmp_path):
     assert process.returncode == 141, stderr
     assert stderr == "daskpile: stopped: the reader of its output went away; it had written nothing\n"
     assert not (tmp_path / "out").exists()
+    # A command that only reads ends silently, as a program ended by SIGPIPE does (a review: it said "it had
+    # written nothing" after its first line)
+    run("shuffle", str(corpus), str(tmp_path / "out"), "--piles", "2", "--scheduler", "threads", check_status=0)
+    args = [DASKPILE, "epochs", str(tmp_path / "out"), "--batch-size", "1", *["--mix", "1", "--mix", "2"] * 50]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        process.stdout.close()
+        stderr = process.stderr.read()
+    assert (process.returncode, stderr) == (141, "")
 
 
 @pytest.mark.slow
