@@ -33,7 +33,8 @@ def test_without_matplotlib_only_the_figures_cells_fail(tmp_path, monkeypatch):
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     (blocker / "matplotlib.py").write_text("raise ModuleNotFoundError(\"No module named 'matplotlib'\")\n")
-    monkeypatch.setenv("PYTHONPATH", str(blocker))  # (the kernel's process inherits it)
+    path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)  # (the kernel's process inherits it)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", allow_errors=True,

@@ -2326,8 +2326,8 @@ def test_a_field_declared_a_string_that_holds_numbers_is_refused_with_a_way_forw
     source.write_text("".join(json.dumps({"id": i, "v": str(i) if i < 50 else i}) + "\n" for i in range(100)))
     first_number = len("".join(json.dumps({"id": i, "v": str(i)}) + "\n" for i in range(50)))
     said = (
-        rf"the line at byte {first_number:,}: .*column 'v' is read as a string \(declared.*reads no number as one: "
-        r".* \(JSON lines out, or the read option as_written"
+        rf"the line at byte {first_number:,}: .*column 'v' is read as a string \(declared in column_types.*reads no "
+        r"number as one: .* \(JSON lines out; or, without column_types, the read option as_written"
     )
     with pytest.raises(ValueError, match=said):
         daskpile.shuffle_parquet(str(source), str(tmp_path / "out"), 2, read_options={"column_types": {"v": "string"}})

@@ -877,11 +877,13 @@ class _Run:
         tasks, data = len(self.partitions), sum(f.size for f in self.plan.files)
         if tasks <= MANY_TASKS or data >= tasks * SMALL_TASK_BYTES:
             return None
+        text = self.plan.reading.text is not None
+        how = "text is read in ranges of a sixteenth of it, small files" if text else "small files are"
         return (
             f"pass 1 is cut into {tasks:,} tasks of about {size(data / tasks)} each (blocksize {size(self.blocksize)}: "
-            "text is read in ranges of a sixteenth of it, small files are grouped up to that): each task has a cost "
-            "of its own and each pile reads every task's scratch file, so the run takes many times longer than with "
-            f"fewer; a larger blocksize (the default is {size(_passes.BLOCKSIZE)}) makes fewer"
+            f"{how} grouped up to a sixteenth of it): each task has a cost of its own and each pile reads every "
+            "task's scratch file, so the run takes many times longer than with fewer; a larger blocksize (the "
+            f"default is {size(_passes.BLOCKSIZE)}) makes fewer"
         )
 
     @property

@@ -459,11 +459,11 @@ def read_json(text: bytes, schema: pa.Schema | None, window: str | None = None, 
         except pa.ArrowInvalid as e:
             table = _read_day_numbers(read, readable, schema, e)
     except pa.ArrowInvalid as e:
-        raise _no_string_of_numbers(e, readable) from None
+        raise _no_string_of_numbers(e, readable, window) from None
     return _as_typed(table, schema, window)
 
 
-def _no_string_of_numbers(error: pa.ArrowInvalid, readable: pa.Schema) -> pa.ArrowInvalid:
+def _no_string_of_numbers(error: pa.ArrowInvalid, readable: pa.Schema, window: str | None) -> pa.ArrowInvalid:
     """Arrow's "changed from string to number" of a column read as a string, with what to do: a trial's
     ``column_types.v=string`` over a field that is a number in some lines gave no way forward.
 
@@ -479,10 +479,11 @@ def _no_string_of_numbers(error: pa.ArrowInvalid, readable: pa.Schema) -> pa.Arr
         return error
     if readable.field(name).type not in (pa.string(), pa.large_string()):
         return error
+    why = "the window's column" if window is not None else "declared in column_types, or as the first lines hold it"
     return pa.ArrowInvalid(
-        f"{error}: column {name!r} is read as a string (declared, or a window's column), and Arrow's JSON reader "
-        f"reads no {found.group(3)} as one: write it as a string in every line, or keep the lines as written "
-        "(JSON lines out, or the read option as_written=true)"
+        f"{error}: column {name!r} is read as a string ({why}), and Arrow's JSON reader reads no "
+        f"{found.group(3)} as one: write it as a string in every line, or keep the lines as written (JSON lines "
+        "out; or, without column_types, the read option as_written=true)"
     )
 
 
