@@ -874,7 +874,7 @@ class _Run:
         """A note that pass 1 is cut into thousands of tasks of little data each, or None: a trial's --blocksize
         1MiB on a 1 GB text file (ranges of a sixteenth of it) made 16,000 tasks, 550 s against 10 at the
         default, for each task has a cost of its own and each pile reads every task's scratch file."""
-        tasks, data = len(self.partitions), sum(f.size for f in self.plan.files)
+        tasks, data = len(self.partitions), sum(self.plan.sizes)
         if tasks <= MANY_TASKS or data >= tasks * SMALL_TASK_BYTES:
             return None
         text = self.plan.reading.text is not None
