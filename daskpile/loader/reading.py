@@ -110,7 +110,10 @@ class GroupLoad:
         found, errors = {}, {}  # (taken from the queue: the parts' only owner is then the caller)
         for _ in range(sum(self._shape)):
             where, value, error = self._arrived.get()
-            (found if error is None else errors)[where] = value if error is None else error
+            if error is None:
+                found[where] = value
+            else:
+                errors[where] = error
         if errors:
             raise errors[min(errors)]  # (the first column's, whatever finished first)
         columns = [[part for k in range(n) for part in found.pop((column, k))] for column, n in enumerate(self._shape)]
