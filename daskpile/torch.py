@@ -246,9 +246,16 @@ class PileDataset(IterableDataset):
         job resized, which the user had not given nor done."""
         if self.canonical_ranks is not None or state.get("canonical_ranks") == loader.canonical_ranks:
             return
-        then, now = state["canonical_ranks"] // self.world_size, loader.canonical_ranks // self.world_size
-        if state["canonical_ranks"] % self.world_size or then == now:
-            return  # (a world size changed: the loader says it)
+        ranks = state.get(_RANKS, self.world_size)  # (a state of before 2026-12-02 did not say: taken as the same)
+        if ranks != self.world_size:
+            raise ValueError(
+                f"PileDataset: the state was taken on {count(ranks, 'rank')} (world_size={ranks}), and this job has "
+                f"{self.world_size}: a job resized between restarts needs canonical_ranks (a multiple of every "
+                "world_size x num_workers) given from the first run on, the same in every run"
+            )
+        then, now = state["canonical_ranks"] // ranks, loader.canonical_ranks // self.world_size
+        if state["canonical_ranks"] % ranks or then == now:
+            return  # (the loader says what else differs)
         raise ValueError(
             f"PileDataset: the state was taken with {count(max(then, 1), 'DataLoader worker')} on each rank (as "
             f"num_workers={then if then > 1 else '0 or 1'}), and this DataLoader has {now}: resume with the same "
@@ -294,8 +301,11 @@ class PileDataset(IterableDataset):
                 "between epochs, call set_epoch(next_epoch) first (the next iteration then starts it)"
             )
         if int(self._shared[_SET]) != self._set_seen:  # set_epoch since this process's last iteration began:
-            return self.loader(*_worker_share()).state_dict()  # the next iteration starts that epoch
-        return self._own_loader().state_dict()
+            state = self.loader(*_worker_share()).state_dict()  # the next iteration starts that epoch
+        else:
+            state = self._own_loader().state_dict()
+        # The loader's world is ranks x workers: the ranks, for a resumed job to say which of the two changed
+        return {**state, _RANKS: self.world_size}
 
     def _own_loader(self) -> PileLoader:
         """This process's loader, made on first use."""
@@ -320,6 +330,7 @@ class PileDataset(IterableDataset):
 # The shared tensor: the epoch and version the next iteration reads, set_epoch's calls, and the DataLoader
 # workers that read the iteration begun last (0: the main process)
 _EPOCH, _VERSION, _SET, _WORKERS = range(4)
+_RANKS = "dataset_world_size"  # the key of a state's ranks (its "world_size" is its loader's: ranks x workers)
 _NO_VERSION = -1
 
 

@@ -236,6 +236,27 @@ def test_resume_with_workers_under_a_stateful_dataloader(piles):
         list(fewer)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_resumed_on_another_world_size_without_canonical_ranks_says_the_world_size_changed(piles, workers):
+    """Restarted on 1 rank from a state of 2: it was said as another num_workers, which the user had not changed."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(rank, world_size):
+        data = PileDataset(piles, batch_size=300, seed=3, columns=["id"], rank=rank, world_size=world_size)
+        return stateful.StatefulDataLoader(data, batch_size=None, num_workers=workers)
+
+    loader = make(0, 2)
+    iterator = iter(loader)
+    next(iterator), next(iterator)
+    state = loader.state_dict()
+    del iterator
+    resumed = make(0, 1)
+    resumed.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"state was taken on 2 ranks \(world_size=2\), and this job has 1: .*"
+                                         r"canonical_ranks"):  # fmt: skip
+        list(resumed)
+
+
 def test_workers_that_do_not_divide_canonical_ranks_are_named_as_workers(piles):
     data = PileDataset(piles, batch_size=500, seed=1, canonical_ranks=4)
     with pytest.raises(ValueError, match="1 rank of 3 DataLoader workers each make 3 readers, which do not divide"):
