@@ -1426,7 +1426,8 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
         "id\ttitle\n" + "".join(f'{i}\t"Unclosed {i}\n' if i == 10 else f"{i}\ttitle {i}\n" for i in range(2000))
     )
     with pytest.raises(
-        ValueError, match=r"the line at byte 1.*newline inside quotes \('Unclosed 10\\n.*quote_char=false"
+        ValueError, match=r"a quote opening a value of column 'title' at byte 112 is not closed before the end of "
+        r"bytes 0 to .*\('Unclosed 10\\n.*newlines_in_values=true.*quote_char=false"
     ):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=2)
     with pytest.raises(
@@ -1455,6 +1456,27 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
         out = read_output(tmp_path / f"o-{name}").sort_by("id")
         assert out.column("note").to_pylist() == ["first\r\nsecond", "\r\n"] and out.column("qty").to_pylist() == [5, 7]
 
+
+
+@pytest.mark.parametrize("last", ['2,"cut off', '2,"cut ""off', '2,"cut\noff', '2,"cut off\n'])
+def test_a_file_cut_off_inside_a_quoted_value_is_refused_with_or_without_newlines_in_values(tmp_path, last):
+    """From the text trial: an export cut off in a quoted value, with no newline after it, was refused as "a
+    value with a newline inside quotes" (a newline daskpile had added), and, with newlines_in_values=true as that
+    advised, shuffled as a row of the value so far, verified."""
+    path = tmp_path / "cut.csv"
+    path.write_bytes(f'a,b\n1,"ok"\n{last}'.encode())
+    with pytest.raises(ValueError, match=r"cut\.csv' as csv: a quote opening a value of column 'b' at byte 13 is not "
+                                         r"closed before the end of bytes 0 to \d+, the range that holds it"):  # fmt: skip
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=1)
+    with pytest.raises(ValueError, match=r"cut\.csv' as csv: a quote opening a value of column 'b'.* is never closed"):
+        daskpile.shuffle_parquet(str(path), str(tmp_path / "o2"), piles=1, read_options={"newlines_in_values": True})
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    # closed, last value unquoted or quoted, without a final newline: read
+    for i, ending in enumerate(['2,"closed"', "2,plain", '2,"a ""b"""']):
+        path.write_bytes(f'a,b\n1,"ok"\n{ending}'.encode())
+        for options in ({}, {"newlines_in_values": True}):
+            out = tmp_path / f"ok-{i}-{len(options)}"
+            assert daskpile.shuffle_parquet(str(path), str(out), piles=1, read_options=options).rows == 2
 
 def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_scheduler):
     """From the text trial: a tab typed as \\t, booleans as text, a header naming a column twice, a nested JSON

@@ -193,11 +193,15 @@ class BlockReader:
             value = last.column(name)[0].as_py()
             if isinstance(value, str):
                 value = value.encode()
-            if not isinstance(value, bytes) or b"\n" not in value:
+            if not isinstance(value, bytes) or not value:
                 continue
-            # (a value shorter than the tail runs to the end only if its quote opens just before it: a last
-            # record whose quoted value was a line break, followed by another value, was refused)
-            if tail.endswith(quote + value) if len(value) < len(tail) else tail == value[-len(tail) :]:
+            # A value shorter than the tail runs to the end if its quote opens just before it (a file cut off
+            # inside a quoted value of one line too: no newline in it). A longer one, if the tail is its end
+            # and it holds a newline, which no unquoted value does. (A last record whose quoted value was a line
+            # break, followed by another value, was refused.)
+            written = quote + value.replace(quote, quote + quote)  # (its quotes doubled, as a CSV writes them)
+            if (tail.endswith(quote + value) or tail.endswith(written) if len(value) < len(tail)
+                    else b"\n" in value and tail == value[-len(tail) :]):  # fmt: skip
                 # Where the quote is, when the value's bytes are the file's: none of them unquoted or decoded
                 as_read = quote not in value and self.options.text_encoding == "utf8" and not self.options.escape_char
                 at = f" at byte {stream_bytes - len(value) - len(quote):,}" if as_read else ""
@@ -351,6 +355,7 @@ def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: s
             continue
         value = column[pc.index(found, True).as_py()].as_py()
         value = value if isinstance(value, bytes) else value.encode()
+        _refuse_a_quote_open_at_the_end(value, name, block, start, url, format)
         # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
         at = block.find(b'"' + value[: value.index(b"\n") + 1].replace(b'"', b'""'))
         line = start + block.rfind(b"\n", 0, at) + 1
@@ -361,6 +366,24 @@ def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: s
             "newlines_in_values=true; the file is then read by one task), or, if its quotes are characters of the "
             'values (a TSV of 5" floppies), quote_char=false'
         )
+
+
+def _refuse_a_quote_open_at_the_end(value: bytes, name: str, block: bytes, start: int, url: str, format: str) -> None:
+    """A value that an opening quote runs to the end of its range (Arrow gives the last line its newline): a
+    value holding newlines, or a quote never closed, which only a read of the whole file can tell apart.  Said
+    as such: "a newline inside quotes" was wrong of a file cut off inside a quoted value."""
+    as_written = b'"' + value.replace(b'"', b'""')
+    ended = block if block.endswith(b"\n") else block + b"\n"
+    if not ended.endswith(as_written):
+        return
+    at = start + len(ended) - len(as_written)
+    raise ValueError(
+        f"cannot read {url!r} as {format}: a quote opening a value of column {name!r} at byte {at:,} is not closed "
+        f"before the end of bytes {start:,} to {start + len(block):,}, the range that holds it ({shown(value)}): if "
+        "values hold newlines, pass the read option newlines_in_values=true (--read-option newlines_in_values=true; "
+        "the file is then read by one task, and a quote never closed is refused); if quotes are characters of the "
+        "values, quote_char=false"
+    )
 
 
 def _refuse_objects_sharing_a_line(table: pa.Table, block: bytes, start: int, where: str) -> None:
