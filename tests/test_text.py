@@ -1465,8 +1465,8 @@ def test_a_file_cut_off_inside_a_quoted_value_is_refused_with_or_without_newline
     advised, shuffled as a row of the value so far, verified."""
     path = tmp_path / "cut.csv"
     path.write_bytes(f'a,b\n1,"ok"\n{last}'.encode())
-    with pytest.raises(ValueError, match=r"cut\.csv' as csv: a quote opening a value of column 'b' at byte 13 is not "
-                                         r"closed before the end of bytes 0 to \d+, the range that holds it"):  # fmt: skip
+    said = r"cut\.csv' as csv: a quote opening a value of column 'b' at byte 13 is not closed before the end of bytes"
+    with pytest.raises(ValueError, match=said + r" 0 to \d+, the range that holds it"):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=1)
     with pytest.raises(ValueError, match=r"cut\.csv' as csv: a quote opening a value of column 'b'.* is never closed"):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o2"), piles=1, read_options={"newlines_in_values": True})
