@@ -1426,8 +1426,9 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
         "id\ttitle\n" + "".join(f'{i}\t"Unclosed {i}\n' if i == 10 else f"{i}\ttitle {i}\n" for i in range(2000))
     )
     with pytest.raises(
-        ValueError, match=r"a quote opening a value of column 'title' at byte 112 is not closed before the end of "
-        r"bytes 0 to .*\('Unclosed 10\\n.*newlines_in_values=true.*quote_char=false"
+        ValueError,
+        match=r"a quote opening a value of column 'title' at byte 112 is not closed before the end of "
+        r"bytes 0 to .*\('Unclosed 10\\n.*newlines_in_values=true.*quote_char=false",
     ):
         daskpile.shuffle_parquet(str(path), str(tmp_path / "o1"), piles=2)
     with pytest.raises(
@@ -1457,7 +1458,6 @@ def test_a_quote_never_closed_is_refused_and_quote_char_false_reads_quotes_as_ch
         assert out.column("note").to_pylist() == ["first\r\nsecond", "\r\n"] and out.column("qty").to_pylist() == [5, 7]
 
 
-
 @pytest.mark.parametrize("last", ['2,"cut off', '2,"cut ""off', '2,"cut\noff', '2,"cut off\n'])
 def test_a_file_cut_off_inside_a_quoted_value_is_refused_with_or_without_newlines_in_values(tmp_path, last):
     """From the text trial: an export cut off in a quoted value, with no newline after it, was refused as "a
@@ -1477,6 +1477,7 @@ def test_a_file_cut_off_inside_a_quoted_value_is_refused_with_or_without_newline
         for options in ({}, {"newlines_in_values": True}):
             out = tmp_path / f"ok-{i}-{len(options)}"
             assert daskpile.shuffle_parquet(str(path), str(out), piles=1, read_options=options).rows == 2
+
 
 def test_what_users_type_and_what_they_get_wrong_is_said_plainly(tmp_path, sync_scheduler):
     """From the text trial: a tab typed as \\t, booleans as text, a header naming a column twice, a nested JSON
