@@ -1196,6 +1196,36 @@ def test_integers_past_int64_inside_objects_and_arrays_are_refused_too(tmp_path,
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_an_integer_past_2_53_far_into_a_file_is_named_by_its_line_and_one_below_int64_gets_advice_that_works(
+    tmp_path, sync_scheduler, fmt
+):
+    """From the text trial: the refusal named the range of bytes a task read (the whole file, at the default
+    blocksize), where every other refusal names the line; and for -9223372036854775809 it advised uint64, which
+    holds no negative number."""
+    lines = [{"id": i, "score": 9007199254740993 if i == 15_000 else i + 0.5} for i in range(20_000)]
+    path = tmp_path / f"late.{fmt}"
+    text = "".join(json.dumps(r) + "\n" for r in lines) if fmt == "jsonl" else "id,score\n" + "".join(
+        f"{r['id']},{r['score']}\n" for r in lines)  # fmt: skip
+    path.write_text(text)
+    at = text.index("9007199254740993")
+    line = text.rfind("\n", 0, at) + 1
+    said = rf"late\.{fmt}' as {fmt}: the line at byte {line:,}: column 'score' holds integers past 2\*\*53"
+    for options in [{"blocksize": "64KiB"}, {}]:
+        with pytest.raises(ValueError, match=said):
+            daskpile.shuffle_parquet(str(path), str(tmp_path / "out"), piles=2, **options)
+    below = tmp_path / f"below.{fmt}"
+    below.write_text('{"h":-9223372036854775809}\n' if fmt == "jsonl" else "h\n-9223372036854775809\n")
+    with pytest.raises(ValueError, match=r"holds integers past int64 \(-9223372036854775809\).*column_types: string: no"
+                                         r" integer type of Arrow holds -9223372036854775809, e.g. --read-option "
+                                         r"column_types\.h=string\)"):  # fmt: skip
+        daskpile.shuffle_parquet(str(below), str(tmp_path / "out"), piles=1)
+    if fmt == "csv":  # (JSON: Arrow takes no number as a string)
+        report = daskpile.shuffle_parquet(str(below), str(tmp_path / "out"), piles=1,
+                                          read_options={"column_types": {"h": "string"}})  # fmt: skip
+        assert report.rows == 1
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_integers_past_int64_are_refused_unless_their_type_is_declared(tmp_path, sync_scheduler, fmt):
     """Arrow infers float64 for them and rounds (a uint64 hash came out changed, and "verified")."""
     hashes = [9223372036854775813, 1, 18446744073709551615]

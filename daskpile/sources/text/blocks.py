@@ -238,7 +238,7 @@ class BlockReader:
             _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
         else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
             _refuse_newlines_in_values(table, block, start, self.url, self.options.format)
-        refuse_rounded_integers(table, block, self.options, where)
+        refuse_rounded_integers(table, block, self.options, self.url, start)
         return table
 
     def _bad_line(self, block: bytes, start: int, error: Exception) -> str:

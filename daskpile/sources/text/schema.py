@@ -309,7 +309,7 @@ def _streamed_schema(fs, path: str, options: TextOptions) -> tuple[pa.Schema, in
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
     # (in the first file's first MiB, where its text is at hand: the streamed reading does not see it)
-    refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    refuse_rounded_integers(table, head, options, url)
     _refuse_inferred_binary(table, head, options, url)
     return table.schema, table.num_rows
 
@@ -378,7 +378,7 @@ def _inferred_schema(head: bytes, options: TextOptions, declared: dict, url: str
     unknown = [name for name in declared if name not in table.schema.names]
     if unknown:
         raise ValueError(f"column {unknown[0]!r} has a declared type but is not a column of {url!r}")
-    refuse_rounded_integers(table, head, options, f"{url!r}, bytes 0 to {len(head):,}")
+    refuse_rounded_integers(table, head, options, url)
     _refuse_inferred_binary(table, head, options, url)
     schema = _in_file_order(table.schema, head) if options.format == "jsonl" and declared else table.schema
     if options.format == "jsonl":
@@ -594,11 +594,10 @@ def _in_file_order(schema: pa.Schema, head: bytes) -> pa.Schema:
     return pa.schema([schema.field(n) for n in names], metadata=schema.metadata)
 
 
-TWO_TO_THE_63 = 2.0**63
 TWO_TO_THE_53 = 2.0**53  # the integers a float64 holds exactly, in magnitude
 
 
-def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, where: str) -> None:
+def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, url: str, start: int = 0) -> None:
     """Refuse integers a float64 rounds in a column whose type was inferred as float64: past int64 (Arrow reads
     every value as a float), and past 2**53 in a column that also holds a fraction (``1.0``).
 
@@ -608,10 +607,10 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
     is the text searched for integer literals that a float rounds, and one is
     blamed on the column only if the column holds it as read (a 19-digit id
     of another column, or digits in a string, blamed a column of masses in
-    kilograms).
+    kilograms).  The line named is the first holding the literal; ``text`` begins at byte ``start`` of the file.
     """
     declared = {name for name, _ in options.column_types}
-    literals = None  # the text's integer literals past int64, found once, by the float each reads as
+    literals = None  # the text's integer literals past int64 and where each is, found once, by the float each is
     leaves = [
         (top, *leaf)
         for top, values in zip(table.column_names, table.columns, strict=True)
@@ -632,28 +631,34 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
                 # rounded, and not a float written in full (JavaScript and Go write 2.111386214488209e17 as
                 # 211138621448820900: its shortest digits, then zeros)
                 if float(value := int(match.group())) != value and decimal.Decimal(repr(float(value))) != value:
-                    literals.setdefault(float(value), match.group())
+                    literals.setdefault(float(value), (match.group(), match.start()))
         past = pc.greater_equal(pc.abs(column), pa.scalar(TWO_TO_THE_53))
-        found = next((literals[v] for v in column.filter(past).to_pylist() if v in literals), None)
+        found, at = next((literals[v] for v in column.filter(past).to_pylist() if v in literals), (None, 0))
         if found is not None:
-            wide = abs(int(found)) >= TWO_TO_THE_63
+            value = int(found)
+            wide = not -(2**63) <= value < 2**63
+            line = start + text.rfind(b"\n", 0, at) + 1
             others = (
                 "others cannot be read as columns of JSON (Arrow takes no number as a string): keep the lines as "
                 "written (--output-format jsonl)"
                 if options.format == "jsonl"
                 else "string for others"
             )
-            kind = "uint64" if wide else "int64"
+            kind = "int64" if not wide else "uint64" if 0 <= value < 2**64 else "string"
             example = (
                 f"--read-option column_types.{name}={kind}"
                 if top == name
                 else f"--read-option 'column_types.{top}=<its type, with {kind} for {name}>'"
             )
+            types = (
+                f"string: no integer type of Arrow holds {found.decode()}, e.g. {example}"
+                if kind == "string"
+                else f"int64, or uint64 for integers from 0 to 2**64, e.g. {example}; double if they are floats"
+            )
             raise ValueError(
-                f"cannot read {where} as {options.format}: column {name!r} holds integers past "
-                f"{'int64' if wide else '2**53'} ({found.decode()}), which Arrow reads as floats, rounded: declare "
-                f"its type (read option column_types: int64, or uint64 for integers from 0 to 2**64, e.g. {example}; "
-                f"double if they are floats); {others}"
+                f"cannot read {url!r} as {options.format}: the line at byte {line:,}: column {name!r} holds integers "
+                f"past {'int64' if wide else '2**53'} ({found.decode()}), which Arrow reads as floats, rounded: "
+                f"declare its type (read option column_types: {types}); {others}"
             )
 
 
