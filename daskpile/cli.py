@@ -166,7 +166,9 @@ _BLOCKSIZE_OPTION = click.option(
     type=_Bytes((2**14, "16KiB"), "text is read in ranges of a sixteenth of it, a task and scratch files each"),
     default="256MiB",
     show_default=True,
-    help="Read larger files in pieces [at least 16KiB].",
+    help="Pieces a task reads: Parquet files larger than this by whole row groups; text files in ranges of a "
+    "sixteenth of it, a task and scratch files each (so 16KiB makes 1 KiB tasks); small files together up to a "
+    "sixteenth. It decides the output for a seed [at least 16KiB].",
 )
 
 
