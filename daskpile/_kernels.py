@@ -537,3 +537,16 @@ def integer_or_boolean(kind: pa.DataType) -> bool:
     """
     kind = kind.value_type if pa.types.is_dictionary(kind) else kind
     return pa.types.is_integer(kind) or pa.types.is_boolean(kind)
+
+
+def integer_vector_depth(kind: pa.DataType) -> int:
+    """How many levels of fixed-size lists ``kind`` has above integers or booleans (vectors of them, as numpy
+    and tensors need them whole); 0 for any other type.
+
+    >>> integer_vector_depth(pa.list_(pa.list_(pa.int8(), 2), 3)), integer_vector_depth(pa.list_(pa.float32(), 4))
+    (2, 0)
+    """
+    depth = 0
+    while pa.types.is_fixed_size_list(kind):
+        kind, depth = kind.value_type, depth + 1
+    return depth if integer_or_boolean(kind) and not pa.types.is_dictionary(kind) else 0

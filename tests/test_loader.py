@@ -345,6 +345,11 @@ def test_numpy_output_refuses_to_round_integers_past_2_53(tmp_path):
         ValueError, match=r"column 'uid' holds nulls and integers past 2\*\*53 \(9,007,199,254,740,993\), .*: leave "
     ):
         list(daskpile.PileLoader(dest, batch_size=4, seed=0, output="numpy"))
+    # when the loader is made, from the footers' statistics, not at the batch that holds one, hours into an epoch
+    # (a trial's PileDataset: at step 1,394 of 2,500, on one rank, the others left waiting)
+    with pytest.raises(ValueError, match=r"output='numpy'\): column 'uid' holds nulls and integers past 2\*\*53 .*"
+                                         r"\(found in the statistics of .*part-00000\.parquet\)"):  # fmt: skip
+        daskpile.PileLoader(dest, batch_size=4, seed=0, output="numpy")
     (batch,) = daskpile.PileLoader(dest, batch_size=4, seed=0, output="numpy", filters=[("uid", "<", 100)])
     assert sorted(batch["uid"].tolist()) == [7.0, 8.0]  # small integers (no nulls left here) as pyarrow gives them
     (batch,) = daskpile.PileLoader(dest, batch_size=4, seed=0)
@@ -373,8 +378,18 @@ def test_numpy_output_of_vectors_is_an_array_of_rows_by_size(tmp_path):
     grids = pa.array([[[None, int(i)]] * 3 if i == 150 else [[int(i)] * 2] * 3 for i in ids], grid)
     pq.write_table(pa.table({"id": ids, "g": grids}), source / "a.parquet")
     daskpile.shuffle_parquet(str(source), str(tmp_path / "nulls"), piles=3, seed=0)
+    with pytest.raises(ValueError, match=r"column 'g' holds vectors of integers with a null, which output='numpy' "
+                                         r".*\(found in the statistics of .*\.parquet\)"):  # fmt: skip
+        daskpile.PileLoader(str(tmp_path / "nulls"), batch_size=64, seed=0, output="numpy")  # (when made)
+    # a null vector, and files without statistics (a plain pyarrow write's, here of none): refused at its batch
+    grids = pa.array([None if i == 150 else [[int(i)] * 2] * 3 for i in ids], grid)
+    pq.write_table(pa.table({"id": ids, "g": grids}), tmp_path / "plain.parquet", write_statistics=False)
+    loader = daskpile.PileLoader(str(tmp_path / "plain.parquet"), batch_size=64, seed=0, output="numpy")
     with pytest.raises(ValueError, match=r"column 'g' holds vectors of integers with a null, which output='numpy' "):
-        list(daskpile.PileLoader(str(tmp_path / "nulls"), batch_size=64, seed=0, output="numpy"))
+        list(loader)
+    daskpile.shuffle_parquet(str(tmp_path / "plain.parquet"), str(tmp_path / "null-vector"), piles=3, seed=0)
+    with pytest.raises(ValueError, match=r"column 'g' holds vectors of integers with a null.*found in the statis"):
+        daskpile.PileLoader(str(tmp_path / "null-vector"), batch_size=64, seed=0, output="numpy")
 
 
 def test_a_filter_of_grids_of_vectors_keeps_each_row_s_grid(tmp_path):

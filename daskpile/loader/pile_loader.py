@@ -20,7 +20,7 @@ from daskpile._storage import FileChangedError, as_urls, redact, redacting_error
 from daskpile._words import count
 from daskpile.loader.plan import EpochPlan, Layout
 from daskpile.loader.reading import Budget, LoadsStopped, Prefetcher, TaskPool, group_row_ids, load_group
-from daskpile.loader.units import DASK_NULL_INDEX, Units, discover
+from daskpile.loader.units import DASK_NULL_INDEX, EXACT_IN_FLOAT64, Units, discover, numpy_would_refuse
 
 STATE_FORMAT = "daskpile.loader/3"
 # Format 2 cut an eager pile shared by two streams where its file cuts it, format 3 where its turned rows do
@@ -218,6 +218,8 @@ class PileLoader:
         self.rank, self.batch_size, self.mix, self.prefetch = rank, batch_size, mix, prefetch
         self.columns, self.output = _columns_to_read(columns, self.units.schema, path), output
         self._batch_metadata, self._arrow_dtypes = _batch_metadata(self.units.schema, columns is None, self.columns)
+        if output == "numpy" and filters is None:  # (the footers' statistics are of every row, not those kept)
+            _refuse_what_numpy_would_refuse_later(self.units, self.columns)
         self._warn_of_uncounted_nulls()
         self._warn_of_files_not_shuffled(path)
         self._warn_of_streams_too_many_to_mix(canonical)
@@ -807,9 +809,6 @@ def _layout_of(state: dict) -> Layout:
     )
 
 
-EXACT_IN_FLOAT64 = 2**53
-
-
 def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarray:
     """A column as numpy, one dtype in every batch: integers and booleans of a column that holds a null in
     some file (``nulls``) as float64, a null as NaN (as pandas did before its nullable dtypes), in batches
@@ -834,14 +833,35 @@ def _numpy(name: str, column: pa.ChunkedArray, nulls: bool = False) -> np.ndarra
             bounds = pc.min_max(column)
             low, high = bounds["min"].as_py(), bounds["max"].as_py()  # None when every value is null
             if high is not None and (high > EXACT_IN_FLOAT64 or low < -EXACT_IN_FLOAT64):
-                raise ValueError(
-                    f"column {name!r} holds nulls and integers past 2**53 "
-                    f"({high if high > EXACT_IN_FLOAT64 else low:,}), which output='numpy' would round as float64 "
-                    "(PileDataset's tensors too): leave it out (columns=), fill its nulls before the shuffle, or read "
-                    "it with PileLoader(output='arrow')"
-                )
+                raise ValueError(_wide_integers_refused(name, high if high > EXACT_IN_FLOAT64 else low))
         column = column.cast(pa.float64())
     return column.to_numpy()
+
+
+def _wide_integers_refused(name: str, value: int) -> str:
+    return (
+        f"column {name!r} holds nulls and integers past 2**53 ({value:,}), which output='numpy' would round as "
+        "float64 (PileDataset's tensors too): leave it out (columns=), fill its nulls before the shuffle, or read it "
+        "with PileLoader(output='arrow')"
+    )
+
+
+def _vectors_with_a_null_refused(name: str) -> str:
+    return (
+        f"column {name!r} holds vectors of integers with a null, which output='numpy' cannot give as integers (an "
+        "array of one dtype in every batch, as tensors need): fill its nulls before the shuffle, or read it with "
+        "PileLoader(output='arrow')"
+    )
+
+
+def _refuse_what_numpy_would_refuse_later(units: Units, columns: list[str]) -> None:
+    """What ``_numpy`` would refuse at the batch holding it, hours into an epoch on one rank (the others then
+    wait in their collectives), refused now where the footers' statistics show it."""
+    found = numpy_would_refuse(units, columns)
+    if found is not None:
+        name, kind, value, file = found
+        said = _wide_integers_refused(name, value) if kind == "wide" else _vectors_with_a_null_refused(name)
+        raise ValueError(f"PileLoader(output='numpy'): {said} (found in the statistics of {file})")
 
 
 def _vectors(name: str, column: pa.ChunkedArray) -> np.ndarray | None:
@@ -878,11 +898,7 @@ def _vectors(name: str, column: pa.ChunkedArray) -> np.ndarray | None:
         return flat.reshape(shape)
     if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         if missing is not None:
-            raise ValueError(
-                f"column {name!r} holds vectors of integers with a null, which output='numpy' cannot give as "
-                "integers (an array of one dtype in every batch, as tensors need): fill its nulls before the "
-                "shuffle, or read it with PileLoader(output='arrow')"
-            )
+            raise ValueError(_vectors_with_a_null_refused(name))
         return values.to_numpy(zero_copy_only=False).reshape(shape)
     return None
 

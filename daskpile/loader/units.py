@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from daskpile._kernels import integer_or_boolean
+from daskpile._kernels import integer_or_boolean, integer_vector_depth
 from daskpile._storage import FileVersion, filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile._words import count
 from daskpile.engine import _dest, _manifest, _outputs
@@ -479,6 +479,55 @@ def _null_counts(footer: pq.FileMetaData, schema: pa.Schema) -> tuple[frozenset[
             elif stats.null_count:
                 nulls.add(name)
     return frozenset(nulls), frozenset(uncounted)
+
+
+def numpy_would_refuse(units: Units, columns: list[str]) -> tuple[str, str, int | None, str] | None:
+    """(column, kind, value, file) of a column that ``output='numpy'`` would refuse part way through an epoch,
+    found in the files' footers when the loader is made: ``"wide"``, integers past 2**53 in a column holding a
+    null (float64 would round them; ``value``, one of them), or ``"vectors"``, vectors of integers or booleans
+    with a null (a null vector too).  None if no footer says so: footers without statistics leave it to the
+    batch that holds one.  Read only where such a column is read: a footer a file."""
+    schema = units.schema
+    wide = {n for n in columns if n in units.nulls and _int64(schema.field(n).type)}
+    vectors = {n for n in columns if n in schema.names and integer_vector_depth(schema.field(n).type)}
+    if not (wide or vectors):
+        return None
+    paths = [path for files in units.paths for path in files]
+
+    def found_in(path: str):
+        with open_parquet(units.fs, path) as parquet:
+            return _refused_in(parquet.metadata, wide, vectors)
+
+    with ThreadPoolExecutor(FOOTER_THREADS) as pool:
+        for path, found in zip(paths, pool.map(found_in, paths), strict=True):
+            if found is not None:
+                return (*found, full_url(units.fs, path))
+    return None
+
+
+def _int64(kind: pa.DataType) -> bool:
+    return kind in (pa.int64(), pa.uint64())
+
+
+def _refused_in(footer: pq.FileMetaData, wide: set[str], vectors: set[str]) -> tuple[str, str, int | None] | None:
+    for group in range(footer.num_row_groups):
+        row_group = footer.row_group(group)
+        for i in range(footer.num_columns):
+            path = footer.schema.column(i).path
+            top = path.split(".")[0]
+            stats = row_group.column(i).statistics
+            if stats is None:
+                continue
+            if top in vectors and stats.has_null_count and stats.null_count:
+                return top, "vectors", None
+            if path in wide and stats.has_min_max:
+                for value in (stats.min, stats.max):
+                    if isinstance(value, int) and abs(value) > EXACT_IN_FLOAT64:
+                        return path, "wide", value
+    return None
+
+
+EXACT_IN_FLOAT64 = 2**53
 
 
 def check_listed_files(fs, paths: list[str], manifest: dict) -> list[dict | None]:
