@@ -493,7 +493,17 @@ def numpy_would_refuse(units: Units, columns: list[str]) -> tuple[str, str, int 
     if not (wide or vectors):
         return None
     paths = [path for files in units.paths for path in files]
+    # Once a process and those it forks: a DataLoader's workers, made again each epoch, make their loaders again
+    key = (units.key, units.content, tuple(sorted(wide)), tuple(sorted(vectors)), full_url(units.fs, paths[0]))
+    if key not in _NUMPY_REFUSALS:
+        _NUMPY_REFUSALS[key] = _numpy_refusal_in(units, paths, wide, vectors)
+    return _NUMPY_REFUSALS[key]
 
+
+_NUMPY_REFUSALS: dict[tuple, tuple | None] = {}
+
+
+def _numpy_refusal_in(units: Units, paths: list[str], wide: set[str], vectors: set[str]) -> tuple | None:
     def found_in(path: str):
         with open_parquet(units.fs, path) as parquet:
             return _refused_in(parquet.metadata, wide, vectors)
