@@ -181,13 +181,15 @@ def _gone_or_broken(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 def _is_folder_marker(name: str, info: dict) -> bool:
-    """An object store's empty object named as a folder (``day=1/``: the S3 console's "Create folder", Hadoop's,
-    rclone's), which readers of the folder skip.
+    """An object store's empty object named as a folder (``day=1/``: the S3 console's "Create folder", rclone's;
+    ``day=1_$folder$``: Hadoop's S3 file systems and EMR's), which readers of the folder skip.
 
     >>> _is_folder_marker("lake/day=1/", {"size": 0}), _is_folder_marker("lake/a.parquet", {"size": 0})
     (True, False)
+    >>> _is_folder_marker("lake/day=1_$folder$", {"size": 0})
+    True
     """
-    return name.endswith("/") and not info.get("size")
+    return name.endswith(("/", "_$folder$")) and not info.get("size")
 
 
 def _with_linked_folders(fs: fsspec.AbstractFileSystem, found: dict, root: str) -> dict:
