@@ -390,6 +390,12 @@ def test_numpy_output_of_vectors_is_an_array_of_rows_by_size(tmp_path):
     daskpile.shuffle_parquet(str(tmp_path / "plain.parquet"), str(tmp_path / "null-vector"), piles=3, seed=0)
     with pytest.raises(ValueError, match=r"column 'g' holds vectors of integers with a null.*found in the statis"):
         daskpile.PileLoader(str(tmp_path / "null-vector"), batch_size=64, seed=0, output="numpy")
+    # (the review's) a column named as a vector's leaf would be ("g.note", json_normalize's) is not one of them
+    notes = pa.array([None if i == 3 else "x" for i in ids])
+    pq.write_table(pa.table({"id": ids, "g": grids.fill_null([[0, 0]] * 3), "g.note": notes}), tmp_path / "n.parquet")
+    (batch,) = daskpile.PileLoader(str(tmp_path / "n.parquet"), batch_size=200, seed=0, output="numpy",
+                                   columns=["id", "g"])  # fmt: skip
+    assert batch["g"].shape == (200, 3, 2)
 
 
 def test_a_filter_of_grids_of_vectors_keeps_each_row_s_grid(tmp_path):

@@ -489,7 +489,8 @@ def numpy_would_refuse(units: Units, columns: list[str]) -> tuple[str, str, int 
     batch that holds one.  Read only where such a column is read: a footer a file."""
     schema = units.schema
     wide = {n for n in columns if n in units.nulls and _int64(schema.field(n).type)}
-    vectors = {n for n in columns if n in schema.names and integer_vector_depth(schema.field(n).type)}
+    vectors = {n: integer_vector_depth(schema.field(n).type) for n in columns if n in schema.names}
+    vectors = {n: depth for n, depth in vectors.items() if depth}
     if not (wide or vectors):
         return None
     paths = [path for files in units.paths for path in files]
@@ -503,7 +504,7 @@ def numpy_would_refuse(units: Units, columns: list[str]) -> tuple[str, str, int 
 _NUMPY_REFUSALS: dict[tuple, tuple | None] = {}
 
 
-def _numpy_refusal_in(units: Units, paths: list[str], wide: set[str], vectors: set[str]) -> tuple | None:
+def _numpy_refusal_in(units: Units, paths: list[str], wide: set[str], vectors: dict[str, int]) -> tuple | None:
     def found_in(path: str):
         with open_parquet(units.fs, path) as parquet:
             return _refused_in(parquet.metadata, wide, vectors)
@@ -519,17 +520,22 @@ def _int64(kind: pa.DataType) -> bool:
     return kind in (pa.int64(), pa.uint64())
 
 
-def _refused_in(footer: pq.FileMetaData, wide: set[str], vectors: set[str]) -> tuple[str, str, int | None] | None:
-    for group in range(footer.num_row_groups):
+def _refused_in(footer: pq.FileMetaData, wide: set[str], vectors: dict[str, int]) -> tuple | None:
+    """``numpy_would_refuse``'s finding in one footer; ``vectors``: each vector column's depth."""
+    # The leaves of those columns only (a wide file has row groups x columns of chunks), by their whole paths:
+    # a column "g.note" beside a vector "g" is not one of its leaves
+    leaves = {name + ".list.element" * depth: name for name, depth in vectors.items()}
+    leaves |= {name + ".list.item" * depth: name for name, depth in vectors.items()}  # (older writers' name)
+    columns = {i: footer.schema.column(i).path for i in range(footer.num_columns)}
+    columns = {i: path for i, path in columns.items() if path in wide or path in leaves}
+    for group in range(footer.num_row_groups if columns else 0):
         row_group = footer.row_group(group)
-        for i in range(footer.num_columns):
-            path = footer.schema.column(i).path
-            top = path.split(".")[0]
+        for i, path in columns.items():
             stats = row_group.column(i).statistics
             if stats is None:
                 continue
-            if top in vectors and stats.has_null_count and stats.null_count:
-                return top, "vectors", None
+            if path in leaves and stats.has_null_count and stats.null_count:
+                return leaves[path], "vectors", None
             if path in wide and stats.has_min_max:
                 for value in (stats.min, stats.max):
                     if isinstance(value, int) and abs(value) > EXACT_IN_FLOAT64:

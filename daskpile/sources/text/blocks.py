@@ -185,31 +185,33 @@ class BlockReader:
     def _refuse_unclosed_quote(self, last: pa.Table, tail: bytes, stream_bytes: int) -> None:
         """Arrow reads a quote never closed as a value running to the end of the file (pandas: "EOF inside
         string"): a TSV of 200,000 lines with one literal opening quote became 11 rows, verified.  Such a value
-        holds a newline and ends with the file's last bytes, which a closed one could only do before a quote."""
+        is the last record's last field, and the file ends with its bytes after the quote, as a closed one
+        cannot (its closing quote follows them).  ``last``: that record, its columns in the file's order."""
         quote = self.options.quote_char.encode() if self.options.quote_char is not False else None
-        if quote is None or tail.rstrip(b"\r\n").endswith(quote):
+        if quote is None or not last.num_columns:
             return
-        for name in last.column_names:
-            value = last.column(name)[0].as_py()
-            if isinstance(value, str):
-                value = value.encode()
-            if not isinstance(value, bytes) or not value:
-                continue
-            # A value shorter than the tail runs to the end if its quote opens just before it (a file cut off
-            # inside a quoted value of one line too: no newline in it). A longer one, if the tail is its end
-            # and it holds a newline, which no unquoted value does. (A last record whose quoted value was a line
-            # break, followed by another value, was refused.)
-            written = quote + value.replace(quote, quote + quote)  # (its quotes doubled, as a CSV writes them)
-            if (tail.endswith(quote + value) or tail.endswith(written) if len(value) < len(tail)
-                    else b"\n" in value and tail == value[-len(tail) :]):  # fmt: skip
-                # Where the quote is, when the value's bytes are the file's: none of them unquoted or decoded
-                as_read = quote not in value and self.options.text_encoding == "utf8" and not self.options.escape_char
-                at = f" at byte {stream_bytes - len(value) - len(quote):,}" if as_read else ""
-                raise ValueError(
-                    f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r}"
-                    f"{at} is never closed, and the value runs to the end of the file ({shown(value)}): if quotes "
-                    "are characters of the values, pass the read option quote_char=false"
-                )
+        name = last.column_names[-1]
+        value = last.column(name)[0].as_py()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)  # (a quoted number, as QUOTE_ALL exports write them: as read, if written so)
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes) or not value.strip(quote):
+            return  # (quotes alone, or nothing: closed, they end as an unclosed one would)
+        written = quote + value.replace(quote, quote + quote)  # (its quotes doubled, as a CSV writes them)
+        if len(value) < len(tail):
+            cut = tail.endswith(quote + value) or tail.endswith(written)
+        else:  # (the tail is its end: a value with a newline, which no unquoted one holds)
+            cut = b"\n" in value and tail == value[-len(tail) :]
+        if cut:
+            # Where the quote is, when the value's bytes are the file's: none of them unquoted or decoded
+            as_read = quote not in value and self.options.text_encoding == "utf8" and not self.options.escape_char
+            at = f" at byte {stream_bytes - len(value) - len(quote):,}" if as_read else ""
+            raise ValueError(
+                f"cannot read {self.url!r} as {self.options.format}: a quote opening a value of column {name!r}"
+                f"{at} is never closed, and the value runs to the end of the file ({shown(value)}): if quotes "
+                "are characters of the values, pass the read option quote_char=false"
+            )
 
     def parse(self, block: bytes, start: int) -> pa.Table:
         """The rows of ``block``, which begins at byte ``start`` of the (decompressed) file."""
@@ -237,7 +239,8 @@ class BlockReader:
         if jsonl:
             _refuse_objects_sharing_a_line(table, block, start, repr(self.url))
         else:  # (files with newlines in values are read by streamed_records, not in blocks of lines)
-            _refuse_newlines_in_values(table, block, start, self.url, self.options.format)
+            quote = (self.options.quote_char or '"').encode()  # (no quote character: no newline in a value)
+            _refuse_newlines_in_values(table, block, start, self.url, self.options.format, quote)
         refuse_rounded_integers(table, block, self.options, self.url, start)
         return table
 
@@ -342,7 +345,9 @@ def _columns_of_the_source(found: list[str], names: list[str], where: str) -> li
     return found
 
 
-def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: str, format: str) -> None:
+def _refuse_newlines_in_values(
+    table: pa.Table, block: bytes, start: int, url: str, format: str, quote: bytes = b'"'
+) -> None:
     """A quoted value holding a newline, which a cut into ranges or blocks could have split: refused, naming the
     line where it starts (found by its text; the block, if a quote character other than ``"`` hides it)."""
     for name in table.column_names:
@@ -355,9 +360,9 @@ def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: s
             continue
         value = column[pc.index(found, True).as_py()].as_py()
         value = value if isinstance(value, bytes) else value.encode()
-        _refuse_a_quote_open_at_the_end(value, name, block, start, url, format)
+        _refuse_a_quote_open_at_the_end(value, name, block, start, url, format, quote)
         # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
-        at = block.find(b'"' + value[: value.index(b"\n") + 1].replace(b'"', b'""'))
+        at = block.find(quote + value[: value.index(b"\n") + 1].replace(quote, quote + quote))
         line = start + block.rfind(b"\n", 0, at) + 1
         where = f"the line at byte {line:,}" if at >= 0 else f"bytes {start:,} to {start + len(block):,}"
         raise ValueError(
@@ -368,11 +373,13 @@ def _refuse_newlines_in_values(table: pa.Table, block: bytes, start: int, url: s
         )
 
 
-def _refuse_a_quote_open_at_the_end(value: bytes, name: str, block: bytes, start: int, url: str, format: str) -> None:
+def _refuse_a_quote_open_at_the_end(
+    value: bytes, name: str, block: bytes, start: int, url: str, format: str, quote: bytes
+) -> None:
     """A value that an opening quote runs to the end of its range (Arrow gives the last line its newline): a
     value holding newlines, or a quote never closed, which only a read of the whole file can tell apart.  Said
     as such: "a newline inside quotes" was wrong of a file cut off inside a quoted value."""
-    as_written = b'"' + value.replace(b'"', b'""')
+    as_written = quote + value.replace(quote, quote + quote)
     ended = block if block.endswith(b"\n") else block + b"\n"
     if not ended.endswith(as_written):
         return

@@ -628,6 +628,8 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
             for match in _LONG_INTEGER.finditer(text):
                 if len(match.group().lstrip(b"-")) > 308:  # (past any float: Arrow reads it as inf)
                     continue
+                if options.format == "jsonl" and text[match.start() - 1 : match.start()] == b'"':
+                    continue  # (a string of digits: not the number a float column holds, nor its line)
                 # rounded, and not a float written in full (JavaScript and Go write 2.111386214488209e17 as
                 # 211138621448820900: its shortest digits, then zeros)
                 if float(value := int(match.group())) != value and decimal.Decimal(repr(float(value))) != value:
@@ -650,15 +652,19 @@ def refuse_rounded_integers(table: pa.Table, text: bytes, options: TextOptions, 
                 if top == name
                 else f"--read-option 'column_types.{top}=<its type, with {kind} for {name}>'"
             )
-            types = (
-                f"string: no integer type of Arrow holds {found.decode()}, e.g. {example}"
-                if kind == "string"
-                else f"int64, or uint64 for integers from 0 to 2**64, e.g. {example}; double if they are floats"
-            )
+            if kind == "string" and options.format == "jsonl":  # (Arrow's JSON reader takes no number as a string)
+                advice = f"no integer type of Arrow holds {found.decode()}: {others}"
+            else:
+                types = (
+                    f"string: no integer type of Arrow holds {found.decode()}, e.g. {example}"
+                    if kind == "string"
+                    else f"int64, or uint64 for integers from 0 to 2**64, e.g. {example}; double if they are floats"
+                )
+                advice = f"declare its type (read option column_types: {types}); {others}"
             raise ValueError(
                 f"cannot read {url!r} as {options.format}: the line at byte {line:,}: column {name!r} holds integers "
                 f"past {'int64' if wide else '2**53'} ({found.decode()}), which Arrow reads as floats, rounded: "
-                f"declare its type (read option column_types: {types}); {others}"
+                f"{advice}"
             )
 
 
