@@ -197,7 +197,26 @@ def parse_storage_options(
         for parent in parents:
             target = target.setdefault(parent, {})
         target[leaf] = value
+    if option == "--storage-option":
+        _refuse_kwargs_not_objects(options)
     return options or None
+
+
+def _refuse_kwargs_not_objects(options: dict) -> None:
+    """A storage option named ``*_kwargs`` (s3fs's ``client_kwargs``, ``config_kwargs``...) is keyword arguments:
+    given a string, s3fs failed far into the run with "'str' object has no attribute 'copy'" (exit 1).
+
+    >>> _refuse_kwargs_not_objects({"client_kwargs": "endpoint_url=http://h"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    click.exceptions.BadParameter: client_kwargs is keyword arguments: ...
+    """
+    for key, value in options.items():
+        if key.endswith("kwargs") and not isinstance(value, dict):
+            raise click.BadParameter(
+                f"{key} is keyword arguments: give each as --storage-option {key}.NAME=VALUE (e.g. {key}.endpoint_url="
+                f"http://127.0.0.1:9000), or all as a JSON object ({key}='{{\"NAME\": VALUE}}'), not {value!r}",
+                param_hint="--storage-option",
+            )
 
 
 WRITING = {"shuffle", "append", "expire", "compact", "discard", "demo"}  # the commands whose purpose is a write
