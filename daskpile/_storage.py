@@ -417,8 +417,15 @@ _STORE_OUT_OF_REACH = {
     "EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError",
     "ReadTimeoutError", "ConnectionClosedError", "ServerDisconnectedError",  # (mid-run: a retry resumes)
 }  # fmt: skip
-_STORE_MISCONFIGURED = {"InvalidEndpointError", "EndpointResolutionError"}  # (an endpoint_url no client can use)
-_STORE_UNUSABLE = _STORE_OUT_OF_REACH | _STORE_MISCONFIGURED | {"NoCredentialsError", "PartialCredentialsError"}
+# An endpoint_url no client can use; and one that speaks no TLS given as https:// (or TLS as http://), whose
+# "SSL validation failed ... WRONG_VERSION_NUMBER" was taken for out of reach, and retried (exit 75)
+_STORE_MISCONFIGURED = {
+    "InvalidEndpointError", "EndpointResolutionError",
+    "SSLError", "ClientSSLError", "ClientConnectorSSLError", "ClientConnectorCertificateError",
+}  # fmt: skip
+_STORE_UNUSABLE = _STORE_OUT_OF_REACH | _STORE_MISCONFIGURED | {
+    "NoCredentialsError", "PartialCredentialsError", "ProfileNotFound",  # (AWS_PROFILE or profile= misspelled)
+}  # fmt: skip
 
 
 class StoreUnreachable(ConnectionError):
@@ -432,7 +439,7 @@ def store_unusable(e: BaseException) -> bool:
 
 def store_out_of_reach(e: BaseException) -> bool:
     """Whether ``e`` says the store could not be reached this time (a later try may reach it)."""
-    return _named(e, _STORE_OUT_OF_REACH)
+    return _named(e, _STORE_OUT_OF_REACH) and not _named(e, _STORE_MISCONFIGURED)
 
 
 def _named(e: BaseException, names: set[str]) -> bool:

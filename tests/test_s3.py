@@ -728,6 +728,31 @@ def test_a_misspelt_endpoint_is_said_as_such(tmp_path, endpoint, status, said):
     assert re.match(r"daskpile: error: dest 's3://lake/out': " + said, done.stderr.strip()), done.stderr
 
 
+def test_https_to_an_http_endpoint_and_an_unknown_profile_are_exit_2_naming_the_url(s3, tmp_path):
+    """From the S3 trial: https:// to a store that speaks http was "SSL validation failed", exit 75, so a batch
+    job's --retry-for retried a mistake for an hour; an AWS_PROFILE misspelled was botocore's "The config profile
+    (trail) could not be found", exit 1, naming no URL."""
+    import os
+
+    fs, options = s3
+    fs.pipe("lake/tls-in/a.csv", b"a,b\n1,2\n")
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }  # fmt: skip
+    https = env | {"AWS_ENDPOINT_URL": endpoint.replace("http://", "https://")}
+    done = daskpile_command("shuffle", "s3://lake/tls-in", "s3://lake/tls-out", "--scheduler=sync", env=https)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("daskpile: error: source 's3://lake/tls-in': cannot use the endpoint given for "
+                                  "the store: SSL validation failed"), done.stderr  # fmt: skip
+    profile = env | {"AWS_ENDPOINT_URL": endpoint, "AWS_PROFILE": "daskpile-no-such-profile"}
+    done = daskpile_command("shuffle", "s3://lake/tls-in", "s3://lake/tls-out", "--scheduler=sync", env=profile)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    said = "cannot sign into the store: The config profile (daskpile-no-such-profile) could not be found"
+    assert done.stderr.startswith(f"daskpile: error: source 's3://lake/tls-in': {said}"), done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "said"),
