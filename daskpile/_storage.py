@@ -417,12 +417,14 @@ _STORE_OUT_OF_REACH = {
     "EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError", "ServerTimeoutError",
     "ReadTimeoutError", "ConnectionClosedError", "ServerDisconnectedError",  # (mid-run: a retry resumes)
 }  # fmt: skip
-# An endpoint_url no client can use; and one that speaks no TLS given as https:// (or TLS as http://), whose
-# "SSL validation failed ... WRONG_VERSION_NUMBER" was taken for out of reach, and retried (exit 75)
+# An endpoint_url no client can use, or a certificate refused
 _STORE_MISCONFIGURED = {
-    "InvalidEndpointError", "EndpointResolutionError",
-    "SSLError", "ClientSSLError", "ClientConnectorSSLError", "ClientConnectorCertificateError",
+    "InvalidEndpointError", "EndpointResolutionError", "ClientConnectorCertificateError", "SSLCertVerificationError",
 }  # fmt: skip
+# A TLS handshake with what speaks no TLS: https:// to an http endpoint ("SSL validation failed ...
+# WRONG_VERSION_NUMBER"), taken for out of reach and retried for an hour (exit 75).  Other TLS errors (an alert,
+# an EOF mid-handshake: a load balancer's) may pass, and stay out of reach.
+_NOT_TLS_SPOKEN = ("WRONG_VERSION_NUMBER", "record layer failure", "packet length too long", "http request")
 _STORE_UNUSABLE = _STORE_OUT_OF_REACH | _STORE_MISCONFIGURED | {
     "NoCredentialsError", "PartialCredentialsError", "ProfileNotFound",  # (AWS_PROFILE or profile= misspelled)
 }  # fmt: skip
@@ -434,12 +436,24 @@ class StoreUnreachable(ConnectionError):
 
 def store_unusable(e: BaseException) -> bool:
     """Whether ``e`` says the store cannot be reached or signed into at all (not: this object is refused)."""
-    return _named(e, _STORE_UNUSABLE)
+    return _named(e, _STORE_UNUSABLE) or _misconfigured(e)
+
+
+def _misconfigured(e: BaseException) -> bool:
+    """Whether ``e`` says the endpoint given cannot be used (no later try mends it).
+
+    >>> import ssl
+    >>> _misconfigured(ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")), _misconfigured(
+    ...     ssl.SSLEOFError(8, "EOF occurred in violation of protocol"))
+    (True, False)
+    """
+    tls = _named(e, {"SSLError", "ClientSSLError", "ClientConnectorSSLError"})
+    return _named(e, _STORE_MISCONFIGURED) or (tls and any(said in str(e) for said in _NOT_TLS_SPOKEN))
 
 
 def store_out_of_reach(e: BaseException) -> bool:
     """Whether ``e`` says the store could not be reached this time (a later try may reach it)."""
-    return _named(e, _STORE_OUT_OF_REACH) and not _named(e, _STORE_MISCONFIGURED)
+    return _named(e, _STORE_OUT_OF_REACH) and not _misconfigured(e)
 
 
 def _named(e: BaseException, names: set[str]) -> bool:
@@ -470,11 +484,7 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
     except Exception as e:
         if store_unusable(e):
             what = (
-                "reach"
-                if store_out_of_reach(e)
-                else "use the endpoint given for"
-                if _named(e, _STORE_MISCONFIGURED)
-                else "sign into"
+                "reach" if store_out_of_reach(e) else "use the endpoint given for" if _misconfigured(e) else "sign into"
             )
             unresolved = _unresolved_endpoint(fs) if what == "reach" else ""
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}{unresolved}") from e

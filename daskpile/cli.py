@@ -206,12 +206,13 @@ def _refuse_kwargs_not_objects(options: dict) -> None:
     """A storage option named ``*_kwargs`` (s3fs's ``client_kwargs``, ``config_kwargs``...) is keyword arguments:
     given a string, s3fs failed far into the run with "'str' object has no attribute 'copy'" (exit 1).
 
+    >>> _refuse_kwargs_not_objects({"client_kwargs": None, "config_kwargs": {"retries": {}}})  # (None: s3fs's default)
     >>> _refuse_kwargs_not_objects({"client_kwargs": "endpoint_url=http://h"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     click.exceptions.BadParameter: client_kwargs is keyword arguments: ...
     """
     for key, value in options.items():
-        if key.endswith("kwargs") and not isinstance(value, dict):
+        if key.endswith("kwargs") and not isinstance(value, dict | None):
             raise click.BadParameter(
                 f"{key} is keyword arguments: give each as --storage-option {key}.NAME=VALUE (e.g. {key}.endpoint_url="
                 f"http://127.0.0.1:9000), or all as a JSON object ({key}='{{\"NAME\": VALUE}}'), not {value!r}",

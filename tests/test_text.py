@@ -1517,6 +1517,11 @@ def test_a_file_cut_off_inside_a_quoted_value_is_refused_with_or_without_newline
         for options in ({}, {"newlines_in_values": True}):
             out = tmp_path / f"ok-{i}-{len(options)}"
             assert daskpile.shuffle_parquet(str(path), str(out), piles=1, read_options=options).rows == 2, ending
+    # (the review's) a last field that is a quoted line break alone, the file's last newline after it
+    for i, ending in enumerate([b'id,note\r\n1,"a"\r\n2,"\r\n"\r\n', b'id,note\n1,x\n2,"\n"\n']):
+        path.write_bytes(ending)
+        options = {"newlines_in_values": True}
+        assert daskpile.shuffle_parquet(str(path), str(tmp_path / f"br-{i}"), piles=1, read_options=options).rows == 2
     path.write_bytes(b"t,u\ndon,don't")
     for options in ({"quote_char": "'"}, {"quote_char": "'", "newlines_in_values": True}):
         assert daskpile.shuffle_parquet(str(path), str(tmp_path / f"q-{len(options)}"), piles=1,

@@ -196,8 +196,8 @@ class BlockReader:
             value = str(value)  # (a quoted number, as QUOTE_ALL exports write them: as read, if written so)
         if isinstance(value, str):
             value = value.encode()
-        if not isinstance(value, bytes) or not value.strip(quote):
-            return  # (quotes alone, or nothing: closed, they end as an unclosed one would)
+        if not isinstance(value, bytes) or not value.strip(quote + b"\r\n"):
+            return  # (quotes or line breaks alone, or none: closed, and a last newline, they end as unclosed ones)
         written = quote + value.replace(quote, quote + quote)  # (its quotes doubled, as a CSV writes them)
         if len(value) < len(tail):
             cut = tail.endswith(quote + value) or tail.endswith(written)
