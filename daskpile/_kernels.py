@@ -550,3 +550,13 @@ def integer_vector_depth(kind: pa.DataType) -> int:
     while pa.types.is_fixed_size_list(kind):
         kind, depth = kind.value_type, depth + 1
     return depth if integer_or_boolean(kind) and not pa.types.is_dictionary(kind) else 0
+
+
+def vector_leaf_paths(name: str, depth: int) -> tuple[str, ...]:
+    """The Parquet paths of the values of a column of ``depth`` levels of lists: as pyarrow writes them first,
+    then as older writers did.
+
+    >>> vector_leaf_paths("g", 2)
+    ('g.list.element.list.element', 'g.list.item.list.item')
+    """
+    return name + ".list.element" * depth, name + ".list.item" * depth

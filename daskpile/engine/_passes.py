@@ -670,8 +670,8 @@ def write_parquet(table: pa.Table, fs: fsspec.AbstractFileSystem, path: str, cod
     dictionary_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
     counted = [f.name for f in table.schema if _kernels.integer_or_boolean(f.type)]
     # and the values of vectors of integers (a null vector counts), which PileLoader(output="numpy") refuses
-    counted += [f.name + ".list.element" * _kernels.integer_vector_depth(f.type) for f in table.schema
-                if _kernels.integer_vector_depth(f.type)]  # fmt: skip
+    depths = {f.name: _kernels.integer_vector_depth(f.type) for f in table.schema}
+    counted += [_kernels.vector_leaf_paths(name, depth)[0] for name, depth in depths.items() if depth]
     with atomic_sink(fs, path) as sink:
         if not table.num_rows:
             # No row group, where pyarrow writes an empty one: Hugging Face datasets cannot read that file

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from daskpile._kernels import integer_or_boolean, integer_vector_depth
+from daskpile._kernels import integer_or_boolean, integer_vector_depth, vector_leaf_paths
 from daskpile._storage import FileVersion, filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile._words import count
 from daskpile.engine import _dest, _manifest, _outputs
@@ -524,8 +524,7 @@ def _refused_in(footer: pq.FileMetaData, wide: set[str], vectors: dict[str, int]
     """``numpy_would_refuse``'s finding in one footer; ``vectors``: each vector column's depth."""
     # The leaves of those columns only (a wide file has row groups x columns of chunks), by their whole paths:
     # a column "g.note" beside a vector "g" is not one of its leaves
-    leaves = {name + ".list.element" * depth: name for name, depth in vectors.items()}
-    leaves |= {name + ".list.item" * depth: name for name, depth in vectors.items()}  # (older writers' name)
+    leaves = {path: name for name, depth in vectors.items() for path in vector_leaf_paths(name, depth)}
     columns = {i: footer.schema.column(i).path for i in range(footer.num_columns)}
     columns = {i: path for i, path in columns.items() if path in wide or path in leaves}
     for group in range(footer.num_row_groups if columns else 0):

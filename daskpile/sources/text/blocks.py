@@ -198,7 +198,7 @@ class BlockReader:
             value = value.encode()
         if not isinstance(value, bytes) or not value.strip(quote + b"\r\n"):
             return  # (quotes or line breaks alone, or none: closed, and a last newline, they end as unclosed ones)
-        written = quote + value.replace(quote, quote + quote)  # (its quotes doubled, as a CSV writes them)
+        written = _quoted(value, quote)
         if len(value) < len(tail):
             cut = tail.endswith(quote + value) or tail.endswith(written)
         else:  # (the tail is its end: a value with a newline, which no unquoted one holds)
@@ -362,7 +362,7 @@ def _refuse_newlines_in_values(
         value = value if isinstance(value, bytes) else value.encode()
         _refuse_a_quote_open_at_the_end(value, name, block, start, url, format, quote)
         # As written: opened by a quote, its quotes doubled; up to its first newline, which ends a line
-        at = block.find(quote + value[: value.index(b"\n") + 1].replace(quote, quote + quote))
+        at = block.find(_quoted(value[: value.index(b"\n") + 1], quote))
         line = start + block.rfind(b"\n", 0, at) + 1
         where = f"the line at byte {line:,}" if at >= 0 else f"bytes {start:,} to {start + len(block):,}"
         raise ValueError(
@@ -373,13 +373,22 @@ def _refuse_newlines_in_values(
         )
 
 
+def _quoted(value: bytes, quote: bytes) -> bytes:
+    """``value`` as a CSV writes it, up to its closing quote: the opening quote, then its quotes doubled.
+
+    >>> _quoted(b'5" floppy', b'"')
+    b'"5"" floppy'
+    """
+    return quote + value.replace(quote, quote + quote)
+
+
 def _refuse_a_quote_open_at_the_end(
     value: bytes, name: str, block: bytes, start: int, url: str, format: str, quote: bytes
 ) -> None:
     """A value that an opening quote runs to the end of its range (Arrow gives the last line its newline): a
     value holding newlines, or a quote never closed, which only a read of the whole file can tell apart.  Said
     as such: "a newline inside quotes" was wrong of a file cut off inside a quoted value."""
-    as_written = quote + value.replace(quote, quote + quote)
+    as_written = _quoted(value, quote)
     ended = block if block.endswith(b"\n") else block + b"\n"
     if not ended.endswith(as_written):
         return
