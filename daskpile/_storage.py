@@ -114,6 +114,25 @@ _STORE_EXTRAS = {
 }  # fmt: skip
 
 
+def endpoints_given(storage_options: dict, url: str | None = None) -> list[tuple[str, object]]:
+    """(where, value) of each endpoint URL given for the store of ``url``: the storage options', else, for an
+    s3:// ``url``, the environment's, which botocore reads (``AWS_ENDPOINT_URL_S3`` before ``AWS_ENDPOINT_URL``).
+
+    >>> endpoints_given({"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}})
+    [('storage option endpoint_url', None), ('storage option client_kwargs.endpoint_url', 'http://127.0.0.1:9000')]
+    """
+    client = storage_options.get("client_kwargs")
+    found = [("storage option endpoint_url", storage_options.get("endpoint_url"))]
+    found += (
+        [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
+    )
+    if all(value is None for _, value in found) and _protocol_of(url or "") in ("s3", "s3a"):
+        # (a Kubernetes Secret's AWS_ENDPOINT_URL: a platform trial)
+        name = next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(n)), None)
+        found = [(f"${name}", os.environ[name])] if name else []
+    return found
+
+
 def refuse_endpoint_credentials(storage_options: dict, url: str | None = None) -> None:
     """A ValueError, naming the option and not its value, for an endpoint URL with ``user:password@`` in it,
     which the store's HTTP client refuses mid-request (aiohttp: "Cannot combine AUTHORIZATION header ...");
@@ -124,16 +143,7 @@ def refuse_endpoint_credentials(storage_options: dict, url: str | None = None) -
     ValueError: storage option client_kwargs.endpoint_url carries credentials (user:password@): give them in the \
 environment or the store's credentials files (for s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), not in a URL
     """
-    client = storage_options.get("client_kwargs")
-    found = [("storage option endpoint_url", storage_options.get("endpoint_url"))]
-    found += (
-        [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
-    )
-    if all(value is None for _, value in found) and _protocol_of(url or "") in ("s3", "s3a"):
-        # botocore's, where no option gives one (a Secret's AWS_ENDPOINT_URL: a platform trial): the S3 one
-        # if set, which botocore takes before the other
-        name = next((n for n in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(n)), None)
-        found = [(f"${name}", os.environ[name])] if name else []
+    found = endpoints_given(storage_options, url)
     for name, value in found:
         if isinstance(value, str) and _USERINFO.match(value):
             raise ValueError(
@@ -489,9 +499,11 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
             unresolved = _unresolved_endpoint(fs) if what == "reach" else ""
             raise StoreUnreachable(f"{role} {full_url(fs, path)!r}: cannot {what} the store: {e}{unresolved}") from e
         if isinstance(e, ValueError) and str(e).startswith("Invalid endpoint"):  # (botocore's, naming no option)
+            url = full_url(fs, path)
+            given = [where for where, value in endpoints_given(getattr(fs, "storage_options", {}) or {}, url) if value]
+            where = given[0] if given else "the endpoint URL"  # ($AWS_ENDPOINT_URL, not an option, in a platform trial)
             raise ValueError(
-                f"{role} {full_url(fs, path)!r}: the storage option endpoint_url is not a URL ({e}): give it as "
-                "http://host:port or https://host"
+                f"{role} {url!r}: {where} is not a URL ({e}): give it as http://host:port or https://host"
             ) from None
         raise
 

@@ -711,8 +711,8 @@ def test_unreachable_dest_is_said_at_once_naming_it(tmp_path):
     [
         ("http://daskpile-no-such-host.invalid:9", 75, r"cannot reach the store: .* \(the endpoint's host name "
          r"'daskpile-no-such-host\.invalid' resolves to no address: .*; misspelled\?\)$"),
-        ("127.0.0.1:9", 2, r"the storage option endpoint_url is not a URL \(Invalid endpoint: 127\.0\.0\.1:9\): "
-         r"give it as http://host:port or https://host$"),
+        ("127.0.0.1:9", 2, r"storage option client_kwargs\.endpoint_url is not a URL \(Invalid endpoint: "
+         r"127\.0\.0\.1:9\): give it as http://host:port or https://host$"),
     ],
     ids=["host-unknown", "no-scheme"],
 )  # fmt: skip
@@ -726,6 +726,25 @@ def test_a_misspelt_endpoint_is_said_as_such(tmp_path, endpoint, status, said):
     done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", *options)
     assert done.returncode == status and len(done.stderr.splitlines()) == 1, done.stderr
     assert re.match(r"daskpile: error: dest 's3://lake/out': " + said, done.stderr.strip()), done.stderr
+
+
+@pytest.mark.slow
+def test_an_environment_endpoint_without_its_scheme_is_named_as_the_environment_s(tmp_path):
+    """A scheme-less AWS_ENDPOINT_URL (a Kubernetes Secret's) was said to be "the storage option endpoint_url",
+    which the user never gave: the message names the variable."""
+    import os
+
+    write_reference_dataset(tmp_path / "events", rows=1_000, files=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_ENDPOINT_URL": "127.0.0.1:9",
+    }  # fmt: skip
+    done = daskpile_command("shuffle", str(tmp_path / "events"), "s3://lake/out", "--scheduler=sync", env=env)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.strip() == (
+        "daskpile: error: dest 's3://lake/out': $AWS_ENDPOINT_URL is not a URL (Invalid endpoint: 127.0.0.1:9): "
+        "give it as http://host:port or https://host"
+    ), done.stderr
 
 
 def test_https_to_an_http_endpoint_and_an_unknown_profile_are_exit_2_naming_the_url(s3, tmp_path):
