@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daskpile import _random
+
 # pyarrow pickles a fixed_size_list type as its value type and size, without its field: a plan's schema sent
 # to a worker named the vectors' values ``item``, not ``element`` as Parquet does, and lost their ``not null``
 # (the worker's rows then differed from the plan, or took another name than a run on threads gave them)
@@ -233,7 +235,7 @@ def permute(table: pa.Table, rng: np.random.Generator) -> pa.Table:
     """
     if table.num_rows <= 1:
         return table
-    return take(table, rng.permutation(table.num_rows))
+    return take(table, _random.permutation(rng, table.num_rows))  # (rng.permutation's numbers)
 
 
 # A string of at most 12 bytes fits whole in an Arrow string view (16 bytes), so a take of such strings
