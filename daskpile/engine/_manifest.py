@@ -20,6 +20,7 @@ import fsspec
 import pyarrow as pa
 
 from daskpile._storage import as_urls, exists, filesystem, full_url, reaching, redacting_errors, write_bytes
+from daskpile.engine import _run as run_state
 from daskpile.sources.listing import data_files
 
 MANIFEST_NAME = "_daskpile.json"
@@ -151,7 +152,36 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
         if isinstance(dest, str) and exists(fs, posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
-        return (*data_files(dest, storage_options, role=role), None)
+        fs, files = data_files(dest, storage_options, role=role)
+        _refuse_piles_of_unfinished_runs(fs, files)
+        return fs, files, None
+
+
+# Folders of the files named looked at for a run's state: a result's are one; a lake of thousands of partition
+# folders is not one (and a request each, on an object store, is slow)
+MOST_FOLDERS_LOOKED_AT = 256
+
+
+def _refuse_piles_of_unfinished_runs(fs: fsspec.AbstractFileSystem, files: list[str]) -> None:
+    """Refuse files in the folder of a run not finished (its state there, no manifest), named by a glob, a list or a
+    folder above: they are some of its piles.  A trial's glob over a run stopped in pass 2 read 701,307 of
+    4,000,000 rows, and ``quality`` said uniform; the folder itself was refused (``_dest.refuse_unfinished``)."""
+    folders = sorted({posixpath.dirname(f) for f in files})
+    if len(folders) > MOST_FOLDERS_LOOKED_AT:
+        return
+    for folder in folders:
+        if exists(fs, posixpath.join(folder, MANIFEST_NAME)):
+            continue
+        try:
+            run = run_state.read(fs, folder)
+        except run_state.RunFileUnreadable:  # (not ours to judge here: a folder holding data and a file so named)
+            continue
+        if run is not None:
+            raise ValueError(
+                f"{full_url(fs, folder)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), "
+                "and the files named are some of its piles: run the same shuffle again to finish it (it resumes), "
+                "then read the result"
+            )
 
 
 def version_path(directory: str, version: int) -> str:

@@ -13,6 +13,7 @@ import numbers
 import operator
 import posixpath
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
@@ -341,7 +342,13 @@ def _expression(filters, schema_of=lambda: None) -> ds.Expression:  # noqa: F821
 
     if isinstance(filters, ds.Expression):
         return filters
-    expression = pq.filters_to_expression(filters)  # checks their form, and is the answer when no scale differs
+    try:
+        expression = pq.filters_to_expression(filters)  # checks their form, and is the answer when no scale differs
+    except (ValueError, TypeError, IndexError) as e:  # ("not enough values to unpack (expected 3, got 2)")
+        raise ValueError(
+            f"filters={filters!r} is not a filter: give (column, op, value) terms, in a list (all must hold) or a list "
+            f"of lists (any list must), or a pyarrow.dataset expression ({e})"
+        ) from None
     # One conjunction of terms, or a list of them; a term is a tuple or a list (filters read from JSON or YAML)
     conjunctions = [filters] if isinstance(filters[0][0], str) else filters
     conjunctions = [[tuple(term) for term in conjunction] for conjunction in conjunctions]
@@ -601,6 +608,8 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
             seed, piles, pile = stamp
             # (a pile of to_parquet(partition_on=...) is a file of one name in each key folder)
             shuffles.setdefault((seed, piles), (path, set()))[1].add(posixpath.basename(path) if pile is None else pile)
+    if len(shuffles) == 1:
+        _warn_of_missing_piles(fs, *next(iter(shuffles.items())))
     if len(shuffles) < 2:
         return
     for (seed, piles), (path, seen) in shuffles.items():
@@ -612,6 +621,20 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
                 "of fewer piles into a folder leaves the earlier write's other part files; remove them (or write "
                 "with overwrite=True), or name the files to read"
             )
+
+
+def _warn_of_missing_piles(fs, shuffle: tuple[int, int], first: tuple[str, set]) -> None:
+    """Warn that the files named hold some piles of a shuffle only, as their footers say: a glob over a result some
+    of whose files are gone reads fewer rows every epoch (a glob naming a few piles on purpose, a sample, is
+    warned too: said once, when the loader is made)."""
+    (seed, piles), (path, seen) = shuffle, first
+    if len(seen) < piles:
+        warnings.warn(
+            f"the files named hold {len(seen):,} of the {piles:,} piles of the shuffle (seed {seed}) their footers "
+            f"name, {full_url(fs, posixpath.dirname(path))} among them: the others are missing, and every epoch reads "
+            "these rows only; name the result's folder, whose manifest lists every file",
+            stacklevel=4,
+        )
 
 
 def _stamp_of(c: _Counted) -> tuple[int, int, int | None] | None:
