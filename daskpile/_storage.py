@@ -7,6 +7,7 @@ is complete, so the object is written under its final key.
 
 from __future__ import annotations
 
+import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -40,6 +41,11 @@ def filesystem(url: str, storage_options: dict | None = None) -> tuple[fsspec.Ab
     Traceback (most recent call last):
     ValueError: 's3://AKIA1:***@bucket/data': an s3:// URL carries no credentials ... a command's arguments
     """
+    # (a string was an AttributeError, deep in)
+    if storage_options is not None and not isinstance(storage_options, collections.abc.Mapping):
+        raise TypeError(
+            f"storage_options must be a dict of the store's options or None, got {type_named(storage_options)}"
+        )
     url = str(url)
     check_url(url)
     _require_known_protocol(url)

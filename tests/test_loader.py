@@ -1407,6 +1407,17 @@ def test_arguments_are_checked(datasets):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, canonical_ranks=0)
     with pytest.raises(ValueError, match="output must be one of"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, output="torch")
+    # A trial's: accepted ("False", a string, is true), or Python's own errors naming no argument
+    with pytest.raises(ValueError, match=r"^drop_last must be True or False, got 'False'$"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, drop_last="False")
+    with pytest.raises(TypeError, match=r"^storage_options must be a dict of the store's options or None, got str$"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, storage_options="anon=True")
+    with pytest.raises(TypeError, match=r"^path must be a path or URL .* got None$"):
+        daskpile.PileLoader(None, batch_size=10, seed=1)
+    with pytest.raises(ValueError, match=r"^filters=\[\('id', '>'\)\] is not a filter: give \(column, op, value\)"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, filters=[("id", ">")])
+    with pytest.raises(ValueError, match=r"^first_epoch must be a non-negative integer, got -1$"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1).co_batch_rate(-1)
     with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into a share for each of 2 ranks"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, world_size=2, filters=[("id", "=", 5)])
     with pytest.raises(ValueError, match=r"^1 row after the filters cannot be cut into 4 canonical ranks"):
@@ -1974,3 +1985,38 @@ def test_a_file_of_a_dataset_without_manifest_removed_mid_epoch_says_the_dataset
         part.unlink()
     with pytest.raises(FileNotFoundError, match=r"the dataset changed since this loader was made .*make the loader"):
         list(batches)
+
+
+def test_the_piles_of_an_unfinished_run_are_refused_however_named(datasets, tmp_path):
+    """A trial: a glob over a run stopped in pass 2 (its folder holds its state, no manifest) was read as a dataset
+    of 701,307 of 4,000,000 rows, nothing said, and ``quality`` called it uniform; the folder itself was refused.
+    A glob, a list of its files and a folder above are refused too, by the loader, ``quality`` and ``verify``."""
+    from daskpile.engine import _run as run_state
+
+    dest = tmp_path / "runs" / "out"
+    shutil.copytree(datasets["eager"], dest)
+    (dest / "_daskpile.json").unlink()
+    for stopped in sorted(dest.glob("part-*.parquet"))[3:]:  # pass 2 wrote 3 of the 8 piles
+        stopped.unlink()
+    run_state.write(LocalFileSystem(), str(dest), run_state.RunSpec((), (), 8, 11, str(dest), 2**20))
+    said = r"holds an unfinished daskpile run \(seed 11, 8 piles\), and the files named are some of its piles"
+    for named in (f"{dest}/*.parquet", sorted(map(str, dest.glob("*.parquet"))), str(tmp_path / "runs")):
+        for reading in (
+            lambda named=named: daskpile.PileLoader(named, batch_size=100, seed=0),
+            lambda named=named: daskpile.quality(named, order_column="id"),
+            lambda named=named: daskpile.verify(datasets["source"], named),
+        ):
+            with pytest.raises(ValueError, match=said):
+                reading()
+    (dest / "_daskpile.run.json").unlink()  # (the files of no run are read as they are, below)
+    with pytest.warns(UserWarning, match=r"the files named hold 3 of the 8 piles of the shuffle \(seed 11\)"):
+        loader = daskpile.PileLoader(f"{dest}/*.parquet", batch_size=100, seed=0)
+    assert sum(batch.num_rows for batch in loader) < ROWS
+
+
+def test_a_glob_of_every_pile_of_a_result_is_read_without_a_word(datasets):
+    """The warning of piles missing from a glob is not said where every pile is there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = daskpile.PileLoader(f"{datasets['eager']}/*.parquet", batch_size=100, seed=0, columns=["id"])
+    assert sorted(np.concatenate(ids(loader)).tolist()) == list(range(ROWS))

@@ -205,6 +205,11 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
+        if not isinstance(drop_last, (bool, np.bool_)):  # ("False", a string, is true)
+            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
+        drop_last = bool(drop_last)
+        if path is None:
+            raise TypeError("path must be a path or URL (a str or pathlib.Path) or a list of them, got None")
         if output == "pandas":  # now, not in the first batch: a Ctrl-C landing in Arrow's import of it there
             import pandas  # noqa: F401  left it half imported, and every batch after failed with AttributeError
         path = as_urls(path, "path")
@@ -589,8 +594,8 @@ class PileLoader:
         are again in one batch of ``second_epoch``; beside it the share for
         two independent uniform permutations.  Computed from the plans alone.
         """
-        first = self._epoch if first_epoch is None else first_epoch
-        second = first + 1 if second_epoch is None else second_epoch
+        first = self._epoch if first_epoch is None else _at_least_zero(first_epoch=first_epoch)[0]
+        second = first + 1 if second_epoch is None else _at_least_zero(second_epoch=second_epoch)[0]
         batch_a, batch_b = self._batch_of_rows(first), self._batch_of_rows(second)
         if not len(batch_a):  # no rows: no pairs
             return CoBatch(0.0, 0.0, 0)
