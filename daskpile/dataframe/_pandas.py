@@ -249,6 +249,9 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         held = pd.api.types.infer_dtype(values[values.notna()], skipna=True)  # (NaT too: what astype makes NA)
         if held not in ("string", "empty"):
             raise MetaMismatch(f"{refused}; it holds {held} values, which would become text")
+    dropped = _fields_dropped(values.dtype, dtype)
+    if dropped:  # Arrow casts a struct to one of fewer fields by dropping the others, without a word
+        raise MetaMismatch(f"{refused}; converting would drop its field{'s' * (len(dropped) > 1)} {', '.join(dropped)}")
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
@@ -260,6 +263,41 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     if checked and not _holds_the_same_values(values, cast):
         raise MetaMismatch(f"{refused}; converting would change its values")
     return cast
+
+
+def _fields_dropped(source, target) -> list[str]:
+    """The struct fields of Arrow-backed ``source`` that ``target`` lacks, at any depth (``user.email``), which a
+    cast drops: a lake whose newer files added a field to a struct, read with ``dtype_backend="pyarrow"``, has the
+    first file's struct as its meta (a trial's emails, gone).
+
+    >>> struct = lambda *names: pd.ArrowDtype(pa.struct([(n, pa.string()) for n in names]))
+    >>> _fields_dropped(struct("name", "email"), struct("name")), _fields_dropped(struct("name"), struct("name", "x"))
+    (['email'], [])
+    """
+    if not (isinstance(source, pd.ArrowDtype) and isinstance(target, pd.ArrowDtype)):
+        return []
+    return _arrow_fields_dropped(source.pyarrow_dtype, target.pyarrow_dtype, "")
+
+
+def _arrow_fields_dropped(source: pa.DataType, target: pa.DataType, where: str) -> list[str]:
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        names = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
+        dropped = []
+        for field in (source.field(i) for i in range(source.num_fields)):
+            path = f"{where}{field.name}"
+            if field.name not in names:
+                dropped.append(path)
+            else:
+                dropped += _arrow_fields_dropped(field.type, names[field.name], f"{path}.")
+        return dropped
+    nested = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list, pa.types.is_list_view)
+    if any(is_a(source) and is_a(target) for is_a in nested):
+        return _arrow_fields_dropped(source.value_type, target.value_type, where)
+    if pa.types.is_map(source) and pa.types.is_map(target):
+        return _arrow_fields_dropped(source.item_type, target.item_type, where)
+    if pa.types.is_dictionary(source) and pa.types.is_dictionary(target):
+        return _arrow_fields_dropped(source.value_type, target.value_type, where)
+    return []
 
 
 def _missing_as_dask_reads_them(values: pd.Series | pd.Index, dtype) -> bool:
