@@ -1297,9 +1297,18 @@ def test_missing_or_corrupt_pile_is_named(datasets, tmp_path):
     (broken / "part-00003.parquet").write_bytes(b"x" * len(data))  # as large as it was: found when read
     with pytest.raises(ValueError, match=r"part-00003\.parquet"):
         list(daskpile.PileLoader(str(broken), batch_size=1000, seed=1))
+    loader = daskpile.PileLoader(str(broken), batch_size=1000, seed=1, prefetch=0)
     (broken / "part-00003.parquet").unlink()
     with pytest.raises(FileNotFoundError, match=r"part-00003\.parquet, a file of the dataset's manifest, is missing"):
         daskpile.PileLoader(str(broken), batch_size=1000, seed=1)
+    # removed after the loader was made: said as of a shuffle result, not of a window's (a trial: "a window whose
+    # version this loader reads ... set_epoch(epoch, version=...)", of a result that has no versions)
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"part-00003\.parquet.*: the result changed since this loader was made "
+        r"\(written again, or its files removed\), so this epoch cannot go on; make the loader again$",
+    ):
+        list(loader)
 
 
 def test_files_without_a_manifest_must_have_the_same_columns(tmp_path):

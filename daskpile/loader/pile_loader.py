@@ -421,6 +421,11 @@ class PileLoader:
                     f"{error}: the dataset changed since this loader was made (its files written again, or removed), "
                     "so this epoch cannot go on; make the loader again"
                 ) from error
+            if units.version == 0:  # a shuffle result's (a window's versions begin at 1)
+                raise FileNotFoundError(
+                    f"{error}: the result changed since this loader was made (written again, or its files removed), "
+                    "so this epoch cannot go on; make the loader again"
+                ) from error
             raise FileNotFoundError(  # (the file system's error, with its filename, is its cause)
                 f"{error}: the result changed since this loader was made (written again, or a window whose version "
                 "this loader reads has its files removed once their grace period, retain= or --retain, is over): "
