@@ -177,7 +177,8 @@ def parquet_errors(url: str, parquet: pq.ParquetFile | None = None, row_groups: 
         raise
     except (pa.ArrowException, OSError) as e:  # ArrowInvalid, ArrowNotImplementedError (unsupported codecs), ...
         if type(e).__name__ == "FileExpired":  # s3fs reads with If-Match: the object changed since it was opened
-            raise FileChangedError(f"{url!r} was written again while it was read") from e
+            # (opened with the ETag the listing gave: mostly written again before any read, a trial found)
+            raise FileChangedError(f"{url!r} was written again since it was listed, or while it was read") from e
         hint, name = "", url.rsplit("/", 1)[-1]
         if "magic bytes not found" in str(e):
             if "." not in name:  # Spark's part-00000, named so
