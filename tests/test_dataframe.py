@@ -1,4 +1,5 @@
 import contextlib
+import decimal
 import gc
 import os
 import pathlib
@@ -834,6 +835,23 @@ def test_a_lake_whose_newer_files_add_a_struct_field_is_refused_naming_the_field
     assert sorted(daskpile.shuffle(widened, piles=2, seed=1).compute()["user"].tolist(), key=str)[-1] == {
         "name": "c", "email": "c@x"
     }  # fmt: skip
+
+
+def test_a_lake_whose_files_widened_a_type_is_refused_with_the_cast_that_reads_it(tmp_path, sync_scheduler):
+    """A trial: pandas writes decimals at the precision of each file's values, so Dask's meta (the first file's)
+    cannot hold a later file's, and the refusal said only "ddf.astype({'price': ...})", whose string form of an
+    Arrow decimal pandas does not parse.  It now names the cast that holds the partition, and that cast reads it."""
+    for k, prices in enumerate([["1.25", "9.99"], ["12.50", "99.99"]]):
+        frame = pd.DataFrame({"price": [decimal.Decimal(p) for p in prices]})
+        frame.to_parquet(tmp_path / f"p{k}.parquet", index=False)
+    ddf = dd.read_parquet(str(tmp_path))
+    advice = "ddf.astype({'price': pd.ArrowDtype(pa.decimal128(4, 2))}) holds this partition's"
+    with pytest.raises(TypeError, match=re.escape(f"(if the files' types widened, cast to the widest: {advice})")):
+        daskpile.shuffle(ddf, piles=2, seed=1).compute()
+    widened = ddf.astype({"price": pd.ArrowDtype(pa.decimal128(4, 2))})
+    assert sorted(daskpile.shuffle(widened, piles=2, seed=1).compute()["price"]) == sorted(
+        decimal.Decimal(p) for p in ["1.25", "9.99", "12.50", "99.99"]
+    )
 
 
 @pytest.mark.parametrize("case", CHANGED_BY_THE_META)

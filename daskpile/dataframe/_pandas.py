@@ -252,17 +252,43 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     dropped = _fields_dropped(values.dtype, dtype)
     if dropped:  # Arrow casts a struct to one of fewer fields by dropping the others, without a word
         raise MetaMismatch(f"{refused}; converting would drop its field{'s' * (len(dropped) > 1)} {', '.join(dropped)}")
+    # A lake whose newer files widened a type (int32 to int64, decimal(3, 2) to (4, 2), ms to ns): Dask's meta is
+    # the first file's, its compute gives each partition its own; the wider type holds them all
+    spelled = _spelled(values.dtype)
+    widened = (
+        f" (if the files' types widened, cast to the widest: ddf.astype({{{name}: {spelled}}}) holds this partition's)"
+        if spelled and (source == target or (_is_decimal(values.dtype) and _is_decimal(dtype)))
+        else ""
+    )
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
     except (TypeError, ValueError, OverflowError, NotImplementedError, pa.ArrowException) as e:
-        raise MetaMismatch(f"{refused}; converting fails: {e}") from None
+        raise MetaMismatch(f"{refused}; converting fails: {e}{widened}") from None
     # Objects and text under a number or time meta too ("007" would become 7, 1.5 would become 1); not
     # strings under a string meta, which is what Dask's fused read_parquet gives
     checked = target in ("number", "time") and source in ("number", "time", "object", "text")
     if checked and not _holds_the_same_values(values, cast):
-        raise MetaMismatch(f"{refused}; converting would change its values")
+        raise MetaMismatch(f"{refused}; converting would change its values{widened}")
     return cast
+
+
+def _spelled(dtype) -> str | None:
+    """``dtype`` as Python that gives it to ``astype``, or None.
+
+    >>> _spelled(np.dtype("int64")), _spelled(pd.ArrowDtype(pa.decimal128(4, 2)))
+    ("'int64'", 'pd.ArrowDtype(pa.decimal128(4, 2))')
+    """
+    if _is_decimal(dtype):  # ("decimal128(4, 2)[pyarrow]": pandas parses no parameters in a name)
+        return f"pd.ArrowDtype(pa.{dtype.pyarrow_dtype})"
+    try:
+        return repr(str(dtype)) if pd.api.types.pandas_dtype(str(dtype)) == dtype else None
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+
+
+def _is_decimal(dtype) -> bool:
+    return isinstance(dtype, pd.ArrowDtype) and pa.types.is_decimal(dtype.pyarrow_dtype)
 
 
 def _fields_dropped(source, target) -> list[str]:
