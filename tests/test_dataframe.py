@@ -854,6 +854,18 @@ def test_a_lake_whose_files_widened_a_type_is_refused_with_the_cast_that_reads_i
     )
 
 
+def test_partitions_of_categoricals_of_other_types_are_refused_naming_the_column(sync_scheduler):
+    """A trial: categories of ints in one partition and of strings in another (Dask's compute refuses them too)
+    failed in pass 2 with Arrow's "Field 2 has incompatible types", naming a position in daskpile's scratch."""
+    ints = pd.DataFrame({"x": [1, 2], "c": pd.Categorical([1, 2])})
+    texts = pd.DataFrame({"x": [3, 4], "c": pd.Categorical(["a", "b"])})
+    parts = [dask.delayed(lambda frame: frame)(frame) for frame in (ints, texts)]
+    ddf = dd.from_delayed(parts, meta=ints.iloc[:0], verify_meta=False)
+    said = r"^the partitions hold column 'c' as dictionary<values=int64.* and as dictionary<values=large_string"
+    with pytest.raises(TypeError, match=said):
+        daskpile.shuffle(ddf, piles=2, seed=1).compute()
+
+
 @pytest.mark.parametrize("case", CHANGED_BY_THE_META)
 def test_a_partition_whose_values_its_meta_cannot_hold_is_refused_by_name_never_changed(case, sync_scheduler):
     values, meta_dtype = CHANGED_BY_THE_META[case]

@@ -705,7 +705,10 @@ def gather_partition(
         if not exists(scratch.fs, run.scratch.directory):
             raise run.gone() from None
         raise
-    table = _passes.gather_table(batches, pile, seed)
+    try:
+        table = _passes.gather_table(batches, pile, seed)
+    except _passes.TypesDisagree as e:  # (scratch names the columns by position)
+        raise TypeError(e.said(codec.label(e.column))) from None
     expected = scattered["rows_per_pile"][pile]
     if table.num_rows != expected:
         raise RuntimeError(f"pile {pile} has {table.num_rows} rows, pass 1 sent it {expected}")

@@ -80,6 +80,16 @@ class FrameCodec:
         ]
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
+    def label(self, position: str) -> str:
+        """What ``to_arrow``'s column named ``position`` is, in words.
+
+        >>> codec = FrameCodec(pd.DataFrame({"c": [1]}).iloc[:0])
+        >>> codec.label("0"), codec.label("1")
+        ('the index (None)', "column 'c'")
+        """
+        k = int(position) - 1  # (the index is "0", with or without it: column i is "i + 1")
+        return f"the index ({self.meta.index.name!r})" if k < 0 else f"column {self.meta.columns[k]!r}"
+
     def to_pandas(self, table: pa.Table) -> pd.DataFrame:
         """A table made by ``to_arrow`` (or the concatenation of several) as pandas, with the dtypes of ``meta``."""
         meta = self.meta

@@ -359,11 +359,39 @@ def gather_table(
     try:  # (not a set of schemas: hashing one costs more than comparing, 0.6 ms a pile for 40 slices)
         table = pa.Table.from_batches(batches)
     except pa.ArrowInvalid:  # partitions of a Dask DataFrame may disagree (e.g. an all-null partition)
-        table = pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
+        table = _promoted(batches)
     if not permute:
         return table
     piece = 0 if sub is None else sub + 1
     return _kernels.permute(table, _random.generator(seed, _random.GATHER, pile, piece))
+
+
+class TypesDisagree(TypeError):
+    """Partitions holding a column as types no one type holds: ``said(name)`` says so of the column ``name``."""
+
+    def __init__(self, column: str, kinds: list[str], cause: Exception):
+        self.column, self.kinds, self.cause = column, kinds, cause
+        super().__init__(self.said(repr(column)))
+
+    def said(self, name: str) -> str:
+        return (
+            f"the partitions hold {name} as {self.kinds[0]} and as {self.kinds[1]}, which no one type holds "
+            f"({self.cause}): give it one dtype in every partition (ddf.astype) before the shuffle"
+        )
+
+
+def _promoted(batches: list[pa.RecordBatch]) -> pa.Table:
+    """The batches as one table, their types promoted; where none holds them all, ``TypesDisagree`` naming the
+    column (Arrow's error names its position: "Field 2 has incompatible types", a trial's categoricals of ints in
+    some partitions and of strings in others)."""
+    try:
+        return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+        for name in batches[0].schema.names:
+            kinds = sorted({str(b.schema.field(name).type) for b in batches if b.schema.get_field_index(name) >= 0})
+            if len(kinds) > 1:
+                raise TypesDisagree(name, kinds, e) from None
+        raise
 
 
 PILE_METADATA_KEY = _manifest.PILE_METADATA_KEY
