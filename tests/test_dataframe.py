@@ -804,6 +804,8 @@ CHANGED_BY_THE_META = {
     # what fillna(0) puts in a string column (Dask keeps its meta): 0 became '0', b"zz" 'zz'
     "ints among strings under string": (np.array(["a", 0, None], dtype=object), "string[pyarrow]"),
     "bytes among strings under str": (np.array([b"zz", "x"], dtype=object), str_dtype()),
+    # a lake whose first file is binary, a later one string (a trial): 'é' became b'\xc3\xa9'
+    "text under binary": (pd.array(["é"], pd.ArrowDtype(pa.string())), pd.ArrowDtype(pa.binary())),
     # Arrow casts a struct to one of fewer fields by dropping the others (a trial's emails, gone)
     "a struct of more fields": (
         pd.array(

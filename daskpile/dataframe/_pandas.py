@@ -253,6 +253,8 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
     if target == "text" and source in ("number", "time"):  # 3 would become '3', 1.50 '1.5'
         raise MetaMismatch(f"{refused}; numbers and times would become text")
+    if source == "text" and _is_binary(dtype):  # 'é' would become b'\xc3\xa9' (a lake of binary, then string)
+        raise MetaMismatch(f"{refused}; text would become bytes")
     if target == "text" and source == "object":
         # Dask's fused read_parquet gives strings as objects: those are cast.  Other objects are what
         # fillna(0) or where(..., -1) put in a string column: 0 would have become '0', b"x" 'x'
@@ -295,6 +297,12 @@ def _spelled(dtype) -> str | None:
         return repr(str(dtype)) if pd.api.types.pandas_dtype(str(dtype)) == dtype else None
     except (TypeError, ValueError, NotImplementedError):
         return None
+
+
+def _is_binary(dtype) -> bool:
+    return isinstance(dtype, pd.ArrowDtype) and (
+        pa.types.is_binary(dtype.pyarrow_dtype) or pa.types.is_large_binary(dtype.pyarrow_dtype)
+    )
 
 
 def _is_decimal(dtype) -> bool:
