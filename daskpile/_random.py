@@ -14,7 +14,6 @@ import secrets
 
 import numpy as np
 import numpy.random  # (now: numpy imports it on first use, and a Ctrl-C landing in that import is lost)
-import pyarrow as pa
 
 SCATTER = 1  # pass 1: which pile each row of a partition goes to
 GATHER = 2  # pass 2: the order of the rows inside a pile (or a sub-pile: piece = sub-pile + 1)
@@ -62,29 +61,6 @@ def keyed(seed: int, stage: int, *counters: int) -> np.random.Generator:
     True
     """
     return np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, stage, *counters])))
-
-
-# Filled this many at a time: numpy's arange of a whole pile is a temporary from the C heap
-_FILL_STEP = 1 << 14
-
-
-def permutation(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``rng.permutation(n)``, the same numbers, in memory from Arrow's pool rather than the C heap.
-
-    A loader's thread (or a worker's) that draws a pile's order of 12 MB from
-    the C heap leaves it in that thread's arena when freed, which glibc keeps
-    rather than giving back (the loader on B: 50 to 100 MiB more peak resident
-    memory); Arrow's pool hands it on to the next pile's columns.
-
-    >>> permutation(keyed(7, LOAD_ORDER, 0), 5).tolist() == keyed(7, LOAD_ORDER, 0).permutation(5).tolist()
-    True
-    """
-    order = np.frombuffer(pa.allocate_buffer(8 * n), dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
-    for start in range(0, n, _FILL_STEP):
-        stop = min(n, start + _FILL_STEP)
-        order[start:stop] = np.arange(start, stop)
-    rng.shuffle(order)  # what Generator.permutation does with its arange
-    return order
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -65,11 +65,11 @@ def test_permute_is_a_permutation_keyed_by_seed():
 
 @pytest.mark.parametrize("rows", [0, 1, 5, 100_003])
 def test_a_permutation_is_numpys_drawn_in_arrows_memory(rows):
-    """``_random.permutation`` gives ``Generator.permutation``'s numbers (the orders of every seed stay as they
+    """``_kernels.permutation`` gives ``Generator.permutation``'s numbers (the orders of every seed stay as they
     were), from Arrow's pool: a loader's order drawn from the C heap stayed in its thread's glibc arena once freed
     (the loader on B, 50-100 MiB more peak RSS)."""
     before = pa.total_allocated_bytes()
-    order = _random.permutation(_random.keyed(3, _random.LOAD_GROUP, 0, 0, 0), rows)
+    order = _kernels.permutation(_random.keyed(3, _random.LOAD_GROUP, 0, 0, 0), rows)
     assert order.tolist() == _random.keyed(3, _random.LOAD_GROUP, 0, 0, 0).permutation(rows).tolist()
     assert order.dtype == np.int64 and order.flags.writeable
     assert pa.total_allocated_bytes() - before >= 8 * rows

@@ -1054,7 +1054,7 @@ def test_mix_holds_mix_plus_prefetch_files_not_two_groups(tmp_path, mix, prefetc
     Measured, in files of the Arrow pool's peak (a fresh process, so the pool's own peak is this loader's):
     mix 4 6.9-7.1 and mix 2 4.3, against 11.1-11.6 and 5.8 when the next whole group was loaded beside the
     one consumed.  Beyond the mix + prefetch files: the columns being permuted, each read and taken at once.
-    The groups' orders are drawn in the pool too (``_random.permutation``), 8 bytes a row, a quarter of these
+    The groups' orders are drawn in the pool too (``_kernels.permutation``), 8 bytes a row, a quarter of these
     32-byte rows: two groups' are allowed for (measured then 8.0 and 5.4).
     """
     out = subprocess.run(

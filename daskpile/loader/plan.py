@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from daskpile import _random
+from daskpile import _kernels, _random
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +82,12 @@ def unit_order(seed: int, epoch: int, units: int) -> np.ndarray:
 
 def group_permutation(seed: int, epoch: int, group: Group) -> np.ndarray:
     """The order of a group's rows (its pieces concatenated) in ``epoch``."""
-    return _random.permutation(_random.keyed(seed, _random.LOAD_GROUP, epoch, group.stream, group.index), group.rows)
+    return _kernels.permutation(_random.keyed(seed, _random.LOAD_GROUP, epoch, group.stream, group.index), group.rows)
 
 
 def pile_permutation(seed: int, epoch: int, unit: int, rows: int) -> np.ndarray:
     """A lazy unit's order in ``epoch``, before a stream takes a row range of it (so a random part of it)."""
-    return _random.permutation(_random.keyed(seed, _random.LOAD_PILE, epoch, unit), rows)
+    return _kernels.permutation(_random.keyed(seed, _random.LOAD_PILE, epoch, unit), rows)
 
 
 def pile_turn(seed: int, epoch: int, unit: int, rows: int) -> int:
