@@ -111,8 +111,10 @@ class _Piles(click.ParamType):
     name = "N|auto"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int) or value == "auto":
+        if isinstance(value, int):
             return value
+        if value.strip().lower() == "auto":  # (the help shows it as AUTO, as click shows a metavar)
+            return "auto"
         try:
             piles = int(value)
         except ValueError:

@@ -300,6 +300,19 @@ def test_a_file_in_utf_16_or_32_is_refused_by_its_byte_order_mark(tmp_path, sync
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("first", [b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\x00abc"])
+def test_lines_that_begin_with_the_bytes_of_a_byte_order_mark_are_lines(tmp_path, sync_scheduler, first):
+    """A trial: a Latin-1 file beginning "\u00ff\u00fe" (UTF-16's mark, as bytes) was refused as UTF-16, advising
+    iconv -f UTF-16, which would have garbled it; its lines end at the byte 10, as shuf reads them."""
+    data = first + b" caf\xe9\n" + b"".join(b"line %d\n" % i for i in range(100))
+    (tmp_path / "a.txt").write_bytes(data)
+    daskpile.shuffle_parquet(
+        str(tmp_path / "a.txt"), str(tmp_path / "out"), piles=2, format="lines", output_format="lines"
+    )
+    written = b"".join(p.read_bytes() for p in sorted((tmp_path / "out").glob("part-*")))
+    assert sorted(written.splitlines(keepends=True)) == sorted(data.splitlines(keepends=True))
+
+
 def test_a_csv_not_in_utf8_without_its_encoding_is_refused_naming_the_line_unless_declared_binary(
     tmp_path, sync_scheduler
 ):
@@ -849,6 +862,28 @@ def test_what_reads_parquet_results_refuses_other_outputs(tmp_path, sync_schedul
         write_jsonl(numbers(10), tmp_path / "d.jsonl")
         daskpile.shuffle_parquet(str(tmp_path / "d.jsonl"), str(tmp_path / "o2"), piles=2, output_format="lines")
     assert not (tmp_path / "o2").exists()
+
+
+def test_lines_under_key_value_folders_are_advised_only_what_they_need(tmp_path, sync_scheduler):
+    """A trial: lines under lang=en/ were advised "read the input with --format lines", which they were; only the
+    folders' column needs leaving out."""
+    (tmp_path / "kv" / "lang=en").mkdir(parents=True)
+    (tmp_path / "kv" / "lang=en" / "a.txt").write_bytes(b"a\nb\n")
+    said = r"the rows have \['line', 'lang'\]: folders named key=value add columns; read the input with --partitioning"
+    with pytest.raises(ValueError, match=said):
+        daskpile.shuffle_parquet(str(tmp_path / "kv"), str(tmp_path / "o"), piles=2, output_format="lines")
+    daskpile.shuffle_parquet(str(tmp_path / "kv"), str(tmp_path / "o"), piles=2, output_format="lines",
+                             partitioning=None)  # fmt: skip
+    assert sorted(b"".join(p.read_bytes() for p in (tmp_path / "o").glob("part-*")).split()) == [b"a", b"b"]
+
+
+def test_piles_auto_is_taken_in_capitals_as_the_help_shows_it(tmp_path):
+    """The help shows --piles N|AUTO (click's metavar), and AUTO was refused."""
+    (tmp_path / "a.txt").write_bytes(b"".join(b"%d\n" % i for i in range(100)))
+    done = daskpile_command("shuffle", str(tmp_path / "a.txt"), str(tmp_path / "o"), "--piles", "AUTO",
+                            "--output-format", "lines", "--scheduler", "sync", "-q")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert daskpile.read_manifest(str(tmp_path / "o"))["piles"] == 1  # (100 rows: one pile)
 
 
 def test_a_rerun_with_another_output_is_another_call(tmp_path, sync_scheduler):

@@ -37,6 +37,7 @@ from daskpile import _kernels
 from daskpile._storage import atomic_sink, is_local, rows_per_write, write_bytes, write_in_pieces
 from daskpile.sources.schemas import view_free, without_views
 from daskpile.sources.text import JSON_TEXT, SCAN_BYTES, first_newline, is_json_text, lines_table, open_decompressed
+from daskpile.sources.text.formats import LINE
 
 OUTPUT_FORMATS = ("parquet", "arrow", "csv", "jsonl", "lines")
 COMPRESSIONS = ("gzip", "zstd")
@@ -131,13 +132,17 @@ class Output:
         if self.format == "lines" and (
             len(schema) != 1 or not (pa.types.is_binary(schema[0].type) or pa.types.is_string(schema[0].type))
         ):
+            # (lines already, beside the columns of key=value folders: only those need leaving out)
+            advice = (
+                ": folders named key=value add columns; read the input with --partitioning none"
+                if len(schema) > 1 and schema.names[0] == LINE
+                else ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
+                if len(schema) > 1
+                else ""
+            )
             raise ValueError(
                 f"output_format='lines' writes a single binary or string column, and the rows have {schema.names}"
-                + (
-                    ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
-                    if len(schema) > 1
-                    else ""
-                )
+                + advice
             )
 
     def _reads_back(self, schema: pa.Schema) -> bool:

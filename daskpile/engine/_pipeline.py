@@ -352,8 +352,11 @@ def shuffle_parquet(
         worker (on an object store, a cut row group's compressed bytes do).  Consecutive smaller files are read by
         one task up to a sixteenth of ``blocksize`` on disk (a compressed text
         file weighed as 5 times its size), so tasks and scratch files follow
-        the bytes, not the file count.  Like ``piles``
-        and ``seed``, it decides the output.
+        the bytes, not the file count.  A text file (CSV, JSON lines,
+        lines) is cut into ranges of a sixteenth of ``blocksize``, a task
+        each, ending at line ends.  Like ``piles`` and ``seed``, it decides the
+        output.  The command refuses under 16 KiB (a range of 1 KiB each, tens
+        of thousands of tasks); here it is only warned of.
     on_oversize
         What to do with a pile over its memory budget: ``"split"`` (the
         default) splits it by a further random level (its own generator, keyed

@@ -354,6 +354,8 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
     11
     >>> plan(rows=200, data_bytes=2_000, memory_per_pile=2**30, min_piles=8).piles
     1
+    >>> plan(rows=3, data_bytes=190 * 2**20, memory_per_pile=2**30, min_piles=8).piles  # three huge lines
+    3
     """
     if memory_per_pile <= 0:
         raise ValueError(f"memory_per_pile must be positive, got {memory_per_pile!r}")
@@ -374,7 +376,8 @@ def plan(rows: int, data_bytes: int, memory_per_pile: int, min_piles: int = 1) -
     # at least min_piles (for parallelism), but never so many that piles get fewer than
     # MIN_ROWS_PER_PILE rows and FAST_PILE_BYTES on average: 200 rows make one pile, not 4 per thread; rows of
     # 120 KB (images) are not held to piles of 10,000 rows, 1.2 GB (a loader holds a few of them at once)
-    parallel = min(min_piles, max(1, rows // MIN_ROWS_PER_PILE, data_bytes // FAST_PILE_BYTES))
+    # (and never more piles than rows: a trial's 3 lines of 190 MB got 5 piles, 2 of them empty files)
+    parallel = min(min_piles, max(1, rows // MIN_ROWS_PER_PILE, data_bytes // FAST_PILE_BYTES), max(rows, 1))
     piles = max(parallel, math.ceil(rows / mean_rows), 1)
     if piles > MAX_PILES:
         raise ValueError(

@@ -39,6 +39,33 @@ WIDE_BOMS = {  # (UTF-32's little-endian mark begins as UTF-16's: looked for fir
 }  # fmt: skip
 
 
+def wide_encoding(head: bytes) -> str | None:
+    """UTF-16 or UTF-32, where ``head`` (a file's first bytes) begins with its byte order mark and its first
+    newline, if it holds one, is that encoding's: the byte 10 where a character begins (little-endian) or ends
+    (big-endian), beside the NULs of its other bytes.  A file of Latin-1 or other bytes that begins "ÿþ" is the
+    bytes of UTF-16's mark, and lines ended by the byte 10 (a trial's, refused as UTF-16).
+
+    >>> wide_encoding("a\\nb\\n".encode("utf-16")), wide_encoding(b"\\xff\\xfeabc\\nsecond\\n")
+    ('UTF-16', None)
+    >>> wide_encoding("a\\n".encode("utf-32")), wide_encoding(b"\\xfe\\xff" + "a\\n".encode("utf-16-be"))
+    ('UTF-32', 'UTF-16')
+    """
+    found = next(((bom, name) for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
+    if found is None:
+        return None
+    bom, name = found
+    body, width = head[len(bom) :], 4 if name == "UTF-32" else 2
+    newline = body.find(b"\n")
+    if newline < 0:  # (nothing to bear it out or not: the mark is taken at its word)
+        return name
+    if bom[0] == 0xFF:  # little-endian: the 10 first, then its NULs
+        first, nulls = newline, body[newline + 1 : newline + width]
+    else:
+        first, nulls = newline + 1 - width, body[max(newline + 1 - width, 0) : newline]
+    fits = first >= 0 and first % width == 0 and nulls.strip(b"\x00") == b""
+    return name if fits else None
+
+
 def refuse_what_is_not_text(head: bytes, url: str, fmt: str, ending: Callable[[], bytes] | None = None) -> None:
     """Refuse a file read as text whose first bytes ``head`` say it is not (UTF-8) text: UTF-16 or UTF-32 by a
     byte order mark, or compressed, Parquet, Arrow, ORC or zip data by its signature.  Cut at the byte 10, a
@@ -49,7 +76,7 @@ def refuse_what_is_not_text(head: bytes, url: str, fmt: str, ending: Callable[[]
     read; ORC's (three letters and then anything) is taken only if the file's last bytes, ``ending()``, are an
     ORC postscript's too.
     """
-    encoding = next((name for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
+    encoding = wide_encoding(head)
     if encoding is not None:
         raise ValueError(
             f"cannot read {url!r} as {fmt}: it is {encoding} (its first bytes are a byte order mark), in which a "
