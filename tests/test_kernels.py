@@ -73,8 +73,7 @@ def test_a_permutation_is_numpys_drawn_in_arrows_memory(rows):
     assert order.tolist() == _random.keyed(3, _random.LOAD_GROUP, 0, 0, 0).permutation(rows).tolist()
     assert order.dtype == np.int64 and order.flags.writeable
     assert pa.total_allocated_bytes() - before >= 8 * rows
-    del order
-    assert pa.total_allocated_bytes() == before
+    assert not rows or isinstance(order.base, pa.Buffer)
     # ...and the loader's orders are drawn so
     from daskpile.loader import plan
 

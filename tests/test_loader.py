@@ -1419,6 +1419,10 @@ def test_arguments_are_checked(datasets):
     # A trial's: accepted ("False", a string, is true), or Python's own errors naming no argument
     with pytest.raises(ValueError, match=r"^drop_last must be True or False, got 'False'$"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, drop_last="False")
+    with pytest.raises(ValueError, match=r"^drop_last must be True or False, got 2$"):
+        daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, drop_last=2)
+    for taken in (0, 1, np.True_):  # (argparse's type=int, YAML's 0 and 1: a reviewer's)
+        assert daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, drop_last=taken)._layout.drop_last == taken
     with pytest.raises(TypeError, match=r"^storage_options must be a dict of the store's options or None, got str$"):
         daskpile.PileLoader(datasets["eager"], batch_size=10, seed=1, storage_options="anon=True")
     with pytest.raises(TypeError, match=r"^path must be a path or URL .* got None$"):
@@ -2008,7 +2012,7 @@ def test_the_piles_of_an_unfinished_run_are_refused_however_named(datasets, tmp_
     for stopped in sorted(dest.glob("part-*.parquet"))[3:]:  # pass 2 wrote 3 of the 8 piles
         stopped.unlink()
     run_state.write(LocalFileSystem(), str(dest), run_state.RunSpec((), (), 8, 11, str(dest), 2**20))
-    said = r"holds an unfinished daskpile run \(seed 11, 8 piles\), and the files named are some of its piles"
+    said = r"holds an unfinished daskpile run \(seed 11, 8 piles\), and the files named are some of its piles: read"
     for named in (f"{dest}/*.parquet", sorted(map(str, dest.glob("*.parquet"))), str(tmp_path / "runs")):
         for reading in (
             lambda named=named: daskpile.PileLoader(named, batch_size=100, seed=0),
@@ -2023,9 +2027,15 @@ def test_the_piles_of_an_unfinished_run_are_refused_however_named(datasets, tmp_
     assert sum(batch.num_rows for batch in loader) < ROWS
 
 
-def test_a_glob_of_every_pile_of_a_result_is_read_without_a_word(datasets):
-    """The warning of piles missing from a glob is not said where every pile is there."""
+def test_a_glob_of_every_pile_of_a_result_is_read_without_a_word(datasets, tmp_path):
+    """The warning of piles missing from a glob is not said where every pile is there, nor of a to_parquet with
+    partition_on, which writes no file for an empty pile (a reviewer's: "2 of the 8 piles ... missing")."""
+    keyed = str(tmp_path / "keyed")
+    frame = dd.from_pandas(pd.DataFrame({"id": range(3), "k": "a"}), npartitions=1)
+    with dask.config.set(scheduler="sync"):
+        daskpile.shuffle(frame, piles=8, seed=3).to_parquet(keyed, partition_on=["k"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loader = daskpile.PileLoader(f"{datasets['eager']}/*.parquet", batch_size=100, seed=0, columns=["id"])
+        assert sum(batch.num_rows for batch in daskpile.PileLoader(keyed, batch_size=1, seed=0)) == 3
     assert sorted(np.concatenate(ids(loader)).tolist()) == list(range(ROWS))

@@ -174,13 +174,13 @@ def _refuse_piles_of_unfinished_runs(fs: fsspec.AbstractFileSystem, files: list[
             continue
         try:
             run = run_state.read(fs, folder)
-        except run_state.RunFileUnreadable:  # (not ours to judge here: a folder holding data and a file so named)
+        except (run_state.RunFileUnreadable, OSError):  # (not ours to judge here: another's file so named)
             continue
-        if run is not None:
+        if run is not None:  # (a shuffle stopped, or one running: a window's append writes a generation so)
             raise ValueError(
                 f"{full_url(fs, folder)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), "
-                "and the files named are some of its piles: run the same shuffle again to finish it (it resumes), "
-                "then read the result"
+                "and the files named are some of its piles: read them once it has finished (a shuffle stopped "
+                "resumes when run again)"
             )
 
 

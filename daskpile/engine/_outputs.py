@@ -134,7 +134,8 @@ class Output:
         ):
             # (lines already, beside the columns of key=value folders: only those need leaving out)
             advice = (
-                ": folders named key=value add columns; read the input with --partitioning none"
+                ": folders named key=value add columns (--partitioning none leaves them out), and a table's other "
+                "columns (--format lines reads each line whole)"
                 if len(schema) > 1 and schema.names[0] == LINE
                 else ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
                 if len(schema) > 1

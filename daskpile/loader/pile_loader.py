@@ -205,8 +205,8 @@ class PileLoader:
             raise ValueError(f"rank {rank} is not below world_size {world_size}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
-        if not isinstance(drop_last, (bool, np.bool_)):  # ("False", a string, is true)
-            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
+        if not isinstance(drop_last, (bool, np.bool_, numbers.Integral)) or drop_last not in (0, 1):
+            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")  # ("False", a string, is true)
         drop_last = bool(drop_last)
         if path is None:
             raise TypeError("path must be a path or URL (a str or pathlib.Path) or a list of them, got None")

@@ -608,7 +608,9 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
             seed, piles, pile = stamp
             # (a pile of to_parquet(partition_on=...) is a file of one name in each key folder)
             shuffles.setdefault((seed, piles), (path, set()))[1].add(posixpath.basename(path) if pile is None else pile)
-    if len(shuffles) == 1:
+    # (shuffle_parquet writes every pile's file, an empty one too: to_parquet(partition_on=...) writes none for an
+    # empty pile, so only its piles say by their count that some are missing)
+    if len(shuffles) == 1 and all(c.pile for c in counted):
         _warn_of_missing_piles(fs, *next(iter(shuffles.items())))
     if len(shuffles) < 2:
         return
@@ -632,8 +634,9 @@ def _warn_of_missing_piles(fs, shuffle: tuple[int, int], first: tuple[str, set])
         warnings.warn(
             f"the files named hold {len(seen):,} of the {piles:,} piles of the shuffle (seed {seed}) their footers "
             f"name, {full_url(fs, posixpath.dirname(path))} among them: the others are missing, and every epoch reads "
-            "these rows only; name the result's folder, whose manifest lists every file",
-            stacklevel=4,
+            "these rows only (shuffle_parquet writes every pile's file; its manifest, in the result's folder, lists "
+            "them)",
+            stacklevel=5,  # (the caller's line, above PileLoader.__init__, redacting_errors and discover)
         )
 
 

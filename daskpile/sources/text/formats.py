@@ -40,14 +40,14 @@ WIDE_BOMS = {  # (UTF-32's little-endian mark begins as UTF-16's: looked for fir
 
 
 def wide_encoding(head: bytes) -> str | None:
-    """UTF-16 or UTF-32, where ``head`` (a file's first bytes) begins with its byte order mark and its first
-    newline, if it holds one, is that encoding's: the byte 10 where a character begins (little-endian) or ends
-    (big-endian), beside the NULs of its other bytes.  A file of Latin-1 or other bytes that begins "ÿþ" is the
-    bytes of UTF-16's mark, and lines ended by the byte 10 (a trial's, refused as UTF-16).
+    """UTF-16 or UTF-32, where ``head`` (a file's first bytes) begins with its byte order mark and, if it holds a
+    byte 10, holds that encoding's newline too: the byte 10 with its NULs, at a character's place.  A file of
+    Latin-1 or other bytes that begins "ÿþ" is the bytes of UTF-16's mark, and lines ended by the byte 10 (a
+    trial's, refused as UTF-16); in real UTF-16 a byte 10 may be half of another character (上 is 0A 4E).
 
-    >>> wide_encoding("a\\nb\\n".encode("utf-16")), wide_encoding(b"\\xff\\xfeabc\\nsecond\\n")
+    >>> wide_encoding("上海\\nb\\n".encode("utf-16")), wide_encoding(b"\\xff\\xfeabc\\nsecond\\n")
     ('UTF-16', None)
-    >>> wide_encoding("a\\n".encode("utf-32")), wide_encoding(b"\\xfe\\xff" + "a\\n".encode("utf-16-be"))
+    >>> wide_encoding("上\\n".encode("utf-32")), wide_encoding(b"\\xfe\\xff" + "a\\n".encode("utf-16-be"))
     ('UTF-32', 'UTF-16')
     """
     found = next(((bom, name) for bom, name in WIDE_BOMS.items() if head.startswith(bom)), None)
@@ -55,15 +55,14 @@ def wide_encoding(head: bytes) -> str | None:
         return None
     bom, name = found
     body, width = head[len(bom) :], 4 if name == "UTF-32" else 2
-    newline = body.find(b"\n")
-    if newline < 0:  # (nothing to bear it out or not: the mark is taken at its word)
+    if b"\n" not in body:  # (nothing to bear it out or not: the mark is taken at its word)
         return name
-    if bom[0] == 0xFF:  # little-endian: the 10 first, then its NULs
-        first, nulls = newline, body[newline + 1 : newline + width]
-    else:
-        first, nulls = newline + 1 - width, body[max(newline + 1 - width, 0) : newline]
-    fits = first >= 0 and first % width == 0 and nulls.strip(b"\x00") == b""
-    return name if fits else None
+    nulls = b"\x00" * (width - 1)
+    newline = b"\n" + nulls if bom[0] == 0xFF else nulls + b"\n"  # little-endian, or big
+    at = body.find(newline)
+    while at >= 0 and at % width:
+        at = body.find(newline, at + 1)
+    return name if at >= 0 else None
 
 
 def refuse_what_is_not_text(head: bytes, url: str, fmt: str, ending: Callable[[], bytes] | None = None) -> None:
