@@ -130,7 +130,9 @@ def endpoints_given(storage_options: dict, url: str | None = None) -> list[tuple
     client = storage_options.get("client_kwargs")
     found = [("storage option endpoint_url", storage_options.get("endpoint_url"))]
     found += (
-        [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))] if isinstance(client, dict) else []
+        [("storage option client_kwargs.endpoint_url", client.get("endpoint_url"))]
+        if isinstance(client, collections.abc.Mapping)
+        else []
     )
     if all(value is None for _, value in found) and _protocol_of(url or "") in ("s3", "s3a"):
         # (a Kubernetes Secret's AWS_ENDPOINT_URL: a platform trial)
@@ -508,8 +510,10 @@ def reaching(fs: fsspec.AbstractFileSystem, path: str, role: str) -> Iterator[No
             url = full_url(fs, path)
             given = [where for where, value in endpoints_given(getattr(fs, "storage_options", {}) or {}, url) if value]
             where = given[0] if given else "the endpoint URL"  # ($AWS_ENDPOINT_URL, not an option, in a platform trial)
+            # (not botocore's words, which quote the value: a scheme-less user:password@ is no URL, so no
+            # credentials check saw it)
             raise ValueError(
-                f"{role} {url!r}: {where} is not a URL ({e}): give it as http://host:port or https://host"
+                f"{role} {url!r}: {where} is not a URL: give it as http://host:port or https://host"
             ) from None
         raise
 

@@ -253,7 +253,9 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
     if target == "text" and source in ("number", "time"):  # 3 would become '3', 1.50 '1.5'
         raise MetaMismatch(f"{refused}; numbers and times would become text")
-    if source == "text" and _is_binary(dtype):  # 'é' would become b'\xc3\xa9' (a lake of binary, then string)
+    if (
+        source == "text" and _is_binary(dtype) and values.notna().any()
+    ):  # 'é' would become b'\xc3\xa9' (a lake of binary, then string)
         raise MetaMismatch(f"{refused}; text would become bytes")
     if target == "text" and source == "object":
         # Dask's fused read_parquet gives strings as objects: those are cast.  Other objects are what
@@ -266,10 +268,11 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         raise MetaMismatch(f"{refused}; converting would drop its field{'s' * (len(dropped) > 1)} {', '.join(dropped)}")
     # A lake whose newer files widened a type (int32 to int64, decimal(3, 2) to (4, 2), ms to ns): Dask's meta is
     # the first file's, its compute gives each partition its own; the wider type holds them all
-    spelled = _spelled(values.dtype)
+    family = not name.startswith("the index") and _one_family(values.dtype, dtype)  # (an index takes no astype)
+    spelled = _spelled(values.dtype) if family else None
     widened = (
         f" (if the files' types widened, cast to the widest: ddf.astype({{{name}: {spelled}}}) holds this partition's)"
-        if spelled and (source == target or (_is_decimal(values.dtype) and _is_decimal(dtype)))
+        if spelled
         else ""
     )
     try:
@@ -283,6 +286,20 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     if checked and not _holds_the_same_values(values, cast):
         raise MetaMismatch(f"{refused}; converting would change its values{widened}")
     return cast
+
+
+def _one_family(dtype, other) -> bool:
+    """Whether two dtypes are wider and narrower forms of one kind of value (integers, floats, datetimes,
+    timedeltas, dates, decimals), so that the wider holds the narrower's values as they are.
+
+    >>> _one_family(np.dtype("int64"), np.dtype("int32")), _one_family(np.dtype("m8[us]"), np.dtype("M8[ns]"))
+    (True, False)
+    """
+    if _is_decimal(dtype) or _is_decimal(other):
+        return _is_decimal(dtype) and _is_decimal(other)
+    dates = [isinstance(d, pd.ArrowDtype) and pa.types.is_date(d.pyarrow_dtype) for d in (dtype, other)]
+    kinds = [getattr(d, "kind", None) for d in (dtype, other)]
+    return dates[0] == dates[1] and kinds[0] == kinds[1] and kinds[0] in ("i", "u", "f", "M", "m")
 
 
 def _spelled(dtype) -> str | None:
@@ -300,8 +317,12 @@ def _spelled(dtype) -> str | None:
 
 
 def _is_binary(dtype) -> bool:
-    return isinstance(dtype, pd.ArrowDtype) and (
-        pa.types.is_binary(dtype.pyarrow_dtype) or pa.types.is_large_binary(dtype.pyarrow_dtype)
+    kind = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
+    return kind is not None and (
+        pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_binary_view(kind)
+        or pa.types.is_fixed_size_binary(kind)
     )
 
 
@@ -334,8 +355,9 @@ def _arrow_fields_dropped(source: pa.DataType, target: pa.DataType, where: str) 
             else:
                 dropped += _arrow_fields_dropped(field.type, names[field.name], f"{path}.")
         return dropped
-    nested = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list, pa.types.is_list_view)
-    if any(is_a(source) and is_a(target) for is_a in nested):
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list, pa.types.is_list_view,
+             pa.types.is_large_list_view)  # fmt: skip
+    if any(is_a(source) for is_a in lists) and any(is_a(target) for is_a in lists):  # (large_list under list too)
         return _arrow_fields_dropped(source.value_type, target.value_type, where)
     if pa.types.is_map(source) and pa.types.is_map(target):
         return _arrow_fields_dropped(source.item_type, target.item_type, where)
@@ -389,7 +411,12 @@ def _kind(dtype) -> str | None:
     if isinstance(dtype, pd.CategoricalDtype):
         return None
     if isinstance(dtype, pd.StringDtype) or (
-        isinstance(dtype, pd.ArrowDtype) and pa.types.is_string(dtype.pyarrow_dtype)
+        isinstance(dtype, pd.ArrowDtype)
+        and (
+            pa.types.is_string(dtype.pyarrow_dtype)
+            or pa.types.is_large_string(dtype.pyarrow_dtype)  # (Polars writes it)
+            or pa.types.is_string_view(dtype.pyarrow_dtype)
+        )
     ):
         return "text"
     return {"i": "number", "u": "number", "f": "number", "b": "number", "M": "time", "m": "time"}.get(

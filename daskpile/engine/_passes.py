@@ -387,10 +387,12 @@ def _promoted(batches: list[pa.RecordBatch]) -> pa.Table:
     try:
         return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
     except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
-        for name in batches[0].schema.names:
-            kinds = sorted({str(b.schema.field(name).type) for b in batches if b.schema.get_field_index(name) >= 0})
-            if len(kinds) > 1:
-                raise TypesDisagree(name, kinds, e) from None
+        for name in batches[0].schema.names:  # the first column whose types promote to none (not merely differ)
+            fields = {str(b.schema.field(name).type): b.schema.field(name) for b in batches if name in b.schema.names}
+            try:
+                pa.unify_schemas([pa.schema([f]) for f in fields.values()], promote_options="permissive")
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                raise TypesDisagree(name, sorted(fields), e) from None
         raise
 
 
