@@ -807,6 +807,7 @@ CHANGED_BY_THE_META = {
     # a lake whose first file is binary, a later one string (a trial): 'é' became b'\xc3\xa9'
     "text under binary": (pd.array(["é"], pd.ArrowDtype(pa.string())), pd.ArrowDtype(pa.binary())),
     "large text under binary": (pd.array(["é"], pd.ArrowDtype(pa.large_string())), pd.ArrowDtype(pa.binary())),
+    "Python text under binary": (np.array(["é", b"x"], dtype=object), pd.ArrowDtype(pa.binary())),
     "numbers under large text": (np.array([3, 15]), pd.ArrowDtype(pa.large_string())),
     # Arrow casts a struct to one of fewer fields by dropping the others (a trial's emails, gone)
     "a struct of more fields": (

@@ -253,9 +253,15 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         raise MetaMismatch(f"{refused}; numbers and times do not convert")
     if target == "text" and source in ("number", "time"):  # 3 would become '3', 1.50 '1.5'
         raise MetaMismatch(f"{refused}; numbers and times would become text")
+    # 'é' would become b'\xc3\xa9' (a lake of binary, then string; or Python's str, as from_delayed gives them)
     if (
-        source == "text" and _is_binary(dtype) and values.notna().any()
-    ):  # 'é' would become b'\xc3\xa9' (a lake of binary, then string)
+        _is_binary(dtype)
+        and values.notna().any()
+        and (
+            source == "text"
+            or (source == "object" and pd.api.types.infer_dtype(values, skipna=True) in ("string", "mixed"))
+        )
+    ):
         raise MetaMismatch(f"{refused}; text would become bytes")
     if target == "text" and source == "object":
         # Dask's fused read_parquet gives strings as objects: those are cast.  Other objects are what
