@@ -272,26 +272,32 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
     dropped = _fields_dropped(values.dtype, dtype)
     if dropped:  # Arrow casts a struct to one of fewer fields by dropping the others, without a word
         raise MetaMismatch(f"{refused}; converting would drop its field{'s' * (len(dropped) > 1)} {', '.join(dropped)}")
-    # A lake whose newer files widened a type (int32 to int64, decimal(3, 2) to (4, 2), ms to ns): Dask's meta is
-    # the first file's, its compute gives each partition its own; the wider type holds them all
-    family = not name.startswith("the index") and _one_family(values.dtype, dtype)  # (an index takes no astype)
-    spelled = _spelled(values.dtype) if family else None
-    widened = (
-        f" (if the files' types widened, cast to the widest: ddf.astype({{{name}: {spelled}}}) holds this partition's)"
-        if spelled
-        else ""
-    )
     try:
         with np.errstate(all="ignore"):
             cast = values.astype(dtype)
     except (TypeError, ValueError, OverflowError, NotImplementedError, pa.ArrowException) as e:
-        raise MetaMismatch(f"{refused}; converting fails: {e}{widened}") from None
+        raise MetaMismatch(f"{refused}; converting fails: {e}{_widening_advice(values.dtype, dtype, name)}") from None
     # Objects and text under a number or time meta too ("007" would become 7, 1.5 would become 1); not
     # strings under a string meta, which is what Dask's fused read_parquet gives
     checked = target in ("number", "time") and source in ("number", "time", "object", "text")
     if checked and not _holds_the_same_values(values, cast):
-        raise MetaMismatch(f"{refused}; converting would change its values{widened}")
+        raise MetaMismatch(
+            f"{refused}; converting would change its values{_widening_advice(values.dtype, dtype, name)}"
+        )
     return cast
+
+
+def _widening_advice(held, meta, name: str) -> str:
+    """The cast to advise where a partition's dtype ``held`` may be a wider form of the meta's: a lake whose newer
+    files widened a type (int32 to int64, decimal(3, 2) to (4, 2), ms to ns) has the first file's as Dask's meta,
+    while its compute gives each partition its own; the widest holds them all.  "" where it is not (an index
+    takes no ``astype``)."""
+    spelled = _spelled(held) if not name.startswith("the index") and _one_family(held, meta) else None
+    if spelled is None:
+        return ""
+    return (
+        f" (if the files' types widened, cast to the widest: ddf.astype({{{name}: {spelled}}}) holds this partition's)"
+    )
 
 
 def _one_family(dtype, other) -> bool:

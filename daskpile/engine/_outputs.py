@@ -132,15 +132,16 @@ class Output:
         if self.format == "lines" and (
             len(schema) != 1 or not (pa.types.is_binary(schema[0].type) or pa.types.is_string(schema[0].type))
         ):
-            # (lines already, beside the columns of key=value folders: only those need leaving out)
-            advice = (
-                ": folders named key=value add columns (--partitioning none leaves them out), and a table's other "
-                "columns (--format lines reads each line whole)"
-                if len(schema) > 1 and schema.names[0] == LINE
-                else ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
-                if len(schema) > 1
-                else ""
-            )
+            advice = ""
+            if len(schema) > 1 and schema.names[0] == LINE:  # (lines already, beside the key=value folders' columns)
+                advice = (
+                    ": folders named key=value add columns (--partitioning none leaves them out), and a table's other "
+                    "columns (--format lines reads each line whole)"
+                )
+            elif len(schema) > 1:
+                advice = (
+                    ": read the input with --format lines; folders named key=value add columns (--partitioning none)"
+                )
             raise ValueError(
                 f"output_format='lines' writes a single binary or string column, and the rows have {schema.names}"
                 + advice

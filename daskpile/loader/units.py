@@ -611,7 +611,9 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
     # (shuffle_parquet writes every pile's file, an empty one too: to_parquet(partition_on=...) writes none for an
     # empty pile, so only its piles say by their count that some are missing)
     if len(shuffles) == 1 and all(c.pile for c in counted):
-        _warn_of_missing_piles(fs, *next(iter(shuffles.items())))
+        (seed, piles), (path, seen) = next(iter(shuffles.items()))
+        if len(seen) < piles:
+            _warn_of_missing_piles(fs, seed, piles, path, len(seen))
     if len(shuffles) < 2:
         return
     for (seed, piles), (path, seen) in shuffles.items():
@@ -625,19 +627,16 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
             )
 
 
-def _warn_of_missing_piles(fs, shuffle: tuple[int, int], first: tuple[str, set]) -> None:
-    """Warn that the files named hold some piles of a shuffle only, as their footers say: a glob over a result some
-    of whose files are gone reads fewer rows every epoch (a glob naming a few piles on purpose, a sample, is
+def _warn_of_missing_piles(fs, seed: int, piles: int, path: str, seen: int) -> None:
+    """Warn that the files named hold ``seen`` piles of a shuffle only, as their footers say: a glob over a result
+    some of whose files are gone reads fewer rows every epoch (a glob naming a few piles on purpose, a sample, is
     warned too: said once, when the loader is made)."""
-    (seed, piles), (path, seen) = shuffle, first
-    if len(seen) < piles:
-        warnings.warn(
-            f"the files named hold {len(seen):,} of the {piles:,} piles of the shuffle (seed {seed}) their footers "
-            f"name, {full_url(fs, posixpath.dirname(path))} among them: the others are missing, and every epoch reads "
-            "these rows only (shuffle_parquet writes every pile's file; its manifest, in the result's folder, lists "
-            "them)",
-            stacklevel=5,  # (the caller's line, above PileLoader.__init__, redacting_errors and discover)
-        )
+    warnings.warn(
+        f"the files named hold {seen:,} of the {piles:,} piles of the shuffle (seed {seed}) their footers name, "
+        f"{full_url(fs, posixpath.dirname(path))} among them: the others are missing, and every epoch reads these "
+        "rows only (shuffle_parquet writes every pile's file; its manifest, in the result's folder, lists them)",
+        stacklevel=5,  # (the caller's line, above PileLoader.__init__, redacting_errors and discover)
+    )
 
 
 def _stamp_of(c: _Counted) -> tuple[int, int, int | None] | None:
