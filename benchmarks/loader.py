@@ -297,6 +297,10 @@ def systems(eager: str, lazy: str, args) -> dict[str, dict]:
             "kind": "loader", "path": eager, "prefetch": args.prefetch, "mix": 1,
             "env": {"MIMALLOC_PURGE_DELAY": "0"},
         }  # fmt: skip
+        found[f"PileLoader eager, prefetch {args.prefetch}, mix 1, MIMALLOC_ALLOW_THP=0"] = {
+            "kind": "loader", "path": eager, "prefetch": args.prefetch, "mix": 1,
+            "env": {"MIMALLOC_ALLOW_THP": "0"},
+        }  # fmt: skip
     return {name: {**spec, **common} for name, spec in found.items()}
 
 

@@ -96,6 +96,11 @@ def systems(src: str, out: str, terashuf: str | None) -> dict[str, tuple[list[st
         ),
         "daskpile lines to lines, threads": ([*lines, "--seed", "1", "--scheduler", "threads", "-q"], {}),
         "daskpile lines to lines": ([*lines, "--seed", "1", "-q"], {}),
+        # the command turns mimalloc's huge pages off (daskpile/__main__.py); this is it with them on
+        "daskpile lines to lines, threads, MIMALLOC_ALLOW_THP=1": (
+            [*lines, "--seed", "1", "--scheduler", "threads", "-q"],
+            {"MIMALLOC_ALLOW_THP": "1"},
+        ),
         "daskpile lines to lines, auto piles, threads": (
             [*lines[:-2], "--seed", "1", "--scheduler", "threads", "-q"],
             {},

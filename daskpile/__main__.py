@@ -12,6 +12,12 @@ def main() -> None:
     # CPU to import numpy) that spin for a second, taking CPU from the command's own threads.  A LocalCluster's
     # workers get the same setting from distributed.  Set before numpy is imported; a value exported wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # Arrow's allocator, mimalloc, asks for transparent huge pages on its arenas.  Each first touch of one then
+    # takes and zeroes 2 MiB at once, which on a VM that reports freed memory to its host (free page reporting)
+    # comes back from the host page by page: a lines shuffle of 5 M lines spent a quarter of its CPU zeroing
+    # huge pages (``perf``), and 0.5-1 s less of system CPU without them (docs/performance.md).  mimalloc's own
+    # switch, read once as pyarrow loads; a LocalCluster's workers inherit it.  A value exported wins.
+    os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
     try:
         from daskpile.cli import main as run
     except KeyboardInterrupt:

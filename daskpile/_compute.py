@@ -46,6 +46,9 @@ LOCAL_CLUSTER_CONFIG = {
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,  # None unsets it (distributed's rule)
     "distributed.admin.tick.interval": "200ms",
     "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
+    # Arrow's mimalloc without transparent huge pages, as the command runs itself (daskpile/__main__.py says
+    # why); set in each worker before it loads pyarrow.  A value exported wins.
+    "distributed.nanny.pre-spawn-environ.MIMALLOC_ALLOW_THP": os.environ.get("MIMALLOC_ALLOW_THP", "0"),
 }
 
 

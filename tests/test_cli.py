@@ -86,6 +86,27 @@ def test_the_command_runs_numpy_with_one_blas_thread_unless_told_otherwise(expor
     assert done.stdout.split()[-1] == (exported or "1")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="THP_enabled is in Linux's /proc/self/status")
+@pytest.mark.parametrize("exported", [None, "1"])
+def test_the_command_runs_arrow_without_transparent_huge_pages_unless_told_otherwise(exported):
+    # mimalloc turns THP off for its whole process (prctl) as pyarrow loads, if MIMALLOC_ALLOW_THP is 0 by then
+    script = (
+        "import sys\n"
+        "sys.argv = ['daskpile', '--version']\n"
+        "import daskpile.__main__\n"
+        "try:\n    daskpile.__main__.main()\nexcept SystemExit:\n    pass\n"
+        "import pyarrow\n"
+        "assert pyarrow.default_memory_pool().backend_name == 'mimalloc'\n"
+        "pyarrow.allocate_buffer(1 << 20)\n"
+        "print([line for line in open('/proc/self/status') if line.startswith('THP_enabled')])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MIMALLOC_ALLOW_THP", "ARROW_DEFAULT_MEMORY_POOL")}
+    if exported:
+        env["MIMALLOC_ALLOW_THP"] = exported
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == f"['THP_enabled:\\t{exported or 0}\\n']"
+
+
 @pytest.mark.slow
 def test_shuffle_verify_quality_on_a_local_cluster(sorted_source, tmp_path, sync_scheduler):
     dest = str(tmp_path / "out")

@@ -14,7 +14,7 @@ import pytest
 from daskpile._compute import compute, counting_worker_deaths
 
 
-def test_the_local_cluster_runs_without_profiler_and_malloc_trimming_and_with_a_slower_tick():
+def test_the_local_cluster_runs_without_profiler_malloc_trimming_and_huge_pages_and_with_a_slower_tick():
     # In a fresh process, as the command runs: a default LocalCluster started earlier in the same process
     # leaves MALLOC_TRIM_THRESHOLD_ in its environment (distributed sets it there before spawning), and
     # later workers inherit it from there.
@@ -22,18 +22,25 @@ def test_the_local_cluster_runs_without_profiler_and_malloc_trimming_and_with_a_
 import dask, json, os
 from distributed import Client
 from daskpile._compute import local_cluster
+def huge_pages_allowed():
+    import pyarrow  # (mimalloc reads MIMALLOC_ALLOW_THP as it loads, and tells Linux)
+    pyarrow.allocate_buffer(1 << 20)
+    status = open("/proc/self/status").read()
+    return [line.split()[1] for line in status.splitlines() if line.startswith("THP_enabled")]
 if __name__ == "__main__":
     with local_cluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster, Client(cluster) as client:
         (environ,) = client.run(lambda: dict(os.environ)).values()
         (profiling,) = client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()
         (tick,) = client.run(lambda dask_worker: dask_worker._tick_interval).values()
+        (huge_pages,) = client.run(huge_pages_allowed).values()
         scheduler_tick = cluster.scheduler._tick_interval
         waits = cluster.scheduler.no_workers_timeout
     print(json.dumps({"environ": environ, "profiling": profiling, "tick": [tick, scheduler_tick], "waits": waits,
+                      "huge_pages": huge_pages,
                       "default": dask.config.get("distributed.nanny.pre-spawn-environ")}))
 """
     # the environment of a shell starting `daskpile`, not of this test process (see above)
-    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    environ = {k: v for k, v in os.environ.items() if k not in ("MALLOC_TRIM_THRESHOLD_", "MIMALLOC_ALLOW_THP")}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True, env=environ
     )
@@ -41,6 +48,8 @@ if __name__ == "__main__":
     assert "MALLOC_TRIM_THRESHOLD_" not in found["environ"]
     assert found["environ"]["OMP_NUM_THREADS"] == "1"  # distributed's other pre-spawn settings stay
     assert found["profiling"] is False
+    assert found["environ"]["MIMALLOC_ALLOW_THP"] == "0"
+    assert found["huge_pages"] in (["0"], [])  # Arrow's mimalloc turned them off (where Linux says: 5.0 on)
     assert found["tick"] == [0.2, 0.2]  # seconds between event-loop health checks, in workers and scheduler
     assert found["waits"] == 600  # seconds tasks wait while every worker is paused or gone
     assert "MALLOC_TRIM_THRESHOLD_" in found["default"]  # changed only for that cluster
