@@ -2,6 +2,7 @@
 LocalCluster, and its exit statuses and error lines in-process."""
 
 import functools
+import gzip
 import json
 import os
 import pty
@@ -181,6 +182,32 @@ def test_piles_of_a_few_rows_each_are_said_before_the_run(tmp_path, sync_schedul
         warnings.simplefilter("error")  # (piles of 100 rows or more: nothing said)
         daskpile.shuffle_parquet(str(tmp_path / "k.parquet"), str(tmp_path / "o2"), piles=10, seed=1)
         daskpile.shuffle_parquet(str(tmp_path / "k.parquet"), str(tmp_path / "o3"), piles=40, seed=1)  # (< 50)
+
+
+@pytest.mark.parametrize("name, output_format, said", [
+    ("corpus.jsonl", "jsonl", True), ("corpus.ndjson.gz", "jsonl", True), ("corpus.jsonl", "lines", False),
+    ("corpus.txt", "jsonl", False),
+])  # fmt: skip
+def test_json_lines_read_as_lines_and_written_as_json_lines_are_said_to_become_strings(
+    tmp_path, name, output_format, said
+):
+    source = tmp_path / name
+    text = b"".join(b'{"a": %d}\n' % i for i in range(20))
+    source.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    dest = tmp_path / "out"
+    done = run("shuffle", str(source), str(dest), "--format", "lines", "--output-format", output_format, "--piles", "2",
+               "--seed", "1", "--scheduler", "sync", check_status=0)  # fmt: skip
+    note = (
+        "format='lines' (--format lines) reads each line as one string, which output_format='jsonl' writes as "
+        '{"line": "..."}: each JSON line becomes a string in an object; output_format=\'lines\' (--output-format '
+        "lines) keeps the lines as they are"
+    )
+    assert (f"note: {note}" in done.stdout) == said
+    written = b"".join(f.read_bytes() for f in sorted(dest.glob("part-*")))
+    if output_format == "jsonl":  # (what the note says, as written)
+        assert sorted(json.loads(line)["line"] for line in written.splitlines()) == sorted(
+            line.decode() for line in text.splitlines()
+        )
 
 
 def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path, sync_scheduler, capsys):

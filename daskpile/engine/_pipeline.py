@@ -762,7 +762,7 @@ class _Run:
         finished, whose own count the report says (a retry said a fresh plan's other count before it)."""
         if self.progress and self.pile_plan is not None:
             print(f"piles=auto: {self.pile_plan}", flush=True)
-        for note in [*self.plan.notes, self._pile_count_said(), self._task_count_said()]:
+        for note in [*self.plan.notes, self._pile_count_said(), self._task_count_said(), self._lines_as_json_said()]:
             if note and self.progress:
                 print(f"note: {note}", flush=True)
             elif note:
@@ -872,6 +872,21 @@ class _Run:
                 "each; did you mean fewer? (piles='auto', --piles auto, sizes them from the data)"
             )
         return None
+
+    def _lines_as_json_said(self) -> str | None:
+        """A note that lines read from files of JSON lines are written as JSON strings, or None: a trial's corpus
+        read with --format lines and written with --output-format jsonl came out as ``{"line": "{\\"a\\": 1}"}``,
+        every object turned into a string, without a word."""
+        reading = self.plan.reading.text
+        if reading is None or reading.format != "lines" or self.output.format != "jsonl":
+            return None
+        if not any(text.detect(f.path)[0] == "jsonl" for f in self.plan.files):
+            return None
+        return (
+            "format='lines' (--format lines) reads each line as one string, which output_format='jsonl' writes "
+            'as {"line": "..."}: each JSON line becomes a string in an object; output_format=\'lines\' '
+            "(--output-format lines) keeps the lines as they are"
+        )
 
     def _task_count_said(self) -> str | None:
         """A note that pass 1 is cut into thousands of tasks of little data each, or None: a trial's --blocksize
