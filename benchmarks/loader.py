@@ -284,6 +284,10 @@ def systems(eager: str, lazy: str, args) -> dict[str, dict]:
             found[f"PileLoader lazy, prefetch {args.prefetch}, mix 1"] = {
                 "kind": "loader", "path": lazy, "prefetch": args.prefetch, "mix": 1,
             }  # fmt: skip
+    # mimalloc's transparent huge pages off, as the daskpile command runs (for the limit too)
+    found[f"plain read: pq.read_table, {args.batch_size}-row slices, MIMALLOC_ALLOW_THP=0"] = {
+        "kind": "plain-table", "path": eager, "env": {"MIMALLOC_ALLOW_THP": "0"},
+    }  # fmt: skip
     if args.prefetch != 0:
         found["PileLoader eager, prefetch 0, mix 1"] = {"kind": "loader", "path": eager, "prefetch": 0, "mix": 1}
     if 1 in args.mix:  # Arrow's jemalloc pool gives freed pages back sooner than its default, mimalloc
