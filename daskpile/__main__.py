@@ -14,9 +14,10 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # Arrow's allocator, mimalloc, asks for transparent huge pages on its arenas.  Each first touch of one then
     # takes and zeroes 2 MiB at once, which on a VM that reports freed memory to its host (free page reporting)
-    # comes back from the host page by page: a lines shuffle of 5 M lines spent a quarter of its CPU zeroing
-    # huge pages (``perf``), and 0.5-1 s less of system CPU without them (docs/performance.md).  mimalloc's own
-    # switch, read once as pyarrow loads; a LocalCluster's workers inherit it.  A value exported wins.
+    # comes back from the host page by page: a lines shuffle of 5 M lines spent 26 % of its CPU samples zeroing
+    # huge pages (``perf``), 2 % without them, and took 2.9 s against 3.5 (benchmarks/README.md, stop 82).
+    # mimalloc's own switch, read once as pyarrow loads; a LocalCluster's workers inherit it.  A value exported
+    # wins.
     os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
     try:
         from daskpile.cli import main as run

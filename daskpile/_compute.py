@@ -46,14 +46,24 @@ LOCAL_CLUSTER_CONFIG = {
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,  # None unsets it (distributed's rule)
     "distributed.admin.tick.interval": "200ms",
     "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
-    # Arrow's mimalloc without transparent huge pages, as the command runs itself (daskpile/__main__.py says
-    # why); set in each worker before it loads pyarrow.  A value exported wins.
-    "distributed.nanny.pre-spawn-environ.MIMALLOC_ALLOW_THP": os.environ.get("MIMALLOC_ALLOW_THP", "0"),
 }
+_HUGE_PAGES_KEY = "distributed.nanny.pre-spawn-environ.MIMALLOC_ALLOW_THP"
+
+
+def local_cluster_config() -> dict:
+    """``LOCAL_CLUSTER_CONFIG``, and Arrow's mimalloc without transparent huge pages in the workers, as the
+    command runs itself (``daskpile/__main__.py`` says why): set in each worker before it loads pyarrow.  A
+    value in this process's environment, or in Dask's configuration, wins; read now, not at import.
+
+    >>> local_cluster_config()["distributed.admin.tick.interval"]
+    '200ms'
+    """
+    said = os.environ.get("MIMALLOC_ALLOW_THP", dask.config.get(_HUGE_PAGES_KEY, "0"))
+    return {**LOCAL_CLUSTER_CONFIG, _HUGE_PAGES_KEY: said}
 
 
 def local_cluster(secure: bool = True, **kwargs):
-    """A LocalCluster of worker processes with ``LOCAL_CLUSTER_CONFIG``; ``kwargs`` go to ``LocalCluster``.
+    """A LocalCluster of worker processes with ``local_cluster_config()``; ``kwargs`` go to ``LocalCluster``.
 
     ``secure``: the scheduler, the workers and the clients talk TLS with a
     key made for this cluster and held in memory only
@@ -78,7 +88,7 @@ def local_cluster(secure: bool = True, **kwargs):
     kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
     if secure:
         kwargs.setdefault("security", True)  # (LocalCluster's word for Security.temporary())
-    with dask.config.set(LOCAL_CLUSTER_CONFIG), warnings.catch_warnings():
+    with dask.config.set(local_cluster_config()), warnings.catch_warnings():
         # 8787 taken (another cluster's dashboard): distributed picks another port and says so in a
         # four-line warning; the command prints the dashboard's address anyway.
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)

@@ -178,10 +178,10 @@ def workers_ignoring_ctrl_c():
     """
     import dask
 
-    from daskpile._compute import LOCAL_CLUSTER_CONFIG
+    from daskpile._compute import local_cluster_config
 
     try:
-        with dask.config.set(LOCAL_CLUSTER_CONFIG):
+        with dask.config.set(local_cluster_config()):
             start_fork_server_ignoring_ctrl_c()
     except (OSError, ValueError):  # no fork server on this platform, or its socket cannot be made
         yield

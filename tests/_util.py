@@ -30,6 +30,25 @@ def str_dtype() -> pd.StringDtype | None:
 DASKPILE = shutil.which("daskpile", path=os.path.dirname(sys.executable)) or "daskpile"
 
 
+def huge_pages_testable() -> str | None:
+    """Why a test of whether a process runs Arrow without transparent huge pages cannot tell here, or None.
+
+    Linux passes PR_SET_THP_DISABLE, which mimalloc sets, on to every child: a test process running with huge
+    pages off (MIMALLOC_ALLOW_THP=0 exported) has children without them whatever they are told.
+    """
+    status = Path("/proc/self/status").read_text() if os.path.exists("/proc/self/status") else ""
+    flag = [line.split()[1] for line in status.splitlines() if line.startswith("THP_enabled")]
+    if not flag:
+        return "no THP_enabled in /proc/self/status (Linux before 5.0, or not Linux)"
+    if flag != ["1"]:
+        return "this process runs without transparent huge pages, and so would its children"
+    try:
+        pa.mimalloc_memory_pool()
+    except NotImplementedError:
+        return "this pyarrow has no mimalloc"
+    return None
+
+
 def daskpile_command(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """The installed ``daskpile`` command, run in a process of its own, with its output captured."""
     return subprocess.run([DASKPILE, *args], capture_output=True, text=True, timeout=timeout, env=env)

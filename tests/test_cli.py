@@ -15,7 +15,7 @@ import dask
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, file_bytes
+from _util import DASKPILE, file_bytes, huge_pages_testable
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError, ReadTimeoutError
 from click.testing import CliRunner
 from distributed.comm.core import CommClosedError
@@ -87,7 +87,7 @@ def test_the_command_runs_numpy_with_one_blas_thread_unless_told_otherwise(expor
     assert done.stdout.split()[-1] == (exported or "1")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="THP_enabled is in Linux's /proc/self/status")
+@pytest.mark.skipif(bool(huge_pages_testable()), reason=str(huge_pages_testable()))
 @pytest.mark.parametrize("exported", [None, "1"])
 def test_the_command_runs_arrow_without_transparent_huge_pages_unless_told_otherwise(exported):
     # mimalloc turns THP off for its whole process (prctl) as pyarrow loads, if MIMALLOC_ALLOW_THP is 0 by then
@@ -208,6 +208,20 @@ def test_json_lines_read_as_lines_and_written_as_json_lines_are_said_to_become_s
         assert sorted(json.loads(line)["line"] for line in written.splitlines()) == sorted(
             line.decode() for line in text.splitlines()
         )
+
+
+def test_json_lines_read_as_lines_and_written_as_json_lines_are_a_warning_of_the_api(tmp_path, sync_scheduler):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jsonl").write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    (tmp_path / "src" / "b.txt").write_bytes(b"x\ny\n")
+    with pytest.warns(UserWarning, match=r"each JSON line becomes a string in an object") as warned:
+        daskpile.shuffle_parquet(str(tmp_path / "src"), str(tmp_path / "out"), piles=2, seed=1, format="lines",
+                                 output_format="jsonl")  # fmt: skip
+    assert [w.filename for w in warned] == [__file__]  # (the line that called)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # plain text files: nothing to say
+        daskpile.shuffle_parquet(str(tmp_path / "src" / "b.txt"), str(tmp_path / "out2"), piles=2, seed=1,
+                                 format="lines", output_format="jsonl")  # fmt: skip
 
 
 def test_the_pass_2_line_counts_the_empty_files_of_more_piles_than_rows(tmp_path, sync_scheduler, capsys):
