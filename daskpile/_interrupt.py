@@ -186,8 +186,33 @@ def workers_ignoring_ctrl_c():
     except (OSError, ValueError):  # no fork server on this platform, or its socket cannot be made
         yield
         return
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        yield
+    nanny, gone = logging.getLogger("distributed.nanny"), _ForkServerGone()
+    nanny.addFilter(gone)
+    try:
+        with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+            yield
+    finally:
+        nanny.removeFilter(gone)
+
+
+class _ForkServerGone(logging.Filter):
+    """Leaves out a nanny's log of a worker that could not start because the fork server is gone.
+
+    A signal sent to the whole process group (SIGTERM from ``timeout``, systemd, Slurm) kills the fork server as
+    the workers start, and the nanny logged the failed start with its traceback (25 lines, a loaded CI run) before
+    this process's handler of the same signal had run and quieted the logs.  The start then fails, and the
+    command says so in its one line, as it does of a fork server gone for any other reason.
+
+    >>> import logging
+    >>> record = logging.LogRecord("distributed.nanny", logging.ERROR, "", 0, "Failed to start process", (),
+    ...                            (EOFError, EOFError("unexpected EOF"), None))
+    >>> _ForkServerGone().filter(record)
+    False
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, EOFError) and record.getMessage().startswith("Failed to start process"))
 
 
 def uninterrupted(start: Callable[[], T], *, undo: Callable[[T], object]) -> T:

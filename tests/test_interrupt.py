@@ -15,7 +15,7 @@ import time
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from _util import DASKPILE, file_bytes, finished_partitions, uninterrupted_run
+from _util import DASKPILE, file_bytes, finished_partitions, run_in_fresh_process, uninterrupted_run
 
 from daskpile.datasets import reference_table, write_reference_dataset
 from daskpile.engine._lease import LEASE_FILE
@@ -393,3 +393,24 @@ def test_sigterm_while_the_cluster_closes_after_the_result_is_ignored(tmp_path, 
         capture_output=True, text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.startswith("shuffled 3,000 rows"), done.stderr
+
+
+def test_a_worker_start_failed_by_the_fork_server_gone_is_not_logged_beside_the_commands_line():
+    # SIGTERM to the process group kills the fork server as workers start; the nanny logged each failed start,
+    # with its traceback, before the command's handler of the same signal had quieted the logs (a loaded CI run)
+    said = run_in_fresh_process("""
+        import json, logging
+        from daskpile._interrupt import workers_ignoring_ctrl_c
+        nanny, kept = logging.getLogger("distributed.nanny"), []
+        handler = logging.Handler()
+        handler.emit = lambda record: kept.append(record.getMessage())
+        nanny.addHandler(handler)
+        gone = (EOFError, EOFError("unexpected EOF"), None)
+        with workers_ignoring_ctrl_c():
+            nanny.error("Failed to start process", exc_info=gone)
+            nanny.error("Failed to start process", exc_info=(OSError, OSError("no room"), None))
+            nanny.error("Worker process died unexpectedly")
+        nanny.error("Failed to start process", exc_info=gone)  # (outside the command's cluster: as distributed says)
+        print(json.dumps(kept))
+    """)
+    assert said == ["Failed to start process", "Worker process died unexpectedly", "Failed to start process"]
