@@ -69,43 +69,40 @@ def test_version():
     assert run("--version", check_status=0).stdout.strip() == f"daskpile, version {daskpile.__version__}"
 
 
-@pytest.mark.parametrize("exported", [None, "4"])
-def test_the_command_runs_numpy_with_one_blas_thread_unless_told_otherwise(exported):
-    # daskpile does no linear algebra: OpenBLAS's threads, one a core, only spun beside the command's own
+def as_the_command_then(then: str, environ: dict[str, str | None]) -> str:
+    """The stdout of a fresh process that runs the command's entry point (``daskpile --version``), then ``then``,
+    with ``environ``'s variables exported (None: not exported)."""
     script = (
         "import os, sys\n"
         "sys.argv = ['daskpile', '--version']\n"
         "import daskpile.__main__\n"
-        "try:\n    daskpile.__main__.main()\nexcept SystemExit:\n    pass\n"
-        "import numpy\n"
-        "print(os.environ['OPENBLAS_NUM_THREADS'])"
+        "try:\n    daskpile.__main__.main()\nexcept SystemExit:\n    pass\n" + then
     )
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if exported:
-        env["OPENBLAS_NUM_THREADS"] = exported
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert done.stdout.split()[-1] == (exported or "1")
+    env = {k: v for k, v in os.environ.items() if k not in environ}
+    env.update({k: v for k, v in environ.items() if v is not None})
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("exported", [None, "4"])
+def test_the_command_runs_numpy_with_one_blas_thread_unless_told_otherwise(exported):
+    # daskpile does no linear algebra: OpenBLAS's threads, one a core, only spun beside the command's own
+    then = "import numpy\nprint(os.environ['OPENBLAS_NUM_THREADS'])"
+    stdout = as_the_command_then(then, {"OPENBLAS_NUM_THREADS": exported})
+    assert stdout.split()[-1] == (exported or "1")
 
 
 @pytest.mark.skipif(bool(huge_pages_testable()), reason=str(huge_pages_testable()))
 @pytest.mark.parametrize("exported", [None, "1"])
 def test_the_command_runs_arrow_without_transparent_huge_pages_unless_told_otherwise(exported):
     # mimalloc turns THP off for its whole process (prctl) as pyarrow loads, if MIMALLOC_ALLOW_THP is 0 by then
-    script = (
-        "import sys\n"
-        "sys.argv = ['daskpile', '--version']\n"
-        "import daskpile.__main__\n"
-        "try:\n    daskpile.__main__.main()\nexcept SystemExit:\n    pass\n"
+    then = (
         "import pyarrow\n"
         "assert pyarrow.default_memory_pool().backend_name == 'mimalloc'\n"
         "pyarrow.allocate_buffer(1 << 20)\n"
         "print([line for line in open('/proc/self/status') if line.startswith('THP_enabled')])"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("MIMALLOC_ALLOW_THP", "ARROW_DEFAULT_MEMORY_POOL")}
-    if exported:
-        env["MIMALLOC_ALLOW_THP"] = exported
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines()[-1] == f"['THP_enabled:\\t{exported or 0}\\n']"
+    stdout = as_the_command_then(then, {"MIMALLOC_ALLOW_THP": exported, "ARROW_DEFAULT_MEMORY_POOL": None})
+    assert stdout.splitlines()[-1] == f"['THP_enabled:\\t{exported or 0}\\n']"
 
 
 @pytest.mark.slow
