@@ -782,10 +782,10 @@ def test_https_to_an_http_endpoint_and_an_unknown_profile_are_exit_2_naming_the_
         (["append", "DAY", "s3://lake/w"], "window 's3://lake/w'"),
         (["expire", "s3://lake/w", "--keep=1"], "window 's3://lake/w'"),
         (["compact", "s3://lake/w", "--scheduler=sync"], "window 's3://lake/w'"),
-        (["verify", "s3://lake/w", "--scheduler=sync"], "result 's3://lake/w'"),
-        (["verify", "DAY", "s3://lake/w", "--scheduler=sync"], "result 's3://lake/w'"),
-        (["quality", "s3://lake/w", "--order-column=id"], "result 's3://lake/w'"),
-        (["epochs", "s3://lake/w"], "result 's3://lake/w'"),
+        (["verify", "s3://lake/w", "--scheduler=sync"], "dest 's3://lake/w'"),
+        (["verify", "DAY", "s3://lake/w", "--scheduler=sync"], "dest 's3://lake/w'"),
+        (["quality", "s3://lake/w", "--order-column=id"], "dest 's3://lake/w'"),
+        (["epochs", "s3://lake/w"], "path 's3://lake/w'"),  # (PileLoader's word)
     ],
     ids=["append", "expire", "compact", "verify", "verify-source", "quality", "epochs"],
 )

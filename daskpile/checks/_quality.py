@@ -41,7 +41,7 @@ from daskpile._storage import as_urls, filesystem, full_url, redacting_errors
 from daskpile._words import count
 from daskpile.checks import _order_stats as _order
 from daskpile.checks import _ranks
-from daskpile.engine import _dest, _manifest, _outputs
+from daskpile.engine import _manifest, _outputs
 from daskpile.loader.plan import EpochPlan, Group, group_permutation
 from daskpile.loader.units import pile_files
 from daskpile.sources.parquet import open_parquet
@@ -409,7 +409,6 @@ def quality(
         raise ValueError(f"neighbours must be at least 1, got {neighbours!r}")
     if batch_size < 2:
         raise ValueError(f"batch_size must be at least 2, got {batch_size!r}")
-    _dest.refuse_unfinished(dest, storage_options)
     fs, files, manifest = _result_files(dest, storage_options)
     result = _ResultFiles.of(fs, manifest)
     where = _where(dest, storage_options)

@@ -16,7 +16,7 @@ from daskpile._storage import as_urls, exists, filesystem, full_url, redacting_e
 from daskpile._words import count
 from daskpile.checks import _fingerprint
 from daskpile.checks._fingerprint import Fingerprint
-from daskpile.engine import _dest, _manifest, _outputs, _passes, _sizing
+from daskpile.engine import _manifest, _outputs, _passes, _sizing
 from daskpile.loader.units import FolderKeys
 from daskpile.sources import plan_sources, read_pieces
 from daskpile.sources.hive import UndeclaredKeysError
@@ -342,7 +342,6 @@ def verify(
     source, dest = as_urls(source), as_urls(dest, "dest")
     if dest is None:
         return _against_manifest(source, storage_options, progress)
-    _dest.refuse_unfinished(dest, storage_options)
     dest_fs, dest_files, manifest = _manifest.result_files(dest, storage_options)
     recorded = manifest and manifest.get("fingerprint")
     read_as = (manifest or {}).get("source") or {}
@@ -497,7 +496,6 @@ def _against_manifest(dest: str, storage_options, progress: bool) -> Verificatio
     """A result's files, generation by generation, against the fingerprints its manifest recorded."""
     if not isinstance(dest, str):
         raise ValueError("verify(dest) with one argument needs a daskpile result's directory, with its manifest")
-    _dest.refuse_unfinished(dest, storage_options)
     fs, _, manifest = _manifest.result_files(dest, storage_options)
     if manifest is None:
         raise ValueError(f"{dest!r} has no daskpile manifest: give the source too, verify(source, dest)")

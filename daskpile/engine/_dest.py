@@ -15,12 +15,9 @@ import posixpath
 import re
 
 from daskpile._storage import (
-    StoreUnreachable,
     exists,
-    filesystem,
     full_url,
     is_temporary,
-    reaching,
     remove_tree,
     write_bytes,
 )
@@ -78,41 +75,6 @@ def _is_part_of(name: str, run: run_state.RunSpec) -> bool:
     return run.rows_per_file is not None or int(found[1]) < run.piles
 
 
-def refuse_unfinished(dest, storage_options: dict | None) -> None:
-    """Refuse to read as a dataset a dest whose shuffle is unfinished (a run file, no manifest): its parts are
-    some piles of the result (or none yet), which ``verify`` would call a mismatch and ``quality`` might call
-    uniform."""
-    if not isinstance(dest, str):
-        return
-    fs, path = filesystem(dest, storage_options)
-    try:
-        with reaching(fs, path, "result"):  # the first request: one without credentials is said naming the URL
-            if exists(fs, posixpath.join(path, _manifest.MANIFEST_NAME)):
-                return
-            run = _run_in(fs, path)
-    except StoreUnreachable:
-        raise
-    except OSError:  # a file, a glob: not a directory that could hold a run
-        return
-    if run is not None:
-        raise ValueError(
-            f"{full_url(fs, path)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), not a "
-            "result: run the same shuffle again to finish it (it resumes), then check the result"
-        )
-
-
-def _run_in(fs, dest_path: str) -> run_state.RunSpec | None:
-    """The unfinished run whose state dest holds, if any; a damaged state said plainly."""
-    try:
-        return run_state.read(fs, dest_path)
-    except run_state.RunFileUnreadable as e:
-        where, cause = full_url(fs, posixpath.join(dest_path, run_state.RUN_FILE)), e.cause
-        raise ValueError(
-            f"{where} is not a daskpile run's state ({type(cause).__name__}: {cause}): remove it if you wrote it, "
-            "else discard the run with overwrite=True (--overwrite)"
-        ) from None
-
-
 def check(fs, dest_path: str) -> dict | None:
     """The manifest of the finished result dest holds (None if none); refuses a dest holding other files.
 
@@ -129,7 +91,7 @@ def check(fs, dest_path: str) -> dict | None:
     _finish_interrupted_commits(fs, dest_path)
     entries = _entries_of(fs, dest_path)
     manifest = _manifest.read_at(fs, dest_path) if _manifest.MANIFEST_NAME in entries else None
-    run = _run_in(fs, dest_path) if run_state.RUN_FILE in entries else None
+    run = _manifest.unfinished_run(fs, dest_path) if run_state.RUN_FILE in entries else None
     foreign = sorted(n for n in entries if not _is_ours(n, manifest, run))
     if foreign:
         shown = ", ".join(foreign[:FOREIGN_NAMES_SHOWN]) + (

@@ -19,7 +19,16 @@ from importlib import metadata
 import fsspec
 import pyarrow as pa
 
-from daskpile._storage import as_urls, exists, filesystem, full_url, reaching, redacting_errors, write_bytes
+from daskpile._storage import (
+    as_urls,
+    exists,
+    filesystem,
+    full_url,
+    reaching,
+    redacting_errors,
+    store_unusable,
+    write_bytes,
+)
 from daskpile.engine import _run as run_state
 from daskpile.sources.listing import data_files
 
@@ -152,9 +161,39 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
         if isinstance(dest, str) and exists(fs, posixpath.join(path, MANIFEST_NAME)):
             manifest = read(dest, storage_options)
             return fs, [posixpath.join(path, name) for name in manifest["files"]], manifest
+        if isinstance(dest, str):
+            _refuse_an_unfinished_run(fs, path)
         fs, files = data_files(dest, storage_options, role=role)
-        _refuse_piles_of_unfinished_runs(fs, files)
+        _refuse_piles_of_unfinished_runs(fs, files, checked=path if isinstance(dest, str) else None)
         return fs, files, None
+
+
+def _refuse_an_unfinished_run(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Refuse a folder named as a result whose shuffle is unfinished (a run file, no manifest): its parts are some
+    piles of the result (or none yet), which ``verify`` would call a mismatch and ``quality`` might call uniform."""
+    try:
+        run = unfinished_run(fs, path)
+    except OSError as e:  # a file, a glob: not a directory that could hold a run
+        if store_unusable(e):
+            raise  # (said by ``reaching``, naming the URL)
+        return
+    if run is not None:
+        raise ValueError(
+            f"{full_url(fs, path)!r} holds an unfinished daskpile run (seed {run.seed}, {run.piles} piles), not a "
+            "result: run the same shuffle again to finish it (it resumes), then check the result"
+        )
+
+
+def unfinished_run(fs: fsspec.AbstractFileSystem, path: str) -> run_state.RunSpec | None:
+    """The unfinished run whose state the folder ``path`` holds, if any; a damaged state said plainly."""
+    try:
+        return run_state.read(fs, path)
+    except run_state.RunFileUnreadable as e:
+        where, cause = full_url(fs, posixpath.join(path, run_state.RUN_FILE)), e.cause
+        raise ValueError(
+            f"{where} is not a daskpile run's state ({type(cause).__name__}: {cause}): remove it if you wrote it, "
+            "else discard the run with overwrite=True (--overwrite)"
+        ) from None
 
 
 # Folders of the files named looked at for a run's state: a result's are one; a lake of thousands of partition
@@ -162,11 +201,12 @@ def result_files(dest: str | list[str], storage_options: dict | None = None, rol
 MOST_FOLDERS_LOOKED_AT = 256
 
 
-def _refuse_piles_of_unfinished_runs(fs: fsspec.AbstractFileSystem, files: list[str]) -> None:
+def _refuse_piles_of_unfinished_runs(fs: fsspec.AbstractFileSystem, files: list[str], checked: str | None) -> None:
     """Refuse files in the folder of a run not finished (its state there, no manifest), named by a glob, a list or a
     folder above: they are some of its piles.  A trial's glob over a run stopped in pass 2 read 701,307 of
-    4,000,000 rows, and ``quality`` said uniform; the folder itself was refused (``_dest.refuse_unfinished``)."""
-    folders = sorted({posixpath.dirname(f) for f in files})
+    4,000,000 rows, and ``quality`` said uniform.  The folder named (``checked``) was looked at already, with its
+    own message (``_refuse_an_unfinished_run``)."""
+    folders = sorted({posixpath.dirname(f) for f in files} - {checked})
     if len(folders) > MOST_FOLDERS_LOOKED_AT:
         return
     for folder in folders:

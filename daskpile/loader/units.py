@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from daskpile._kernels import integer_or_boolean, integer_vector_depth, vector_leaf_paths
 from daskpile._storage import FileVersion, filesystem, full_url, is_local, listed_infos, stamp_size
 from daskpile._words import count
-from daskpile.engine import _dest, _manifest, _outputs
+from daskpile.engine import _manifest, _outputs
 from daskpile.sources import hive
 from daskpile.sources.listing import literal_prefix
 from daskpile.sources.parquet import INT96_UNIT, open_parquet, parquet_errors
@@ -140,7 +140,6 @@ def discover(
     """
     if version is not None and (isinstance(version, bool) or not isinstance(version, numbers.Integral) or version < 0):
         raise ValueError(f"version must be a version number, 0 or more, got {version!r}")
-    _dest.refuse_unfinished(path, storage_options)  # (its parts are some piles of the result, or none)
     fs, paths, manifest = _manifest.result_files(path, storage_options, role="path")
     _outputs.require_parquet(manifest, full_url(fs, path), "PileLoader")
     if manifest is None:
