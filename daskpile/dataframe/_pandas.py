@@ -233,6 +233,10 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
         # Categories are the data's (Dask's meta may not know them; an empty partition of
         # read_parquet comes as object)
         return values if isinstance(values.dtype, pd.CategoricalDtype) else values.astype("category")
+    if not values.notna().any():
+        missing = _all_missing(values, dtype)
+        if missing is not None:
+            return missing
     what = name if name.startswith("the index") else f"column {name}"
     # (a meta Dask derived can be looser than the partitions: assign(t=dd.to_datetime(...)) of a read_csv frame
     # says float64 of its int64 columns, so a partition's index cannot be "cast first" to a type it already has)
@@ -285,6 +289,30 @@ def _as_meta_says(values: pd.Series | pd.Index, dtype, name: str):
             f"{refused}; converting would change its values{_widening_advice(values.dtype, dtype, name)}"
         )
     return cast
+
+
+def _all_missing(values: pd.Series | pd.Index, dtype):
+    """A partition's column of no value (no rows, or every one missing) as missing values of ``dtype``, as Dask's
+    compute gives it: nothing is lost.  An empty file of a lake that stored a string column as double, or a
+    ``reindex`` that added a column, gives float64 NaN under a string or datetime meta.  A numpy integer or bool
+    meta holds no missing value: as ``_with_missing``, its nullable form.  None where pandas makes no such column.
+
+    >>> _all_missing(pd.Series([np.nan, np.nan]), np.dtype("datetime64[ns]")).tolist()
+    [NaT, NaT]
+    >>> _all_missing(pd.Series([np.nan]), np.dtype("bool")).dtype
+    BooleanDtype
+    """
+    if isinstance(dtype, np.dtype) and dtype.kind in "iub" and len(values):
+        if not isinstance(values, pd.Series):  # (an index takes no nullable form: refused as before)
+            return None
+        dtype = "boolean" if dtype.kind == "b" else f"{'U' if dtype.kind == 'u' else ''}Int{dtype.itemsize * 8}"
+    try:
+        missing = pd.Series(index=pd.RangeIndex(len(values)), dtype=dtype)
+    except (TypeError, ValueError):  # (an interval of integers holds no NaN)
+        return None
+    if isinstance(values, pd.Index):
+        return pd.Index(missing.array, name=values.name)
+    return pd.Series(missing.array, index=values.index, name=values.name, copy=False)
 
 
 def _widening_advice(held, meta, name: str) -> str:
