@@ -607,9 +607,11 @@ def _check_one_shuffle(fs, paths: list[str], counted: list[_Counted]) -> None:
             seed, piles, pile = stamp
             # (a pile of to_parquet(partition_on=...) is a file of one name in each key folder)
             shuffles.setdefault((seed, piles), (path, set()))[1].add(posixpath.basename(path) if pile is None else pile)
-    # (shuffle_parquet writes every pile's file, an empty one too: to_parquet(partition_on=...) writes none for an
-    # empty pile, so only its piles say by their count that some are missing)
-    if len(shuffles) == 1 and all(c.pile for c in counted):
+    # (shuffle_parquet and to_parquet write every pile's file, an empty one too: to_parquet(partition_on=...), into
+    # key=value folders, writes none for an empty pile, so its files do not say by their count that some are missing)
+    folders = {posixpath.dirname(path) for path in paths}
+    in_one_folder = len(folders) == 1 and "=" not in posixpath.basename(next(iter(folders), ""))
+    if len(shuffles) == 1 and (all(c.pile for c in counted) or (in_one_folder and all(c.stamp for c in counted))):
         (seed, piles), (path, seen) = next(iter(shuffles.items()))
         if len(seen) < piles:
             _warn_of_missing_piles(fs, seed, piles, path, len(seen))
@@ -633,7 +635,7 @@ def _warn_of_missing_piles(fs, seed: int, piles: int, path: str, seen: int) -> N
     warnings.warn(
         f"the files named hold {seen:,} of the {piles:,} piles of the shuffle (seed {seed}) their footers name, "
         f"{full_url(fs, posixpath.dirname(path))} among them: the others are missing, and every epoch reads these "
-        "rows only (shuffle_parquet writes every pile's file; its manifest, in the result's folder, lists them)",
+        "rows only (a shuffle writes a file for every pile, an empty one too)",
         stacklevel=5,  # (the caller's line, above PileLoader.__init__, redacting_errors and discover)
     )
 
